@@ -1,0 +1,99 @@
+#include "pipeline/batch.h"
+
+#include <new>
+#include <stdexcept>
+
+namespace conveyor {
+
+// Shared by the pool and every handle, so the memory outlives whichever goes last.
+struct BatchHandle::Core {
+  Allocator allocator;
+  std::size_t bytes_per_batch = 0;
+  std::vector<std::unique_ptr<Batch>> batches;
+  BoundedQueue<Batch*> free;
+
+  Core(std::size_t count, Allocator a) : allocator(std::move(a)), free(count) {}
+  ~Core() {
+    for (auto& b : batches) {
+      if (b->data) allocator.deallocate(b->data, bytes_per_batch);
+    }
+  }
+};
+
+Allocator Allocator::host() {
+  constexpr std::align_val_t kAlign{64};
+  return Allocator{
+      "host",
+      [](std::size_t bytes) -> void* { return ::operator new(bytes, kAlign); },
+      [](void* p, std::size_t) { ::operator delete(p, kAlign); },
+  };
+}
+
+BatchHandle::BatchHandle(BatchHandle&& other) noexcept
+    : core_(std::move(other.core_)), batch_(std::exchange(other.batch_, nullptr)) {}
+
+BatchHandle& BatchHandle::operator=(BatchHandle&& other) noexcept {
+  if (this != &other) {
+    reset();
+    core_ = std::move(other.core_);
+    batch_ = std::exchange(other.batch_, nullptr);
+  }
+  return *this;
+}
+
+void BatchHandle::reset() {
+  if (batch_) {
+    Batch* b = std::exchange(batch_, nullptr);
+    b->user = nullptr;
+    // Capacity equals the batch count, so this never blocks; it fails only
+    // after close(), when the batch simply stays with the core until it dies.
+    (void)core_->free.try_push(b);
+  }
+  core_.reset();
+}
+
+BatchPool::BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator) {
+  if (count == 0) throw std::invalid_argument("batch pool: count must be >= 1");
+  if (batch_capacity == 0) throw std::invalid_argument("batch pool: batch capacity must be >= 1");
+  if (!allocator.allocate || !allocator.deallocate) {
+    throw std::invalid_argument("batch pool: allocator '" + allocator.name + "' lacks allocate or deallocate");
+  }
+  core_ = std::make_shared<BatchHandle::Core>(count, std::move(allocator));
+  core_->bytes_per_batch = batch_capacity * sample_bytes;
+  core_->batches.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    auto b = std::make_unique<Batch>();
+    b->indices.reserve(batch_capacity);
+    b->labels.reserve(batch_capacity);
+    b->sample_bytes = sample_bytes;
+    b->batch_capacity = batch_capacity;
+    if (core_->bytes_per_batch > 0) {
+      b->data = static_cast<std::byte*>(core_->allocator.allocate(core_->bytes_per_batch));
+    }
+    core_->batches.push_back(std::move(b));  // owned before anything else can throw
+    if (!core_->free.try_push(core_->batches.back().get())) throw std::logic_error("batch pool: free list full");
+  }
+}
+
+BatchPool::~BatchPool() { close(); }
+
+std::optional<BatchHandle> BatchPool::acquire() {
+  if (core_->free.closed()) return std::nullopt;  // a closed queue still drains: refuse here
+  auto b = core_->free.pop();
+  if (!b) return std::nullopt;
+  return BatchHandle(core_, *b);
+}
+
+std::optional<BatchHandle> BatchPool::try_acquire() {
+  if (core_->free.closed()) return std::nullopt;
+  auto b = core_->free.try_pop();
+  if (!b) return std::nullopt;
+  return BatchHandle(core_, *b);
+}
+
+void BatchPool::close() { core_->free.close(); }
+std::size_t BatchPool::count() const { return core_->batches.size(); }
+std::size_t BatchPool::available() const { return core_->free.size(); }
+QueueStats BatchPool::stats() const { return core_->free.stats(); }
+
+}  // namespace conveyor

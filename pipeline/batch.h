@@ -1,0 +1,120 @@
+// Batch, BatchPool and BatchHandle: the reusable batch buffers.
+//
+// A BatchPool allocates `count` batches once, at construction, through an
+// injected Allocator (plain host memory by default; the CUDA backend passes
+// pinned memory). Nothing is allocated afterwards. acquire() hands out a
+// BatchHandle, a move-only owner that gives the batch back to the pool when it is
+// destroyed, so the pool's count bounds the batches in flight.
+//
+// Thread safety: BatchPool's methods are thread-safe. A Batch and its handle
+// belong to one thread at a time (they move between threads through queues).
+// Lifetime: handles share ownership of the pool's storage, so a handle that
+// outlives its pipeline stays valid; after close() returned batches are kept,
+// not recycled, and freed with the pool.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pipeline/bounded_queue.h"
+
+namespace conveyor {
+
+// Where batch memory comes from. Both functions are called only while the pool
+// is built and destroyed, never in the steady state.
+struct Allocator {
+  std::string name = "host";
+  std::function<void*(std::size_t bytes)> allocate;             // throws on failure
+  std::function<void(void* ptr, std::size_t bytes)> deallocate;  // never throws
+
+  // 64-byte aligned host memory from operator new.
+  static Allocator host();
+};
+
+struct Batch {
+  // Identity, set when workers start filling it.
+  std::uint64_t epoch = 0;
+  std::uint64_t index = 0;     // position within the epoch: 0 .. batches_per_epoch-1
+  std::uint64_t sequence = 0;  // position in this pipeline's run: 0, 1, 2, ...
+  bool last_in_epoch = false;
+
+  // One entry per sample: the dataset index and the label the filler set.
+  std::vector<std::uint64_t> indices;
+  std::vector<std::int64_t> labels;
+
+  // batch_capacity * sample_bytes bytes; sample j lives at j * sample_bytes.
+  std::byte* data = nullptr;
+  std::size_t sample_bytes = 0;
+  std::size_t batch_capacity = 0;
+
+  std::size_t size() const { return indices.size(); }
+  std::span<std::byte> sample(std::size_t j) { return {data + j * sample_bytes, sample_bytes}; }
+  std::span<const std::byte> sample(std::size_t j) const { return {data + j * sample_bytes, sample_bytes}; }
+  // The filled part: size() * sample_bytes bytes.
+  std::span<const std::byte> bytes() const { return {data, size() * sample_bytes}; }
+
+  // Free for a transfer backend to hang per-batch device state on; the core
+  // never reads it.
+  void* user = nullptr;
+};
+
+class BatchPool;
+
+// Move-only owner of one pooled Batch; returns it to the pool on destruction.
+class BatchHandle {
+ public:
+  BatchHandle() = default;
+  BatchHandle(BatchHandle&& other) noexcept;
+  BatchHandle& operator=(BatchHandle&& other) noexcept;
+  BatchHandle(const BatchHandle&) = delete;
+  BatchHandle& operator=(const BatchHandle&) = delete;
+  ~BatchHandle() { reset(); }
+
+  Batch* get() const { return batch_; }
+  Batch* operator->() const { return batch_; }
+  Batch& operator*() const { return *batch_; }
+  explicit operator bool() const { return batch_ != nullptr; }
+
+  // Gives the batch back to its pool now. Thread-safe with respect to the pool.
+  void reset();
+
+ private:
+  friend class BatchPool;
+  struct Core;
+  BatchHandle(std::shared_ptr<Core> core, Batch* batch) : core_(std::move(core)), batch_(batch) {}
+  std::shared_ptr<Core> core_;
+  Batch* batch_ = nullptr;
+};
+
+class BatchPool {
+ public:
+  // Allocates count batches of batch_capacity * sample_bytes bytes each.
+  // Throws std::invalid_argument for count 0 or batch_capacity 0, and whatever
+  // the allocator throws (having freed what it had allocated).
+  BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator);
+  ~BatchPool();
+  BatchPool(const BatchPool&) = delete;
+  BatchPool& operator=(const BatchPool&) = delete;
+
+  // Blocks until a batch is free. Returns an empty optional once the pool is closed.
+  std::optional<BatchHandle> acquire();
+  // Never blocks. Empty if none is free or the pool is closed.
+  std::optional<BatchHandle> try_acquire();
+  // Wakes every thread blocked in acquire(); later acquires return empty. Idempotent.
+  void close();
+
+  std::size_t count() const;
+  std::size_t available() const;  // approximate, for stats
+  QueueStats stats() const;       // the free list: consumers starved = waits for a buffer
+
+ private:
+  std::shared_ptr<BatchHandle::Core> core_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,222 @@
+// BoundedQueue<T>: a multi-producer, multi-consumer FIFO of fixed capacity with
+// blocking and non-blocking push/pop and a close() that ends the stream.
+//
+// Thread safety: every method is safe to call from any number of threads at once.
+// T must be default-constructible and movable.
+// Ownership: the queue owns the items it holds; destroying it destroys them. Close
+// the queue and join every thread that may wait in it before destroying it.
+//
+// Built on moodycamel::ConcurrentQueue (the storage) and two
+// moodycamel::LightweightSemaphore (free slots and ready items), which bound the
+// queue and let threads block without spinning a core. The queue records how full
+// it is and how long producers were blocked and consumers starved (QueueStats).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <mutex>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include <concurrentqueue/concurrentqueue.h>  // first: lightweightsemaphore.h relies on its macros
+#include <concurrentqueue/lightweightsemaphore.h>
+
+// ThreadSanitizer does not model the atomic_thread_fence calls with which
+// moodycamel orders an item's enqueue before its dequeue, so it would miss that
+// edge and report races on whatever the item points to. Under TSan the queue
+// states the edge itself: release before enqueue, acquire after dequeue.
+// (moodycamel's own slot accesses are listed in tests/tsan.supp.)
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define CONVEYOR_TSAN_RELEASE(addr) __tsan_release(addr)
+#define CONVEYOR_TSAN_ACQUIRE(addr) __tsan_acquire(addr)
+#else
+#define CONVEYOR_TSAN_RELEASE(addr) ((void)0)
+#define CONVEYOR_TSAN_ACQUIRE(addr) ((void)0)
+#endif
+
+namespace conveyor {
+
+// A snapshot of a queue's counters. Times are totals over all threads.
+struct QueueStats {
+  std::size_t capacity = 0;
+  std::uint64_t pushes = 0;
+  std::uint64_t pops = 0;
+  double mean_occupancy = 0;       // items present, averaged over time since construction
+  std::size_t high_water = 0;      // most items ever present at once
+  double producer_blocked_s = 0;   // time push() waited for a free slot
+  double consumer_starved_s = 0;   // time pop() waited for an item
+};
+
+template <typename T>
+class BoundedQueue {
+ public:
+  // Throws std::invalid_argument if capacity is 0.
+  explicit BoundedQueue(std::size_t capacity)
+      : capacity_(capacity == 0 ? throw std::invalid_argument("BoundedQueue: capacity must be >= 1")
+                                : capacity),
+        queue_(capacity),
+        free_slots_(static_cast<moodycamel::LightweightSemaphore::ssize_t>(capacity)) {}
+
+  BoundedQueue(const BoundedQueue&) = delete;
+  BoundedQueue& operator=(const BoundedQueue&) = delete;
+
+  // Blocks while the queue is full. Returns false, and leaves `item` untouched,
+  // if the queue is closed (before or while waiting). Thread-safe.
+  [[nodiscard]] bool push(T& item) { return push_impl(item, /*block=*/true); }
+  [[nodiscard]] bool push(T&& item) { return push_impl(item, /*block=*/true); }
+
+  // Never blocks. Returns false if the queue is full or closed. Thread-safe.
+  [[nodiscard]] bool try_push(T& item) { return push_impl(item, /*block=*/false); }
+  [[nodiscard]] bool try_push(T&& item) { return push_impl(item, /*block=*/false); }
+
+  // Blocks while the queue is empty and open. Returns the oldest item, or an
+  // empty optional once the queue is closed and drained. Thread-safe.
+  std::optional<T> pop() { return pop_impl(/*block=*/true); }
+
+  // Never blocks. Returns an empty optional if no item is ready right now
+  // (check closed() to tell "empty" from "ended"). Thread-safe.
+  std::optional<T> try_pop() { return pop_impl(/*block=*/false); }
+
+  // Ends the stream: later pushes fail, items already queued can still be
+  // popped, and every thread blocked in push() or pop() wakes. Idempotent.
+  void close() {
+    if (closed_.exchange(true, std::memory_order_seq_cst)) return;
+    // Enough tokens to release every waiter now and every later call.
+    free_slots_.signal(kWakeAll);
+    ready_items_.signal(kWakeAll);
+  }
+
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+  std::size_t capacity() const { return capacity_; }
+  // Approximate: exact only when no other thread is pushing or popping.
+  std::size_t size() const {
+    std::lock_guard lk(occupancy_mu_);
+    return occupancy_;
+  }
+
+  QueueStats stats() const {
+    QueueStats s;
+    s.capacity = capacity_;
+    s.pushes = pushes_.load(std::memory_order_relaxed);
+    s.pops = pops_.load(std::memory_order_relaxed);
+    {
+      std::lock_guard lk(occupancy_mu_);
+      const auto now = Clock::now();
+      const double area = area_ns_ + double(occupancy_) * double(ns_between(changed_, now));
+      const auto span = ns_between(created_, now);
+      s.mean_occupancy = span ? area / double(span) : 0.0;
+      s.high_water = high_water_;
+    }
+    s.producer_blocked_s = double(blocked_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    s.consumer_starved_s = double(starved_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    return s;
+  }
+
+ private:
+  using Sema = moodycamel::LightweightSemaphore;
+  static constexpr Sema::ssize_t kWakeAll = Sema::ssize_t(1) << 40;
+  using Clock = std::chrono::steady_clock;
+
+  static std::uint64_t ns_between(Clock::time_point t0, Clock::time_point t1) {
+    return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+  }
+  static std::uint64_t ns_since(Clock::time_point t0) { return ns_between(t0, Clock::now()); }
+
+  // Time-weighted occupancy. A mutex, not atomics, because the area needs the
+  // count and the time of its last change together; it is held for a few
+  // nanoseconds per push or pop, and our queues carry batches, not samples.
+  void count_change(int delta) {
+    std::lock_guard lk(occupancy_mu_);
+    const auto now = Clock::now();
+    area_ns_ += double(occupancy_) * double(ns_between(changed_, now));
+    changed_ = now;
+    occupancy_ = std::size_t(std::ptrdiff_t(occupancy_) + delta);
+    high_water_ = std::max(high_water_, occupancy_);
+  }
+
+  bool push_impl(T& item, bool block) {
+    // `pushing_` lets a consumer that finds the queue closed and empty tell
+    // "drained" from "a push that passed the closed check is still enqueuing".
+    pushing_.fetch_add(1, std::memory_order_seq_cst);
+    bool ok = false;
+    if (!closed_.load(std::memory_order_seq_cst)) {
+      bool have_slot = free_slots_.tryWait();
+      if (!have_slot && block) {
+        const auto t0 = Clock::now();
+        have_slot = free_slots_.wait();
+        blocked_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
+      }
+      // A slot token handed out by close() is no slot: refuse the item.
+      if (have_slot && !closed_.load(std::memory_order_seq_cst)) {
+        // The semaphore bounds the count; enqueue may allocate a block the first
+        // time a new producer thread pushes, never in the steady state.
+        CONVEYOR_TSAN_RELEASE(this);
+        queue_.enqueue(std::move(item));
+        count_change(+1);
+        pushes_.fetch_add(1, std::memory_order_relaxed);
+        ready_items_.signal();
+        ok = true;
+      }
+    }
+    pushing_.fetch_sub(1, std::memory_order_seq_cst);
+    return ok;
+  }
+
+  std::optional<T> pop_impl(bool block) {
+    bool have_item = ready_items_.tryWait();
+    if (!have_item) {
+      if (!block) return std::nullopt;  // taking an item without its token would desync the count
+      const auto t0 = Clock::now();
+      have_item = ready_items_.wait();
+      starved_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
+    }
+    for (;;) {
+      if (auto item = take_if_any()) return item;
+      // Only a closed queue hands out tokens without items. Drained means no
+      // item left and no push still in flight.
+      if (closed_.load(std::memory_order_seq_cst) && pushing_.load(std::memory_order_seq_cst) == 0) {
+        return take_if_any();
+      }
+      std::this_thread::yield();  // a push is between its check and enqueue: microseconds
+    }
+  }
+
+  std::optional<T> take_if_any() {
+    std::optional<T> out;
+    T value;
+    if (queue_.try_dequeue(value)) {
+      CONVEYOR_TSAN_ACQUIRE(this);
+      count_change(-1);
+      pops_.fetch_add(1, std::memory_order_relaxed);
+      out.emplace(std::move(value));
+      free_slots_.signal();
+    }
+    return out;
+  }
+
+  const std::size_t capacity_;
+  moodycamel::ConcurrentQueue<T> queue_;
+  Sema free_slots_;
+  Sema ready_items_{0};
+  std::atomic<bool> closed_{false};
+  std::atomic<int> pushing_{0};
+
+  mutable std::mutex occupancy_mu_;
+  const Clock::time_point created_ = Clock::now();
+  Clock::time_point changed_ = created_;
+  std::size_t occupancy_ = 0;
+  std::size_t high_water_ = 0;
+  double area_ns_ = 0;
+  std::atomic<std::uint64_t> pushes_{0};
+  std::atomic<std::uint64_t> pops_{0};
+  std::atomic<std::uint64_t> blocked_ns_{0};
+  std::atomic<std::uint64_t> starved_ns_{0};
+};
+
+}  // namespace conveyor

@@ -1,0 +1,39 @@
+#include "pipeline/config.h"
+
+namespace conveyor {
+
+namespace {
+void require_at_least_1(const char* field, std::size_t value) {
+  if (value < 1) throw ConfigError(field, "must be >= 1 (got " + std::to_string(value) + ")");
+}
+constexpr std::size_t kMaxBatch = std::size_t{1} << 24;  // the slot field of a work ticket
+constexpr std::size_t kMaxThreads = 1024;
+}  // namespace
+
+void Config::validate() const {
+  require_at_least_1("batch_size", batch_size);
+  if (batch_size > kMaxBatch) {
+    throw ConfigError("batch_size", "must be <= " + std::to_string(kMaxBatch) + " (got " + std::to_string(batch_size) + ")");
+  }
+  require_at_least_1("workers", workers);
+  if (workers > kMaxThreads) {
+    throw ConfigError("workers", "must be <= " + std::to_string(kMaxThreads) + " (got " + std::to_string(workers) + ")");
+  }
+  require_at_least_1("host_queue_depth", host_queue_depth);
+  require_at_least_1("device_queue_depth", device_queue_depth);
+  require_at_least_1("world_size", world_size);
+  if (rank >= world_size) {
+    throw ConfigError("rank", "must be < world_size " + std::to_string(world_size) + " (got " + std::to_string(rank) + ")");
+  }
+  if (sample_bytes != 0 && batch_size > SIZE_MAX / sample_bytes) {
+    throw ConfigError("sample_bytes", "times batch_size overflows");
+  }
+}
+
+std::size_t Config::host_buffer_count() const {
+  return host_buffers ? host_buffers : workers + host_queue_depth + device_queue_depth + 2;
+}
+
+std::size_t Config::device_buffer_count() const { return device_buffers ? device_buffers : device_queue_depth + 2; }
+
+}  // namespace conveyor

@@ -1,0 +1,83 @@
+// Config: every knob of a Pipeline, with its default. Validated once, when the
+// pipeline is built; an invalid value throws ConfigError naming the field.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "pipeline/sampler.h"
+
+namespace conveyor {
+
+class ConfigError : public std::invalid_argument {
+ public:
+  // `field` is the Config member's name; what() reads "config: <field> <problem>".
+  ConfigError(std::string field, const std::string& problem)
+      : std::invalid_argument("config: " + field + " " + problem), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+struct Config {
+  // Samples per batch; an epoch's last batch may be shorter unless drop_last.
+  // Default: 32. Range 1 .. 2^24.
+  std::size_t batch_size = 32;
+
+  // Bytes of one sample's slot in the batch buffer. 0 is allowed (labels only).
+  // Default: 0.
+  std::size_t sample_bytes = 0;
+
+  // Worker threads running the filler. Default: 2. At least 1.
+  std::size_t workers = 2;
+
+  // Finished batches waiting for the transfer thread. Default: 2. At least 1.
+  std::size_t host_queue_depth = 2;
+
+  // Transferred batches waiting for the consumer. Default: 2. At least 1.
+  std::size_t device_queue_depth = 2;
+
+  // Batch buffers in the pool, which bounds the batches in flight.
+  // Default: 0, meaning workers + host_queue_depth + device_queue_depth + 2
+  // (batches being filled, queued both sides, one in transfer, one held by the
+  // consumer). Fewer buffers than that still work, with less overlap.
+  std::size_t host_buffers = 0;
+
+  // Device-side buffers, for transfer backends that copy. Default: 0, meaning
+  // device_queue_depth + 2.
+  std::size_t device_buffers = 0;
+
+  // Seeds the epoch order and every sample's Rng. Default: 0.
+  std::uint64_t seed = 0;
+
+  // Permute each epoch (true) or keep dataset order (false). Default: true.
+  bool shuffle = true;
+
+  // Leave out an epoch's final short batch. Default: false.
+  bool drop_last = false;
+
+  // Deliver batches in sampler order (true) or as they complete (false; epochs
+  // still come one after another). Default: true.
+  bool ordered = true;
+
+  // This process's shard, DistributedSampler style. Default: rank 0 of 1.
+  std::size_t rank = 0;
+  std::size_t world_size = 1;
+  ShardPolicy shard_policy = ShardPolicy::pad;  // Default: pad.
+
+  // Epochs to produce, counted from epoch 0; the stream ends after the last.
+  // Default: 0, meaning no end (workers keep prefetching until stopped).
+  std::uint64_t epochs = 0;
+
+  // Throws ConfigError naming the first invalid field.
+  void validate() const;
+
+  // host_buffers and device_buffers with 0 replaced by their defaults.
+  std::size_t host_buffer_count() const;
+  std::size_t device_buffer_count() const;
+};
+
+}  // namespace conveyor

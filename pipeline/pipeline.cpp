@@ -1,0 +1,553 @@
+#include "pipeline/pipeline.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace conveyor {
+
+// ---------------------------------------------------------------- PipelineError
+
+namespace {
+std::string describe(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, const std::string& message) {
+  std::string s = stage + " stage failed at epoch " + std::to_string(epoch);
+  if (sample != PipelineError::kNoSample) s += ", sample " + std::to_string(sample);
+  return s + ": " + message;
+}
+}  // namespace
+
+PipelineError::PipelineError(std::string stage, std::uint64_t epoch, std::uint64_t sample, std::string message)
+    : std::runtime_error(describe(stage, epoch, sample, message)),
+      stage_(std::move(stage)),
+      epoch_(epoch),
+      sample_(sample),
+      message_(std::move(message)) {}
+
+// ---------------------------------------------------------------- PipelineState
+
+namespace {
+// "0-41,43,45-46": sorted indices as ranges.
+std::string format_ranges(const std::vector<std::uint64_t>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(v[i]);
+    if (j > i) out += '-' + std::to_string(v[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::uint64_t parse_u64(const std::string& field, const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 20) {
+    throw std::invalid_argument("state: field '" + field + "' is not a non-negative integer: '" + text + "'");
+  }
+  try {
+    return std::stoull(text);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("state: field '" + field + "' is out of range: '" + text + "'");
+  }
+}
+
+std::vector<std::uint64_t> parse_ranges(const std::string& text) {
+  std::vector<std::uint64_t> out;
+  if (text == "-") return out;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    const auto dash = part.find('-');
+    const std::uint64_t lo = parse_u64("delivered", part.substr(0, dash));
+    const std::uint64_t hi = dash == std::string::npos ? lo : parse_u64("delivered", part.substr(dash + 1));
+    if (hi < lo || (!out.empty() && lo <= out.back()) || hi - lo > (std::uint64_t{1} << 32)) {
+      throw std::invalid_argument("state: field 'delivered' is not sorted disjoint ranges: '" + text + "'");
+    }
+    for (std::uint64_t i = lo; i <= hi; ++i) out.push_back(i);
+  }
+  return out;
+}
+}  // namespace
+
+std::string PipelineState::serialize() const {
+  std::ostringstream o;
+  o << "conveyor-state 1 epoch=" << epoch << " delivered=" << format_ranges(delivered) << " seed=" << seed
+    << " dataset_size=" << dataset_size << " batch_size=" << batch_size << " shuffle=" << int(shuffle)
+    << " drop_last=" << int(drop_last) << " rank=" << rank << " world_size=" << world_size
+    << " shard_policy=" << (shard_policy == ShardPolicy::pad ? "pad" : "drop");
+  return o.str();
+}
+
+PipelineState PipelineState::parse(const std::string& text) {
+  std::istringstream in(text);
+  std::string magic, version;
+  in >> magic >> version;
+  if (magic != "conveyor-state" || version != "1") {
+    throw std::invalid_argument("state: not a conveyor-state version 1 line");
+  }
+  PipelineState s;
+  std::map<std::string, std::string> kv;
+  for (std::string tok; in >> tok;) {
+    const auto eq = tok.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("state: token '" + tok + "' is not key=value");
+    kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+  }
+  auto take = [&](const char* key) -> std::string {
+    auto it = kv.find(key);
+    if (it == kv.end()) throw std::invalid_argument(std::string("state: field '") + key + "' is missing");
+    std::string v = it->second;
+    kv.erase(it);
+    return v;
+  };
+  auto take_bool = [&](const char* key) {
+    const std::string v = take(key);
+    if (v != "0" && v != "1") throw std::invalid_argument(std::string("state: field '") + key + "' must be 0 or 1");
+    return v == "1";
+  };
+  s.epoch = parse_u64("epoch", take("epoch"));
+  s.delivered = parse_ranges(take("delivered"));
+  s.seed = parse_u64("seed", take("seed"));
+  s.dataset_size = parse_u64("dataset_size", take("dataset_size"));
+  s.batch_size = parse_u64("batch_size", take("batch_size"));
+  s.shuffle = take_bool("shuffle");
+  s.drop_last = take_bool("drop_last");
+  s.rank = parse_u64("rank", take("rank"));
+  s.world_size = parse_u64("world_size", take("world_size"));
+  const std::string policy = take("shard_policy");
+  if (policy != "pad" && policy != "drop") throw std::invalid_argument("state: field 'shard_policy' must be pad or drop");
+  s.shard_policy = policy == "pad" ? ShardPolicy::pad : ShardPolicy::drop;
+  if (!kv.empty()) throw std::invalid_argument("state: unknown field '" + kv.begin()->first + "'");
+  return s;
+}
+
+// ---------------------------------------------------------------- Plan
+
+Plan::Plan(std::uint64_t batches_per_epoch, std::uint64_t first_epoch, std::vector<std::uint64_t> first_epoch_batches,
+           std::uint64_t end_epoch)
+    : per_epoch_(batches_per_epoch), first_epoch_(first_epoch), first_(std::move(first_epoch_batches)) {
+  if (per_epoch_ == 0 || (end_epoch != kUnbounded && first_epoch_ >= end_epoch)) {
+    total_ = 0;
+  } else if (end_epoch == kUnbounded) {
+    total_ = kUnbounded;
+  } else {
+    total_ = first_.size() + (end_epoch - first_epoch_ - 1) * per_epoch_;
+  }
+}
+
+Plan::Pos Plan::at(std::uint64_t g) const {
+  if (g < first_.size()) return {first_epoch_, first_[g]};
+  const std::uint64_t rest = g - first_.size();
+  return {first_epoch_ + 1 + rest / per_epoch_, rest % per_epoch_};
+}
+
+std::uint64_t Plan::epoch_end(std::uint64_t g) const {
+  if (g < first_.size()) return first_.size();
+  return first_.size() + ((g - first_.size()) / per_epoch_ + 1) * per_epoch_;
+}
+
+// ---------------------------------------------------------------- Pipeline
+
+namespace {
+constexpr unsigned kSlotBits = 24;  // Config::validate caps batch_size at 2^24
+constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
+constexpr std::uint64_t kFree = 0;  // ring tag of an entry holding no batch
+
+const Config& validated(const Config& c) {
+  c.validate();
+  return c;
+}
+
+SamplerOptions sampler_options(const Config& c, std::size_t dataset_size) {
+  return SamplerOptions{dataset_size, c.batch_size, c.seed, c.shuffle, c.drop_last, c.rank, c.world_size,
+                        c.shard_policy};
+}
+
+PipelineState initial_position(const Config& c, std::size_t dataset_size) {
+  PipelineState s;
+  s.seed = c.seed;
+  s.dataset_size = dataset_size;
+  s.batch_size = c.batch_size;
+  s.shuffle = c.shuffle;
+  s.drop_last = c.drop_last;
+  s.rank = c.rank;
+  s.world_size = c.world_size;
+  s.shard_policy = c.shard_policy;
+  return s;
+}
+
+// Checks a resume state against the config; returns it, or the fresh start.
+PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t n,
+                            const std::optional<PipelineState>& resume) {
+  PipelineState fresh = initial_position(c, n);
+  if (!resume) return fresh;
+  PipelineState expect = fresh;
+  expect.epoch = resume->epoch;
+  expect.delivered = resume->delivered;
+  if (!(expect == *resume)) {
+    throw std::invalid_argument("resume: state was taken with other settings (" + resume->serialize() +
+                                ") than this pipeline's (" + expect.serialize() + ")");
+  }
+  for (std::size_t i = 0; i < resume->delivered.size(); ++i) {
+    if (resume->delivered[i] >= sampler.batches_per_epoch() || (i && resume->delivered[i] <= resume->delivered[i - 1])) {
+      throw std::invalid_argument("resume: state's delivered batches are not sorted indices below " +
+                                  std::to_string(sampler.batches_per_epoch()));
+    }
+  }
+  return *resume;
+}
+
+Plan make_plan(const Config& c, const Sampler& sampler, const PipelineState& start) {
+  std::vector<std::uint64_t> first;
+  const std::uint64_t per_epoch = sampler.batches_per_epoch();
+  for (std::uint64_t b = 0, k = 0; b < per_epoch; ++b) {
+    if (k < start.delivered.size() && start.delivered[k] == b) {
+      ++k;
+    } else {
+      first.push_back(b);
+    }
+  }
+  return Plan(per_epoch, start.epoch, std::move(first), c.epochs ? c.epochs : Plan::kUnbounded);
+}
+
+std::string what_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+}  // namespace
+
+// Batch g while workers fill it. `tag` is g + 1 once the batch is ready to fill,
+// kFree when the entry holds nothing. Written under mu_, read lock-free.
+struct Pipeline::OpenBatch {
+  std::atomic<std::uint64_t> tag{kFree};
+  std::atomic<std::size_t> done{0};
+  std::size_t length = 0;
+  Batch* batch = nullptr;
+  BatchHandle handle;
+};
+
+Pipeline::Pipeline(const Config& config, std::size_t dataset_size, Stages stages, std::optional<PipelineState> resume)
+    : config_(validated(config)),
+      sampler_(sampler_options(config_, dataset_size)),
+      stages_(std::move(stages)),
+      position_(checked_start(config_, sampler_, dataset_size, resume)),
+      plan_(make_plan(config_, sampler_, position_)),
+      start_(Clock::now()),
+      pool_(config_.host_buffer_count(), config_.batch_size, config_.sample_bytes, stages_.allocator),
+      host_queue_(config_.host_queue_depth),
+      device_queue_(config_.device_queue_depth),
+      ring_(std::make_unique<OpenBatch[]>(config_.host_buffer_count())),
+      ring_size_(config_.host_buffer_count()),
+      worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
+  if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
+  try {
+    workers_.reserve(config_.workers);
+    for (std::size_t w = 0; w < config_.workers; ++w) workers_.emplace_back(&Pipeline::worker_main, this, w);
+    transfer_ = std::thread(&Pipeline::transfer_main, this);
+  } catch (...) {
+    stop();  // a failed spawn: shut down the threads that did start
+    throw;
+  }
+}
+
+Pipeline::~Pipeline() { stop(); }
+
+void Pipeline::request_stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+    stop_requested_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+  pool_.close();
+  host_queue_.close();
+  device_queue_.close();
+}
+
+void Pipeline::stop() {
+  request_stop();
+  std::lock_guard lk(join_mu_);
+  for (auto& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+  if (transfer_.joinable()) transfer_.join();
+}
+
+void Pipeline::fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, const std::string& message) {
+  {
+    std::lock_guard lk(error_mu_);
+    if (!error_) error_ = std::make_shared<const PipelineError>(stage, epoch, sample, message);
+  }
+  request_stop();
+}
+
+void Pipeline::throw_if_failed() const {
+  std::shared_ptr<const PipelineError> e;
+  {
+    std::lock_guard lk(error_mu_);
+    e = error_;
+  }
+  if (e) throw PipelineError(*e);
+}
+
+// ---- workers
+
+bool Pipeline::claim(std::uint64_t& g, std::size_t& slot) {
+  std::uint64_t cur = cursor_.load(std::memory_order_relaxed);
+  for (;;) {
+    g = cur >> kSlotBits;
+    slot = std::size_t(cur & kSlotMask);
+    if (g >= plan_.total()) return false;
+    const std::size_t length = sampler_.batch_length(plan_.at(g).batch);
+    const std::uint64_t next = slot + 1 < length ? cur + 1 : (g + 1) << kSlotBits;
+    if (cursor_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
+  }
+}
+
+bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark) {
+  OpenBatch& ob = ring_[g % ring_size_];
+  const auto t0 = Clock::now();
+  StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
+  {
+    // Buffers are taken in g order, so an older batch never waits for a buffer
+    // held by a younger one (which, delivered in order, would wait for it).
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return stopping_ || (next_open_ == g && ob.tag.load(std::memory_order_relaxed) == kFree); });
+    if (stopping_) return false;
+  }
+  auto handle = pool_.acquire();
+  mark = Clock::now();
+  StageCounters::add(counters.blocked_ns, elapsed_ns(t0, mark));
+  if (!handle) return false;
+
+  const Plan::Pos pos = plan_.at(g);
+  if (order_epoch_ != pos.epoch) {  // first batch of a new epoch: compute its order once
+    order_ = sampler_.epoch_order(pos.epoch);
+    order_epoch_ = pos.epoch;
+  }
+  Batch& b = **handle;
+  const std::size_t length = sampler_.batch_length(pos.batch);
+  const auto first = order_.begin() + std::ptrdiff_t(pos.batch * config_.batch_size);
+  b.epoch = pos.epoch;
+  b.index = pos.batch;
+  b.sequence = g;
+  b.last_in_epoch = pos.batch + 1 == sampler_.batches_per_epoch();
+  b.indices.assign(first, first + std::ptrdiff_t(length));
+  b.labels.assign(length, 0);
+  ob.length = length;
+  ob.done.store(0, std::memory_order_relaxed);
+  ob.batch = &b;
+  ob.handle = std::move(*handle);
+  {
+    std::lock_guard lk(mu_);
+    ob.tag.store(g + 1, std::memory_order_release);
+    next_open_ = g + 1;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool Pipeline::wait_open(std::uint64_t g, StageCounters& counters, Clock::time_point& mark) {
+  OpenBatch& ob = ring_[g % ring_size_];
+  auto is_open = [&] { return ob.tag.load(std::memory_order_acquire) == g + 1; };
+  if (is_open()) return true;
+  const auto t0 = Clock::now();
+  StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
+  bool open;
+  {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return stopping_ || is_open(); });
+    open = !stopping_;
+  }
+  mark = Clock::now();
+  StageCounters::add(counters.blocked_ns, elapsed_ns(t0, mark));
+  return open;
+}
+
+void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_point& mark) {
+  BatchHandle handle = std::move(ob.handle);
+  ob.batch = nullptr;
+  {
+    std::lock_guard lk(mu_);
+    ob.tag.store(kFree, std::memory_order_relaxed);
+  }
+  cv_.notify_all();
+  if (!host_queue_.try_push(handle)) {
+    const auto t0 = Clock::now();
+    StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
+    const bool pushed = host_queue_.push(handle);  // fails only when stopping: the handle recycles itself
+    mark = Clock::now();
+    StageCounters::add(counters.blocked_ns, elapsed_ns(t0, mark));
+    (void)pushed;
+  }
+}
+
+void Pipeline::worker_main(std::size_t w) {
+  StageCounters& counters = worker_counters_[w];
+  std::uint64_t g = 0;
+  std::size_t slot = 0;
+  // One clock read per sample: busy time runs from `mark` (the end of the last
+  // sample or wait) to the end of this sample, so claiming counts as work.
+  auto mark = Clock::now();
+  while (claim(g, slot)) {
+    OpenBatch& ob = ring_[g % ring_size_];
+    if (!(slot == 0 ? open_batch(g, counters, mark) : wait_open(g, counters, mark))) return;
+    Batch& b = *ob.batch;
+    Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot])};
+    try {
+      stages_.fill(s);
+    } catch (...) {
+      fail("worker", s.epoch, s.index, what_of(std::current_exception()));
+      return;
+    }
+    const auto now = Clock::now();
+    StageCounters::add(counters.busy_ns, elapsed_ns(mark, now));
+    StageCounters::add(counters.items, 1);
+    mark = now;
+    b.labels[slot] = s.label;
+    // Read the length before counting this sample done: once the last sample is
+    // counted, the entry may be completed and reopened for batch g + R at once.
+    const std::size_t length = ob.length;
+    if (ob.done.fetch_add(1, std::memory_order_acq_rel) + 1 == length) complete(ob, counters, mark);
+    if (stopping_flag()) return;
+  }
+}
+
+// ---- transfer
+
+void Pipeline::transfer_main() {
+  // Batches that completed ahead of their turn, by position.
+  std::map<std::uint64_t, BatchHandle> early;
+  const std::uint64_t total = plan_.total();
+  std::uint64_t delivered = 0;
+  std::uint64_t epoch_end = total ? plan_.epoch_end(0) : 0;
+  while (delivered < total) {
+    auto t0 = Clock::now();
+    auto in = host_queue_.pop();
+    StageCounters::add(transfer_counters_.starved_ns, elapsed_ns(t0, Clock::now()));
+    if (!in) return;  // stopped
+    early.emplace((*in)->sequence, std::move(*in));
+    while (!early.empty()) {
+      auto it = early.begin();
+      const bool its_turn = config_.ordered ? it->first == delivered : it->first < epoch_end;
+      if (!its_turn) break;
+      BatchHandle batch = std::move(it->second);
+      early.erase(it);
+      t0 = Clock::now();
+      if (stages_.transfer) {
+        try {
+          stages_.transfer(*batch);
+        } catch (...) {
+          fail("transfer", batch->epoch, PipelineError::kNoSample,
+               "batch " + std::to_string(batch->index) + ": " + what_of(std::current_exception()));
+          return;
+        }
+      }
+      const auto t1 = Clock::now();
+      StageCounters::add(transfer_counters_.busy_ns, elapsed_ns(t0, t1));
+      StageCounters::add(transfer_counters_.items, 1);
+      if (!device_queue_.push(batch)) return;  // stopped
+      StageCounters::add(transfer_counters_.blocked_ns, elapsed_ns(t1, Clock::now()));
+      if (++delivered == epoch_end && delivered < total) epoch_end = plan_.epoch_end(delivered);
+    }
+  }
+  device_queue_.close();  // the end of the run flows downstream
+}
+
+// ---- consumer
+
+std::optional<BatchHandle> Pipeline::next() {
+  throw_if_failed();
+  if (stopping_flag()) return std::nullopt;
+  const auto t0 = Clock::now();
+  {
+    std::lock_guard lk(state_mu_);
+    if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, t0));
+    last_return_.reset();
+  }
+  auto batch = device_queue_.pop();
+  StageCounters::add(consumer_counters_.starved_ns, elapsed_ns(t0, Clock::now()));
+  throw_if_failed();
+  if (!batch || stopping_flag()) return std::nullopt;
+  note_delivered(**batch);
+  StageCounters::add(consumer_counters_.items, 1);
+  return batch;
+}
+
+void Pipeline::note_delivered(const Batch& b) {
+  std::lock_guard lk(state_mu_);
+  if (b.epoch != position_.epoch) {
+    position_.epoch = b.epoch;
+    position_.delivered.clear();
+  }
+  auto& d = position_.delivered;
+  d.insert(std::upper_bound(d.begin(), d.end(), b.index), b.index);
+  if (d.size() == sampler_.batches_per_epoch()) {
+    ++position_.epoch;
+    d.clear();
+  }
+  ++delivered_batches_;
+  delivered_samples_ += b.size();
+  last_return_ = Clock::now();
+}
+
+PipelineState Pipeline::state() const {
+  std::lock_guard lk(state_mu_);
+  return position_;
+}
+
+Pipeline::EpochRange Pipeline::epoch(std::uint64_t e) {
+  const std::uint64_t per_epoch = sampler_.batches_per_epoch();
+  if (per_epoch == 0) return EpochRange(this, 0);
+  const PipelineState pos = state();
+  if (e != pos.epoch) {
+    throw std::logic_error("pipeline: epoch(" + std::to_string(e) + ") asked, but the consumer is at epoch " +
+                           std::to_string(pos.epoch));
+  }
+  const bool past_end = config_.epochs != 0 && e >= config_.epochs;
+  return EpochRange(this, past_end ? 0 : per_epoch - pos.delivered.size());
+}
+
+Pipeline::EpochRange::iterator& Pipeline::EpochRange::iterator::operator++() {
+  current_.reset();  // give the buffer back before waiting for the next one
+  done_ = true;
+  if (remaining_ == 0) return *this;
+  if (auto b = p_->next()) {
+    current_ = std::move(*b);
+    --remaining_;
+    done_ = false;
+  }
+  return *this;
+}
+
+PipelineStats Pipeline::stats() const {
+  PipelineStats s;
+  const auto now = Clock::now();
+  s.wall_s = double(elapsed_ns(start_, now)) * 1e-9;
+  StageStats workers{"workers", config_.workers};
+  for (std::size_t w = 0; w < config_.workers; ++w) accumulate(workers, worker_counters_[w]);
+  StageStats transfer{"transfer", 1};
+  accumulate(transfer, transfer_counters_);
+  StageStats consumer{"consumer", 1};
+  accumulate(consumer, consumer_counters_);
+  {
+    std::lock_guard lk(state_mu_);
+    if (last_return_) consumer.busy_s += double(elapsed_ns(*last_return_, now)) * 1e-9;  // the step under way
+    s.batches = delivered_batches_;
+    s.samples = delivered_samples_;
+  }
+  for (StageStats* st : {&workers, &transfer, &consumer}) {
+    st->wall_s = s.wall_s;
+    s.stages.push_back(*st);
+  }
+  s.queues.push_back({"host queue", host_queue_.stats()});
+  s.queues.push_back({"device queue", device_queue_.stats()});
+  s.queues.push_back({"buffer pool", pool_.stats()});
+  return s;
+}
+
+}  // namespace conveyor

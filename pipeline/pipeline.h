@@ -1,0 +1,259 @@
+// Pipeline: worker threads fill pooled batch buffers sample by sample, one
+// transfer thread moves finished batches on, and the consumer takes them with
+// next() or `for (auto& batch : pipeline.epoch(e))`, all three at the same time.
+//
+//   workers (N) --host queue--> transfer (1) --device queue--> consumer (caller)
+//        ^                                                         |
+//        +------------------- batch pool (free buffers) <----------+
+//
+// Workers cooperate on the oldest unfinished batches: each claims the next
+// sample of the stream, so a batch's samples are filled in parallel and its
+// latency falls as workers are added. The transfer thread restores sampler
+// order (or, with ordered = false, passes batches on as they complete within an
+// epoch) and runs the transfer function on each batch. Workers persist across
+// epochs and prefetch into the next one.
+//
+// Output depends on (seed, epoch, index) alone: the same bytes whatever the
+// worker count or the scheduling.
+//
+// Errors: the first exception in any stage stops the pipeline; the consumer's
+// next call throws PipelineError naming the stage, epoch, sample and the
+// original message, and every later call throws it again.
+//
+// Thread safety: next(), epoch(), state() and stop() belong to the consumer: call
+// them from one thread at a time. stats() may be called from any thread. The
+// destructor stops and joins every thread it started.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/batch.h"
+#include "pipeline/bounded_queue.h"
+#include "pipeline/config.h"
+#include "pipeline/rng.h"
+#include "pipeline/sampler.h"
+#include "pipeline/stats.h"
+
+namespace conveyor {
+
+// What the filler gets for one sample. It writes every byte of `data` (exactly
+// sample_bytes; the buffer still holds an older batch's bytes) and may set `label`.
+struct Sample {
+  std::uint64_t index = 0;  // dataset index
+  std::uint64_t epoch = 0;
+  std::size_t slot = 0;     // position within the batch
+  std::span<std::byte> data;
+  std::int64_t label = 0;
+  Rng rng;                  // this sample's stream: Rng(seed, epoch, index)
+};
+
+// Fills one sample. Called concurrently from every worker thread; must be
+// thread-safe. Throwing stops the pipeline (see PipelineError).
+using Filler = std::function<void(Sample&)>;
+// Runs on the transfer thread for each finished batch, in delivery order.
+using TransferFn = std::function<void(Batch&)>;
+
+struct Stages {
+  Filler fill;               // required
+  TransferFn transfer;       // optional: identity when empty
+  Allocator allocator = Allocator::host();
+};
+
+// Thrown by the consumer's calls after any stage failed.
+class PipelineError : public std::runtime_error {
+ public:
+  static constexpr std::uint64_t kNoSample = ~std::uint64_t{0};
+  PipelineError(std::string stage, std::uint64_t epoch, std::uint64_t sample, std::string message);
+  const std::string& stage() const { return stage_; }
+  std::uint64_t epoch() const { return epoch_; }
+  std::uint64_t sample() const { return sample_; }  // dataset index, or kNoSample
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string stage_;
+  std::uint64_t epoch_, sample_;
+  std::string message_;
+};
+
+// Where a consumer stands: enough to resume with exactly the batches that follow.
+// Taken by Pipeline::state(); given to a new Pipeline with the same config.
+struct PipelineState {
+  std::uint64_t epoch = 0;                 // the epoch the next batch belongs to
+  std::vector<std::uint64_t> delivered;    // batch indices of that epoch already consumed, sorted
+  // The settings the order depends on; resuming under others is an error.
+  std::uint64_t seed = 0;
+  std::uint64_t dataset_size = 0;
+  std::uint64_t batch_size = 0;
+  bool shuffle = true, drop_last = false;
+  std::uint64_t rank = 0, world_size = 1;
+  ShardPolicy shard_policy = ShardPolicy::pad;
+
+  // One line of text, e.g. "conveyor-state 1 epoch=3 delivered=0-41,43 seed=7 ...".
+  std::string serialize() const;
+  // Throws std::invalid_argument naming the bad field.
+  static PipelineState parse(const std::string& text);
+  bool operator==(const PipelineState&) const = default;
+};
+
+// The run's batch sequence: position g -> (epoch, batch index), starting where a
+// resumed state left off. Pure arithmetic; exposed for tests.
+class Plan {
+ public:
+  static constexpr std::uint64_t kUnbounded = ~std::uint64_t{0};
+  struct Pos {
+    std::uint64_t epoch, batch;
+  };
+  // end_epoch: first epoch not produced (kUnbounded for no end).
+  Plan(std::uint64_t batches_per_epoch, std::uint64_t first_epoch, std::vector<std::uint64_t> first_epoch_batches,
+       std::uint64_t end_epoch);
+  std::uint64_t total() const { return total_; }  // kUnbounded for no end
+  Pos at(std::uint64_t g) const;
+  // The first position of the epoch after the one holding g.
+  std::uint64_t epoch_end(std::uint64_t g) const;
+
+ private:
+  std::uint64_t per_epoch_, first_epoch_;
+  std::vector<std::uint64_t> first_;
+  std::uint64_t total_;
+};
+
+class Pipeline {
+ public:
+  // Starts the threads. Throws ConfigError for an invalid config,
+  // std::invalid_argument for a missing filler or a resume state that does not
+  // match the config, and whatever the allocator throws.
+  Pipeline(const Config& config, std::size_t dataset_size, Stages stages,
+           std::optional<PipelineState> resume = std::nullopt);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Blocks until the next batch is ready. Returns an empty optional when the
+  // configured epochs are done or the pipeline was stopped. Throws PipelineError
+  // once any stage failed. Release (destroy or reset) the handle to recycle the buffer.
+  std::optional<BatchHandle> next();
+
+  class EpochRange;
+  // The remaining batches of epoch e, which must be the consumer's current epoch
+  // (the first not yet fully consumed); std::logic_error otherwise.
+  EpochRange epoch(std::uint64_t e);
+
+  // Position after the last batch next() returned.
+  PipelineState state() const;
+
+  // Stops every thread and joins it; returns promptly from any state. Idempotent.
+  void stop();
+
+  PipelineStats stats() const;
+
+  const Config& config() const { return config_; }
+  const Sampler& sampler() const { return sampler_; }
+  std::size_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+
+ private:
+  struct OpenBatch;
+  void worker_main(std::size_t w);
+  void transfer_main();
+  bool claim(std::uint64_t& g, std::size_t& slot);
+  // `mark` is the worker's busy-time origin; each advances it past its waits.
+  bool open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
+  bool wait_open(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
+  void complete(OpenBatch& ob, StageCounters& counters, Clock::time_point& mark);
+  void fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, const std::string& message);
+  void request_stop();
+  void throw_if_failed() const;
+  void note_delivered(const Batch& b);
+  bool stopping_flag() const { return stop_requested_.load(std::memory_order_acquire); }
+
+  Config config_;
+  Sampler sampler_;
+  Stages stages_;
+  // The consumer's position (guarded by state_mu_); its start also fixes the plan.
+  PipelineState position_;
+  Plan plan_;
+  Clock::time_point start_;
+
+  // Buffers and queues. Declared before the threads: destroyed after them.
+  BatchPool pool_;
+  BoundedQueue<BatchHandle> host_queue_;
+  BoundedQueue<BatchHandle> device_queue_;
+
+  // Work distribution: `cursor_` packs (batch position g, next slot); openers take
+  // buffers in g order; ring_[g % R] holds batch g while workers fill it.
+  std::atomic<std::uint64_t> cursor_{0};
+  std::unique_ptr<OpenBatch[]> ring_;
+  std::size_t ring_size_;
+  std::mutex mu_;               // guards next_open_, ring tags' transitions, stopping_
+  std::condition_variable cv_;
+  std::uint64_t next_open_ = 0;
+  bool stopping_ = false;
+  std::atomic<bool> stop_requested_{false};  // stopping_ for lock-free checks
+  // The order cache, touched only by the current opener (openers run one at a time).
+  std::uint64_t order_epoch_ = ~std::uint64_t{0};
+  std::vector<std::uint64_t> order_;
+
+  // The first error, kept and rethrown to the consumer.
+  mutable std::mutex error_mu_;
+  std::shared_ptr<const PipelineError> error_;
+
+  // Consumer-side position and timing.
+  mutable std::mutex state_mu_;
+  std::uint64_t delivered_batches_ = 0, delivered_samples_ = 0;
+  std::optional<Clock::time_point> last_return_;
+
+  std::unique_ptr<StageCounters[]> worker_counters_;
+  StageCounters transfer_counters_;
+  StageCounters consumer_counters_;
+
+  std::mutex join_mu_;
+  std::vector<std::thread> workers_;
+  std::thread transfer_;
+};
+
+// An input range over one epoch's batches: `for (auto& batch : p.epoch(e))`.
+// Dereferencing gives the BatchHandle (move it out to keep the batch); advancing
+// releases the current batch before fetching the next.
+class Pipeline::EpochRange {
+ public:
+  class iterator {
+   public:
+    using difference_type = std::ptrdiff_t;
+    using value_type = BatchHandle;
+    iterator() = default;
+    BatchHandle& operator*() { return current_; }
+    BatchHandle* operator->() { return &current_; }
+    iterator& operator++();
+    void operator++(int) { ++*this; }
+    bool operator==(std::default_sentinel_t) const { return done_; }
+
+   private:
+    friend class EpochRange;
+    iterator(Pipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) { ++*this; }
+    Pipeline* p_ = nullptr;
+    std::uint64_t remaining_ = 0;
+    BatchHandle current_;
+    bool done_ = true;
+  };
+  iterator begin() { return iterator(p_, remaining_); }
+  std::default_sentinel_t end() { return {}; }
+  std::uint64_t size() const { return remaining_; }
+
+ private:
+  friend class Pipeline;
+  EpochRange(Pipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) {}
+  Pipeline* p_;
+  std::uint64_t remaining_;
+};
+
+}  // namespace conveyor

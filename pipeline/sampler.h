@@ -1,0 +1,64 @@
+// Sampler: which dataset indices each batch of each epoch holds, for one rank.
+//
+// An epoch's order is a permutation derived from (seed, epoch) alone (or the
+// identity when shuffle is off). Sharding follows PyTorch's DistributedSampler:
+// the permuted list is padded (by repeating its head) or truncated to a multiple
+// of world_size, and rank r takes elements r, r + W, r + 2W, ... So every rank has
+// the same number of samples and batches, ranks are pairwise disjoint (except for
+// the padding repeats), and their union is the dataset. The rank's samples are
+// then cut into batches of batch_size; drop_last drops a short final batch.
+//
+// Thread safety: immutable after construction; every method is const and
+// thread-safe. Cost: epoch_order() is O(dataset size); the rest are O(1).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace conveyor {
+
+// What to do with the samples that do not divide evenly among the ranks.
+enum class ShardPolicy {
+  pad,   // repeat samples from the head of the order so every rank gets ceil(N / W)
+  drop,  // leave the tail out so every rank gets floor(N / W)
+};
+
+struct SamplerOptions {
+  std::size_t dataset_size = 0;
+  std::size_t batch_size = 1;
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_last = false;
+  std::size_t rank = 0;
+  std::size_t world_size = 1;
+  ShardPolicy shard_policy = ShardPolicy::pad;
+};
+
+class Sampler {
+ public:
+  // Throws std::invalid_argument for batch_size 0, world_size 0 or rank >= world_size.
+  explicit Sampler(const SamplerOptions& options);
+
+  const SamplerOptions& options() const { return o_; }
+
+  // Samples this rank sees per epoch (before batching).
+  std::size_t shard_size() const { return shard_size_; }
+  // Batches per epoch, after drop_last.
+  std::size_t batches_per_epoch() const { return batches_; }
+  // Samples in batch b (0 <= b < batches_per_epoch()): batch_size, or less for a final short batch.
+  std::size_t batch_length(std::size_t b) const;
+  // Samples this rank delivers per epoch (shard_size() less a dropped short batch).
+  std::size_t samples_per_epoch() const;
+
+  // This rank's dataset indices for `epoch`, in delivery order; length shard_size().
+  // Batch b is elements [b * batch_size, b * batch_size + batch_length(b)).
+  std::vector<std::uint64_t> epoch_order(std::uint64_t epoch) const;
+
+ private:
+  SamplerOptions o_;
+  std::size_t shard_size_ = 0;
+  std::size_t batches_ = 0;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,75 @@
+#include "pipeline/stats.h"
+
+#include <cstdio>
+
+namespace conveyor {
+
+void accumulate(StageStats& into, const StageCounters& c) {
+  into.items += c.items.load(std::memory_order_relaxed);
+  into.busy_s += double(c.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+  into.blocked_s += double(c.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;
+  into.starved_s += double(c.starved_ns.load(std::memory_order_relaxed)) * 1e-9;
+}
+
+const StageStats* PipelineStats::bottleneck() const {
+  const StageStats* best = nullptr;
+  for (const auto& s : stages) {
+    if (!best || s.busy_fraction() > best->busy_fraction()) best = &s;
+  }
+  return best;
+}
+
+namespace {
+int pct(double f) { return int(f * 100.0 + 0.5); }
+
+const char* hint_for(const std::string& stage) {
+  if (stage == "workers") return "add workers or make each sample cheaper (smaller crop, fewer augmentations)";
+  if (stage == "transfer") return "the copy or device-side work limits: check the link, or move work off the transfer stage";
+  if (stage == "consumer") return "the training step is the limit: the input pipeline keeps up";
+  return "";
+}
+}  // namespace
+
+std::string PipelineStats::bottleneck_summary() const {
+  const StageStats* b = bottleneck();
+  if (!b) return "bottleneck: none (no stage ran)";
+  const StageStats* consumer = nullptr;
+  for (const auto& s : stages) {
+    if (s.name == "consumer") consumer = &s;
+  }
+  char line[512];
+  if (consumer && b != consumer) {
+    std::snprintf(line, sizeof line, "bottleneck: %s (busy %d%%), consumer waiting %d%% - %s", b->name.c_str(),
+                  pct(b->busy_fraction()), pct(consumer->starved_fraction()), hint_for(b->name));
+  } else {
+    std::snprintf(line, sizeof line, "bottleneck: %s (busy %d%%) - %s", b->name.c_str(), pct(b->busy_fraction()),
+                  hint_for(b->name));
+  }
+  return line;
+}
+
+std::string PipelineStats::table() const {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-10s %7s %10s %7s %8s %8s\n", "stage", "threads", "items", "busy%", "blocked%",
+                "starved%");
+  out += line;
+  for (const auto& s : stages) {
+    std::snprintf(line, sizeof line, "%-10s %7zu %10llu %7d %8d %8d\n", s.name.c_str(), s.threads,
+                  (unsigned long long)s.items, pct(s.busy_fraction()), pct(s.blocked_fraction()),
+                  pct(s.starved_fraction()));
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%-13s %8s %10s %10s\n", "queue", "capacity", "mean", "high-water");
+  out += line;
+  for (const auto& q : queues) {
+    std::snprintf(line, sizeof line, "%-13s %8zu %10.2f %10zu\n", q.name.c_str(), q.stats.capacity,
+                  q.stats.mean_occupancy, q.stats.high_water);
+    out += line;
+  }
+  out += bottleneck_summary();
+  out += '\n';
+  return out;
+}
+
+}  // namespace conveyor

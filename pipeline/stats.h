@@ -1,0 +1,79 @@
+// Stats: what each stage of a pipeline did with its time, and which stage limits
+// throughput.
+//
+// Every stage thread's time falls into three parts: busy (its own work: filling
+// samples, transferring, or the consumer's step between next() calls), blocked
+// (waiting for room downstream or a free buffer) and starved (waiting for input).
+// Fractions are of wall time times the stage's thread count.
+//
+// Thread safety: StageCounters is written by its one owning thread and may be read
+// from any thread at any time (relaxed atomics: each figure is exact, a snapshot
+// of several may mix moments). The report structs are plain values.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipeline/bounded_queue.h"
+
+namespace conveyor {
+
+using Clock = std::chrono::steady_clock;
+
+inline std::uint64_t elapsed_ns(Clock::time_point t0, Clock::time_point t1) {
+  return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+}
+
+// One thread's counters, on its own cache line so threads never share one.
+struct alignas(64) StageCounters {
+  std::atomic<std::uint64_t> items{0};
+  std::atomic<std::uint64_t> busy_ns{0};
+  std::atomic<std::uint64_t> blocked_ns{0};
+  std::atomic<std::uint64_t> starved_ns{0};
+
+  static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) {
+    c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);  // single writer
+  }
+};
+
+struct StageStats {
+  std::string name;       // "workers", "transfer", "consumer"
+  std::size_t threads = 1;
+  std::uint64_t items = 0;  // samples for workers, batches otherwise
+  double busy_s = 0, blocked_s = 0, starved_s = 0;
+  double wall_s = 0;
+
+  double busy_fraction() const { return fraction(busy_s); }
+  double blocked_fraction() const { return fraction(blocked_s); }
+  double starved_fraction() const { return fraction(starved_s); }
+
+ private:
+  double fraction(double s) const { return wall_s > 0 ? s / (wall_s * double(threads)) : 0.0; }
+};
+
+struct NamedQueueStats {
+  std::string name;  // "host queue", "device queue", "buffer pool"
+  QueueStats stats;
+};
+
+struct PipelineStats {
+  double wall_s = 0;  // since the pipeline started
+  std::uint64_t batches = 0, samples = 0;  // delivered to the consumer
+  std::vector<StageStats> stages;
+  std::vector<NamedQueueStats> queues;
+
+  // The stage with the highest busy fraction: the one that sets the pace.
+  const StageStats* bottleneck() const;
+  // One line naming the bottleneck with the evidence and a hint, e.g.
+  // "bottleneck: workers (busy 98%); consumer waited 61% of the time - add workers or make samples cheaper".
+  std::string bottleneck_summary() const;
+  // A small table of stages and queues plus the bottleneck line.
+  std::string table() const;
+};
+
+void accumulate(StageStats& into, const StageCounters& c);
+
+}  // namespace conveyor

@@ -1,0 +1,406 @@
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "pipeline/pipeline.h"
+#include "support.h"
+
+using namespace conveyor;
+using conveyor::test::digest;
+using conveyor::test::expected_bytes;
+using conveyor::test::fill_pattern;
+
+namespace {
+
+Config small_config() {
+  Config c;
+  c.batch_size = 7;
+  c.sample_bytes = 24;
+  c.workers = 3;
+  c.seed = 3;
+  c.epochs = 2;
+  return c;
+}
+
+// Checks every sample of a batch against the reference bytes, indices and labels.
+// Returns the number of mismatching samples (0 when the batch is right).
+std::size_t bad_samples(const Config& c, const Batch& b, const std::vector<std::uint64_t>& order) {
+  std::size_t bad = 0;
+  std::vector<std::byte> want(c.sample_bytes);
+  for (std::size_t j = 0; j < b.size(); ++j) {
+    expected_bytes(c.seed, b.epoch, b.indices[j], want);
+    const auto got = b.sample(j);
+    bad += !std::equal(got.begin(), got.end(), want.begin()) || b.indices[j] != order[b.index * c.batch_size + j] ||
+           b.labels[j] != std::int64_t(b.indices[j] * 3);
+  }
+  return bad;
+}
+
+// Digests of every batch of the run, by (epoch, batch index).
+std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> run_digests(const Config& c, std::size_t n) {
+  Pipeline p(c, n, {fill_pattern});
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> out;
+  while (auto b = p.next()) out[{(*b)->epoch, (*b)->index}] = digest(**b);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline grid: every index once per epoch, in order, right bytes", "[pipeline][grid]") {
+  const auto workers = GENERATE(1, 2, 3, 8);
+  const auto host_q = GENERATE(1, 2, 8);
+  const auto device_q = GENERATE(1, 2);
+  const auto batch = GENERATE(1, 7, 64);
+  const auto n = GENERATE(0, 1, 100, 128);
+  Config c = small_config();
+  c.workers = std::size_t(workers);
+  c.host_queue_depth = std::size_t(host_q);
+  c.device_queue_depth = std::size_t(device_q);
+  c.batch_size = std::size_t(batch);
+  CAPTURE(workers, host_q, device_q, batch, n);
+  Pipeline p(c, std::size_t(n), {fill_pattern});
+  const std::size_t per_epoch = (std::size_t(n) + c.batch_size - 1) / c.batch_size;
+  REQUIRE(p.batches_per_epoch() == per_epoch);
+  for (std::uint64_t e = 0; e < c.epochs; ++e) {
+    const auto order = p.sampler().epoch_order(e);
+    std::uint64_t next_index = 0;
+    std::set<std::uint64_t> seen;
+    for (auto& b : p.epoch(e)) {
+      REQUIRE(b->epoch == e);
+      REQUIRE(b->index == next_index++);
+      REQUIRE(b->last_in_epoch == (b->index + 1 == per_epoch));
+      REQUIRE(bad_samples(c, *b, order) == 0);
+      seen.insert(b->indices.begin(), b->indices.end());
+    }
+    REQUIRE(next_index == per_epoch);
+    REQUIRE(seen.size() == std::size_t(n));  // every index exactly once (sizes add up, all distinct)
+  }
+  REQUIRE_FALSE(p.next().has_value());  // the configured epochs are over
+  const auto st = p.stats();
+  REQUIRE(st.batches == 2 * per_epoch);
+  REQUIRE(st.samples == 2 * std::size_t(n));
+}
+
+TEST_CASE("pipeline: drop_last and shards through the pipeline", "[pipeline]") {
+  const auto workers = GENERATE(1, 3);
+  const auto n = GENERATE(0, 1, 100);
+  const auto policy = GENERATE(ShardPolicy::pad, ShardPolicy::drop);
+  Config c = small_config();
+  c.workers = std::size_t(workers);
+  c.drop_last = true;
+  c.world_size = 3;
+  c.shard_policy = policy;
+  std::multiset<std::uint64_t> all;
+  std::set<std::size_t> batch_counts;
+  for (std::size_t r = 0; r < 3; ++r) {
+    c.rank = r;
+    Pipeline p(c, std::size_t(n), {fill_pattern});
+    std::size_t batches = 0;
+    for (auto& b : p.epoch(0)) {
+      REQUIRE(b->size() == c.batch_size);  // drop_last: never short
+      all.insert(b->indices.begin(), b->indices.end());
+      ++batches;
+    }
+    batch_counts.insert(batches);
+  }
+  REQUIRE(batch_counts.size() == 1);  // every rank the same number of batches
+  const std::size_t shard = policy == ShardPolicy::pad ? (std::size_t(n) + 2) / 3 : std::size_t(n) / 3;
+  REQUIRE(*batch_counts.begin() == shard / c.batch_size);
+  REQUIRE(all.size() == 3 * (shard / c.batch_size) * c.batch_size);
+  if (policy == ShardPolicy::drop) {
+    REQUIRE(std::set<std::uint64_t>(all.begin(), all.end()).size() == all.size());  // pairwise disjoint
+  }
+}
+
+TEST_CASE("pipeline: bytes are identical with 1 and 8 workers, ordered or not", "[pipeline]") {
+  Config c = small_config();
+  c.sample_bytes = 100;
+  c.workers = 1;
+  const auto one = run_digests(c, 300);
+  c.workers = 8;
+  REQUIRE(run_digests(c, 300) == one);
+  c.ordered = false;
+  REQUIRE(run_digests(c, 300) == one);
+  REQUIRE(one.size() == 2 * 43);
+}
+
+TEST_CASE("pipeline: unordered delivery covers each epoch once, epochs in turn", "[pipeline]") {
+  Config c = small_config();
+  c.ordered = false;
+  c.workers = 4;
+  c.epochs = 3;
+  // Uneven sample costs so batches finish out of order.
+  Pipeline p(c, 200, {[](Sample& s) {
+               fill_pattern(s);
+               if (s.rng.below(4) == 0) std::this_thread::yield();
+             }});
+  for (std::uint64_t e = 0; e < 3; ++e) {
+    std::set<std::uint64_t> batches, samples;
+    for (auto& b : p.epoch(e)) {
+      REQUIRE(b->epoch == e);
+      REQUIRE(batches.insert(b->index).second);
+      samples.insert(b->indices.begin(), b->indices.end());
+    }
+    REQUIRE(batches.size() == p.batches_per_epoch());
+    REQUIRE(samples.size() == 200);
+  }
+  REQUIRE_FALSE(p.next());
+}
+
+TEST_CASE("pipeline: workers cooperate on one batch's samples", "[pipeline]") {
+  // The first four samples of batch 0 wait for each other: that completes only if
+  // four workers fill samples of the same batch at once.
+  Config c = small_config();
+  c.workers = 4;
+  c.batch_size = 8;
+  c.shuffle = false;
+  c.epochs = 1;
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  std::atomic<bool> timed_out{false};
+  Pipeline p(c, 64, {[&](Sample& s) {
+               fill_pattern(s);
+               if (s.index < 4) {
+                 std::unique_lock lk(mu);
+                 ++arrived;
+                 cv.notify_all();
+                 if (!cv.wait_for(lk, std::chrono::seconds(20), [&] { return arrived == 4; })) timed_out = true;
+               }
+             }});
+  std::size_t batches = 0;
+  while (p.next()) ++batches;
+  REQUIRE_FALSE(timed_out);
+  REQUIRE(batches == 8);
+}
+
+TEST_CASE("pipeline: invalid config names the field", "[pipeline][config]") {
+  auto rejects = [](auto mutate, const char* field) {
+    Config c = small_config();
+    mutate(c);
+    try {
+      Pipeline p(c, 10, {fill_pattern});
+      FAIL("accepted an invalid " << field);
+    } catch (const ConfigError& e) {
+      REQUIRE(e.field() == field);
+      REQUIRE_THAT(e.what(), Catch::Contains(field));
+    }
+  };
+  rejects([](Config& c) { c.batch_size = 0; }, "batch_size");
+  rejects([](Config& c) { c.batch_size = std::size_t{1} << 25; }, "batch_size");
+  rejects([](Config& c) { c.workers = 0; }, "workers");
+  rejects([](Config& c) { c.host_queue_depth = 0; }, "host_queue_depth");
+  rejects([](Config& c) { c.device_queue_depth = 0; }, "device_queue_depth");
+  rejects([](Config& c) { c.world_size = 0; }, "world_size");
+  rejects([](Config& c) { c.rank = 4, c.world_size = 4; }, "rank");
+  REQUIRE_THROWS_WITH(Pipeline(small_config(), 10, Stages{}), Catch::Contains("fill"));
+}
+
+TEST_CASE("pipeline: a filler exception reaches the consumer with its sample", "[pipeline][error]") {
+  const auto workers = GENERATE(1, 4);
+  const auto bad = GENERATE(0u, 37u, 99u);
+  Config c = small_config();
+  c.workers = std::size_t(workers);
+  Pipeline p(c, 100, {[bad](Sample& s) {
+               fill_pattern(s);
+               if (s.index == bad && s.epoch == 1) throw std::runtime_error("cannot read image " + std::to_string(bad));
+             }});
+  std::size_t batches = 0;
+  try {
+    while (p.next()) ++batches;
+    FAIL("no error surfaced");
+  } catch (const PipelineError& e) {
+    REQUIRE(e.stage() == "worker");
+    REQUIRE(e.epoch() == 1);
+    REQUIRE(e.sample() == bad);
+    REQUIRE_THAT(e.what(), Catch::Contains("cannot read image " + std::to_string(bad)));
+    REQUIRE_THAT(e.what(), Catch::Contains("sample " + std::to_string(bad)));
+  }
+  REQUIRE(batches <= 2 * p.batches_per_epoch());
+  REQUIRE_THROWS_AS(p.next(), PipelineError);   // the error sticks
+}
+
+TEST_CASE("pipeline: non-standard exceptions and transfer failures surface too", "[pipeline][error]") {
+  Config c = small_config();
+  {
+    Pipeline p(c, 50, {[](Sample& s) {
+                 if (s.index == 3) throw 42;
+               }});
+    REQUIRE_THROWS_WITH([&] { while (p.next()) {} }(), Catch::Contains("unknown exception"));
+  }
+  {
+    Stages st{fill_pattern};
+    st.transfer = [](Batch& b) {
+      if (b.index == 2) throw std::runtime_error("link down");
+    };
+    Pipeline p(c, 50, st);
+    try {
+      while (p.next()) {
+      }
+      FAIL("no error surfaced");
+    } catch (const PipelineError& e) {
+      REQUIRE(e.stage() == "transfer");
+      REQUIRE_THAT(e.what(), Catch::Contains("link down"));
+      REQUIRE_THAT(e.what(), Catch::Contains("batch 2"));
+    }
+  }
+}
+
+TEST_CASE("pipeline: resume delivers exactly the batches after k, bit-identical", "[pipeline][resume]") {
+  Config c = small_config();
+  c.epochs = 3;
+  c.workers = 3;
+  const std::size_t n = 100;  // 15 batches an epoch, the last one short
+  std::vector<std::uint64_t> reference;
+  {
+    Pipeline p(c, n, {fill_pattern});
+    while (auto b = p.next()) reference.push_back(digest(**b));
+  }
+  REQUIRE(reference.size() == 45);
+  const auto k = GENERATE(0, 1, 7, 14, 15, 16, 30, 44, 45);
+  CAPTURE(k);
+  std::string saved;
+  {
+    Pipeline p(c, n, {fill_pattern});
+    for (int i = 0; i < k; ++i) {
+      auto b = p.next();
+      REQUIRE(b);
+      REQUIRE(digest(**b) == reference[std::size_t(i)]);
+    }
+    saved = p.state().serialize();
+  }  // destroyed mid-run, with workers prefetching
+  Pipeline resumed(c, n, {fill_pattern}, PipelineState::parse(saved));
+  std::vector<std::uint64_t> rest;
+  while (auto b = resumed.next()) rest.push_back(digest(**b));
+  REQUIRE(rest == std::vector<std::uint64_t>(reference.begin() + k, reference.end()));
+}
+
+TEST_CASE("pipeline: unordered resume delivers the rest of the epoch", "[pipeline][resume]") {
+  Config c = small_config();
+  c.ordered = false;
+  c.workers = 4;
+  const auto reference = run_digests(c, 100);
+  PipelineState s;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> got;
+  {
+    Pipeline p(c, 100, {fill_pattern});
+    for (int i = 0; i < 20; ++i) {
+      auto b = p.next();
+      REQUIRE(got.emplace(std::pair{(*b)->epoch, (*b)->index}, digest(**b)).second);
+    }
+    s = p.state();
+  }
+  Pipeline resumed(c, 100, {fill_pattern}, s);
+  while (auto b = resumed.next()) REQUIRE(got.emplace(std::pair{(*b)->epoch, (*b)->index}, digest(**b)).second);
+  REQUIRE(got == reference);
+}
+
+TEST_CASE("pipeline: a state from other settings is refused", "[pipeline][resume]") {
+  Config c = small_config();
+  PipelineState s;
+  {
+    Pipeline p(c, 100, {fill_pattern});
+    (void)p.next();
+    s = p.state();
+  }
+  c.seed = 4;
+  REQUIRE_THROWS_WITH(Pipeline(c, 100, {fill_pattern}, s), Catch::Contains("other settings"));
+  c.seed = 3;
+  REQUIRE_THROWS_AS(Pipeline(c, 101, {fill_pattern}, s), std::invalid_argument);
+  s.delivered = {99};
+  REQUIRE_THROWS_WITH(Pipeline(c, 100, {fill_pattern}, s), Catch::Contains("delivered"));
+}
+
+TEST_CASE("pipeline: epoch() must name the consumer's epoch", "[pipeline]") {
+  Config c = small_config();
+  Pipeline p(c, 20, {fill_pattern});
+  REQUIRE_THROWS_AS(p.epoch(1), std::logic_error);
+  std::size_t n = 0;
+  for (auto& b : p.epoch(0)) n += b->size();
+  REQUIRE(n == 20);
+  REQUIRE(p.state().epoch == 1);
+  for (auto& b : p.epoch(1)) n += b->size();
+  REQUIRE(n == 40);
+  REQUIRE(p.epoch(2).size() == 0);  // past the configured epochs
+}
+
+TEST_CASE("pipeline: stop returns promptly with threads blocked on full queues", "[pipeline][stop]") {
+  Config c = small_config();
+  c.epochs = 0;  // endless: workers fill until every buffer is in flight
+  c.workers = 4;
+  c.host_buffers = 3;
+  Pipeline p(c, 1000, {fill_pattern});
+  auto held = p.next();  // the consumer holds one batch and stops consuming
+  REQUIRE(held);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.stop();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(s < 0.5);
+  REQUIRE_FALSE(p.next());  // stopped: the stream ends
+  REQUIRE((*held)->size() == 7);  // the held batch outlives the stop
+}
+
+TEST_CASE("pipeline: buffers are allocated once, bounded, and all freed", "[pipeline][buffers]") {
+  std::atomic<int> allocs{0}, frees{0};
+  Allocator counting{"counting",
+                     [&](std::size_t bytes) {
+                       ++allocs;
+                       return Allocator::host().allocate(bytes);
+                     },
+                     [&](void* ptr, std::size_t bytes) {
+                       ++frees;
+                       Allocator::host().deallocate(ptr, bytes);
+                     }};
+  Config c = small_config();
+  c.host_buffers = 4;
+  c.epochs = 5;
+  std::optional<BatchHandle> kept;
+  {
+    Pipeline p(c, 300, {fill_pattern, {}, counting});
+    REQUIRE(allocs == 4);
+    std::set<const std::byte*> buffers;
+    while (auto b = p.next()) {
+      buffers.insert((*b)->data);
+      kept = std::move(b);  // a handle may outlive the pipeline
+    }
+    REQUIRE(buffers.size() <= 4);
+    REQUIRE(allocs == 4);
+  }
+  REQUIRE((*kept)->size() > 0);  // still readable after the pipeline is gone
+  REQUIRE(frees == 0);
+  kept.reset();
+  REQUIRE(frees == 4);
+}
+
+TEST_CASE("pipeline: stats name the bottleneck", "[pipeline][stats]") {
+  Config c = small_config();
+  c.workers = 2;
+  c.epochs = 1;
+  SECTION("slow workers") {
+    Pipeline p(c, 140, {[](Sample& s) {
+                 fill_pattern(s);
+                 std::this_thread::sleep_for(std::chrono::microseconds(500));  // a sample's cost
+               }});
+    while (p.next()) {
+    }
+    const auto st = p.stats();
+    REQUIRE(st.bottleneck()->name == "workers");
+    REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("workers") && Catch::Contains("add workers"));
+    REQUIRE(st.stages[0].items == 140);
+  }
+  SECTION("slow consumer") {
+    Pipeline p(c, 140, {fill_pattern});
+    while (p.next()) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a training step's cost
+    const auto st = p.stats();
+    REQUIRE(st.bottleneck()->name == "consumer");
+    REQUIRE(st.queues[1].stats.high_water >= 1);
+    REQUIRE_THAT(st.table(), Catch::Contains("device queue"));
+  }
+}
