@@ -37,6 +37,14 @@ struct Allocator {
   static Allocator host();
 };
 
+// A sample its filler left out (Sample::skip), with the filler's reason.
+struct SkippedSample {
+  std::uint64_t epoch = 0;
+  std::uint64_t index = 0;  // dataset index
+  std::string reason;
+  bool operator==(const SkippedSample&) const = default;
+};
+
 struct Batch {
   // Identity, set when workers start filling it.
   std::uint64_t epoch = 0;
@@ -47,6 +55,9 @@ struct Batch {
   // One entry per sample: the dataset index and the label the filler set.
   std::vector<std::uint64_t> indices;
   std::vector<std::int64_t> labels;
+  // Samples of this batch its filler skipped; they are not in `indices`, and
+  // indices.size() + skipped.size() is the batch's planned length.
+  std::vector<SkippedSample> skipped;
 
   // batch_capacity * sample_bytes bytes; sample j lives at j * sample_bytes.
   std::byte* data = nullptr;

@@ -1,6 +1,7 @@
 #include "pipeline/pipeline.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -228,6 +229,9 @@ struct Pipeline::OpenBatch {
   std::size_t length = 0;
   Batch* batch = nullptr;
   BatchHandle handle;
+  // Per-slot skip reasons, each written by the worker that filled the slot and
+  // read by the completer (ordered by `done`).
+  std::vector<std::optional<std::string>> skips;
 };
 
 Pipeline::Pipeline(const Config& config, std::size_t dataset_size, Stages stages, std::optional<PipelineState> resume)
@@ -244,6 +248,7 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, Stages stages
       ring_size_(config_.host_buffer_count()),
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
   if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
+  for (std::size_t r = 0; r < ring_size_; ++r) ring_[r].skips.resize(config_.batch_size);
   try {
     workers_.reserve(config_.workers);
     for (std::size_t w = 0; w < config_.workers; ++w) workers_.emplace_back(&Pipeline::worker_main, this, w);
@@ -338,6 +343,7 @@ bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_
   b.last_in_epoch = pos.batch + 1 == sampler_.batches_per_epoch();
   b.indices.assign(first, first + std::ptrdiff_t(length));
   b.labels.assign(length, 0);
+  b.skipped.clear();
   ob.length = length;
   ob.done.store(0, std::memory_order_relaxed);
   ob.batch = &b;
@@ -368,7 +374,30 @@ bool Pipeline::wait_open(std::uint64_t g, StageCounters& counters, Clock::time_p
   return open;
 }
 
+// Removes the skipped slots: later samples move down so the batch stays dense.
+static void compact_skipped(Batch& b, std::vector<std::optional<std::string>>& skips) {
+  std::size_t out = 0;
+  for (std::size_t j = 0; j < b.indices.size(); ++j) {
+    if (skips[j]) {
+      b.skipped.push_back({b.epoch, b.indices[j], std::move(*skips[j])});
+      skips[j].reset();
+      continue;
+    }
+    if (out != j) {
+      b.indices[out] = b.indices[j];
+      b.labels[out] = b.labels[j];
+      std::memmove(b.data + out * b.sample_bytes, b.data + j * b.sample_bytes, b.sample_bytes);
+    }
+    ++out;
+  }
+  b.indices.resize(out);
+  b.labels.resize(out);
+}
+
 void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_point& mark) {
+  if (std::any_of(ob.skips.begin(), ob.skips.begin() + std::ptrdiff_t(ob.length), [](auto& r) { return r.has_value(); })) {
+    compact_skipped(*ob.batch, ob.skips);
+  }
   BatchHandle handle = std::move(ob.handle);
   ob.batch = nullptr;
   {
@@ -408,7 +437,11 @@ void Pipeline::worker_main(std::size_t w) {
     StageCounters::add(counters.busy_ns, elapsed_ns(mark, now));
     StageCounters::add(counters.items, 1);
     mark = now;
-    b.labels[slot] = s.label;
+    if (s.skipped) {
+      ob.skips[slot] = std::move(s.skipped);
+    } else {
+      b.labels[slot] = s.label;
+    }
     // Read the length before counting this sample done: once the last sample is
     // counted, the entry may be completed and reopened for batch g + R at once.
     const std::size_t length = ob.length;
@@ -492,6 +525,7 @@ void Pipeline::note_delivered(const Batch& b) {
   }
   ++delivered_batches_;
   delivered_samples_ += b.size();
+  skipped_.insert(skipped_.end(), b.skipped.begin(), b.skipped.end());
   last_return_ = Clock::now();
 }
 
@@ -524,6 +558,11 @@ Pipeline::EpochRange::iterator& Pipeline::EpochRange::iterator::operator++() {
   return *this;
 }
 
+std::vector<SkippedSample> Pipeline::skipped() const {
+  std::lock_guard lk(state_mu_);
+  return skipped_;
+}
+
 PipelineStats Pipeline::stats() const {
   PipelineStats s;
   const auto now = Clock::now();
@@ -539,6 +578,7 @@ PipelineStats Pipeline::stats() const {
     if (last_return_) consumer.busy_s += double(elapsed_ns(*last_return_, now)) * 1e-9;  // the step under way
     s.batches = delivered_batches_;
     s.samples = delivered_samples_;
+    s.samples_skipped = skipped_.size();
   }
   for (StageStats* st : {&workers, &transfer, &consumer}) {
     st->wall_s = s.wall_s;

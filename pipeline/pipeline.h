@@ -49,6 +49,9 @@ namespace conveyor {
 
 // What the filler gets for one sample. It writes every byte of `data` (exactly
 // sample_bytes; the buffer still holds an older batch's bytes) and may set `label`.
+// Or it calls skip(reason): the sample is left out of its batch, which is then
+// delivered short (the samples after it move down; a batch whose every sample
+// was skipped is delivered empty), and the skip is listed in Batch::skipped.
 struct Sample {
   std::uint64_t index = 0;  // dataset index
   std::uint64_t epoch = 0;
@@ -56,6 +59,9 @@ struct Sample {
   std::span<std::byte> data;
   std::int64_t label = 0;
   Rng rng;                  // this sample's stream: Rng(seed, epoch, index)
+  std::optional<std::string> skipped;  // set by skip()
+
+  void skip(std::string reason) { skipped = std::move(reason); }
 };
 
 // Fills one sample. Called concurrently from every worker thread; must be
@@ -157,6 +163,10 @@ class Pipeline {
 
   PipelineStats stats() const;
 
+  // Every sample skipped in the batches next() has returned so far, in delivery
+  // order (stats().samples_skipped counts them). Thread-safe.
+  std::vector<SkippedSample> skipped() const;
+
   const Config& config() const { return config_; }
   const Sampler& sampler() const { return sampler_; }
   std::size_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
@@ -210,6 +220,7 @@ class Pipeline {
   // Consumer-side position and timing.
   mutable std::mutex state_mu_;
   std::uint64_t delivered_batches_ = 0, delivered_samples_ = 0;
+  std::vector<SkippedSample> skipped_;
   std::optional<Clock::time_point> last_return_;
 
   std::unique_ptr<StageCounters[]> worker_counters_;

@@ -67,6 +67,9 @@ std::string PipelineStats::table() const {
                   q.stats.mean_occupancy, q.stats.high_water);
     out += line;
   }
+  std::snprintf(line, sizeof line, "delivered: %llu batches, %llu samples, %llu skipped\n", (unsigned long long)batches,
+                (unsigned long long)samples, (unsigned long long)samples_skipped);
+  out += line;
   out += bottleneck_summary();
   out += '\n';
   return out;

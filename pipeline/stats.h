@@ -62,6 +62,7 @@ struct NamedQueueStats {
 struct PipelineStats {
   double wall_s = 0;  // since the pipeline started
   std::uint64_t batches = 0, samples = 0;  // delivered to the consumer
+  std::uint64_t samples_skipped = 0;       // left out by the filler (Sample::skip) in those batches
   std::vector<StageStats> stages;
   std::vector<NamedQueueStats> queues;
 

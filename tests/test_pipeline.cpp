@@ -227,6 +227,52 @@ TEST_CASE("pipeline: a filler exception reaches the consumer with its sample", "
   REQUIRE_THROWS_AS(p.next(), PipelineError);   // the error sticks
 }
 
+TEST_CASE("pipeline: skipped samples are listed and the rest stay dense and exact", "[pipeline][skip]") {
+  const auto workers = GENERATE(1, 3, 8);
+  const auto shuffle = GENERATE(false, true);
+  Config c = small_config();
+  c.workers = std::size_t(workers);
+  c.shuffle = shuffle;
+  c.epochs = 3;
+  const std::size_t n = 50;
+  // Index 7..13 (a whole batch when unshuffled), 20 and 49 (the last, short batch) fail in every epoch,
+  // 30 only in epoch 1.
+  auto skipped_here = [](std::uint64_t epoch, std::uint64_t index) {
+    return (index >= 7 && index <= 13) || index == 20 || index == 49 || (index == 30 && epoch == 1);
+  };
+  Pipeline p(c, n, {[&](Sample& s) {
+               if (skipped_here(s.epoch, s.index)) return s.skip("bad sample " + std::to_string(s.index));
+               fill_pattern(s);
+             }});
+  std::map<std::uint64_t, std::set<std::uint64_t>> delivered, skipped;
+  std::vector<std::byte> want(c.sample_bytes);
+  std::size_t bad = 0;
+  while (auto b = p.next()) {
+    const Batch& batch = **b;
+    REQUIRE(batch.size() + batch.skipped.size() == p.sampler().batch_length(batch.index));
+    for (std::size_t j = 0; j < batch.size(); ++j) {
+      expected_bytes(c.seed, batch.epoch, batch.indices[j], want);
+      const auto got = batch.sample(j);
+      bad += !std::equal(got.begin(), got.end(), want.begin()) || batch.labels[j] != std::int64_t(batch.indices[j] * 3);
+      REQUIRE(delivered[batch.epoch].insert(batch.indices[j]).second);
+    }
+    for (const auto& k : batch.skipped) {
+      REQUIRE(k.epoch == batch.epoch);
+      REQUIRE(k.reason == "bad sample " + std::to_string(k.index));
+      REQUIRE(skipped[batch.epoch].insert(k.index).second);
+    }
+  }
+  REQUIRE(bad == 0);
+  for (std::uint64_t e = 0; e < 3; ++e) {
+    REQUIRE(delivered[e].size() + skipped[e].size() == n);
+    for (std::uint64_t i = 0; i < n; ++i) REQUIRE(skipped[e].count(i) == (skipped_here(e, i) ? 1u : 0u));
+  }
+  const auto all = p.skipped();
+  REQUIRE(all.size() == skipped[0].size() + skipped[1].size() + skipped[2].size());
+  REQUIRE(p.stats().samples_skipped == all.size());
+  REQUIRE(p.stats().samples + all.size() == 3 * n);
+}
+
 TEST_CASE("pipeline: non-standard exceptions and transfer failures surface too", "[pipeline][error]") {
   Config c = small_config();
   {
