@@ -426,7 +426,7 @@ void Pipeline::worker_main(std::size_t w) {
     OpenBatch& ob = ring_[g % ring_size_];
     if (!(slot == 0 ? open_batch(g, counters, mark) : wait_open(g, counters, mark))) return;
     Batch& b = *ob.batch;
-    Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot])};
+    Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot]), w, {}};
     try {
       stages_.fill(s);
     } catch (...) {

@@ -59,6 +59,7 @@ struct Sample {
   std::span<std::byte> data;
   std::int64_t label = 0;
   Rng rng;                  // this sample's stream: Rng(seed, epoch, index)
+  std::size_t worker = 0;   // 0 .. workers-1: the calling thread, for per-thread scratch
   std::optional<std::string> skipped;  // set by skip()
 
   void skip(std::string reason) { skipped = std::move(reason); }

@@ -1,0 +1,97 @@
+// Augment: torchvision-style geometric transforms, composed into one crop box.
+//
+// A chain such as Resize(256) + CenterCrop(224), or RandomResizedCrop(224) +
+// RandomHorizontalFlip(), is never run step by step on pixels. plan() folds the
+// chain into a Geometry: one box in source-pixel coordinates, the output size
+// and a flip flag. The decoder then decodes only the rows and columns the box
+// needs (at a reduced JPEG scale when it pays) and one resize writes the result
+// straight into the batch slot. Names and parameters follow torchvision, so a
+// user can switch: RandomResizedCrop(size, scale, ratio), Resize(shorter side or
+// h x w), CenterCrop (pads with the fill when larger than the image),
+// RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p).
+//
+// Random parameters come from the sample's Rng, so results do not depend on the
+// worker count. Thread safety: an Augment is immutable; plan() is const and
+// thread-safe. Stateless: no allocation in plan().
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "pipeline/rng.h"
+
+namespace conveyor {
+
+struct Size {
+  int height = 0, width = 0;
+  bool operator==(const Size&) const = default;
+};
+
+struct RandomResizedCrop {
+  Size size;
+  double scale_min = 0.08, scale_max = 1.0;          // of the image's area
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // width / height
+};
+// Shorter side to `shorter` (aspect kept, longer side truncated as torchvision
+// does), or exactly `size` when shorter == 0.
+struct Resize {
+  int shorter = 0;
+  Size size;
+};
+struct CenterCrop {
+  Size size;
+};
+struct RandomCrop {
+  Size size;
+  int pad_left = 0, pad_top = 0, pad_right = 0, pad_bottom = 0;
+  bool pad_if_needed = false;  // pad an image smaller than size instead of failing
+};
+struct RandomHorizontalFlip {
+  double p = 0.5;
+};
+
+using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip>;
+
+// Bad transform parameters (construction) or an image a transform cannot take
+// (plan(): e.g. smaller than a RandomCrop without padding).
+class AugmentError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Where the output's pixels come from. Output column c (0 .. width-1, before the
+// flip) samples source x in [x0 + c * (x1 - x0) / width, ...). The box may reach
+// outside the image: those output pixels take the fill value (padding).
+struct Geometry {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // source-pixel box, x1 > x0, y1 > y0
+  Size out;
+  bool flip = false;  // mirror the output horizontally
+};
+
+class Augment {
+ public:
+  // Validates the chain: positive sizes, 0 < scale_min <= scale_max <= 1,
+  // 0 < ratio_min <= ratio_max, 0 <= p <= 1, non-negative padding, and a fixed
+  // output size (a shorter-side Resize must be followed by a crop). Throws
+  // AugmentError naming the transform and field. An empty chain is invalid.
+  explicit Augment(std::vector<Transform> chain);
+
+  // The fixed output size (every sample has it).
+  Size output() const { return out_; }
+  const std::vector<Transform>& chain() const { return chain_; }
+
+  // Folds the chain for an image of width x height (both >= 1), drawing random
+  // parameters from rng. Throws AugmentError for an image a transform cannot take.
+  Geometry plan(int width, int height, Rng& rng) const;
+
+  // A one-line description, e.g. "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5)".
+  std::string describe() const;
+
+ private:
+  std::vector<Transform> chain_;
+  Size out_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,272 @@
+#include "stages/dataset.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace conveyor {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// torchvision's IMG_EXTENSIONS.
+constexpr std::array<std::string_view, 13> kImageExtensions = {
+    ".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".pnm", ".bmp", ".tga", ".gif", ".tif", ".tiff", ".webp"};
+
+// The largest label: num_classes() = max label + 1 must fit int64 too.
+constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max() - 1;
+
+constexpr std::string_view kBlank = " \t\r\v\f";
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(kBlank);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kBlank) - first + 1);
+}
+
+// `s` in quotes for an error message: at most 80 chars, control chars shown as '?', so what() stays one line.
+std::string in_quotes(std::string_view s) {
+  constexpr std::size_t kMax = 80;
+  std::string out = "'";
+  for (char c : s.substr(0, kMax)) out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+  if (s.size() > kMax) out += "...";
+  return out + "'";
+}
+
+enum class LabelParse { ok, not_integer, out_of_range };
+
+// Decimal digits only: no sign, no spaces, no locale.
+LabelParse parse_label(std::string_view text, std::int64_t& label) {
+  if (text.empty() || text.front() < '0' || text.front() > '9') return LabelParse::not_integer;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, label);
+  if (ec == std::errc::result_out_of_range) return LabelParse::out_of_range;
+  if (ec != std::errc() || ptr != end) return LabelParse::not_integer;
+  return label > kMaxLabel ? LabelParse::out_of_range : LabelParse::ok;
+}
+
+bool is_hidden(const fs::path& name) {
+  const auto& s = name.native();
+  return !s.empty() && s.front() == '.';
+}
+
+bool has_image_extension(const fs::path& file) {
+  std::string ext = file.extension().string();
+  for (char& c : ext) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return std::find(kImageExtensions.begin(), kImageExtensions.end(), ext) != kImageExtensions.end();
+}
+
+// Calls f(entry) for each entry of `dir`; throws DatasetError naming `dir` when it cannot be listed.
+template <typename F>
+void for_each_entry(const fs::path& dir, F&& f) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) f(*it);
+  if (ec) throw DatasetError(dir.string() + ": cannot list directory: " + ec.message());
+}
+
+// One directory's image files, by name.
+struct DirFiles {
+  fs::path dir;
+  std::vector<std::string> names;
+};
+
+// Walks one class directory as os.walk(followlinks=True) would, collecting the image files of each
+// directory. `stack_` holds the canonical paths of the directories being walked (and the root), so a
+// symlink back to one of them is not followed into an endless loop.
+class ClassWalker {
+ public:
+  explicit ClassWalker(fs::path canonical_root) { stack_.push_back(std::move(canonical_root)); }
+
+  // The image files under class_dir, in torchvision's order: by directory path, then by file name.
+  std::vector<fs::path> files(const fs::path& class_dir) {
+    found_.clear();
+    std::error_code ec;
+    fs::path canonical = fs::canonical(class_dir, ec);
+    if (ec) throw DatasetError(class_dir.string() + ": cannot resolve directory: " + ec.message());
+    walk(class_dir, std::move(canonical));
+    std::sort(found_.begin(), found_.end(),
+              [](const DirFiles& a, const DirFiles& b) { return a.dir.native() < b.dir.native(); });
+    std::vector<fs::path> out;
+    for (DirFiles& d : found_) {
+      std::sort(d.names.begin(), d.names.end());
+      for (const std::string& name : d.names) out.push_back(d.dir / name);
+    }
+    return out;
+  }
+
+ private:
+  void walk(const fs::path& dir, fs::path canonical) {
+    if (std::find(stack_.begin(), stack_.end(), canonical) != stack_.end()) return;  // a symlink loop
+    stack_.push_back(std::move(canonical));
+    DirFiles here{dir, {}};
+    std::vector<std::pair<fs::path, fs::path>> subdirs;  // (path, canonical path)
+    for_each_entry(dir, [&](const fs::directory_entry& entry) {
+      const fs::path name = entry.path().filename();
+      if (is_hidden(name)) return;
+      std::error_code ec;
+      if (!entry.is_directory(ec)) {  // files, links to files, and broken links, as os.walk lists them
+        if (has_image_extension(name)) here.names.push_back(name.string());
+        return;
+      }
+      if (!entry.is_symlink(ec)) {
+        subdirs.emplace_back(entry.path(), stack_.back() / name);
+        return;
+      }
+      fs::path target = fs::canonical(entry.path(), ec);
+      if (ec) throw DatasetError(entry.path().string() + ": cannot resolve symlink: " + ec.message());
+      subdirs.emplace_back(entry.path(), std::move(target));
+    });
+    if (!here.names.empty()) found_.push_back(std::move(here));
+    for (auto& [path, canon] : subdirs) walk(path, std::move(canon));
+    stack_.pop_back();
+  }
+
+  std::vector<fs::path> stack_;
+  std::vector<DirFiles> found_;
+};
+
+}  // namespace
+
+std::span<const std::string_view> Dataset::image_extensions() { return kImageExtensions; }
+
+Dataset::Dataset(std::vector<fs::path> paths, std::vector<std::int64_t> labels, std::vector<std::string> classes)
+    : paths_(std::move(paths)), labels_(std::move(labels)), classes_(std::move(classes)) {
+  if (paths_.size() != labels_.size()) {
+    throw std::invalid_argument("dataset: " + std::to_string(paths_.size()) + " paths but " +
+                                std::to_string(labels_.size()) + " labels");
+  }
+  std::int64_t max_label = -1;
+  for (std::size_t i = 0; i < labels_.size(); ++i) {
+    const std::int64_t l = labels_[i];
+    if (l < 0) {
+      throw std::invalid_argument("dataset: sample " + std::to_string(i) + " has negative label " + std::to_string(l));
+    }
+    if (l > kMaxLabel) {
+      throw std::invalid_argument("dataset: sample " + std::to_string(i) + " has label " + std::to_string(l) +
+                                  ", above the maximum " + std::to_string(kMaxLabel));
+    }
+    if (!classes_.empty() && static_cast<std::uint64_t>(l) >= classes_.size()) {
+      throw std::invalid_argument("dataset: sample " + std::to_string(i) + " has label " + std::to_string(l) +
+                                  " but there are only " + std::to_string(classes_.size()) + " classes");
+    }
+    max_label = std::max(max_label, l);
+  }
+  num_classes_ = max_label + 1;
+}
+
+Dataset Dataset::from_list(const fs::path& list_file) {
+  const std::string name = list_file.string();
+  std::error_code ec;
+  const fs::file_status st = fs::status(list_file, ec);
+  if (st.type() == fs::file_type::not_found) throw DatasetError(name + ": list file not found");
+  if (ec) throw DatasetError(name + ": cannot stat list file: " + ec.message());
+  if (fs::is_directory(st)) throw DatasetError(name + ": list file is a directory");
+
+  errno = 0;
+  std::ifstream in(list_file, std::ios::binary);  // binary: CRLF is trimmed below, never translated
+  if (!in) {
+    const int err = errno;
+    throw DatasetError(name + ": cannot open list file" +
+                       (err != 0 ? ": " + std::generic_category().message(err) : std::string()));
+  }
+
+  const fs::path base = list_file.parent_path();
+  std::vector<fs::path> paths;
+  std::vector<std::int64_t> labels;
+  std::string line;
+  std::size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    std::string_view s = line;
+    if (line_no == 1 && s.starts_with(kUtf8Bom)) s.remove_prefix(kUtf8Bom.size());
+    s = trim(s);
+    if (s.empty() || s.front() == '#') continue;
+
+    const auto fail = [&](const std::string& reason) {
+      throw DatasetError(name + ":" + std::to_string(line_no) + ": " + reason);
+    };
+    const auto cut = s.find_last_of(kBlank);
+    const std::string_view label_text = cut == std::string_view::npos ? s : s.substr(cut + 1);
+    const std::string_view path_text = cut == std::string_view::npos ? std::string_view() : trim(s.substr(0, cut));
+    std::int64_t label = 0;
+    switch (parse_label(label_text, label)) {
+      case LabelParse::ok:
+        break;
+      case LabelParse::not_integer:
+        if (cut == std::string_view::npos) fail("no label: expected 'path label', got " + in_quotes(s));
+        fail("label " + in_quotes(label_text) + " is not a non-negative integer");
+        break;
+      case LabelParse::out_of_range:
+        fail("label " + in_quotes(label_text) + " is out of range (max " + std::to_string(kMaxLabel) + ")");
+        break;
+    }
+    if (path_text.empty()) fail("empty path before label " + in_quotes(label_text));
+
+    fs::path p(path_text);
+    paths.push_back(p.is_absolute() ? std::move(p) : base / p);
+    labels.push_back(label);
+  }
+  if (in.bad()) throw DatasetError(name + ":" + std::to_string(line_no + 1) + ": read error");
+
+  paths.shrink_to_fit();
+  labels.shrink_to_fit();
+  Dataset d(std::move(paths), std::move(labels));
+  d.source_ = list_file;
+  return d;
+}
+
+Dataset Dataset::from_folder(const fs::path& root) {
+  const std::string name = root.string();
+  std::error_code ec;
+  const fs::file_status st = fs::status(root, ec);
+  if (st.type() == fs::file_type::not_found) throw DatasetError(name + ": image folder not found");
+  if (ec) throw DatasetError(name + ": cannot stat image folder: " + ec.message());
+  if (!fs::is_directory(st)) throw DatasetError(name + ": image folder is not a directory");
+
+  // Class directories: the non-hidden directories (or links to them) directly in root.
+  std::vector<std::string> classes;
+  for_each_entry(root, [&](const fs::directory_entry& entry) {
+    const fs::path cls = entry.path().filename();
+    std::error_code dir_ec;
+    if (!is_hidden(cls) && entry.is_directory(dir_ec)) classes.push_back(cls.string());
+  });
+  if (classes.empty()) throw DatasetError(name + ": no class directories (expected " + name + "/<class>/<image>)");
+  std::sort(classes.begin(), classes.end());  // char_traits<char> compares as unsigned: byte order
+
+  fs::path canonical_root = fs::canonical(root, ec);
+  if (ec) throw DatasetError(name + ": cannot resolve image folder: " + ec.message());
+  ClassWalker walker(std::move(canonical_root));
+  std::vector<fs::path> paths;
+  std::vector<std::int64_t> labels;
+  std::vector<std::string> empty;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    std::vector<fs::path> files = walker.files(root / classes[c]);
+    if (files.empty()) empty.push_back(classes[c]);
+    labels.insert(labels.end(), files.size(), static_cast<std::int64_t>(c));
+    std::move(files.begin(), files.end(), std::back_inserter(paths));
+  }
+  if (!empty.empty()) {
+    std::string msg = name + ": found no valid file for the classes ";
+    for (std::size_t i = 0; i < empty.size(); ++i) msg += (i ? ", " : "") + in_quotes(empty[i]);
+    msg += "; supported extensions are:";
+    for (std::string_view ext : kImageExtensions) (msg += ' ') += ext;
+    throw DatasetError(msg);
+  }
+
+  Dataset d(std::move(paths), std::move(labels), std::move(classes));
+  d.source_ = root;
+  return d;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,66 @@
+#include "stages/image_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <stb/stb_image_resize.h>
+
+namespace conveyor {
+
+void flip_rows(std::span<unsigned char> image, int height, int width) {
+  for (int y = 0; y < height; ++y) {
+    unsigned char* row = image.data() + std::size_t(y) * width * 3;
+    for (int l = 0, r = width - 1; l < r; ++l, --r) {
+      for (int c = 0; c < 3; ++c) std::swap(row[l * 3 + c], row[r * 3 + c]);
+    }
+  }
+}
+
+void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char fill,
+            std::span<unsigned char> dst) {
+  const int ow = g.out.width, oh = g.out.height;
+  // The part of the box inside the image, and where it lands in the output.
+  const double ix0 = std::max(g.x0, 0.0), ix1 = std::min(g.x1, double(image_width));
+  const double iy0 = std::max(g.y0, 0.0), iy1 = std::min(g.y1, double(image_height));
+  const double sx = ow / (g.x1 - g.x0), sy = oh / (g.y1 - g.y0);
+  const int ox0 = std::clamp(int(std::lround((ix0 - g.x0) * sx)), 0, ow);
+  const int ox1 = std::clamp(int(std::lround((ix1 - g.x0) * sx)), 0, ow);
+  const int oy0 = std::clamp(int(std::lround((iy0 - g.y0) * sy)), 0, oh);
+  const int oy1 = std::clamp(int(std::lround((iy1 - g.y0) * sy)), 0, oh);
+  if (ox0 > 0 || oy0 > 0 || ox1 < ow || oy1 < oh) std::memset(dst.data(), fill, dst.size());  // padding
+  if (ox1 > ox0 && oy1 > oy0) {
+    // The inside part in the decoded view's pixel coordinates.
+    const double u0 = (ix0 - src.x0) * src.scale_x, u1 = (ix1 - src.x0) * src.scale_x;
+    const double v0 = (iy0 - src.y0) * src.scale_y, v1 = (iy1 - src.y0) * src.scale_y;
+    const std::ptrdiff_t out_stride = std::ptrdiff_t(ow) * 3;
+    unsigned char* out = dst.data() + oy0 * out_stride + std::ptrdiff_t(ox0) * 3;
+    const int cw = ox1 - ox0, ch = oy1 - oy0;
+    const bool pixel_for_pixel = u0 == std::floor(u0) && v0 == std::floor(v0) && u1 - u0 == cw && v1 - v0 == ch;
+    if (pixel_for_pixel) {  // e.g. RandomCrop at full scale: copy rows, no filtering
+      for (int y = 0; y < ch; ++y) {
+        std::memcpy(out + y * out_stride, src.pixels + (std::ptrdiff_t(v0) + y) * src.stride + std::ptrdiff_t(u0) * 3,
+                    std::size_t(cw) * 3);
+      }
+    } else {
+      stbir_resize_region(src.pixels, src.width, src.height, int(src.stride), out, cw, ch, int(out_stride),
+                          STBIR_TYPE_UINT8, 3, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP,
+                          STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE, STBIR_COLORSPACE_LINEAR, nullptr,
+                          float(u0 / src.width), float(v0 / src.height), float(u1 / src.width), float(v1 / src.height));
+    }
+  }
+  if (g.flip) flip_rows(dst, oh, ow);
+}
+
+void to_float_chw(std::span<const unsigned char> hwc, int height, int width, const Normalize& norm,
+                  std::span<float> chw) {
+  const std::size_t plane = std::size_t(height) * width;
+  for (int c = 0; c < 3; ++c) {
+    const ChannelAffine a = channel_affine(norm.mean[c], norm.std[c]);
+    float* out = chw.data() + c * plane;
+    const unsigned char* in = hwc.data() + c;
+    for (std::size_t i = 0; i < plane; ++i) out[i] = normalize_value(in[i * 3], a);
+  }
+}
+
+}  // namespace conveyor

@@ -1,0 +1,35 @@
+// Stateless pixel operations on RGB8 HWC images: render a Geometry's box from
+// decoded pixels straight into a batch slot, mirror rows, and convert to float
+// CHW with per-channel mean and std.
+//
+// Every function writes into memory the caller owns (the slot) and keeps no
+// state; all are thread-safe. render() allocates only stb_image_resize's scratch.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+
+#include "stages/augment.h"
+#include "stages/decode.h"
+#include "stages/normalize.h"
+
+namespace conveyor {
+
+// Writes out.height x out.width RGB8 pixels (dst.size() == out.height * out.width * 3)
+// sampled from the geometry's box: a triangle (bilinear, antialiased when
+// downscaling) filter through stb_image_resize, or a plain copy when the box
+// maps pixel for pixel. Output pixels whose source lies outside the
+// image_width x image_height image take `fill` (padding). Mirrors when g.flip.
+void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char fill,
+            std::span<unsigned char> dst);
+
+// Reverses the pixel order of every row: an exact horizontal flip.
+void flip_rows(std::span<unsigned char> image, int height, int width);
+
+// uint8 HWC RGB -> float CHW: out[c][y][x] = (in[y][x][c] / 255 - mean[c]) / std[c],
+// computed by normalize_value() (the same function the GPU kernel uses).
+void to_float_chw(std::span<const unsigned char> hwc, int height, int width, const Normalize& norm,
+                  std::span<float> chw);
+
+}  // namespace conveyor

@@ -1,0 +1,94 @@
+#include "stages/image_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "stages/image_ops.h"
+
+namespace conveyor {
+
+struct ImageSource::Worker {
+  ImageDecoder decoder;
+  std::vector<unsigned char> file;
+  Worker(const DecodeLimits& limits, const std::vector<int>& scales) : decoder(limits, scales) {}
+};
+
+void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("cannot open: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw std::runtime_error(std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error("not a regular file");
+  const auto size = std::uint64_t(st.st_size);
+  if (size > max_bytes) {
+    throw std::runtime_error("file of " + std::to_string(size) + " bytes is over the limit of " +
+                             std::to_string(max_bytes) + " (max_file_bytes)");
+  }
+  out.resize(size);
+  std::size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, out.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
+    if (n == 0) break;  // the file shrank while we read it
+    got += std::size_t(n);
+  }
+  out.resize(got);
+}
+
+ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
+    : dataset_(std::move(dataset)), config_(std::move(config)), augment_(config_.transforms) {
+  if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
+  workers_.reserve(workers);
+  for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>(config_.limits, config_.jpeg_scales));
+}
+
+ImageSource::~ImageSource() = default;
+
+void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker) {
+  Worker& w = *workers_.at(worker);
+  const auto& path = dataset_.path(index);
+  try {
+    read_file(path, config_.limits.max_file_bytes, w.file);
+    const ImageInfo info = w.decoder.open(w.file);
+    const Geometry g = augment_.plan(info.width, info.height, rng);
+    // Whole source pixels the box touches, inside the image.
+    const int x0 = std::clamp(int(std::floor(g.x0)), 0, info.width - 1);
+    const int y0 = std::clamp(int(std::floor(g.y0)), 0, info.height - 1);
+    const int x1 = std::clamp(int(std::ceil(g.x1)), x0 + 1, info.width);
+    const int y1 = std::clamp(int(std::ceil(g.y1)), y0 + 1, info.height);
+    // Output pixels per source pixel: a reduced DCT scale may serve down to this.
+    const double need = std::max(g.out.width / (g.x1 - g.x0), g.out.height / (g.y1 - g.y0));
+    const DecodedView view = w.decoder.decode({x0, y0, x1 - x0, y1 - y0}, need);
+    render(view, g, info.width, info.height, config_.fill, out);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path.string() + ": " + e.what());
+  }
+}
+
+void ImageSource::fill(Sample& s) {
+  if (s.data.size() != sample_bytes()) {
+    throw std::invalid_argument("image source: the pipeline's sample_bytes is " + std::to_string(s.data.size()) +
+                                " but " + augment_.describe() + " writes " + std::to_string(sample_bytes()));
+  }
+  try {
+    render_sample(std::size_t(s.index), s.rng,
+                  {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()}, s.worker);
+  } catch (const std::exception& e) {
+    if (config_.on_error == ErrorPolicy::skip) return s.skip(e.what());
+    throw;
+  }
+  s.label = dataset_.label(std::size_t(s.index));
+}
+
+}  // namespace conveyor

@@ -1,0 +1,89 @@
+// ImageSource: the sample filler for image datasets. For each sample it reads
+// the file, decodes the part the augmentation needs, and writes a fixed-size
+// uint8 HWC RGB image straight into the sample's slot of the batch buffer.
+//
+//   Dataset dataset = Dataset::from_folder("train/");
+//   ImageSource images(dataset, ImageConfig{}, config.workers);
+//   config.sample_bytes = images.sample_bytes();
+//   Pipeline pipeline(config, dataset.size(), {images.filler()});
+//
+// Errors per sample follow ImageConfig::on_error: `fail` stops the pipeline
+// (the consumer's PipelineError names the sample index, and the message names
+// the file and the decoder's reason); `skip` leaves the sample out of its batch,
+// which is delivered short, and lists it in Batch::skipped with path and reason.
+//
+// Thread safety: fill() may run concurrently for distinct Sample::worker values
+// (each worker has its own decoder and file buffer); the ImageSource must
+// outlive the pipeline that calls it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/pipeline.h"
+#include "stages/augment.h"
+#include "stages/dataset.h"
+#include "stages/decode.h"
+
+namespace conveyor {
+
+enum class ErrorPolicy {
+  fail,  // the first bad sample stops the pipeline
+  skip,  // bad samples are left out, counted and listed
+};
+
+struct ImageConfig {
+  // Default: RandomResizedCrop(224) + RandomHorizontalFlip(0.5), the ImageNet training recipe.
+  std::vector<Transform> transforms{RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}};
+  // Default: 64 MP and 256 MiB (see DecodeLimits).
+  DecodeLimits limits;
+  // Default: default_jpeg_scales(), the reduced DCT scales that measured faster.
+  std::vector<int> jpeg_scales = default_jpeg_scales();
+  // Default: fail.
+  ErrorPolicy on_error = ErrorPolicy::fail;
+  // Value of padded pixels (RandomCrop padding, CenterCrop larger than the image). Default: 0.
+  unsigned char fill = 0;
+};
+
+class ImageSource {
+ public:
+  // Throws AugmentError for a bad transform chain, std::invalid_argument for
+  // bad scales or workers == 0.
+  ImageSource(Dataset dataset, ImageConfig config, std::size_t workers);
+  ~ImageSource();
+  ImageSource(const ImageSource&) = delete;
+  ImageSource& operator=(const ImageSource&) = delete;
+
+  Size output() const { return augment_.output(); }
+  std::size_t sample_bytes() const { return std::size_t(output().height) * output().width * 3; }
+  const Dataset& dataset() const { return dataset_; }
+  const Augment& augment() const { return augment_; }
+  const ImageConfig& config() const { return config_; }
+
+  // Fills one sample (see the policy above). Sets the label from the dataset.
+  void fill(Sample& s);
+  // fill() as the pipeline's Filler; refers to this ImageSource.
+  Filler filler() {
+    return [this](Sample& s) { fill(s); };
+  }
+
+  // Decodes and augments dataset sample `index` into out (sample_bytes()), as
+  // the pipeline would with this rng, on worker slot `worker`. Throws
+  // std::runtime_error "path: reason" on any failure, whatever the policy.
+  void render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker = 0);
+
+ private:
+  struct Worker;
+  Dataset dataset_;
+  ImageConfig config_;
+  Augment augment_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+// Reads a whole file into `out` (resized to fit), refusing files over max_bytes
+// before reading them. Throws std::runtime_error naming the reason (not the path).
+void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out);
+
+}  // namespace conveyor

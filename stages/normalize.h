@@ -1,0 +1,35 @@
+// Normalize: the per-element arithmetic of "uint8 pixel -> normalized float",
+// written once for the host and the CUDA kernel (CONVEYOR_HD marks it
+// __host__ __device__ under nvcc), so host tests exercise the GPU's math.
+//
+// torchvision convention: mean and std are on the [0, 1] scale, as in
+// Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)) after ToTensor.
+#pragma once
+
+#include <array>
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define CONVEYOR_HD __host__ __device__
+#else
+#define CONVEYOR_HD
+#endif
+
+namespace conveyor {
+
+struct Normalize {
+  std::array<float, 3> mean{0.485f, 0.456f, 0.406f};  // Default: ImageNet
+  std::array<float, 3> std{0.229f, 0.224f, 0.225f};   // Default: ImageNet; each > 0
+};
+
+// (v / 255 - mean) / std, folded to one fused multiply-add: v * scale + bias
+// with scale = 1 / (255 std) and bias = -mean / std. fmaf rounds once on both
+// host and device, so the two give the same bits.
+struct ChannelAffine {
+  float scale = 1, bias = 0;
+};
+inline ChannelAffine channel_affine(float mean, float std) { return {1.0f / (255.0f * std), -mean / std}; }
+
+CONVEYOR_HD inline float normalize_value(unsigned char v, ChannelAffine a) { return fmaf(float(v), a.scale, a.bias); }
+
+}  // namespace conveyor

@@ -1,0 +1,198 @@
+// Augment: crop boxes for every image shape, torchvision parameter semantics,
+// flips, validation, and the pixel ops that render a box into a slot.
+#include <cmath>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "stages/augment.h"
+#include "stages/image_ops.h"
+
+using namespace conveyor;
+
+namespace {
+
+const std::vector<std::pair<int, int>> kShapes = {{1, 1},     {2, 3},     {3, 2},    {4000, 40}, {40, 4000},
+                                                  {224, 224}, {500, 375}, {375, 500}, {7, 10000}, {31, 33}};
+
+bool inside(const Geometry& g, int w, int h) {
+  const double eps = 1e-9;
+  return g.x0 >= -eps && g.y0 >= -eps && g.x1 <= w + eps && g.y1 <= h + eps && g.x1 > g.x0 && g.y1 > g.y0;
+}
+
+}  // namespace
+
+TEST_CASE("augment: RandomResizedCrop boxes stay inside any image", "[augment]") {
+  const Augment a({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}});
+  REQUIRE(a.output() == Size{224, 224});
+  for (auto [w, h] : kShapes) {
+    for (std::uint64_t i = 0; i < 2000; ++i) {
+      Rng rng(1, 0, i);
+      const Geometry g = a.plan(w, h, rng);
+      INFO(w << "x" << h << " sample " << i);
+      REQUIRE(inside(g, w, h));
+      REQUIRE(g.out == Size{224, 224});
+    }
+  }
+}
+
+TEST_CASE("augment: Resize then CenterCrop stays inside, CenterCrop alone pads small images", "[augment]") {
+  const Augment val({Resize{256}, CenterCrop{{224, 224}}});
+  const Augment crop_only({CenterCrop{{224, 224}}});
+  for (auto [w, h] : kShapes) {
+    Rng rng(1, 0, 0);
+    INFO(w << "x" << h);
+    const Geometry g = val.plan(w, h, rng);
+    REQUIRE(inside(g, w, h));
+    // Centred: equal margins on both sides (within a rounding pixel of the resized image).
+    REQUIRE(std::abs(g.x0 - (w - g.x1)) <= double(w) / 256 * 1.01 + 1e-9);
+    const Geometry c = crop_only.plan(w, h, rng);
+    REQUIRE(c.x1 - c.x0 == Approx(224));
+    REQUIRE(c.y1 - c.y0 == Approx(224));
+    if (w >= 224 && h >= 224) REQUIRE(inside(c, w, h));
+    if (w < 224) REQUIRE(c.x0 < 0);
+  }
+  // torchvision: Resize(256) of 500x375 gives 341x256; CenterCrop(224) takes left = round(58.5) = 58 (half to even).
+  Rng rng(1, 0, 0);
+  const Geometry g = val.plan(500, 375, rng);
+  REQUIRE(g.x0 == Approx(58 * 500.0 / 341));
+  REQUIRE(g.x1 - g.x0 == Approx(224 * 500.0 / 341));
+  REQUIRE(g.y0 == Approx(16 * 375.0 / 256));
+}
+
+TEST_CASE("augment: RandomResizedCrop draws scale and ratio in range", "[augment]") {
+  const RandomResizedCrop t{{64, 64}, 0.25, 0.5, 0.5, 2.0};
+  const Augment a({t});
+  const int w = 1000, h = 800;
+  for (std::uint64_t i = 0; i < 2000; ++i) {
+    Rng rng(9, 1, i);
+    const Geometry g = a.plan(w, h, rng);
+    const double area = (g.x1 - g.x0) * (g.y1 - g.y0) / (double(w) * h);
+    const double ratio = (g.x1 - g.x0) / (g.y1 - g.y0);
+    // Sizes are rounded to whole pixels, so allow a pixel's worth.
+    REQUIRE(area >= 0.25 - 0.01);
+    REQUIRE(area <= 0.5 + 0.01);
+    REQUIRE(ratio >= 0.5 * 0.98);
+    REQUIRE(ratio <= 2.0 * 1.02);
+    REQUIRE(g.x0 == std::floor(g.x0));  // integer crop offsets, as torchvision
+  }
+}
+
+TEST_CASE("augment: RandomResizedCrop falls back to a clamped central crop", "[augment]") {
+  // A 4000x40 image cannot hold a 3/4..4/3 crop of 8%..100% area in 10 tries: the fallback is
+  // the central crop with the ratio clamped to 4/3: h = 40, w = round(40 * 4/3) = 53.
+  const Augment a({RandomResizedCrop{{32, 32}, 0.5, 1.0}});
+  Rng rng(1, 0, 0);
+  const Geometry g = a.plan(4000, 40, rng);
+  REQUIRE(g.x1 - g.x0 == Approx(53));
+  REQUIRE(g.y1 - g.y0 == Approx(40));
+  REQUIRE(g.x0 == Approx((4000 - 53) / 2));
+}
+
+TEST_CASE("augment: RandomCrop with padding covers offsets -pad..+pad", "[augment]") {
+  const Augment a({RandomCrop{{32, 32}, 4, 4, 4, 4}, RandomHorizontalFlip{}});
+  std::vector<int> seen(9, 0);
+  for (std::uint64_t i = 0; i < 3000; ++i) {
+    Rng rng(2, 0, i);
+    const Geometry g = a.plan(32, 32, rng);
+    REQUIRE(g.x1 - g.x0 == Approx(32));
+    REQUIRE(g.x0 >= -4);
+    REQUIRE(g.x0 <= 4);
+    ++seen[std::size_t(g.x0 + 4)];
+  }
+  for (int c : seen) REQUIRE(c > 0);
+  // Too small without padding: a clear error. pad_if_needed pads instead.
+  Rng rng(1, 0, 0);
+  const Augment strict({RandomCrop{{32, 32}}});
+  REQUIRE_THROWS_WITH(strict.plan(1, 1, rng), Catch::Contains("smaller than 32"));
+  const Augment lenient({RandomCrop{{32, 32}, 0, 0, 0, 0, true}});
+  const Geometry g = lenient.plan(1, 1, rng);
+  REQUIRE(g.x1 - g.x0 == Approx(32));
+}
+
+TEST_CASE("augment: flip probability and determinism", "[augment]") {
+  const Augment never({CenterCrop{{8, 8}}, RandomHorizontalFlip{0}});
+  const Augment always({CenterCrop{{8, 8}}, RandomHorizontalFlip{1}});
+  const Augment half({RandomResizedCrop{{8, 8}}, RandomHorizontalFlip{0.5}});
+  int flips = 0;
+  for (std::uint64_t i = 0; i < 4000; ++i) {
+    Rng r1(3, 0, i), r2(3, 0, i), r3(3, 0, i), r4(3, 0, i);
+    REQUIRE_FALSE(never.plan(64, 48, r1).flip);
+    REQUIRE(always.plan(64, 48, r2).flip);
+    const Geometry a = half.plan(64, 48, r3), b = half.plan(64, 48, r4);
+    REQUIRE(a.x0 == b.x0);  // same stream, same parameters
+    REQUIRE(a.flip == b.flip);
+    flips += a.flip;
+  }
+  REQUIRE(flips > 1800);
+  REQUIRE(flips < 2200);
+  // A flip before a crop mirrors where the crop lands.
+  const Augment flip_then_crop({RandomHorizontalFlip{1}, CenterCrop{{10, 10}}, Resize{0, {10, 10}}});
+  Rng rng(1, 0, 0);
+  const Geometry g = flip_then_crop.plan(30, 10, rng);
+  REQUIRE(g.flip);
+  REQUIRE(g.x0 == Approx(10));
+}
+
+TEST_CASE("augment: invalid chains name the transform", "[augment]") {
+  REQUIRE_THROWS_AS(Augment({}), AugmentError);
+  REQUIRE_THROWS_WITH(Augment({Resize{256}}), Catch::Contains("output size depends on the image"));
+  REQUIRE_THROWS_WITH(Augment({RandomResizedCrop{{224, 224}, 0.5, 0.1}}), Catch::Contains("RandomResizedCrop: scale"));
+  REQUIRE_THROWS_WITH(Augment({RandomResizedCrop{{224, 224}, 0.1, 1, 2, 1}}), Catch::Contains("ratio"));
+  REQUIRE_THROWS_WITH(Augment({CenterCrop{{0, 3}}}), Catch::Contains("CenterCrop: size"));
+  REQUIRE_THROWS_WITH(Augment({RandomCrop{{3, 3}, -1}}), Catch::Contains("padding"));
+  REQUIRE_THROWS_WITH(Augment({CenterCrop{{3, 3}}, RandomHorizontalFlip{1.5}}), Catch::Contains("p must be"));
+  REQUIRE(Augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}}).describe() ==
+          "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5)");
+}
+
+TEST_CASE("image ops: render copies, pads, flips exactly", "[augment][ops]") {
+  // A 6x4 image whose pixel (x, y) holds (x, y, x + 10 y).
+  const int w = 6, h = 4;
+  std::vector<unsigned char> img(w * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      unsigned char* p = &img[(y * w + x) * 3];
+      p[0] = (unsigned char)x;
+      p[1] = (unsigned char)y;
+      p[2] = (unsigned char)(x + 10 * y);
+    }
+  DecodedView v{img.data(), w, h, w * 3};
+  // Pixel for pixel with padding: box [-1, 3) x [1, 4) of a 4x3 output.
+  Geometry g{-1, 1, 3, 4, {3, 4}, false};
+  std::vector<unsigned char> out(4 * 3 * 3, 0xAB);
+  render(v, g, w, h, 7, out);
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 4; ++x) {
+      const unsigned char* p = &out[(y * 4 + x) * 3];
+      if (x == 0) {
+        REQUIRE((p[0] == 7 && p[1] == 7 && p[2] == 7));
+      } else {
+        REQUIRE((p[0] == x - 1 && p[1] == y + 1 && p[2] == (x - 1) + 10 * (y + 1)));
+      }
+    }
+  // The flip is the exact mirror of the unflipped output.
+  std::vector<unsigned char> flipped(out.size());
+  g.flip = true;
+  render(v, g, w, h, 7, flipped);
+  flip_rows(out, 3, 4);
+  REQUIRE(flipped == out);
+  // A resized box stays within the source's value range and fills every pixel.
+  Geometry down{0, 0, 6, 4, {2, 3}, false};
+  std::vector<unsigned char> small(2 * 3 * 3, 0xFF);
+  render(v, down, w, h, 0, small);
+  for (int i = 0; i < 6; ++i) REQUIRE(small[i * 3] <= 5);
+}
+
+TEST_CASE("image ops: float CHW normalize matches the plain formula", "[ops]") {
+  std::vector<unsigned char> hwc(5 * 3 * 3);
+  for (std::size_t i = 0; i < hwc.size(); ++i) hwc[i] = (unsigned char)(i * 17);
+  const Normalize n;
+  std::vector<float> chw(hwc.size());
+  to_float_chw(hwc, 3, 5, n, chw);
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 15; ++i) {
+      const double want = (hwc[i * 3 + c] / 255.0 - n.mean[c]) / n.std[c];
+      REQUIRE(chw[c * 15 + i] == Approx(want).margin(1e-5));
+    }
+}

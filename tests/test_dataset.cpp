@@ -1,0 +1,351 @@
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "stages/dataset.h"
+
+using namespace conveyor;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh folder under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      root_ = fs::temp_directory_path() / ("conveyor_test_dataset_" + std::to_string(rd()) + "_" +
+                                           std::to_string(rd()));
+      if (fs::create_directory(root_)) return;
+    }
+    throw std::runtime_error("cannot create a unique temp dir");
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const fs::path& root() const { return root_; }
+  // Writes `content` byte for byte to root()/rel, creating parent folders; returns the full path.
+  fs::path write(const std::string& rel, const std::string& content = "not an image") const {
+    const fs::path p = root_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  fs::path mkdir(const std::string& rel) const {
+    const fs::path p = root_ / rel;
+    fs::create_directories(p);
+    return p;
+  }
+
+ private:
+  fs::path root_;
+};
+
+// what() of the DatasetError that f throws, or a note saying it threw none.
+template <typename F>
+std::string dataset_error(F&& f) {
+  try {
+    f();
+  } catch (const DatasetError& e) {
+    return e.what();
+  }
+  return "<no DatasetError thrown>";
+}
+
+std::vector<std::string> strings(const Dataset& d) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < d.size(); ++i) out.push_back(d.path(i).string());
+  return out;
+}
+
+std::vector<std::int64_t> labels(const Dataset& d) {
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < d.size(); ++i) out.push_back(d.label(i));
+  return out;
+}
+
+}  // namespace
+
+// ---- from_list
+
+TEST_CASE("dataset list: relative paths resolve against the list file's folder, absolute ones stay", "[dataset]") {
+  TempDir t;
+  const fs::path list = t.write("sub/list.txt", "img/a.jpg 0\n/abs/b.jpg 1\n../c.jpg 2\n");
+  const Dataset d = Dataset::from_list(list);
+  REQUIRE(d.size() == 3);
+  CHECK(d.path(0) == t.root() / "sub" / "img/a.jpg");
+  CHECK(d.path(1) == fs::path("/abs/b.jpg"));
+  CHECK(d.path(2) == t.root() / "sub" / "../c.jpg");
+  CHECK(labels(d) == std::vector<std::int64_t>{0, 1, 2});
+  CHECK(d.source() == list);
+  CHECK(d.classes().empty());
+  CHECK_FALSE(fs::exists(d.path(0)));  // images are never checked
+}
+
+TEST_CASE("dataset list: a path may contain spaces and the label is the last field", "[dataset]") {
+  TempDir t;
+  const fs::path list = t.write("list.txt",
+                                "my images/cat 1.jpg 3\n"
+                                "  /data/a  b.png\t\t7   \n"
+                                "/data/img#1.jpg 007\n"
+                                "/data/x 5 2\n");
+  const Dataset d = Dataset::from_list(list);
+  REQUIRE(d.size() == 4);
+  CHECK(d.path(0) == t.root() / "my images/cat 1.jpg");
+  CHECK(d.path(1) == fs::path("/data/a  b.png"));  // inner whitespace kept, outer trimmed
+  CHECK(d.path(2) == fs::path("/data/img#1.jpg"));
+  CHECK(d.path(3) == fs::path("/data/x 5"));
+  CHECK(labels(d) == std::vector<std::int64_t>{3, 7, 7, 2});
+}
+
+TEST_CASE("dataset list: comments, blank lines, CRLF endings and a BOM are handled", "[dataset]") {
+  TempDir t;
+  const fs::path list = t.write("list.txt",
+                                "\xEF\xBB\xBF# header comment\r\n"
+                                "\r\n"
+                                "   \t \r\n"
+                                "/d/a.jpg 1\r\n"
+                                "   # indented comment 5\r\n"
+                                "/d/b.jpg\t2\r\n"
+                                "\n"
+                                "/d/c.jpg 3");  // no final newline
+  const Dataset d = Dataset::from_list(list);
+  REQUIRE(strings(d) == std::vector<std::string>{"/d/a.jpg", "/d/b.jpg", "/d/c.jpg"});
+  CHECK(labels(d) == std::vector<std::int64_t>{1, 2, 3});
+}
+
+TEST_CASE("dataset list: a list with no samples gives an empty dataset", "[dataset]") {
+  TempDir t;
+  SECTION("comments and blank lines only") {
+    const Dataset d = Dataset::from_list(t.write("list.txt", "# nothing\n\n  \r\n"));
+    CHECK(d.size() == 0);
+    CHECK(d.num_classes() == 0);
+  }
+  SECTION("zero bytes") {
+    const Dataset d = Dataset::from_list(t.write("list.txt", ""));
+    CHECK(d.size() == 0);
+    CHECK(d.num_classes() == 0);
+  }
+}
+
+TEST_CASE("dataset list: each malformed line throws file:line: reason", "[dataset]") {
+  TempDir t;
+  // The bad line is line 4, after a comment, a blank line and a good line, with CRLF endings.
+  const auto error_for = [&](const std::string& bad) {
+    const fs::path list = t.write("list.txt", "# c\r\n\r\n/d/ok.jpg 1\r\n" + bad + "\r\n/d/after.jpg 2\r\n");
+    return dataset_error([&] { Dataset::from_list(list); });
+  };
+  const std::string at = (t.root() / "list.txt").string() + ":4: ";
+
+  CHECK(error_for("/d/a.jpg") == at + "no label: expected 'path label', got '/d/a.jpg'");
+  CHECK(error_for("/d/a.jpg x1") == at + "label 'x1' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg -3") == at + "label '-3' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg -0") == at + "label '-0' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg +3") == at + "label '+3' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg 12abc") == at + "label '12abc' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg 1.5") == at + "label '1.5' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg 0x10") == at + "label '0x10' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg 99999999999999999999") ==
+        at + "label '99999999999999999999' is out of range (max 9223372036854775806)");
+  CHECK(error_for("/d/a.jpg 9223372036854775807") ==
+        at + "label '9223372036854775807' is out of range (max 9223372036854775806)");
+  CHECK(error_for("17") == at + "empty path before label '17'");
+  CHECK(error_for(" \t 4 ") == at + "empty path before label '4'");
+}
+
+TEST_CASE("dataset list: the largest label is int64 max - 1", "[dataset]") {
+  TempDir t;
+  const Dataset d = Dataset::from_list(t.write("list.txt", "/d/a.jpg 9223372036854775806\n/d/b.jpg 0\n"));
+  REQUIRE(d.size() == 2);
+  CHECK(d.label(0) == INT64_MAX - 1);
+  CHECK(d.num_classes() == INT64_MAX);
+}
+
+TEST_CASE("dataset list: a missing list file or a directory throws naming it", "[dataset]") {
+  TempDir t;
+  const fs::path missing = t.root() / "nope" / "train.txt";
+  CHECK(dataset_error([&] { Dataset::from_list(missing); }) == missing.string() + ": list file not found");
+  const fs::path dir = t.mkdir("a_dir");
+  CHECK(dataset_error([&] { Dataset::from_list(dir); }) == dir.string() + ": list file is a directory");
+}
+
+TEST_CASE("dataset list: num_classes is the max label + 1", "[dataset]") {
+  TempDir t;
+  const Dataset d = Dataset::from_list(t.write("list.txt", "/a 0\n/b 5\n/c 2\n"));
+  CHECK(d.num_classes() == 6);
+  CHECK(d.classes().empty());
+}
+
+TEST_CASE("dataset list: many lines load in order", "[dataset]") {
+  TempDir t;
+  std::string text;
+  constexpr int kLines = 20000;
+  for (int i = 0; i < kLines; ++i) text += "img/" + std::to_string(i) + ".jpg " + std::to_string(i % 1000) + "\n";
+  const Dataset d = Dataset::from_list(t.write("list.txt", text));
+  REQUIRE(d.size() == kLines);
+  CHECK(d.path(12345) == t.root() / "img/12345.jpg");
+  CHECK(d.label(12345) == 345);
+  CHECK(d.num_classes() == 1000);
+}
+
+// ---- from_folder
+
+TEST_CASE("dataset folder: classes sorted in byte order give the labels", "[dataset]") {
+  TempDir t;
+  t.write("data/b/1.jpg");
+  t.write("data/a/1.jpg");
+  t.write("data/a/2.jpg");
+  t.write("data/C/1.jpg");
+  const fs::path root = t.root() / "data";
+  const Dataset d = Dataset::from_folder(root);
+  REQUIRE(d.classes() == std::vector<std::string>{"C", "a", "b"});
+  CHECK(d.num_classes() == 3);
+  CHECK(d.source() == root);
+  CHECK(strings(d) == std::vector<std::string>{(root / "C/1.jpg").string(), (root / "a/1.jpg").string(),
+                                               (root / "a/2.jpg").string(), (root / "b/1.jpg").string()});
+  CHECK(labels(d) == std::vector<std::int64_t>{0, 1, 1, 2});
+}
+
+TEST_CASE("dataset folder: nested files come in torchvision's walk order", "[dataset]") {
+  TempDir t;
+  // sorted(os.walk(...)) orders by directory path ("k" < "k/a" < "k/a-b" < "k/a/b", since '-' < '/'),
+  // then by file name: not the order of the full paths sorted as strings.
+  t.write("data/k/top.jpg");
+  t.write("data/k/a/x.jpg");
+  t.write("data/k/a/b/z.jpg");
+  t.write("data/k/a-b/y.jpg");
+  t.write("data/k/b.jpg");
+  const fs::path root = t.root() / "data";
+  const Dataset d = Dataset::from_folder(root);
+  CHECK(strings(d) == std::vector<std::string>{(root / "k/b.jpg").string(), (root / "k/top.jpg").string(),
+                                               (root / "k/a/x.jpg").string(), (root / "k/a-b/y.jpg").string(),
+                                               (root / "k/a/b/z.jpg").string()});
+  CHECK(labels(d) == std::vector<std::int64_t>{0, 0, 0, 0, 0});
+}
+
+TEST_CASE("dataset folder: the extension filter is case-insensitive", "[dataset]") {
+  TempDir t;
+  for (const char* name : {"a.JPEG", "b.Png", "c.txt", "d", "e.jpg.bak", "f.webp", "g.TIFF", "h.tga", "i.jpgx",
+                           "jpg", "k.pbm"}) {
+    t.write(std::string("data/cls/") + name);
+  }
+  const fs::path root = t.root() / "data";
+  const Dataset d = Dataset::from_folder(root);
+  std::vector<std::string> expected;
+  for (const char* name : {"a.JPEG", "b.Png", "f.webp", "g.TIFF", "h.tga", "k.pbm"}) {
+    expected.push_back((root / "cls" / name).string());
+  }
+  CHECK(strings(d) == expected);
+  CHECK(Dataset::image_extensions().size() == 13);
+}
+
+TEST_CASE("dataset folder: hidden files and directories are skipped", "[dataset]") {
+  TempDir t;
+  t.write("data/cls/.hidden.jpg");
+  t.write("data/cls/.git/x.jpg");
+  t.write("data/cls/sub/.y.png");
+  t.write("data/cls/seen.jpg");
+  t.write("data/.ipynb_checkpoints/z.jpg");  // a hidden class dir is not a class
+  const fs::path root = t.root() / "data";
+  const Dataset d = Dataset::from_folder(root);
+  CHECK(d.classes() == std::vector<std::string>{"cls"});
+  CHECK(strings(d) == std::vector<std::string>{(root / "cls/seen.jpg").string()});
+}
+
+TEST_CASE("dataset folder: files directly in root are ignored", "[dataset]") {
+  TempDir t;
+  t.write("data/stray.jpg");
+  t.write("data/README.txt");
+  t.write("data/dog/1.png");
+  const fs::path root = t.root() / "data";
+  const Dataset d = Dataset::from_folder(root);
+  CHECK(d.classes() == std::vector<std::string>{"dog"});
+  CHECK(strings(d) == std::vector<std::string>{(root / "dog/1.png").string()});
+}
+
+TEST_CASE("dataset folder: a class without image files throws naming it", "[dataset]") {
+  TempDir t;
+  t.write("data/a/1.jpg");
+  t.write("data/b/readme.txt");
+  t.mkdir("data/c/empty_sub");
+  const fs::path root = t.root() / "data";
+  const std::string msg = dataset_error([&] { Dataset::from_folder(root); });
+  const std::string head = root.string() + ": found no valid file for the classes 'b', 'c'; supported extensions are:";
+  CHECK(msg.substr(0, head.size()) == head);
+  CHECK(msg.find(".jpeg") != std::string::npos);
+  CHECK(msg.find('\n') == std::string::npos);
+}
+
+TEST_CASE("dataset folder: a missing root, a file as root and a root without classes throw", "[dataset]") {
+  TempDir t;
+  const fs::path missing = t.root() / "missing";
+  CHECK(dataset_error([&] { Dataset::from_folder(missing); }) == missing.string() + ": image folder not found");
+  const fs::path file = t.write("file.jpg");
+  CHECK(dataset_error([&] { Dataset::from_folder(file); }) == file.string() + ": image folder is not a directory");
+  t.write("flat/1.jpg");
+  t.mkdir("flat/.hidden");
+  const fs::path flat = t.root() / "flat";
+  const std::string msg = dataset_error([&] { Dataset::from_folder(flat); });
+  CHECK(msg.substr(0, flat.string().size() + 25) == flat.string() + ": no class directories (e");
+}
+
+TEST_CASE("dataset folder: symlinks are followed and a link loop is entered once", "[dataset]") {
+  TempDir t;
+  t.write("elsewhere/cats/1.jpg");
+  t.write("elsewhere/more/2.jpg");
+  t.write("data/dogs/1.jpg");
+  t.write("target.jpg");
+  const fs::path root = t.root() / "data";
+  fs::create_directory_symlink(t.root() / "elsewhere/cats", root / "cats");      // a linked class dir
+  fs::create_directory_symlink(t.root() / "elsewhere/more", root / "dogs/more");  // a linked subdir
+  fs::create_symlink(t.root() / "target.jpg", root / "dogs/link.jpg");            // a linked file
+  fs::create_directory_symlink(root / "dogs", root / "dogs/loop");                // back to an ancestor
+  fs::create_directory_symlink(root, root / "dogs/up");                           // back to the root
+  const Dataset d = Dataset::from_folder(root);
+  CHECK(d.classes() == std::vector<std::string>{"cats", "dogs"});
+  CHECK(strings(d) == std::vector<std::string>{(root / "cats/1.jpg").string(), (root / "dogs/1.jpg").string(),
+                                               (root / "dogs/link.jpg").string(), (root / "dogs/more/2.jpg").string()});
+  CHECK(labels(d) == std::vector<std::int64_t>{0, 1, 1, 1});
+}
+
+// ---- vectors
+
+TEST_CASE("dataset vectors: builds and reports num_classes", "[dataset]") {
+  const Dataset d({"/x/a.jpg", "/x/b.jpg", "/x/c.jpg"}, {2, 0, 4});
+  CHECK(d.size() == 3);
+  CHECK(d.path(1) == fs::path("/x/b.jpg"));
+  CHECK(d.label(2) == 4);
+  CHECK(d.num_classes() == 5);
+  CHECK(d.source().empty());
+  CHECK(d.classes().empty());
+  CHECK_THROWS_AS(d.path(3), std::out_of_range);
+  CHECK_THROWS_AS(d.label(3), std::out_of_range);
+
+  const Dataset empty({}, {});
+  CHECK(empty.size() == 0);
+  CHECK(empty.num_classes() == 0);
+
+  const Dataset named({"/a", "/b"}, {1, 1}, {"cat", "dog"});
+  CHECK(named.classes() == std::vector<std::string>{"cat", "dog"});
+  CHECK(named.num_classes() == 2);
+}
+
+TEST_CASE("dataset vectors: bad input throws std::invalid_argument", "[dataset]") {
+  CHECK_THROWS_AS(Dataset({"/a", "/b"}, {0}), std::invalid_argument);
+  CHECK_THROWS_AS(Dataset({"/a"}, {0, 1}), std::invalid_argument);
+  CHECK_THROWS_AS(Dataset({"/a", "/b"}, {0, -1}), std::invalid_argument);
+  CHECK_THROWS_AS(Dataset({"/a"}, {INT64_MAX}), std::invalid_argument);
+  CHECK_THROWS_AS(Dataset({"/a", "/b"}, {0, 2}, {"x", "y"}), std::invalid_argument);
+  CHECK_NOTHROW(Dataset({"/a", "/b"}, {0, 1}, {"x", "y"}));
+}
