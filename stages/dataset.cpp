@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <charconv>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <system_error>
@@ -141,11 +140,25 @@ class ClassWalker {
 std::span<const std::string_view> Dataset::image_extensions() { return kImageExtensions; }
 
 Dataset::Dataset(std::vector<fs::path> paths, std::vector<std::int64_t> labels, std::vector<std::string> classes)
-    : paths_(std::move(paths)), labels_(std::move(labels)), classes_(std::move(classes)) {
-  if (paths_.size() != labels_.size()) {
-    throw std::invalid_argument("dataset: " + std::to_string(paths_.size()) + " paths but " +
+    : labels_(std::move(labels)), classes_(std::move(classes)) {
+  if (paths.size() != labels_.size()) {
+    throw std::invalid_argument("dataset: " + std::to_string(paths.size()) + " paths but " +
                                 std::to_string(labels_.size()) + " labels");
   }
+  check_labels();
+  std::size_t bytes = 0;
+  for (const fs::path& p : paths) bytes += p.native().size();
+  path_chars_.reserve(bytes);
+  path_ends_.reserve(paths.size());
+  for (const fs::path& p : paths) add_path(p.native());
+}
+
+void Dataset::add_path(std::string_view native) {
+  path_chars_.append(native);
+  path_ends_.push_back(path_chars_.size());
+}
+
+void Dataset::check_labels() {
   std::int64_t max_label = -1;
   for (std::size_t i = 0; i < labels_.size(); ++i) {
     const std::int64_t l = labels_[i];
@@ -165,6 +178,11 @@ Dataset::Dataset(std::vector<fs::path> paths, std::vector<std::int64_t> labels, 
   num_classes_ = max_label + 1;
 }
 
+void Dataset::throw_out_of_range(std::size_t i) const {
+  throw std::out_of_range("dataset: sample index " + std::to_string(i) + " is out of range (size " +
+                          std::to_string(size()) + ")");
+}
+
 Dataset Dataset::from_list(const fs::path& list_file) {
   const std::string name = list_file.string();
   std::error_code ec;
@@ -181,9 +199,12 @@ Dataset Dataset::from_list(const fs::path& list_file) {
                        (err != 0 ? ": " + std::generic_category().message(err) : std::string()));
   }
 
-  const fs::path base = list_file.parent_path();
-  std::vector<fs::path> paths;
-  std::vector<std::int64_t> labels;
+  // What `base / p` puts before a relative path p: base plus a separator when base ends in a
+  // filename, or nothing when base is empty. A path is absolute, and kept as it is, when it starts
+  // with the root directory '/' (POSIX: no root names).
+  std::string prefix = (list_file.parent_path() / "x").native();
+  prefix.pop_back();
+  Dataset d;
   std::string line;
   std::size_t line_no = 0;
   while (std::getline(in, line)) {
@@ -213,15 +234,16 @@ Dataset Dataset::from_list(const fs::path& list_file) {
     }
     if (path_text.empty()) fail("empty path before label " + in_quotes(label_text));
 
-    fs::path p(path_text);
-    paths.push_back(p.is_absolute() ? std::move(p) : base / p);
-    labels.push_back(label);
+    if (path_text.front() != '/') d.path_chars_.append(prefix);  // part of this sample's path
+    d.add_path(path_text);
+    d.labels_.push_back(label);
   }
   if (in.bad()) throw DatasetError(name + ":" + std::to_string(line_no + 1) + ": read error");
 
-  paths.shrink_to_fit();
-  labels.shrink_to_fit();
-  Dataset d(std::move(paths), std::move(labels));
+  d.path_chars_.shrink_to_fit();
+  d.path_ends_.shrink_to_fit();
+  d.labels_.shrink_to_fit();
+  d.check_labels();
   d.source_ = list_file;
   return d;
 }
@@ -247,14 +269,13 @@ Dataset Dataset::from_folder(const fs::path& root) {
   fs::path canonical_root = fs::canonical(root, ec);
   if (ec) throw DatasetError(name + ": cannot resolve image folder: " + ec.message());
   ClassWalker walker(std::move(canonical_root));
-  std::vector<fs::path> paths;
-  std::vector<std::int64_t> labels;
+  Dataset d;
   std::vector<std::string> empty;
   for (std::size_t c = 0; c < classes.size(); ++c) {
-    std::vector<fs::path> files = walker.files(root / classes[c]);
+    const std::vector<fs::path> files = walker.files(root / classes[c]);
     if (files.empty()) empty.push_back(classes[c]);
-    labels.insert(labels.end(), files.size(), static_cast<std::int64_t>(c));
-    std::move(files.begin(), files.end(), std::back_inserter(paths));
+    d.labels_.insert(d.labels_.end(), files.size(), static_cast<std::int64_t>(c));
+    for (const fs::path& f : files) d.add_path(f.native());
   }
   if (!empty.empty()) {
     std::string msg = name + ": found no valid file for the classes ";
@@ -264,7 +285,11 @@ Dataset Dataset::from_folder(const fs::path& root) {
     throw DatasetError(msg);
   }
 
-  Dataset d(std::move(paths), std::move(labels), std::move(classes));
+  d.path_chars_.shrink_to_fit();
+  d.path_ends_.shrink_to_fit();
+  d.labels_.shrink_to_fit();
+  d.classes_ = std::move(classes);
+  d.check_labels();
   d.source_ = root;
   return d;
 }

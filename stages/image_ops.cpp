@@ -4,8 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <stb/stb_image_resize.h>
-
 namespace conveyor {
 
 void flip_rows(std::span<unsigned char> image, int height, int width) {
@@ -18,7 +16,7 @@ void flip_rows(std::span<unsigned char> image, int height, int width) {
 }
 
 void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char fill,
-            std::span<unsigned char> dst) {
+            std::span<unsigned char> dst, ResizeScratch& scratch) {
   const int ow = g.out.width, oh = g.out.height;
   // The part of the box inside the image, and where it lands in the output.
   const double ix0 = std::max(g.x0, 0.0), ix1 = std::min(g.x1, double(image_width));
@@ -43,10 +41,7 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
                     std::size_t(cw) * 3);
       }
     } else {
-      stbir_resize_region(src.pixels, src.width, src.height, int(src.stride), out, cw, ch, int(out_stride),
-                          STBIR_TYPE_UINT8, 3, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP,
-                          STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE, STBIR_COLORSPACE_LINEAR, nullptr,
-                          float(u0 / src.width), float(v0 / src.height), float(u1 / src.width), float(v1 / src.height));
+      resize_triangle(src.pixels, src.width, src.height, src.stride, u0, v0, u1, v1, out, cw, ch, out_stride, scratch);
     }
   }
   if (g.flip) flip_rows(dst, oh, ow);

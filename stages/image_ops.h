@@ -3,7 +3,7 @@
 // CHW with per-channel mean and std.
 //
 // Every function writes into memory the caller owns (the slot) and keeps no
-// state; all are thread-safe. render() allocates only stb_image_resize's scratch.
+// state; all are thread-safe.
 #pragma once
 
 #include <array>
@@ -13,16 +13,17 @@
 #include "stages/augment.h"
 #include "stages/decode.h"
 #include "stages/normalize.h"
+#include "stages/resize.h"
 
 namespace conveyor {
 
 // Writes out.height x out.width RGB8 pixels (dst.size() == out.height * out.width * 3)
-// sampled from the geometry's box: a triangle (bilinear, antialiased when
-// downscaling) filter through stb_image_resize, or a plain copy when the box
-// maps pixel for pixel. Output pixels whose source lies outside the
-// image_width x image_height image take `fill` (padding). Mirrors when g.flip.
+// sampled from the geometry's box: resize_triangle() (bilinear, antialiased when
+// downscaling), or a plain copy when the box maps pixel for pixel. Output pixels
+// whose source lies outside the image_width x image_height image take `fill`
+// (padding). Mirrors when g.flip. Allocates only through `scratch`.
 void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char fill,
-            std::span<unsigned char> dst);
+            std::span<unsigned char> dst, ResizeScratch& scratch);
 
 // Reverses the pixel order of every row: an exact horizontal flip.
 void flip_rows(std::span<unsigned char> image, int height, int width);

@@ -16,6 +16,7 @@ namespace conveyor {
 struct ImageSource::Worker {
   ImageDecoder decoder;
   std::vector<unsigned char> file;
+  ResizeScratch resize;
   Worker(const DecodeLimits& limits, const std::vector<int>& scales) : decoder(limits, scales) {}
 };
 
@@ -70,7 +71,7 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
     // Output pixels per source pixel: a reduced DCT scale may serve down to this.
     const double need = std::max(g.out.width / (g.x1 - g.x0), g.out.height / (g.y1 - g.y0));
     const DecodedView view = w.decoder.decode({x0, y0, x1 - x0, y1 - y0}, need);
-    render(view, g, info.width, info.height, config_.fill, out);
+    render(view, g, info.width, info.height, config_.fill, out, w.resize);
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + ": " + e.what());
   }

@@ -158,10 +158,11 @@ TEST_CASE("image ops: render copies, pads, flips exactly", "[augment][ops]") {
       p[2] = (unsigned char)(x + 10 * y);
     }
   DecodedView v{img.data(), w, h, w * 3};
+  ResizeScratch scratch;
   // Pixel for pixel with padding: box [-1, 3) x [1, 4) of a 4x3 output.
   Geometry g{-1, 1, 3, 4, {3, 4}, false};
   std::vector<unsigned char> out(4 * 3 * 3, 0xAB);
-  render(v, g, w, h, 7, out);
+  render(v, g, w, h, 7, out, scratch);
   for (int y = 0; y < 3; ++y)
     for (int x = 0; x < 4; ++x) {
       const unsigned char* p = &out[(y * 4 + x) * 3];
@@ -174,13 +175,13 @@ TEST_CASE("image ops: render copies, pads, flips exactly", "[augment][ops]") {
   // The flip is the exact mirror of the unflipped output.
   std::vector<unsigned char> flipped(out.size());
   g.flip = true;
-  render(v, g, w, h, 7, flipped);
+  render(v, g, w, h, 7, flipped, scratch);
   flip_rows(out, 3, 4);
   REQUIRE(flipped == out);
   // A resized box stays within the source's value range and fills every pixel.
   Geometry down{0, 0, 6, 4, {2, 3}, false};
   std::vector<unsigned char> small(2 * 3 * 3, 0xFF);
-  render(v, down, w, h, 0, small);
+  render(v, down, w, h, 0, small, scratch);
   for (int i = 0; i < 6; ++i) REQUIRE(small[i * 3] <= 5);
 }
 

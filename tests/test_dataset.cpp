@@ -4,6 +4,9 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -52,6 +55,21 @@ class TempDir {
   fs::path root_;
 };
 
+// Makes `dir` the current directory until destruction, then restores the previous one.
+class CurrentDir {
+ public:
+  explicit CurrentDir(const fs::path& dir) : previous_(fs::current_path()) { fs::current_path(dir); }
+  ~CurrentDir() {
+    std::error_code ec;
+    fs::current_path(previous_, ec);
+  }
+  CurrentDir(const CurrentDir&) = delete;
+  CurrentDir& operator=(const CurrentDir&) = delete;
+
+ private:
+  fs::path previous_;
+};
+
 // what() of the DatasetError that f throws, or a note saying it threw none.
 template <typename F>
 std::string dataset_error(F&& f) {
@@ -91,6 +109,35 @@ TEST_CASE("dataset list: relative paths resolve against the list file's folder, 
   CHECK(d.source() == list);
   CHECK(d.classes().empty());
   CHECK_FALSE(fs::exists(d.path(0)));  // images are never checked
+}
+
+TEST_CASE("dataset list: paths are joined to the list's folder byte for byte as parent / path", "[dataset]") {
+  TempDir t;
+  t.mkdir("sub");
+  const std::vector<std::string> texts = {"img/a.jpg", "/abs/b.jpg", "../c.jpg", "./d e.jpg", "f", "//g/h.jpg",
+                                          "i//j.jpg", ".k"};
+  std::string content;
+  for (std::size_t i = 0; i < texts.size(); ++i) content += texts[i] + " " + std::to_string(i) + "\n";
+  const auto check = [&](const fs::path& list) {
+    INFO("list file " << list);
+    t.write("sub/list.txt", content);
+    const Dataset d = Dataset::from_list(list);
+    REQUIRE(d.size() == texts.size());
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      const fs::path p(texts[i]);
+      const fs::path expected = p.is_absolute() ? p : list.parent_path() / p;  // the documented rule
+      CHECK(d.path(i).native() == expected.native());
+      CHECK(d.path_view(i) == expected.native());
+    }
+  };
+  check(t.root() / "sub/list.txt");
+  check(t.root() / "sub/./list.txt");
+  check(t.root() / "sub//list.txt");
+  check(t.root() / "sub/../sub/list.txt");
+  const CurrentDir cd(t.root() / "sub");
+  check("list.txt");  // no parent folder: relative paths stay relative, as written
+  check("./list.txt");
+  check("../sub/list.txt");
 }
 
 TEST_CASE("dataset list: a path may contain spaces and the label is the last field", "[dataset]") {
@@ -197,6 +244,13 @@ TEST_CASE("dataset list: many lines load in order", "[dataset]") {
   CHECK(d.path(12345) == t.root() / "img/12345.jpg");
   CHECK(d.label(12345) == 345);
   CHECK(d.num_classes() == 1000);
+  for (std::size_t i = 0; i < d.size(); i += 997) {
+    CHECK(d.path_view(i) == (t.root() / ("img/" + std::to_string(i) + ".jpg")).native());
+  }
+  CHECK(d.path_view(0) == (t.root() / "img/0.jpg").native());
+  CHECK(d.path_view(kLines - 1) == (t.root() / ("img/" + std::to_string(kLines - 1) + ".jpg")).native());
+  CHECK_THROWS_AS(d.path(kLines), std::out_of_range);
+  CHECK_THROWS_AS(d.path_view(kLines), std::out_of_range);
 }
 
 // ---- from_folder
@@ -215,6 +269,8 @@ TEST_CASE("dataset folder: classes sorted in byte order give the labels", "[data
   CHECK(strings(d) == std::vector<std::string>{(root / "C/1.jpg").string(), (root / "a/1.jpg").string(),
                                                (root / "a/2.jpg").string(), (root / "b/1.jpg").string()});
   CHECK(labels(d) == std::vector<std::int64_t>{0, 1, 1, 2});
+  for (std::size_t i = 0; i < d.size(); ++i) CHECK(d.path_view(i) == d.path(i).native());
+  CHECK_THROWS_AS(d.path_view(4), std::out_of_range);
 }
 
 TEST_CASE("dataset folder: nested files come in torchvision's walk order", "[dataset]") {
@@ -330,15 +386,55 @@ TEST_CASE("dataset vectors: builds and reports num_classes", "[dataset]") {
   CHECK(d.source().empty());
   CHECK(d.classes().empty());
   CHECK_THROWS_AS(d.path(3), std::out_of_range);
+  CHECK_THROWS_AS(d.path_view(3), std::out_of_range);
+  CHECK_THROWS_AS(d.path(static_cast<std::size_t>(-1)), std::out_of_range);
   CHECK_THROWS_AS(d.label(3), std::out_of_range);
 
   const Dataset empty({}, {});
   CHECK(empty.size() == 0);
   CHECK(empty.num_classes() == 0);
+  CHECK_THROWS_AS(empty.path(0), std::out_of_range);
+  CHECK_THROWS_AS(empty.path_view(0), std::out_of_range);
 
   const Dataset named({"/a", "/b"}, {1, 1}, {"cat", "dog"});
   CHECK(named.classes() == std::vector<std::string>{"cat", "dog"});
   CHECK(named.num_classes() == 2);
+}
+
+TEST_CASE("dataset vectors: paths come back byte for byte, by value and as views", "[dataset]") {
+  static_assert(std::is_same_v<decltype(std::declval<const Dataset&>().path(0)), fs::path>);
+  static_assert(std::is_same_v<decltype(std::declval<const Dataset&>().path_view(0)), std::string_view>);
+  const std::vector<fs::path> paths = {"/x/a.jpg", "", "rel//b c.png", std::string("nul\0inside", 10), "/",
+                                       std::string(300, 'z'), "y"};
+  const Dataset d(paths, std::vector<std::int64_t>(paths.size(), 0));
+  REQUIRE(d.size() == paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    INFO("sample " << i);
+    CHECK(d.path(i).native() == paths[i].native());
+    CHECK(d.path_view(i) == paths[i].native());
+  }
+  CHECK(d.path_view(1).empty());
+  CHECK(d.path(1).empty());
+
+  // A returned path is a copy: changing it leaves the dataset alone.
+  fs::path p = d.path(0);
+  p /= "more";
+  CHECK(d.path_view(0) == "/x/a.jpg");
+
+  // Copies and moves keep every sample.
+  const Dataset copy = d;
+  Dataset source = d;
+  const Dataset moved = std::move(source);
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    CHECK(copy.path_view(i) == paths[i].native());
+    CHECK(moved.path_view(i) == paths[i].native());
+  }
+
+  // A single short path (kept inside std::string's small buffer) survives a move too.
+  Dataset small({"a"}, {0});
+  const Dataset small_moved = std::move(small);
+  CHECK(small_moved.path_view(0) == "a");
+  CHECK(small_moved.path(0) == fs::path("a"));
 }
 
 TEST_CASE("dataset vectors: bad input throws std::invalid_argument", "[dataset]") {

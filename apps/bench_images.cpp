@@ -1,0 +1,267 @@
+// conveyor-bench-images: decode and augment speed on a folder of real images.
+//
+//   scales DIR    whole-image JPEG decode at each DCT scale M/8: which scales pay
+//   decode DIR    one thread: full-size decode vs RandomResizedCrop(224)+flip, with a time split
+//   resize DIR    stb_image_resize vs a hand-written resize on the same crops
+//   pipeline DIR  the whole pipeline, batch 64, for a list of worker counts
+//
+// Files are read once into memory for `scales`, `decode` and `resize`, so disk
+// speed does not enter; `pipeline` reads them as the library does (page cache).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <stb/stb_image_resize.h>
+
+#include "pipeline/pipeline.h"
+#include "stages/image_ops.h"
+#include "stages/image_source.h"
+
+using namespace conveyor;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct File {
+  std::filesystem::path path;
+  std::vector<unsigned char> bytes;
+};
+
+std::vector<File> load(const std::filesystem::path& dir) {
+  std::vector<File> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    File f{e.path(), {}};
+    read_file(f.path, std::uint64_t{1} << 30, f.bytes);
+    files.push_back(std::move(f));
+  }
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.path < b.path; });
+  if (files.empty()) throw std::runtime_error(dir.string() + ": no files");
+  return files;
+}
+
+Dataset dataset_of(const std::vector<File>& files) {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& f : files) paths.push_back(f.path);
+  return Dataset(paths, std::vector<std::int64_t>(paths.size(), 0));
+}
+
+// Decodes every file whole at DCT scale m/8; returns seconds.
+double decode_all(const std::vector<File>& files, int m, double* megapixels = nullptr) {
+  ImageDecoder dec({}, {m});
+  double mp = 0;
+  const auto t0 = Clock::now();
+  for (const auto& f : files) {
+    const ImageInfo info = dec.open(f.bytes);
+    const DecodedView v = dec.decode({0, 0, info.width, info.height}, m / 8.0);
+    mp += double(info.width) * info.height * 1e-6;
+    if (v.dct_scale != m && info.format == ImageFormat::jpeg) throw std::logic_error("scale not honoured");
+  }
+  if (megapixels) *megapixels = mp;
+  return seconds_since(t0);
+}
+
+void cmd_scales(const std::vector<File>& files, int runs) {
+  std::printf("whole-image decode of %zu files at each DCT scale M/8 (one thread, median of %d runs)\n", files.size(),
+              runs);
+  double full = 0;
+  for (int m = 8; m >= 1; --m) {
+    std::vector<double> t;
+    double mp = 0;
+    for (int r = 0; r < runs; ++r) t.push_back(decode_all(files, m, &mp));
+    const double s = median(t);
+    if (m == 8) full = s;
+    std::printf("scale %d/8: %7.1f images/s  %6.1f source MP/s  time vs 8/8: %.2f\n", m, files.size() / s, mp / s,
+                s / full);
+  }
+}
+
+// Per-sample time split of the RandomResizedCrop path, mirroring ImageSource::render_sample.
+struct Split {
+  double header = 0, decode = 0, render = 0;
+};
+
+void cmd_decode(const std::vector<File>& files, int runs, const std::vector<int>& scales) {
+  const Augment augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}});
+  std::vector<unsigned char> out(224 * 224 * 3);
+  ResizeScratch scratch;
+  std::printf("one thread, %zu files in memory, median of %d runs\n", files.size(), runs);
+  std::vector<double> full_t, rrc_t, rrc_full_t;
+  Split split;
+  for (int r = 0; r < runs; ++r) {
+    full_t.push_back(decode_all(files, 8));
+    for (int variant = 0; variant < 2; ++variant) {  // 0: ROI + scaled decode; 1: full decode, same resize
+      ImageDecoder dec({}, variant == 0 ? scales : std::vector<int>{8});
+      Split s;
+      const auto t0 = Clock::now();
+      for (std::size_t i = 0; i < files.size(); ++i) {
+        auto a = Clock::now();
+        const ImageInfo info = dec.open(files[i].bytes);
+        Rng rng(1, std::uint64_t(r), i);
+        const Geometry g = augment.plan(info.width, info.height, rng);
+        auto b = Clock::now();
+        const int x0 = std::clamp(int(std::floor(g.x0)), 0, info.width - 1);
+        const int y0 = std::clamp(int(std::floor(g.y0)), 0, info.height - 1);
+        const int x1 = std::clamp(int(std::ceil(g.x1)), x0 + 1, info.width);
+        const int y1 = std::clamp(int(std::ceil(g.y1)), y0 + 1, info.height);
+        const double need = std::max(224 / (g.x1 - g.x0), 224 / (g.y1 - g.y0));
+        const Rect region = variant == 0 ? Rect{x0, y0, x1 - x0, y1 - y0} : Rect{0, 0, info.width, info.height};
+        const DecodedView v = dec.decode(region, variant == 0 ? need : 1.0);
+        auto c = Clock::now();
+        render(v, g, info.width, info.height, 0, out, scratch);
+        auto d = Clock::now();
+        s.header += std::chrono::duration<double>(b - a).count();
+        s.decode += std::chrono::duration<double>(c - b).count();
+        s.render += std::chrono::duration<double>(d - c).count();
+      }
+      (variant == 0 ? rrc_t : rrc_full_t).push_back(seconds_since(t0));
+      if (variant == 0 && r == runs / 2) split = s;
+    }
+  }
+  const double n = double(files.size());
+  const double full = median(full_t), rrc = median(rrc_t), rrc_full = median(rrc_full_t);
+  std::printf("full-size decode only:                        %7.1f images/s\n", n / full);
+  std::printf("RandomResizedCrop(224)+flip, full decode:      %7.1f images/s\n", n / rrc_full);
+  std::printf("RandomResizedCrop(224)+flip, ROI+scaled decode: %7.1f images/s  (%.2fx full-size decode, %.2fx full "
+              "decode + same resize)\n",
+              n / rrc, full / rrc, rrc_full / rrc);
+  const double total = split.header + split.decode + split.render;
+  std::printf("split of the ROI path (one run): header+plan %.0f%%, decode %.0f%%, resize+flip into slot %.0f%% "
+              "(%.1f / %.1f / %.1f us per image)\n",
+              100 * split.header / total, 100 * split.decode / total, 100 * split.render / total,
+              1e6 * split.header / n, 1e6 * split.decode / n, 1e6 * split.render / n);
+}
+
+// stb_image_resize 0.97 (Debian 12) aborts on some downscale ratios with the
+// triangle filter (nothings/stb#1449), so the library resizes with its own
+// resize_triangle(); this compares the speed against stb with a filter that
+// survives this data set (Mitchell by default, STBIR_FILTER_* numbering).
+void cmd_resize(const std::vector<File>& files, int runs, int stb_filter) {
+  const auto filter = stbir_filter(stb_filter);
+  const Augment augment({RandomResizedCrop{{224, 224}}});
+  // Decode each file's crop once; then time only the resizes.
+  struct Job {
+    std::vector<unsigned char> px;
+    DecodedView v;
+    double u0, v0, u1, v1;
+  };
+  std::vector<Job> jobs;
+  ImageDecoder dec;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const ImageInfo info = dec.open(files[i].bytes);
+    Rng rng(1, 0, i);
+    const Geometry g = augment.plan(info.width, info.height, rng);
+    const DecodedView v = dec.decode({0, 0, info.width, info.height}, 1.0);
+    Job j;
+    j.px.assign(v.pixels, v.pixels + v.stride * v.height);
+    j.v = v;
+    j.v.pixels = nullptr;
+    j.u0 = g.x0;
+    j.v0 = g.y0;
+    j.u1 = g.x1;
+    j.v1 = g.y1;
+    jobs.push_back(std::move(j));
+  }
+  for (auto& j : jobs) j.v.pixels = j.px.data();
+  std::vector<unsigned char> a(224 * 224 * 3), b(224 * 224 * 3);
+  ResizeScratch scratch;
+  std::vector<double> ts, th;
+  double diff = 0;
+  for (int r = 0; r < runs; ++r) {
+    auto t0 = Clock::now();
+    for (const auto& j : jobs) {
+      stbir_resize_region(j.v.pixels, j.v.width, j.v.height, int(j.v.stride), a.data(), 224, 224, 224 * 3,
+                          STBIR_TYPE_UINT8, 3, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP,
+                          filter, filter, STBIR_COLORSPACE_LINEAR, nullptr,
+                          float(j.u0 / j.v.width), float(j.v0 / j.v.height), float(j.u1 / j.v.width),
+                          float(j.v1 / j.v.height));
+    }
+    ts.push_back(seconds_since(t0));
+    t0 = Clock::now();
+    for (const auto& j : jobs) {
+      resize_triangle(j.v.pixels, j.v.width, j.v.height, j.v.stride, j.u0, j.v0, j.u1, j.v1, b.data(), 224, 224,
+                      224 * 3, scratch);
+    }
+    th.push_back(seconds_since(t0));
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(double(a[i]) - b[i]));
+  const double n = double(jobs.size());
+  std::printf("resize of %zu RandomResizedCrop boxes to 224x224 (full-size decoded sources, median of %d runs)\n",
+              jobs.size(), runs);
+  std::printf("stb_image_resize (filter %d):        %7.1f us/image\n", stb_filter, 1e6 * median(ts) / n);
+  std::printf("resize_triangle (conveyor, by hand): %7.1f us/image  (stb time / ours = %.2f; max pixel difference on "
+              "the last image %.0f)\n",
+              1e6 * median(th) / n, median(ts) / median(th), diff);
+}
+
+void cmd_pipeline(const std::vector<File>& files, int runs, const std::vector<std::size_t>& workers, int epochs) {
+  std::printf("pipeline: %zu files, RandomResizedCrop(224)+flip, batch 64, %d epochs per run, median of %d runs\n",
+              files.size(), epochs, runs);
+  for (std::size_t w : workers) {
+    std::vector<double> rates;
+    std::string table;
+    for (int r = 0; r < runs; ++r) {
+      ImageSource images(dataset_of(files), ImageConfig{}, w);
+      Config c;
+      c.batch_size = 64;
+      c.sample_bytes = images.sample_bytes();
+      c.workers = w;
+      c.epochs = std::uint64_t(epochs);
+      c.seed = std::uint64_t(r);
+      Pipeline p(c, files.size(), {images.filler()});
+      std::uint64_t samples = 0;
+      const auto t0 = Clock::now();
+      while (auto b = p.next()) samples += (*b)->size();
+      rates.push_back(double(samples) / seconds_since(t0));
+      table = p.stats().bottleneck_summary();
+    }
+    std::printf("workers %zu: %7.1f images/s   (%s)\n", w, median(rates), table.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"conveyor-bench-images: decode and augment speed on a folder of real images"};
+  int runs = 5;
+  std::string dir;
+  app.add_option("--runs", runs, "repetitions; the median is reported")->check(CLI::PositiveNumber);
+  app.require_subcommand(1);
+  auto* scales = app.add_subcommand("scales", "whole-image JPEG decode at each DCT scale M/8");
+  auto* decode = app.add_subcommand("decode", "full-size decode vs RandomResizedCrop(224)+flip, one thread");
+  auto* resize = app.add_subcommand("resize", "stb_image_resize vs a hand-written resize");
+  auto* pipe = app.add_subcommand("pipeline", "the whole pipeline, batch 64");
+  int stb_filter = STBIR_FILTER_MITCHELL;
+  resize->add_option("--stb-filter", stb_filter, "stb_image_resize filter number (STBIR_FILTER_*)");
+  std::vector<int> jpeg_scales = default_jpeg_scales();
+  decode->add_option("--jpeg-scales", jpeg_scales, "allowed DCT scales M (of M/8)")->delimiter(',');
+  std::vector<std::size_t> workers{1, 2};
+  int epochs = 3;
+  pipe->add_option("--workers", workers, "worker counts to run")->delimiter(',');
+  pipe->add_option("--epochs", epochs, "epochs per run");
+  for (auto* s : {scales, decode, resize, pipe}) s->add_option("dir", dir, "folder of images")->required();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const auto files = load(dir);
+    if (*scales) cmd_scales(files, runs);
+    if (*decode) cmd_decode(files, runs, jpeg_scales);
+    if (*resize) cmd_resize(files, runs, stb_filter);
+    if (*pipe) cmd_pipeline(files, runs, workers, epochs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "conveyor-bench-images: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,37 @@
+// Resize: a separable triangle filter (bilinear; antialiased when shrinking,
+// like PIL's and torchvision's antialiased bilinear) from a sub-pixel box of
+// an RGB8 image into an RGB8 output.
+//
+// Written by hand, not taken from stb_image_resize: Debian 12's libstb
+// (stb_image_resize 0.97, built with assertions) aborts the process in
+// stbir__normalize_downsample_coefficients for some downscale ratios (upstream
+// nothings/stb#1449, open), which we hit on ordinary RandomResizedCrop boxes of
+// ImageNet photos. An abort cannot be caught or skipped, so the library path
+// cannot ship; `conveyor-bench-images resize` compares the two's speed
+// (docs/benchmarks.md).
+//
+// Stateless; thread-safe. Allocates only through the caller's ResizeScratch,
+// which is reused between calls so the steady state does not allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace conveyor {
+
+struct ResizeScratch {
+  std::vector<std::int32_t> x_first, y_first, x_count, y_count;
+  std::vector<std::int16_t> x_weights, y_weights;
+  std::vector<std::uint16_t> rows;  // horizontally filtered rows, 8 fraction bits
+  std::vector<std::int32_t> acc;    // one output row's sums
+};
+
+// Samples the box [u0, u1) x [v0, v1) (in pixels of src, 0 <= u0 < u1 <= width,
+// likewise v) into out_width x out_height pixels at dst (row stride dst_stride
+// bytes). Samples near the image edge renormalize over the pixels that exist.
+void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
+                     double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
+                     ResizeScratch& scratch);
+
+}  // namespace conveyor

@@ -1,0 +1,322 @@
+// Image stages end to end: every format and colour input against known content,
+// every error case naming the file, ROI/scaled decode quality, worker-count
+// independence and skip accounting. Images are generated here (image_writers.h).
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <catch2/catch.hpp>
+
+#include "image_writers.h"
+#include "pipeline/pipeline.h"
+#include "stages/image_ops.h"
+#include "stages/image_source.h"
+
+using namespace conveyor;
+namespace t = conveyor::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A temporary folder removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> n{0};
+    path = fs::temp_directory_path() / ("conveyor-images-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path write(const std::string& name, const std::vector<unsigned char>& bytes) const {
+    t::write_file(path / name, bytes);
+    return path / name;
+  }
+};
+
+// Full-resolution decode of a whole file into an Rgb.
+t::Rgb decode_whole(const std::vector<unsigned char>& bytes, ImageFormat* format = nullptr) {
+  ImageDecoder dec;
+  const ImageInfo info = dec.open(bytes);
+  if (format) *format = info.format;
+  const DecodedView v = dec.decode({0, 0, info.width, info.height}, 1.0);
+  REQUIRE(v.width == info.width);
+  REQUIRE(v.height == info.height);
+  t::Rgb out = t::Rgb::sized(info.width, info.height);
+  for (int y = 0; y < v.height; ++y) std::memcpy(out.at(0, y), v.pixels + y * v.stride, std::size_t(v.width) * 3);
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("images: lossless formats decode to the exact expected pixels", "[images][decode]") {
+  const t::Rgb img = t::checker(37, 23, 5);
+  const t::Rgb grad = t::gradient(37, 23);
+  for (auto kind : {t::PngKind::rgb8, t::PngKind::rgba8, t::PngKind::gray8, t::PngKind::gray_alpha8,
+                    t::PngKind::palette8, t::PngKind::rgb16, t::PngKind::gray16}) {
+    INFO("png kind " << int(kind));
+    ImageFormat f;
+    REQUIRE(decode_whole(t::png(grad, kind), &f).px == t::png_expected(grad, kind).px);
+    REQUIRE(f == ImageFormat::png);
+  }
+  ImageFormat f;
+  REQUIRE(decode_whole(t::bmp(grad), &f).px == grad.px);
+  REQUIRE(f == ImageFormat::bmp);
+  REQUIRE(decode_whole(t::tga(grad), &f).px == grad.px);
+  REQUIRE(f == ImageFormat::tga);
+  REQUIRE(decode_whole(t::ppm(grad), &f).px == grad.px);
+  REQUIRE(f == ImageFormat::pnm);
+  REQUIRE(decode_whole(t::pgm(grad)).px == t::pgm_expected(grad).px);
+  REQUIRE(decode_whole(t::gif(img, 3), &f).px == t::gif_expected(img).px);  // the first of 3 frames
+  REQUIRE(f == ImageFormat::gif);
+}
+
+TEST_CASE("images: every JPEG kind decodes to RGB close to its source", "[images][decode][jpeg]") {
+  const t::Rgb img = t::photo_like(96, 64, 5);
+  for (auto kind : {t::JpegKind::baseline, t::JpegKind::progressive, t::JpegKind::arithmetic, t::JpegKind::gray,
+                    t::JpegKind::cmyk_adobe}) {
+    INFO("jpeg kind " << int(kind));
+    const t::Rgb want = kind == t::JpegKind::gray ? t::to_gray(img) : img;
+    const t::Rgb got = decode_whole(t::jpeg(img, {kind, 95}));
+    REQUIRE(t::psnr(got, want) > 30);
+  }
+  // No chroma subsampling, too.
+  REQUIRE(t::psnr(decode_whole(t::jpeg(img, {t::JpegKind::baseline, 95, false})), img) > 30);
+}
+
+TEST_CASE("images: each bad file gives an error naming the file and the reason", "[images][errors]") {
+  TempDir dir;
+  const t::Rgb img = t::photo_like(64, 48, 2);
+  const auto good_jpeg = t::jpeg(img);
+  struct Case {
+    std::string name;
+    std::vector<unsigned char> bytes;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"truncated.jpg", t::truncated(good_jpeg, good_jpeg.size() / 3), "JPEG"},
+      {"header-cut.jpg", t::truncated(good_jpeg, 100), "JPEG"},
+      {"truncated.png", t::truncated(t::png(img, t::PngKind::rgb8), 200), "PNG"},
+      {"empty.jpg", {}, "empty file"},
+      {"random.jpg", t::random_bytes(5000, 7), "not an image"},
+      {"text.jpg", std::vector<unsigned char>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '\n'},
+       "not an image"},
+      {"twelve.jpg", t::jpeg(img, {t::JpegKind::twelve_bit_header}), "precision 12"},
+      {"bomb.jpg", t::jpeg_claiming(60000, 50000), "over the limit"},
+      {"bomb.png", t::png_header_only(100000, 100000), "PNG"},
+  };
+  Dataset ds = [&] {
+    std::vector<fs::path> paths;
+    for (const auto& c : cases) paths.push_back(dir.write(c.name, c.bytes));
+    paths.push_back(dir.path / "missing.jpg");
+    return Dataset(paths, std::vector<std::int64_t>(paths.size(), 0));
+  }();
+  ImageSource src(ds, ImageConfig{}, 1);
+  std::vector<unsigned char> out(src.sample_bytes());
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    Rng rng(1, 0, i);
+    const std::string e = error_of([&] { src.render_sample(i, rng, out); });
+    INFO(ds.path(i).string() << " -> '" << e << "'");
+    REQUIRE_THAT(e, Catch::StartsWith(ds.path(i).string() + ": "));
+    if (i < cases.size()) REQUIRE_THAT(e, Catch::Contains(cases[i].reason));
+    REQUIRE(e.find('\n') == std::string::npos);  // one line
+  }
+  // The file-size limit is checked before reading.
+  ImageConfig small;
+  small.limits.max_file_bytes = 100;
+  ImageSource strict(Dataset({dir.write("ok.jpg", good_jpeg)}, {0}), small, 1);
+  Rng rng(1, 0, 0);
+  REQUIRE_THAT(error_of([&] { strict.render_sample(0, rng, out); }), Catch::Contains("over the limit of 100"));
+  // And the pixel limit from the header, configurable.
+  ImageConfig tiny;
+  tiny.limits.max_pixels = 64 * 47;
+  ImageSource pixels(Dataset({dir.path / "ok.jpg"}, {0}), tiny, 1);
+  REQUIRE_THAT(error_of([&] { pixels.render_sample(0, rng, out); }), Catch::Contains("max_pixels"));
+}
+
+TEST_CASE("images: the decoder goes by bytes, not by the extension", "[images][decode]") {
+  TempDir dir;
+  const t::Rgb img = t::gradient(300, 200);
+  const auto png_path = dir.write("really-a-png.jpg", t::png(img, t::PngKind::rgb8));
+  const auto jpg_path = dir.write("really-a-jpeg.png", t::jpeg(img));
+  ImageConfig cfg;
+  cfg.transforms = {CenterCrop{{200, 300}}};
+  ImageSource src(Dataset({png_path, jpg_path}, {3, 4}), cfg, 1);
+  std::vector<unsigned char> out(src.sample_bytes());
+  Rng rng(1, 0, 0);
+  src.render_sample(0, rng, out);
+  REQUIRE(out == img.px);  // exact: a pixel-for-pixel crop of a lossless file
+  src.render_sample(1, rng, out);
+  t::Rgb got = t::Rgb::sized(300, 200);
+  got.px = out;
+  REQUIRE(t::psnr(got, img) > 30);
+}
+
+TEST_CASE("images: ROI and DCT-scaled decode match a full decode plus the same resize", "[images][quality]") {
+  // RandomResizedCrop boxes over a photo-like picture, rendered twice: through the
+  // ROI path (crop + skip + reduced scale), and from a full-size, full-image decode.
+  const t::Rgb img = t::photo_like(1024, 768, 11);
+  const auto file = t::jpeg(img, {t::JpegKind::baseline, 92});
+  for (const int out_size : {64, 224}) {
+    const Augment augment({RandomResizedCrop{{out_size, out_size}}, RandomHorizontalFlip{}});
+    ImageDecoder roi({}, {1, 2, 4});  // allow every fast scale so that 1/8 .. 1/2 all get exercised
+    ImageDecoder full({}, {8});
+    ResizeScratch scratch;
+    std::set<int> scales_seen;
+    double worst = 1e9;
+    for (std::uint64_t i = 0; i < 40; ++i) {
+      Rng r1(4, 0, i), r2(4, 0, i);
+      const ImageInfo info = roi.open(file);
+      const Geometry g = augment.plan(info.width, info.height, r1);
+      const int x0 = int(std::floor(g.x0)), y0 = int(std::floor(g.y0));
+      const int x1 = int(std::ceil(g.x1)), y1 = int(std::ceil(g.y1));
+      const double need = std::max(out_size / (g.x1 - g.x0), out_size / (g.y1 - g.y0));
+      const DecodedView a = roi.decode({x0, y0, x1 - x0, y1 - y0}, need);
+      scales_seen.insert(a.dct_scale);
+      t::Rgb ra = t::Rgb::sized(out_size, out_size), rb = ra;
+      render(a, g, info.width, info.height, 0, ra.px, scratch);
+      full.open(file);
+      const DecodedView b = full.decode({0, 0, info.width, info.height}, 1.0);
+      REQUIRE(b.dct_scale == 8);
+      const Geometry g2 = augment.plan(info.width, info.height, r2);
+      render(b, g2, info.width, info.height, 0, rb.px, scratch);
+      worst = std::min(worst, t::psnr(ra, rb));
+    }
+    INFO("output " << out_size << ", scales used " << scales_seen.size());
+    REQUIRE(worst >= 30);
+    if (out_size == 64) REQUIRE(scales_seen.size() >= 3);  // the test really ran reduced scales
+  }
+}
+
+TEST_CASE("images: tiny and extreme shapes decode and crop in bounds", "[images][shapes]") {
+  TempDir dir;
+  std::vector<fs::path> paths;
+  for (auto [w, h] : std::vector<std::pair<int, int>>{{1, 1}, {4000, 40}, {40, 4000}, {2, 3}, {17, 1}}) {
+    const t::Rgb img = t::gradient(w, h);
+    paths.push_back(dir.write(std::to_string(w) + "x" + std::to_string(h) + ".jpg", t::jpeg(img)));
+    paths.push_back(dir.write(std::to_string(w) + "x" + std::to_string(h) + ".png", t::png(img, t::PngKind::rgb8)));
+  }
+  const Dataset ds(paths, std::vector<std::int64_t>(paths.size(), 1));
+  for (const auto& chain : std::vector<std::vector<Transform>>{{RandomResizedCrop{{32, 32}}, RandomHorizontalFlip{}},
+                                                               {Resize{36}, CenterCrop{{32, 32}}},
+                                                               {RandomCrop{{32, 32}, 4, 4, 4, 4, true}}}) {
+    ImageConfig cfg;
+    cfg.transforms = chain;
+    ImageSource src(ds, cfg, 1);
+    std::vector<unsigned char> out(src.sample_bytes());
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      for (std::uint64_t e = 0; e < 20; ++e) {
+        Rng rng(1, e, i);
+        INFO(ds.path(i) << " with " << src.augment().describe());
+        REQUIRE_NOTHROW(src.render_sample(i, rng, out));
+      }
+    }
+  }
+}
+
+namespace {
+
+// A folder dataset of generated JPEGs and PNGs, a few of them broken.
+struct Folder {
+  TempDir dir;
+  Dataset dataset{std::vector<fs::path>{}, {}};
+  std::set<std::string> broken;
+  explicit Folder(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string cls = "class" + std::to_string(i % 3);
+      fs::create_directories(dir.path / cls);
+      const t::Rgb img = t::photo_like(40 + int(i * 7 % 90), 30 + int(i * 13 % 70), i);
+      std::string name = cls + "/img" + std::to_string(100 + i);
+      if (i % 11 == 5) {
+        name += ".jpg";
+        dir.write(name, t::random_bytes(300, i));
+        broken.insert((dir.path / name).string());
+      } else if (i % 4 == 1) {
+        dir.write(name + ".png", t::png(img, t::PngKind::rgb8));
+      } else {
+        dir.write(name + ".jpg", t::jpeg(img, {i % 2 ? t::JpegKind::progressive : t::JpegKind::baseline}));
+      }
+    }
+    dataset = Dataset::from_folder(dir.path);
+  }
+};
+
+std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::byte>> run_images(const Dataset& ds,
+                                                                                     std::size_t workers,
+                                                                                     ErrorPolicy policy,
+                                                                                     std::vector<SkippedSample>* skips) {
+  ImageConfig cfg;
+  cfg.transforms = {RandomResizedCrop{{24, 24}}, RandomHorizontalFlip{}};
+  cfg.on_error = policy;
+  ImageSource src(ds, cfg, workers);
+  Config c;
+  c.batch_size = 5;
+  c.sample_bytes = src.sample_bytes();
+  c.workers = workers;
+  c.epochs = 2;
+  c.seed = 42;
+  Pipeline p(c, ds.size(), {src.filler()});
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::byte>> out;
+  while (auto b = p.next()) {
+    for (std::size_t j = 0; j < (*b)->size(); ++j) {
+      const auto s = (*b)->sample(j);
+      REQUIRE((*b)->labels[j] == ds.label((*b)->indices[j]));
+      out[{(*b)->epoch, (*b)->indices[j]}].assign(s.begin(), s.end());
+    }
+  }
+  if (skips) *skips = p.skipped();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("images: output is bit-identical with 1 and 4 workers", "[images][pipeline]") {
+  Folder f(30);
+  std::vector<SkippedSample> s1, s4;
+  const auto one = run_images(f.dataset, 1, ErrorPolicy::skip, &s1);
+  const auto four = run_images(f.dataset, 4, ErrorPolicy::skip, &s4);
+  REQUIRE(one.size() == 2 * (30 - f.broken.size()));
+  REQUIRE(one == four);
+  REQUIRE(s1 == s4);
+}
+
+TEST_CASE("images: skip policy accounts for every sample, fail policy stops naming it", "[images][pipeline][skip]") {
+  Folder f(40);
+  REQUIRE(f.broken.size() == 4);
+  std::vector<SkippedSample> skips;
+  const auto got = run_images(f.dataset, 3, ErrorPolicy::skip, &skips);
+  for (std::uint64_t e = 0; e < 2; ++e) {
+    std::size_t delivered = 0, skipped = 0;
+    for (const auto& [key, bytes] : got) delivered += key.first == e;
+    for (const auto& s : skips) {
+      if (s.epoch != e) continue;
+      ++skipped;
+      const std::string path = f.dataset.path(s.index).string();
+      REQUIRE(f.broken.count(path) == 1);
+      REQUIRE_THAT(s.reason, Catch::StartsWith(path + ": ") && Catch::Contains("not an image"));
+    }
+    REQUIRE(skipped == f.broken.size());
+    REQUIRE(delivered + skipped == f.dataset.size());
+  }
+  // fail: the consumer's error names the sample index and the file.
+  try {
+    run_images(f.dataset, 3, ErrorPolicy::fail, nullptr);
+    FAIL("no error");
+  } catch (const PipelineError& e) {
+    REQUIRE(e.sample() < f.dataset.size());
+    REQUIRE(f.broken.count(f.dataset.path(e.sample()).string()) == 1);
+    REQUIRE_THAT(e.what(), Catch::Contains(f.dataset.path(e.sample()).string()));
+  }
+}
