@@ -44,7 +44,7 @@ ImageFormat sniff_format(std::span<const unsigned char> b) {
   return ImageFormat::unknown;
 }
 
-std::vector<int> default_jpeg_scales() { return {4, 8}; }
+std::vector<int> default_jpeg_scales() { return {1, 2, 4, 8}; }
 
 // ---- libjpeg: errors become a longjmp back into the function that called it,
 // which turns them into DecodeError once no libjpeg frame is on the stack.

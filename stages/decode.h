@@ -37,9 +37,10 @@ struct DecodeLimits {
 };
 
 // DCT scales (numerator over 8) the JPEG path may decode at; 8 (full size) is
-// always allowed. Default {4, 8}: on our machines 1/2 is slightly faster than a
-// full decode and odd M/8 scales are slower (no SIMD path); 2/8 and 1/8 are
-// measured by `conveyor-bench-images scales` (docs/benchmarks.md).
+// always allowed. Default {1, 2, 4, 8}, chosen by measurement
+// (`conveyor-bench-images scales`, docs/benchmarks.md): 4/8, 2/8 and 1/8 decode
+// in 0.87, 0.82 and 0.76 of a full decode's time, while 5/8, 6/8 and 7/8 take
+// 1.13-1.51 times as long (no SIMD path) and 3/8 is slower than 4/8.
 std::vector<int> default_jpeg_scales();
 
 class DecodeError : public std::runtime_error {
