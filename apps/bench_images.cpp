@@ -112,13 +112,9 @@ void cmd_decode(const std::vector<File>& files, int runs, const std::vector<int>
         Rng rng(1, std::uint64_t(r), i);
         const Geometry g = augment.plan(info.width, info.height, rng);
         auto b = Clock::now();
-        const int x0 = std::clamp(int(std::floor(g.x0)), 0, info.width - 1);
-        const int y0 = std::clamp(int(std::floor(g.y0)), 0, info.height - 1);
-        const int x1 = std::clamp(int(std::ceil(g.x1)), x0 + 1, info.width);
-        const int y1 = std::clamp(int(std::ceil(g.y1)), y0 + 1, info.height);
-        const double need = std::max(224 / (g.x1 - g.x0), 224 / (g.y1 - g.y0));
-        const Rect region = variant == 0 ? Rect{x0, y0, x1 - x0, y1 - y0} : Rect{0, 0, info.width, info.height};
-        const DecodedView v = dec.decode(region, variant == 0 ? need : 1.0);
+        const DecodeRequest want = decode_request(g, info.width, info.height);
+        const Rect region = variant == 0 ? want.region : Rect{0, 0, info.width, info.height};
+        const DecodedView v = dec.decode(region, variant == 0 ? want.min_scale : 1.0);
         auto c = Clock::now();
         render(v, g, info.width, info.height, 0, out, scratch);
         auto d = Clock::now();

@@ -15,6 +15,14 @@ void flip_rows(std::span<unsigned char> image, int height, int width) {
   }
 }
 
+DecodeRequest decode_request(const Geometry& g, int image_width, int image_height) {
+  const int x0 = std::clamp(int(std::floor(g.x0)), 0, image_width - 1);
+  const int y0 = std::clamp(int(std::floor(g.y0)), 0, image_height - 1);
+  const int x1 = std::clamp(int(std::ceil(g.x1)), x0 + 1, image_width);
+  const int y1 = std::clamp(int(std::ceil(g.y1)), y0 + 1, image_height);
+  return {{x0, y0, x1 - x0, y1 - y0}, std::max(g.out.width / (g.x1 - g.x0), g.out.height / (g.y1 - g.y0))};
+}
+
 void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char fill,
             std::span<unsigned char> dst, ResizeScratch& scratch) {
   const int ow = g.out.width, oh = g.out.height;

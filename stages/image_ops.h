@@ -17,6 +17,15 @@
 
 namespace conveyor {
 
+// What to ask the decoder for a geometry: the whole source pixels its box
+// touches, clipped to the image, and the output pixels per source pixel it
+// needs (a reduced JPEG scale may serve down to that).
+struct DecodeRequest {
+  Rect region;
+  double min_scale = 1;
+};
+DecodeRequest decode_request(const Geometry& g, int image_width, int image_height);
+
 // Writes out.height x out.width RGB8 pixels (dst.size() == out.height * out.width * 3)
 // sampled from the geometry's box: resize_triangle() (bilinear, antialiased when
 // downscaling), or a plain copy when the box maps pixel for pixel. Output pixels

@@ -63,14 +63,8 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
     read_file(path, config_.limits.max_file_bytes, w.file);
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
-    // Whole source pixels the box touches, inside the image.
-    const int x0 = std::clamp(int(std::floor(g.x0)), 0, info.width - 1);
-    const int y0 = std::clamp(int(std::floor(g.y0)), 0, info.height - 1);
-    const int x1 = std::clamp(int(std::ceil(g.x1)), x0 + 1, info.width);
-    const int y1 = std::clamp(int(std::ceil(g.y1)), y0 + 1, info.height);
-    // Output pixels per source pixel: a reduced DCT scale may serve down to this.
-    const double need = std::max(g.out.width / (g.x1 - g.x0), g.out.height / (g.y1 - g.y0));
-    const DecodedView view = w.decoder.decode({x0, y0, x1 - x0, y1 - y0}, need);
+    const DecodeRequest want = decode_request(g, info.width, info.height);
+    const DecodedView view = w.decoder.decode(want.region, want.min_scale);
     render(view, g, info.width, info.height, config_.fill, out, w.resize);
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + ": " + e.what());

@@ -180,10 +180,8 @@ TEST_CASE("images: ROI and DCT-scaled decode match a full decode plus the same r
       Rng r1(4, 0, i), r2(4, 0, i);
       const ImageInfo info = roi.open(file);
       const Geometry g = augment.plan(info.width, info.height, r1);
-      const int x0 = int(std::floor(g.x0)), y0 = int(std::floor(g.y0));
-      const int x1 = int(std::ceil(g.x1)), y1 = int(std::ceil(g.y1));
-      const double need = std::max(out_size / (g.x1 - g.x0), out_size / (g.y1 - g.y0));
-      const DecodedView a = roi.decode({x0, y0, x1 - x0, y1 - y0}, need);
+      const DecodeRequest want = decode_request(g, info.width, info.height);
+      const DecodedView a = roi.decode(want.region, want.min_scale);
       scales_seen.insert(a.dct_scale);
       t::Rgb ra = t::Rgb::sized(out_size, out_size), rb = ra;
       render(a, g, info.width, info.height, 0, ra.px, scratch);
