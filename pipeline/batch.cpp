@@ -45,6 +45,7 @@ void BatchHandle::reset() {
   if (batch_) {
     Batch* b = std::exchange(batch_, nullptr);
     b->user = nullptr;
+    if (core_->allocator.recycle && b->data) core_->allocator.recycle(b->data, core_->bytes_per_batch);
     // Capacity equals the batch count, so this never blocks; it fails only
     // after close(), when the batch simply stays with the core until it dies.
     (void)core_->free.try_push(b);

@@ -32,6 +32,10 @@ struct Allocator {
   std::string name = "host";
   std::function<void*(std::size_t bytes)> allocate;             // throws on failure
   std::function<void(void* ptr, std::size_t bytes)> deallocate;  // never throws
+  // Optional: called on the releasing thread as a batch's buffer returns to the
+  // pool, before any worker can see it again (a debug backend writes a poison
+  // pattern here, so a stage that reads a buffer after its release is caught).
+  std::function<void(std::byte* data, std::size_t bytes)> recycle;
 
   // 64-byte aligned host memory from operator new.
   static Allocator host();

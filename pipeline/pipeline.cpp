@@ -271,6 +271,7 @@ void Pipeline::request_stop() {
   pool_.close();
   host_queue_.close();
   device_queue_.close();
+  if (stages_.on_stop) stages_.on_stop();
 }
 
 void Pipeline::stop() {
@@ -475,6 +476,8 @@ void Pipeline::transfer_main() {
         try {
           stages_.transfer(*batch);
         } catch (...) {
+          // A transfer function woken by on_stop throws to get out: not an error.
+          if (stopping_flag()) return;
           fail("transfer", batch->epoch, PipelineError::kNoSample,
                "batch " + std::to_string(batch->index) + ": " + what_of(std::current_exception()));
           return;

@@ -75,6 +75,10 @@ struct Stages {
   Filler fill;               // required
   TransferFn transfer;       // optional: identity when empty
   Allocator allocator = Allocator::host();
+  // Optional: called when the pipeline starts stopping (stop(), a stage's error,
+  // destruction), possibly more than once and from any thread; it must wake any
+  // blocking wait inside `transfer` so the transfer thread can be joined.
+  std::function<void()> on_stop;
 };
 
 // Thrown by the consumer's calls after any stage failed.

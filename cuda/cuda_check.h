@@ -1,0 +1,47 @@
+// The one checking function every CUDA runtime call goes through (CUDA sources
+// only). A failure throws DeviceError whose what() names the call, its
+// file:line, the error's name and cudaGetErrorString:
+//   "cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s) at cuda/cuda_device.cu:181:
+//    cudaErrorIllegalAddress: an illegal memory access was encountered"
+// The transfer stage turns it into the pipeline's sticky error, so it reaches
+// the consumer. Destructors use CONVEYOR_CUDA_CHECK_NOTHROW, which cannot throw
+// and stays quiet when the runtime is already unloading at process exit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cuda/device.h"
+
+namespace conveyor::cuda {
+
+// "cuda/cuda_device.cu" rather than the build machine's absolute path.
+inline const char* short_path(const char* file) {
+  const char* p = std::strstr(file, "cuda/");
+  return p ? p : file;
+}
+
+[[noreturn]] inline void throw_error(cudaError_t e, const char* call, const char* file, int line) {
+  throw DeviceError(std::string(call) + " at " + short_path(file) + ":" + std::to_string(line) + ": " +
+                    cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+inline void check(cudaError_t e, const char* call, const char* file, int line) {
+  if (e != cudaSuccess) throw_error(e, call, file, line);
+}
+
+inline void check_nothrow(cudaError_t e, const char* call, const char* file, int line) noexcept {
+  if (e == cudaSuccess || e == cudaErrorCudartUnloading) return;
+  std::fprintf(stderr, "conveyor: %s at %s:%d: %s (in a destructor; ignored)\n", call, short_path(file), line,
+               cudaGetErrorString(e));
+}
+
+}  // namespace conveyor::cuda
+
+#define CONVEYOR_CUDA_CHECK(call) ::conveyor::cuda::check((call), #call, __FILE__, __LINE__)
+#define CONVEYOR_CUDA_CHECK_NOTHROW(call) ::conveyor::cuda::check_nothrow((call), #call, __FILE__, __LINE__)
+// After every kernel launch: launch errors surface here, not at some later call.
+#define CONVEYOR_CUDA_CHECK_LAUNCH(name) ::conveyor::cuda::check(cudaGetLastError(), name " launch", __FILE__, __LINE__)

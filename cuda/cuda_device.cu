@@ -1,0 +1,251 @@
+// The CUDA backend of Device: thin wrappers, one RAII handle per CUDA object,
+// every call through CONVEYOR_CUDA_CHECK, and the kernels (normalize, gather,
+// busy). The ordering logic lives above, in cuda/device_pipeline.cpp, shared
+// with the host backend. Reviewed against ../shared/docs/cuda-protocol.md; see
+// docs/cuda.md for the checklist walk-through.
+//
+// Protocol points this file holds: streams are created cudaStreamNonBlocking
+// and nothing is issued on stream 0 by us (2); bind_thread() is cudaSetDevice
+// (3); sync events are cudaEventDisableTiming | cudaEventBlockingSync, so a
+// waiting host thread sleeps instead of spinning (8); every call is checked and
+// every launch followed by cudaGetLastError (9).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cuda/backends.h"
+#include "cuda/cuda_check.h"
+#include "cuda/dtype.h"
+
+namespace conveyor {
+namespace {
+
+constexpr unsigned kBlock = 256;
+// Grid-stride loops cover any size; this caps the grid, not the work.
+inline unsigned grid_for(std::size_t items) {
+  return static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>((items + kBlock - 1) / kBlock, 65535u * 4)));
+}
+
+struct Affines {
+  ChannelAffine a[4];
+};
+
+// One thread per output pixel (n, p): reads its channels' bytes (NHWC), writes
+// one element per channel plane (NCHW). Writes are coalesced along p.
+template <DType T>
+__global__ void normalize_kernel(const std::uint8_t* __restrict__ src, void* __restrict__ dst,
+                                 const std::uint64_t* __restrict__ indices, std::size_t samples, std::size_t hw,
+                                 unsigned channels, Affines affines) {
+  const std::size_t total = samples * hw;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t n = i / hw, p = i - n * hw;
+    const std::size_t in_n = indices ? indices[n] : n;
+    const std::uint8_t* px = src + (in_n * hw + p) * channels;
+    for (unsigned c = 0; c < channels; ++c) store_normalized<T>(dst, (n * channels + c) * hw + p, px[c], affines.a[c]);
+  }
+}
+
+// dst row n = src row indices[n], copied in Word units (16, 4 or 1 bytes, as alignment allows).
+template <typename Word>
+__global__ void gather_kernel(const Word* __restrict__ src, Word* __restrict__ dst,
+                              const std::uint64_t* __restrict__ indices, std::size_t rows, std::size_t row_words) {
+  const std::size_t total = rows * row_words;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t n = i / row_words, w = i - n * row_words;
+    dst[i] = src[indices[n] * row_words + w];
+  }
+}
+
+// Keeps one SM busy for `ns` nanoseconds of the GPU's global timer: a stand-in
+// for a training step of known length in the benchmarks.
+__global__ void busy_kernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+class CudaBuffer final : public Buffer {
+ public:
+  explicit CudaBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes) CONVEYOR_CUDA_CHECK(cudaMalloc(&data_, bytes));
+  }
+  ~CudaBuffer() override {
+    if (data_) CONVEYOR_CUDA_CHECK_NOTHROW(cudaFree(data_));
+  }
+  void* data() const override { return data_; }
+  std::size_t bytes() const override { return bytes_; }
+
+ private:
+  std::size_t bytes_;
+  void* data_ = nullptr;
+};
+
+class CudaStream final : public Stream {
+ public:
+  // Owning: a new non-blocking stream. Never the legacy default stream (protocol 2).
+  CudaStream() { CONVEYOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); owned_ = true; }
+  // Not owning: the caller's stream, e.g. the training step's.
+  explicit CudaStream(cudaStream_t s) : stream_(s), owned_(false) {}
+  ~CudaStream() override {
+    if (!owned_) return;
+    CONVEYOR_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));  // as documented: its work finishes first
+    CONVEYOR_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
+  }
+  void* native() const override { return stream_; }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  bool owned_ = false;
+};
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(EventKind kind) {
+    const unsigned flags = kind == EventKind::sync ? cudaEventDisableTiming | cudaEventBlockingSync
+                                                   : cudaEventBlockingSync;
+    CONVEYOR_CUDA_CHECK(cudaEventCreateWithFlags(&event_, flags));
+  }
+  ~CudaEvent() override { CONVEYOR_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_)); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+cudaStream_t native(Stream& s) { return static_cast<CudaStream&>(s).get(); }
+cudaEvent_t native(Event& e) { return static_cast<CudaEvent&>(e).get(); }
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(const DeviceConfig& config) : ordinal_(config.cuda_device), poison_(config.poison_released) {
+    CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cudaDeviceProp prop{};
+    CONVEYOR_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+    name_ = std::string("cuda backend: device ") + std::to_string(ordinal_) + " " + prop.name + ", sm_" +
+            std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+            std::to_string(prop.totalGlobalMem >> 20) + " MiB";
+  }
+
+  Backend backend() const override { return Backend::cuda; }
+  std::string describe() const override { return name_; }
+  bool poisons_released() const override { return poison_; }
+  void bind_thread() override { CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal_)); }
+
+  void* allocate_host(std::size_t bytes) override {
+    void* p = nullptr;
+    CONVEYOR_CUDA_CHECK(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), cudaHostAllocDefault));
+    return p;
+  }
+  void free_host(void* p) noexcept override { CONVEYOR_CUDA_CHECK_NOTHROW(cudaFreeHost(p)); }
+  std::unique_ptr<Buffer> allocate(std::size_t bytes) override { return std::make_unique<CudaBuffer>(bytes); }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(); }
+  std::unique_ptr<Event> create_event(EventKind kind) override { return std::make_unique<CudaEvent>(kind); }
+  std::unique_ptr<Stream> wrap_stream(void* s) override {
+    return std::make_unique<CudaStream>(static_cast<cudaStream_t>(s));
+  }
+
+  void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream& s) override {
+    if (bytes) CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(s)));
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream& s) override {
+    if (bytes) CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(s)));
+  }
+  void fill(void* dst, unsigned char value, std::size_t bytes, Stream& s) override {
+    if (bytes) CONVEYOR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native(s)));
+  }
+
+  void normalize(const NormalizeJob& job, Stream& s) override {
+    const std::size_t hw = job.height * job.width, total = job.samples * hw;
+    if (total == 0) return;
+    Affines affines{};
+    for (int c = 0; c < 4; ++c) affines.a[c] = job.affine[c];
+    const unsigned grid = grid_for(total), channels = static_cast<unsigned>(job.channels);
+    switch (job.out_type) {
+      case DType::float32:
+        normalize_kernel<DType::float32><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples,
+                                                                         hw, channels, affines);
+        break;
+      case DType::float16:
+        normalize_kernel<DType::float16><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples,
+                                                                         hw, channels, affines);
+        break;
+      case DType::bfloat16:
+        normalize_kernel<DType::bfloat16><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices,
+                                                                          job.samples, hw, channels, affines);
+        break;
+      case DType::uint8:
+        normalize_kernel<DType::uint8><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples, hw,
+                                                                       channels, affines);
+        break;
+    }
+    CONVEYOR_CUDA_CHECK_LAUNCH("normalize_kernel");
+  }
+
+  void gather(const GatherJob& job, Stream& s) override {
+    if (job.rows == 0 || job.row_bytes == 0) return;
+    const auto aligned = [&](std::size_t a) {
+      return job.row_bytes % a == 0 && reinterpret_cast<std::uintptr_t>(job.src) % a == 0 &&
+             reinterpret_cast<std::uintptr_t>(job.dst) % a == 0;
+    };
+    if (aligned(16)) {
+      launch_gather<uint4>(job, s);
+    } else if (aligned(4)) {
+      launch_gather<std::uint32_t>(job, s);
+    } else {
+      launch_gather<std::uint8_t>(job, s);
+    }
+  }
+
+  void busy(double microseconds, Stream& s) override {
+    busy_kernel<<<1, 1, 0, native(s)>>>(static_cast<unsigned long long>(microseconds * 1000.0));
+    CONVEYOR_CUDA_CHECK_LAUNCH("busy_kernel");
+  }
+
+  void record(Event& e, Stream& s) override { CONVEYOR_CUDA_CHECK(cudaEventRecord(native(e), native(s))); }
+  void wait(Stream& s, Event& e) override { CONVEYOR_CUDA_CHECK(cudaStreamWaitEvent(native(s), native(e), 0)); }
+  void synchronize(Event& e) override { CONVEYOR_CUDA_CHECK(cudaEventSynchronize(native(e))); }
+  void synchronize(Stream& s) override { CONVEYOR_CUDA_CHECK(cudaStreamSynchronize(native(s))); }
+  double elapsed_ms(Event& start, Event& end) override {
+    float ms = 0;
+    CONVEYOR_CUDA_CHECK(cudaEventElapsedTime(&ms, native(start), native(end)));
+    return ms;
+  }
+
+ private:
+  template <typename Word>
+  void launch_gather(const GatherJob& job, Stream& s) {
+    const std::size_t row_words = job.row_bytes / sizeof(Word);
+    gather_kernel<Word><<<grid_for(job.rows * row_words), kBlock, 0, native(s)>>>(
+        reinterpret_cast<const Word*>(job.src), reinterpret_cast<Word*>(job.dst), job.indices, job.rows, row_words);
+    CONVEYOR_CUDA_CHECK_LAUNCH("gather_kernel");
+  }
+
+  int ordinal_;
+  bool poison_;
+  std::string name_;
+};
+
+}  // namespace
+
+CudaProbe cuda_probe() {
+  CudaProbe p;
+  p.built_with_cuda = true;
+  int count = 0;  // left unwritten when there is no driver (error 35)
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  p.error = static_cast<int>(e);
+  p.error_name = cudaGetErrorName(e);
+  p.devices = e == cudaSuccess ? count : 0;
+  return p;
+}
+
+std::shared_ptr<Device> open_cuda_device(const DeviceConfig& config) { return std::make_shared<CudaDevice>(config); }
+
+}  // namespace conveyor

@@ -1,0 +1,73 @@
+// Backend choice: probe once, decide once, say why.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/backends.h"
+#include "cuda/device.h"
+
+namespace conveyor {
+
+std::optional<BackendChoice> parse_backend(std::string_view s) {
+  if (s == "auto") return BackendChoice::automatic;
+  if (s == "cuda") return BackendChoice::cuda;
+  if (s == "host") return BackendChoice::host;
+  return std::nullopt;
+}
+
+const char* backend_name(Backend b) { return b == Backend::cuda ? "cuda" : "host"; }
+
+std::string CudaProbe::explain() const {
+  if (!built_with_cuda) return "built without CUDA (CONVEYOR_CUDA=OFF or no nvcc at build time)";
+  if (error != 0) {
+    return "no CUDA device: cudaGetDeviceCount returned " + std::to_string(error) + " (" + error_name + ")";
+  }
+  if (devices == 0) return "no CUDA device: cudaGetDeviceCount found 0";
+  return std::to_string(devices) + " CUDA device(s) found";
+}
+
+CudaProbe probe_cuda() {
+#if defined(CONVEYOR_WITH_CUDA)
+  return cuda_probe();
+#else
+  return CudaProbe{};
+#endif
+}
+
+std::shared_ptr<Device> open_device(const DeviceConfig& config) {
+  if (!(config.link_gbps >= 0) || !std::isfinite(config.link_gbps)) {
+    throw std::invalid_argument("device: link_gbps must be a finite number >= 0, got " + std::to_string(config.link_gbps));
+  }
+  if (config.backend == BackendChoice::host) return open_host_device(config, "asked for");
+
+  // Options that only the host backend has decide for it under auto, and are an error under cuda.
+  std::string host_only;
+  if (config.host_transfer == HostTransfer::handover) host_only = "host_transfer handover";
+  else if (config.link_gbps > 0) host_only = "link_gbps";
+  else if (config.max_delay_us > 0) host_only = "max_delay_us";
+  if (!host_only.empty()) {
+    if (config.backend == BackendChoice::cuda) {
+      throw std::invalid_argument("device: " + host_only + " is a host-backend option; the cuda backend has a real device");
+    }
+    return open_host_device(config, "auto: " + host_only + " asks for the host backend");
+  }
+
+  // One probe; on the host backend nothing else touches CUDA.
+  const CudaProbe probe = probe_cuda();
+  const bool have_device = probe.built_with_cuda && probe.error == 0 && probe.devices > 0;
+  if (config.backend == BackendChoice::automatic && !have_device) {
+    return open_host_device(config, "auto: " + probe.explain());
+  }
+  if (!have_device) throw DeviceError("device cuda: " + probe.explain());
+  if (config.cuda_device < 0 || config.cuda_device >= probe.devices) {
+    throw DeviceError("device cuda: cuda_device " + std::to_string(config.cuda_device) + " out of range (" +
+                      std::to_string(probe.devices) + " device(s))");
+  }
+#if defined(CONVEYOR_WITH_CUDA)
+  return open_cuda_device(config);
+#else
+  throw DeviceError("device cuda: built without CUDA");
+#endif
+}
+
+}  // namespace conveyor

@@ -1,0 +1,188 @@
+// Device: the one interface the transfer stage and the resident dataset use to
+// reach "the device", with two backends chosen once at start (open_device):
+//
+//   cuda  a CUDA GPU: pinned host memory from cudaHostAlloc, device memory,
+//         non-blocking streams, events, kernels (cuda/cuda_device.cu);
+//   host  no GPU: "device" memory is host memory and each stream is a thread
+//         that runs its operations in order (cuda/host_device.cpp), with the
+//         same ordering semantics, an optional simulated link (link_gbps) and,
+//         for tests, random delays before every operation.
+//
+// The semantics are CUDA's, so the ordering logic above this interface exists
+// once (cuda/device_pipeline.cpp) and the host backend's tests exercise it:
+// operations on one Stream run in order and asynchronously to the caller;
+// record(e, s) marks e complete when s reaches that point; wait(s, e) makes s
+// wait, without blocking the caller, for the latest record of e issued before
+// the call (an event never recorded counts as complete); synchronize(e) blocks
+// the calling thread until then.
+//
+// Ownership: objects a Device creates (Buffer, Stream, Event) must die before it;
+// they are RAII handles, freed in their destructors. Thread safety: a Device is
+// thread-safe; one Stream is used by one thread at a time. Methods marked
+// "start-up" allocate or synchronize and must stay out of the steady state.
+// Errors throw DeviceError; for CUDA its what() names the call, file:line and
+// cudaGetErrorString.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "cuda/dtype.h"
+
+namespace conveyor {
+
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class BackendChoice { automatic, cuda, host };
+enum class Backend { cuda, host };
+// "auto", "cuda", "host"; empty for anything else.
+std::optional<BackendChoice> parse_backend(std::string_view s);
+const char* backend_name(Backend b);
+
+// What the host backend does with a batch that reaches the transfer stage.
+enum class HostTransfer {
+  copy,      // copy it into the slot's "device" buffer, as the CUDA backend does
+  handover,  // hand the host buffer itself to the consumer: no copy (consumer on the CPU)
+};
+
+struct DeviceConfig {
+  // Which backend. auto probes for a CUDA device once and falls back to host.
+  // Default: automatic.
+  BackendChoice backend = BackendChoice::automatic;
+
+  // CUDA device ordinal. Default: 0.
+  int cuda_device = 0;
+
+  // Host backend: copy or hand over. Default: copy.
+  HostTransfer host_transfer = HostTransfer::copy;
+
+  // Host backend: simulated host-to-device link in GB/s (1e9 bytes/s); every
+  // copy takes at least bytes / bandwidth. Default: 0, no simulated link.
+  double link_gbps = 0;
+
+  // Write 0xA5 over every buffer the consumer releases (device and host), so a
+  // stage that reads released memory sees garbage. A debugging aid; costs one
+  // memset per buffer. Default: false.
+  bool poison_released = false;
+
+  // Host backend, for tests: each stream operation first sleeps a random
+  // 0..max_delay_us microseconds drawn from delay_seed. Default: 0 (none).
+  std::uint32_t max_delay_us = 0;
+  std::uint64_t delay_seed = 1;
+};
+
+// A block of device memory (host memory on the host backend). Freed on destruction.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() const = 0;
+  virtual std::size_t bytes() const = 0;
+};
+
+// An ordered queue of device work. Destroying an owning Stream waits for its work.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // cudaStream_t on CUDA; the HostStream* on the host backend (nullptr: the caller's thread).
+  virtual void* native() const = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
+// uint8 NHWC samples -> NCHW in `out_type`, each element store_normalized()
+// with its channel's affine. With `indices`, output sample n reads input sample
+// indices[n] (a gather fused into the normalize); `indices` is device memory.
+struct NormalizeJob {
+  const std::uint8_t* src = nullptr;
+  void* dst = nullptr;
+  const std::uint64_t* indices = nullptr;
+  std::size_t samples = 0, height = 0, width = 0, channels = 0;  // channels 1..4
+  ChannelAffine affine[4];
+  DType out_type = DType::float32;
+};
+
+// dst row n = src row indices[n], each row_bytes long; `indices` is device memory.
+struct GatherJob {
+  const std::byte* src = nullptr;
+  std::byte* dst = nullptr;
+  const std::uint64_t* indices = nullptr;
+  std::size_t rows = 0, row_bytes = 0;
+};
+
+enum class EventKind {
+  sync,    // cudaEventDisableTiming | cudaEventBlockingSync: ordering only
+  timing,  // cudaEventBlockingSync with timing, for benchmarks
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual Backend backend() const = 0;
+  // One line: which backend, which device, and why it was chosen.
+  virtual std::string describe() const = 0;
+  // True when the host backend hands host buffers over instead of copying.
+  virtual bool hands_over() const { return false; }
+  virtual bool poisons_released() const { return false; }
+
+  // Makes this device current for the calling thread (cudaSetDevice). Every
+  // thread calls it before its first other call. Cheap; never allocates.
+  virtual void bind_thread() = 0;
+
+  // ---- start-up only: these allocate and may synchronize the whole device
+  // Host memory the device copies from fastest (pinned on CUDA). Throws on failure.
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void free_host(void* p) noexcept = 0;
+  virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
+  virtual std::unique_ptr<Stream> create_stream() = 0;  // non-blocking
+  virtual std::unique_ptr<Event> create_event(EventKind kind = EventKind::sync) = 0;
+  // Wraps a stream the caller owns (see Stream::native); not destroyed with the handle.
+  virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
+
+  // ---- steady state: enqueue on `stream` and return; never allocate
+  virtual void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
+  virtual void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
+  virtual void fill(void* dst, unsigned char value, std::size_t bytes, Stream& stream) = 0;
+  virtual void normalize(const NormalizeJob& job, Stream& stream) = 0;
+  virtual void gather(const GatherJob& job, Stream& stream) = 0;
+  // A kernel that keeps the device busy for `microseconds` (benchmarks: a fixed training step).
+  virtual void busy(double microseconds, Stream& stream) = 0;
+
+  virtual void record(Event& event, Stream& stream) = 0;
+  virtual void wait(Stream& stream, Event& event) = 0;  // the stream waits; the caller does not
+  virtual void synchronize(Event& event) = 0;           // the caller blocks (no spinning)
+  virtual void synchronize(Stream& stream) = 0;
+  // Milliseconds between two completed timing events.
+  virtual double elapsed_ms(Event& start, Event& end) = 0;
+};
+
+// What open_device found when it probed for CUDA.
+struct CudaProbe {
+  bool built_with_cuda = false;
+  int devices = 0;
+  int error = 0;           // cudaGetDeviceCount's return code
+  std::string error_name;  // e.g. "cudaErrorInsufficientDriver"
+  std::string explain() const;  // "no CUDA device: cudaGetDeviceCount returned 35 (cudaErrorInsufficientDriver)"
+};
+// Probes once (cudaGetDeviceCount, count initialised to 0); no other CUDA call.
+CudaProbe probe_cuda();
+
+// Chooses and opens the backend. auto: cuda when the probe finds a device,
+// else host, making no further CUDA call. cuda with no device, or a
+// cuda_device out of range: DeviceError, one line naming the reason. Host-only
+// options with the cuda backend (or link_gbps < 0): ConfigError-like
+// std::invalid_argument naming the field.
+std::shared_ptr<Device> open_device(const DeviceConfig& config);
+
+}  // namespace conveyor

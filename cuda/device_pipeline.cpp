@@ -1,0 +1,297 @@
+// The transfer stage's ordering logic, written once for both backends. Every
+// step below names the protocol point (../shared/docs/cuda-protocol.md) it holds.
+#include "cuda/device_pipeline.h"
+
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "cuda/nvtx.h"
+
+namespace conveyor {
+
+constexpr unsigned char kPoison = 0xA5;
+
+struct DeviceSlot {
+  std::size_t id = 0;
+  std::unique_ptr<Buffer> raw;  // D[i]: the uint8 batch (none when the host backend hands over)
+  std::unique_ptr<Buffer> out;  // O[i]: the normalized batch (none without normalize)
+  std::unique_ptr<Event> copied, consumed;
+  // Touched by the transfer thread while the slot is free, and by the consumer
+  // while it holds the batch; the free-slot queue orders the two.
+  std::uint64_t copied_generation = 0;    // copies recorded into this slot
+  std::uint64_t consumed_generation = 0;  // releases recorded for those copies
+  std::byte* source = nullptr;            // what the consumer reads: D[i] or, handed over, H
+};
+
+struct TransferCore {
+  std::shared_ptr<Device> device;
+  TransferConfig config;
+  std::size_t sample_bytes = 0, batch_capacity = 0;
+  std::vector<DeviceSlot> slots;
+  BoundedQueue<std::size_t> free_slots;
+  // Streams after the slots: destroyed first, so their queued work (which
+  // names the slots' events and buffers) finishes before those die.
+  std::unique_ptr<Stream> copy_stream;
+  std::unique_ptr<Stream> consumer_stream;
+  bool thread_bound = false;  // the transfer thread's cudaSetDevice, done once
+
+  std::mutex error_mu;
+  std::string release_error;  // the first error from a release, for the next next()
+
+  TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
+  ~TransferCore() {
+    // Work on the consumer's stream (which we do not own) may still name our
+    // events: wait for the last release of each slot before anything is freed.
+    if (!device) return;
+    try {
+      device->bind_thread();
+      for (auto& s : slots) {
+        if (s.consumed) device->synchronize(*s.consumed);
+      }
+      if (copy_stream) device->synchronize(*copy_stream);
+    } catch (...) {
+      // A device in error: there is nothing left to wait for.
+    }
+  }
+
+  void keep_error(const std::string& what) {
+    std::lock_guard lk(error_mu);
+    if (release_error.empty()) release_error = what;
+  }
+
+  std::size_t out_bytes() const {
+    const auto& n = *config.normalize;
+    return batch_capacity * n.channels * n.height * n.width * dtype_size(n.out_type);
+  }
+
+  // The transfer thread's step for one finished batch (protocol points 4 and 5).
+  void transfer(Batch& batch) {
+    NvtxRange range("conveyor.transfer");
+    if (!thread_bound) {
+      device->bind_thread();  // 3: first, on this thread
+      thread_bound = true;
+    }
+    auto id = free_slots.pop();  // blocks while the consumer holds every slot; empty once stopped
+    if (!id) throw std::runtime_error("stopped while waiting for a free device slot");  // the core ignores it: stopping
+    DeviceSlot& s = slots[*id];
+    if (s.consumed_generation != s.copied_generation) {  // checklist 3
+      throw std::logic_error("device slot " + std::to_string(s.id) + " reused before its release was recorded");
+    }
+    Stream& copy = *copy_stream;
+    device->wait(copy, *s.consumed);  // 4, checklist 5: D[i]/O[i] are free on the device's timeline
+    const std::size_t bytes = batch.size() * sample_bytes;
+    if (device->hands_over()) {
+      s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
+    } else {
+      s.source = static_cast<std::byte*>(s.raw->data());
+      device->copy_to_device(s.source, batch.data, bytes, copy);  // one contiguous copy per batch (checklist 11)
+    }
+    if (config.normalize) {  // on the copy stream: uint8 crossed the bus (10, checklist 12)
+      const auto& n = *config.normalize;
+      NormalizeJob job;
+      job.src = reinterpret_cast<const std::uint8_t*>(s.source);
+      job.dst = s.out->data();
+      job.samples = batch.size();
+      job.height = n.height;
+      job.width = n.width;
+      job.channels = n.channels;
+      job.out_type = n.out_type;
+      for (std::size_t c = 0; c < n.channels; ++c) job.affine[c] = channel_affine(n.stats.mean[c], n.stats.std[c]);
+      device->normalize(job, copy);
+    }
+    device->record(*s.copied, copy);  // 4: recorded before the slot is published
+    ++s.copied_generation;
+    // 5: the host sees the copy done before H can go back to the workers. H goes
+    // back only when the consumer releases the batch, which is later still.
+    device->synchronize(*s.copied);
+    batch.user = &s;  // published when this returns: the core queues it for the consumer
+  }
+
+  // The consumer's release of one slot (protocol point 7).
+  void release(DeviceSlot& s, std::uint64_t generation) {
+    try {
+      if (generation != s.copied_generation) {
+        throw std::logic_error("device slot " + std::to_string(s.id) + " released for generation " +
+                               std::to_string(generation) + " but holds " + std::to_string(s.copied_generation));
+      }
+      device->bind_thread();
+      Stream& consumer = *consumer_stream;
+      if (device->poisons_released()) {
+        if (s.raw) device->fill(s.raw->data(), kPoison, s.raw->bytes(), consumer);
+        if (s.out) device->fill(s.out->data(), kPoison, s.out->bytes(), consumer);
+      }
+      device->record(*s.consumed, consumer);  // 7: on the consumer's stream, after its work on the batch
+      // Handed over, the consumer's stream reads H itself: H may go back to the
+      // workers only once that work is done (instant for a consumer on the CPU).
+      if (device->hands_over()) device->synchronize(*s.consumed);
+    } catch (const std::exception& e) {
+      keep_error(e.what());
+    }
+    s.consumed_generation = generation;
+    (void)free_slots.try_push(s.id);  // capacity = slot count: never full; refused only once stopped
+  }
+};
+
+DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
+  if (this != &other) {
+    reset();
+    core_ = std::move(other.core_);
+    host_ = std::move(other.host_);
+    slot_ = std::exchange(other.slot_, nullptr);
+    generation_ = other.generation_;
+    data_ = std::exchange(other.data_, nullptr);
+    dtype_ = other.dtype_;
+  }
+  return *this;
+}
+
+void DeviceBatch::reset() noexcept {
+  if (!core_) return;
+  core_->release(*slot_, generation_);
+  host_.reset();  // H back to the workers (with its poison, if asked) after the slot is recorded free
+  slot_ = nullptr;
+  data_ = nullptr;
+  core_.reset();
+}
+
+std::vector<std::int64_t> DeviceBatch::shape() const {
+  const auto n = static_cast<std::int64_t>(size());
+  if (!core_) return {};
+  if (const auto& norm = core_->config.normalize) {
+    return {n, std::int64_t(norm->channels), std::int64_t(norm->height), std::int64_t(norm->width)};
+  }
+  return {n, std::int64_t(host_->sample_bytes)};
+}
+
+std::size_t DeviceBatch::bytes() const {
+  if (!core_) return 0;
+  if (const auto& norm = core_->config.normalize) {
+    return size() * norm->channels * norm->height * norm->width * dtype_size(norm->out_type);
+  }
+  return size() * host_->sample_bytes;
+}
+
+namespace {
+
+void validate(const Config& config, const TransferConfig& transfer) {
+  if (!transfer.normalize) return;
+  const auto& n = *transfer.normalize;
+  if (n.channels < 1 || n.channels > 3) throw ConfigError("normalize.channels", "must be 1, 2 or 3");
+  if (n.height == 0 || n.width == 0) throw ConfigError("normalize.height", "and width must be >= 1");
+  if (n.height * n.width * n.channels != config.sample_bytes) {
+    throw ConfigError("normalize", "layout " + std::to_string(n.height) + "x" + std::to_string(n.width) + "x" +
+                                       std::to_string(n.channels) + " does not match sample_bytes " +
+                                       std::to_string(config.sample_bytes));
+  }
+  if (n.out_type == DType::uint8) throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
+  for (std::size_t c = 0; c < n.channels; ++c) {
+    if (!(n.stats.std[c] > 0)) throw ConfigError("normalize.std", "must be > 0 for every channel");
+  }
+}
+
+}  // namespace
+
+DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,
+                               std::shared_ptr<Device> device, std::optional<PipelineState> resume) {
+  if (!device) throw std::invalid_argument("device pipeline: device is required");
+  if (!fill) throw std::invalid_argument("pipeline: stages.fill is required");
+  config.validate();
+  validate(config, transfer);
+
+  // 1: every buffer, stream and event now, none in the steady state.
+  device->bind_thread();
+  core_ = std::make_shared<TransferCore>(config.device_buffer_count());
+  core_->device = device;
+  core_->config = transfer;
+  core_->sample_bytes = config.sample_bytes;
+  core_->batch_capacity = config.batch_size;
+  for (std::size_t i = 0; i < core_->slots.size(); ++i) {
+    DeviceSlot& s = core_->slots[i];
+    s.id = i;
+    if (!device->hands_over()) s.raw = device->allocate(config.batch_size * config.sample_bytes);
+    if (transfer.normalize) s.out = device->allocate(core_->out_bytes());
+    s.copied = device->create_event(EventKind::sync);
+    s.consumed = device->create_event(EventKind::sync);
+    (void)core_->free_slots.try_push(i);
+  }
+  core_->copy_stream = device->create_stream();  // 2: its own non-blocking stream
+  core_->consumer_stream = device->wrap_stream(transfer.consumer_stream);
+
+  Stages stages;
+#if defined(CONVEYOR_WITH_NVTX)
+  stages.fill = [fill = std::move(fill)](Sample& s) {
+    NvtxRange range("conveyor.fill");
+    fill(s);
+  };
+#else
+  stages.fill = std::move(fill);
+#endif
+  // The core holds a plain pointer: core_ outlives pipeline_ (declared before it).
+  TransferCore* core = core_.get();
+  stages.transfer = [core](Batch& b) { core->transfer(b); };
+  stages.on_stop = [core] { core->free_slots.close(); };  // wakes a transfer thread waiting for a slot
+  // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
+  stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
+  stages.allocator.allocate = [device](std::size_t bytes) { return device->allocate_host(bytes); };
+  stages.allocator.deallocate = [device](void* p, std::size_t) { device->free_host(p); };
+  if (device->poisons_released()) {
+    stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };
+  }
+  pipeline_ = std::make_unique<Pipeline>(config, dataset_size, std::move(stages), std::move(resume));
+}
+
+DevicePipeline::~DevicePipeline() { stop(); }
+
+// The core marks itself stopping and then calls on_stop, which closes the free
+// slots: a transfer thread woken there is seen as stopping, not failing.
+void DevicePipeline::stop() { pipeline_->stop(); }
+
+Device& DevicePipeline::device() const { return *core_->device; }
+std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
+
+std::optional<DeviceBatch> DevicePipeline::next() {
+  {
+    std::lock_guard lk(core_->error_mu);
+    if (!core_->release_error.empty()) {
+      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample,
+                          "releasing a batch: " + core_->release_error);
+    }
+  }
+  NvtxRange range("conveyor.next");
+  auto host = pipeline_->next();
+  if (!host) return std::nullopt;
+  auto* slot = static_cast<DeviceSlot*>((*host)->user);
+  DeviceBatch batch;
+  batch.core_ = core_;
+  batch.slot_ = slot;
+  batch.generation_ = slot->copied_generation;
+  batch.host_ = std::move(*host);
+  if (core_->config.normalize) {
+    batch.data_ = slot->out->data();
+    batch.dtype_ = core_->config.normalize->out_type;
+  } else {
+    batch.data_ = slot->source;
+  }
+  core_->device->bind_thread();
+  core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
+  return batch;
+}
+
+DevicePipeline::EpochRange DevicePipeline::epoch(std::uint64_t e) {
+  return EpochRange(this, pipeline_->epoch(e).size());
+}
+
+DevicePipeline::EpochRange::iterator& DevicePipeline::EpochRange::iterator::operator++() {
+  current_.reset();
+  done_ = true;
+  if (remaining_ == 0) return *this;
+  if (auto b = p_->next()) {
+    current_ = std::move(*b);
+    --remaining_;
+    done_ = false;
+  }
+  return *this;
+}
+
+}  // namespace conveyor

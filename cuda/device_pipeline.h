@@ -1,0 +1,171 @@
+// DevicePipeline: the core Pipeline with its transfer stage on a Device: batch
+// buffers come from the device's host memory (pinned on CUDA), and the one
+// transfer thread moves each finished batch into a device slot on its own
+// stream while the workers fill the next batches and the consumer's stream
+// trains on the previous one.
+//
+// The slot protocol (../shared/docs/cuda-protocol.md; diagram in docs/cuda.md).
+// Device slot i holds D[i] (uint8 samples), O[i] (the normalized tensor, when
+// normalizing) and events copied[i], consumed[i]:
+//   transfer thread: take a free slot -> copy stream waits consumed[i] -> one
+//     copy H -> D[i] -> normalize D[i] -> O[i] -> record copied[i] -> the host
+//     sees copied[i] complete -> publish the batch;
+//   consumer, next(): its stream waits copied[i] on the device (no host block);
+//   consumer, release: (poison) -> record consumed[i] on its stream -> slot
+//     free; the host buffer H goes back to the workers.
+// Generation numbers per slot check that a slot is published, taken and
+// released exactly once per copy.
+//
+// Thread safety: as Pipeline: next(), epoch(), state(), stop() belong to one
+// consumer thread; stats() is thread-safe. A DeviceBatch is released on the
+// consumer's thread (the one that owns the consumer stream).
+// Lifetime: a DeviceBatch keeps the device slots alive, so it may outlive the
+// DevicePipeline; the memory is freed when the last one is released.
+// Errors: a device error on the transfer thread stops the pipeline and the
+// consumer's next call throws PipelineError (stage "transfer") with the CUDA
+// call, file:line and message; an error while releasing a batch is kept and
+// thrown by the next call to next().
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cuda/device.h"
+#include "pipeline/pipeline.h"
+#include "stages/normalize.h"
+
+namespace conveyor {
+
+struct TransferConfig {
+  // Normalize on the device: each sample is uint8 HWC of height x width x
+  // channels (sample_bytes must equal their product) and becomes out_type NCHW
+  // with the per-channel mean and std, so only uint8 crosses the bus.
+  struct Normalization {
+    std::size_t height = 0, width = 0;
+    std::size_t channels = 3;  // 1 .. 3; channel c uses mean[c], std[c]
+    Normalize stats;           // Default: ImageNet mean and std
+    DType out_type = DType::float32;  // float32, float16 or bfloat16
+  };
+  // Default: none; the consumer gets the uint8 samples as the filler wrote them.
+  std::optional<Normalization> normalize;
+
+  // The training step's stream: a cudaStream_t on CUDA (nullptr is the legacy
+  // default stream, which the caller then computes on); on the host backend a
+  // Stream::native() from the same device, or nullptr for a consumer that runs
+  // on the CPU, in its own thread. Default: nullptr.
+  void* consumer_stream = nullptr;
+};
+
+struct DeviceSlot;
+struct TransferCore;
+
+// One transferred batch, owned by the consumer. Move-only; releasing it (reset()
+// or destruction) lets its slot and host buffer be reused.
+class DeviceBatch {
+ public:
+  DeviceBatch() = default;
+  DeviceBatch(DeviceBatch&& other) noexcept = default;
+  DeviceBatch& operator=(DeviceBatch&& other) noexcept;
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+  ~DeviceBatch() { reset(); }
+
+  explicit operator bool() const { return static_cast<bool>(host_); }
+  // Identity, dataset indices, labels and skipped samples; host().data is the
+  // host copy (do not write it).
+  const Batch& host() const { return *host_; }
+  std::size_t size() const { return host_->size(); }
+
+  // Device memory (host memory on the host backend), ready on the consumer
+  // stream: uint8 [size, sample_bytes] as filled, or out_type [size, C, H, W].
+  void* data() const { return data_; }
+  DType dtype() const { return dtype_; }
+  std::vector<std::int64_t> shape() const;
+  std::size_t bytes() const;
+
+  // Records consumed on the consumer stream and gives the slot and host buffer
+  // back. Never throws (an error is kept for the pipeline's next call). Idempotent.
+  void reset() noexcept;
+
+ private:
+  friend class DevicePipeline;
+  std::shared_ptr<TransferCore> core_;
+  BatchHandle host_;
+  DeviceSlot* slot_ = nullptr;
+  std::uint64_t generation_ = 0;
+  void* data_ = nullptr;
+  DType dtype_ = DType::uint8;
+};
+
+class DevicePipeline {
+ public:
+  // Allocates every buffer, stream and event now (protocol point 1). Throws
+  // ConfigError for a bad config or normalize layout, DeviceError for device
+  // failures, and what Pipeline's constructor throws.
+  DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,
+                 std::shared_ptr<Device> device, std::optional<PipelineState> resume = std::nullopt);
+  ~DevicePipeline();
+  DevicePipeline(const DevicePipeline&) = delete;
+  DevicePipeline& operator=(const DevicePipeline&) = delete;
+
+  // Blocks until the next batch is on its way to the device and makes the
+  // consumer stream wait for it (without blocking the host). Empty when the run
+  // is over or stopped. Throws PipelineError after any failure.
+  std::optional<DeviceBatch> next();
+
+  class EpochRange;
+  // The remaining batches of epoch e, as Pipeline::epoch.
+  EpochRange epoch(std::uint64_t e);
+
+  PipelineState state() const { return pipeline_->state(); }
+  PipelineStats stats() const { return pipeline_->stats(); }
+  std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }
+  std::size_t batches_per_epoch() const { return pipeline_->batches_per_epoch(); }
+  // Stops and joins every thread. Idempotent.
+  void stop();
+
+  Device& device() const;
+  std::size_t device_slots() const;
+
+ private:
+  std::shared_ptr<TransferCore> core_;
+  std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
+};
+
+class DevicePipeline::EpochRange {
+ public:
+  class iterator {
+   public:
+    using difference_type = std::ptrdiff_t;
+    using value_type = DeviceBatch;
+    iterator() = default;
+    DeviceBatch& operator*() { return current_; }
+    DeviceBatch* operator->() { return &current_; }
+    iterator& operator++();
+    void operator++(int) { ++*this; }
+    bool operator==(std::default_sentinel_t) const { return done_; }
+
+   private:
+    friend class EpochRange;
+    iterator(DevicePipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) { ++*this; }
+    DevicePipeline* p_ = nullptr;
+    std::uint64_t remaining_ = 0;
+    DeviceBatch current_;
+    bool done_ = true;
+  };
+  iterator begin() { return iterator(p_, remaining_); }
+  std::default_sentinel_t end() { return {}; }
+  std::uint64_t size() const { return remaining_; }
+
+ private:
+  friend class DevicePipeline;
+  EpochRange(DevicePipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) {}
+  DevicePipeline* p_;
+  std::uint64_t remaining_;
+};
+
+}  // namespace conveyor
