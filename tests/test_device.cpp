@@ -13,10 +13,13 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <unistd.h>
+#include <filesystem>
 
 #include "cuda/backends.h"
 #include "cuda/device.h"
 #include "cuda/device_pipeline.h"
+#include "cuda/resident.h"
 #include "support.h"
 
 using namespace conveyor;
@@ -557,4 +560,164 @@ TEST_CASE("the checks catch a transfer that does not wait for the consumer's rel
     }
   }
 #endif
+}
+
+// ---- the device-resident dataset
+
+namespace {
+
+struct Tensor {
+  std::vector<std::byte> bytes;
+  std::vector<std::int64_t> labels;
+  HostSamples samples;
+};
+
+Tensor make_tensor(std::size_t rows, std::vector<std::size_t> row_shape, DType dtype) {
+  Tensor t;
+  t.samples.dtype = dtype;
+  t.samples.rows = rows;
+  t.samples.row_shape = std::move(row_shape);
+  t.bytes.resize(rows * t.samples.row_bytes());
+  Rng rng(3, 1, rows);
+  for (auto& b : t.bytes) b = std::byte(rng.below(256));
+  t.samples.data = t.bytes.data();
+  for (std::size_t i = 0; i < rows; ++i) t.labels.push_back(std::int64_t(i % 10) - 1);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("resident dataset: each batch equals direct indexing and an epoch covers every sample once",
+          "[device][resident]") {
+  auto device = host_device();
+  for (DType dtype : {DType::uint8, DType::float32}) {
+    for (std::size_t batch : {1, 7, 64}) {
+      DYNAMIC_SECTION(dtype_name(dtype) << " batch " << batch) {
+        Tensor t = make_tensor(50, {3, 5}, dtype);
+        Config cfg;
+        cfg.batch_size = batch;
+        cfg.seed = 9;
+        cfg.epochs = 3;
+        ResidentDataset ds(device, t.samples, t.labels, cfg);
+        const std::size_t row = t.samples.row_bytes();
+        Sampler sampler({50, batch, 9, true, false, 0, 1, ShardPolicy::pad});
+        std::map<std::uint64_t, std::set<std::uint64_t>> per_epoch;
+        std::vector<std::uint64_t> epoch_orders[3];
+        std::size_t batches = 0;
+        while (auto b = ds.next()) {
+          ++batches;
+          REQUIRE(b->shape() == std::vector<std::int64_t>{std::int64_t(b->size()), 3, 5});
+          for (std::size_t j = 0; j < b->size(); ++j) {
+            const std::uint64_t i = b->indices()[j];
+            REQUIRE(per_epoch[b->epoch].insert(i).second);  // never twice in an epoch
+            epoch_orders[b->epoch].push_back(i);
+            REQUIRE(std::memcmp(static_cast<const std::byte*>(b->data()) + j * row, t.bytes.data() + i * row, row) == 0);
+            REQUIRE(b->labels()[j] == t.labels[i]);
+          }
+        }
+        REQUIRE(batches == 3 * ((50 + batch - 1) / batch));
+        for (std::uint64_t e = 0; e < 3; ++e) {
+          REQUIRE(per_epoch[e].size() == 50);
+          REQUIRE(epoch_orders[e] == sampler.epoch_order(e));  // the Sampler's order, as the pipeline's
+        }
+        REQUIRE(epoch_orders[0] != epoch_orders[1]);
+      }
+    }
+  }
+}
+
+TEST_CASE("resident dataset: the gather is fused with normalize for uint8 images", "[device][resident]") {
+  auto device = host_device();
+  Tensor t = make_tensor(10, {4, 3, 3}, DType::uint8);
+  Config cfg;
+  cfg.batch_size = 4;
+  cfg.epochs = 1;
+  ResidentConfig rc;
+  rc.normalize = TransferConfig::Normalization{4, 3, 3, Normalize{}, DType::float16};
+  ResidentDataset ds(device, t.samples, t.labels, cfg, rc);
+  std::size_t checked = 0;
+  while (auto b = ds.next()) {
+    REQUIRE(b->shape() == std::vector<std::int64_t>{std::int64_t(b->size()), 3, 4, 3});
+    const auto* out = static_cast<const std::uint16_t*>(b->data());
+    for (std::size_t j = 0; j < b->size(); ++j) {
+      const auto* px = reinterpret_cast<const std::uint8_t*>(t.bytes.data()) + b->indices()[j] * 36;
+      for (std::size_t c = 0; c < 3; ++c) {
+        const auto a = channel_affine(Normalize{}.mean[c], Normalize{}.std[c]);
+        for (std::size_t p = 0; p < 12; ++p) {
+          REQUIRE(out[(j * 3 + c) * 12 + p] == float_to_half_bits(normalize_value(px[p * 3 + c], a)));
+          ++checked;
+        }
+      }
+    }
+  }
+  REQUIRE(checked == 10 * 36);
+}
+
+TEST_CASE("resident dataset: sharding, budget and held buffers", "[device][resident]") {
+  auto device = host_device();
+  Tensor t = make_tensor(11, {2}, DType::uint8);
+  SECTION("ranks are disjoint and cover the dataset") {
+    std::set<std::uint64_t> all;
+    for (std::size_t rank = 0; rank < 3; ++rank) {
+      Config cfg;
+      cfg.batch_size = 2;
+      cfg.epochs = 1;
+      cfg.rank = rank;
+      cfg.world_size = 3;
+      cfg.shard_policy = ShardPolicy::drop;
+      ResidentDataset ds(device, t.samples, t.labels, cfg);
+      while (auto b = ds.next()) {
+        for (auto i : b->indices()) REQUIRE(all.insert(i).second);
+      }
+    }
+    REQUIRE(all.size() == 9);  // 11 dropped to a multiple of 3
+  }
+  SECTION("data over the budget is refused with the numbers") {
+    ResidentConfig rc;
+    rc.budget_bytes = 100;  // 11 * 2 + 11 * 8 = 110 bytes
+    REQUIRE_THROWS_WITH(ResidentDataset(device, t.samples, t.labels, Config{}, rc),
+                        Catch::Contains("exceed budget_bytes") && Catch::Contains("DevicePipeline"));
+  }
+  SECTION("labels must match the rows") {
+    std::vector<std::int64_t> short_labels(10);
+    REQUIRE_THROWS_WITH(ResidentDataset(device, t.samples, short_labels, Config{}),
+                        Catch::Contains("10 labels for 11 samples"));
+  }
+  SECTION("taking a batch while every buffer is held is an error, releasing frees one") {
+    ResidentConfig rc;
+    rc.buffers = 2;
+    Config cfg;
+    cfg.batch_size = 2;
+    ResidentDataset ds(device, t.samples, t.labels, cfg, rc);
+    auto a = ds.next(), b = ds.next();
+    REQUIRE_THROWS_AS(ds.next(), std::logic_error);
+    a->reset();
+    auto c = ds.next();
+    REQUIRE(c);
+    REQUIRE(c->index == 2);
+  }
+}
+
+TEST_CASE("resident dataset from .npy files", "[device][resident][npy]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("conveyor-resident-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  Tensor t = make_tensor(12, {2, 2}, DType::float32);
+  const std::size_t shape[] = {12, 2, 2}, label_shape[] = {12};
+  write_npy(dir / "x.npy", NpyType::float32, shape, t.bytes);
+  write_npy(dir / "y.npy", NpyType::int64, label_shape, std::as_bytes(std::span(t.labels)));
+  const NpyArray x = read_npy(dir / "x.npy");
+  const auto y = read_npy_labels(dir / "y.npy");
+  Config cfg;
+  cfg.batch_size = 5;
+  cfg.shuffle = false;
+  cfg.epochs = 1;
+  ResidentDataset ds(host_device(), host_samples(x), y, cfg);
+  auto b = ds.next();
+  REQUIRE(b->dtype() == DType::float32);
+  REQUIRE(b->shape() == std::vector<std::int64_t>{5, 2, 2});
+  REQUIRE(std::memcmp(b->data(), t.bytes.data(), 5 * 16) == 0);
+  b->reset();
+  const NpyArray wrong{NpyType::int32, {3}, std::vector<std::byte>(12)};
+  REQUIRE_THROWS_WITH(host_samples(wrong), Catch::Contains("uint8 or float32, not int32"));
+  std::filesystem::remove_all(dir);
 }
