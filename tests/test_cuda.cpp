@@ -1,0 +1,216 @@
+// The CUDA backend on a real GPU: kernels against the host backend's results
+// (the same __host__ __device__ math, so bit for bit), the slot protocol end to
+// end with a consumer stream that reads each batch after a busy kernel, and
+// errors that name the CUDA call and file:line.
+//
+// Without a device the whole program skips: it prints one line saying why and
+// exits 77, which CTest reports as "Skipped" (SKIP_RETURN_CODE).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "cuda/device.h"
+#include "cuda/device_pipeline.h"
+#include "cuda/resident.h"
+#include "support.h"
+
+using namespace conveyor;
+
+namespace {
+
+std::shared_ptr<Device> gpu() {
+  DeviceConfig cfg;
+  cfg.backend = BackendChoice::cuda;
+  cfg.poison_released = true;
+  return open_device(cfg);
+}
+std::shared_ptr<Device> cpu() {
+  DeviceConfig cfg;
+  cfg.backend = BackendChoice::host;
+  return open_device(cfg);
+}
+
+// Runs `job` on `device` with device copies of its input and returns the output bytes.
+std::vector<std::byte> run_normalize(Device& device, const std::vector<std::uint8_t>& src,
+                                     const std::vector<std::uint64_t>& indices, NormalizeJob job, std::size_t out_bytes) {
+  auto stream = device.create_stream();
+  auto d_src = device.allocate(src.size());
+  auto d_out = device.allocate(out_bytes);
+  auto d_idx = device.allocate(std::max<std::size_t>(1, indices.size() * 8));
+  device.copy_to_device(d_src->data(), src.data(), src.size(), *stream);
+  device.copy_to_device(d_idx->data(), indices.data(), indices.size() * 8, *stream);
+  job.src = static_cast<const std::uint8_t*>(d_src->data());
+  job.dst = d_out->data();
+  job.indices = indices.empty() ? nullptr : static_cast<const std::uint64_t*>(d_idx->data());
+  device.normalize(job, *stream);
+  std::vector<std::byte> out(out_bytes);
+  device.copy_to_host(out.data(), d_out->data(), out_bytes, *stream);
+  device.synchronize(*stream);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("auto picks the GPU and says which", "[cuda]") {
+  auto d = open_device({});
+  REQUIRE(d->backend() == Backend::cuda);
+  REQUIRE_THAT(d->describe(), Catch::Contains("cuda backend: device 0"));
+}
+
+TEST_CASE("the normalize kernel gives the host backend's bits for all three types, with and without a gather",
+          "[cuda][normalize]") {
+  auto g = gpu(), c = cpu();
+  const std::size_t n = 5, h = 17, w = 13, ch = 3;
+  std::vector<std::uint8_t> src(n * h * w * ch);
+  Rng rng(4, 5, 6);
+  for (auto& v : src) v = static_cast<std::uint8_t>(rng.below(256));
+  for (bool gathered : {false, true}) {
+    std::vector<std::uint64_t> idx;
+    if (gathered) idx = {4, 0, 0, 2};
+    const std::size_t out_n = gathered ? idx.size() : n;
+    for (DType t : {DType::float32, DType::float16, DType::bfloat16}) {
+      INFO(dtype_name(t) << " gathered " << gathered);
+      NormalizeJob job;
+      job.samples = out_n;
+      job.height = h;
+      job.width = w;
+      job.channels = ch;
+      job.out_type = t;
+      for (std::size_t k = 0; k < ch; ++k) job.affine[k] = channel_affine(Normalize{}.mean[k], Normalize{}.std[k]);
+      const std::size_t bytes = out_n * ch * h * w * dtype_size(t);
+      REQUIRE(run_normalize(*g, src, idx, job, bytes) == run_normalize(*c, src, idx, job, bytes));
+    }
+  }
+}
+
+TEST_CASE("the gather kernel equals direct indexing for every word size", "[cuda][gather]") {
+  auto g = gpu();
+  auto stream = g->create_stream();
+  for (std::size_t row_bytes : {1, 3, 4, 12, 16, 48, 1000}) {
+    INFO("row_bytes " << row_bytes);
+    const std::size_t rows = 37;
+    std::vector<std::byte> src(rows * row_bytes);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = std::byte(i * 13 + 7);
+    std::vector<std::uint64_t> idx{36, 0, 5, 5, 17};
+    auto d_src = g->allocate(src.size());
+    auto d_dst = g->allocate(idx.size() * row_bytes);
+    auto d_idx = g->allocate(idx.size() * 8);
+    g->copy_to_device(d_src->data(), src.data(), src.size(), *stream);
+    g->copy_to_device(d_idx->data(), idx.data(), idx.size() * 8, *stream);
+    g->gather(GatherJob{static_cast<const std::byte*>(d_src->data()), static_cast<std::byte*>(d_dst->data()),
+                        static_cast<const std::uint64_t*>(d_idx->data()), idx.size(), row_bytes},
+              *stream);
+    std::vector<std::byte> out(idx.size() * row_bytes);
+    g->copy_to_host(out.data(), d_dst->data(), out.size(), *stream);
+    g->synchronize(*stream);
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      REQUIRE(std::memcmp(out.data() + k * row_bytes, src.data() + idx[k] * row_bytes, row_bytes) == 0);
+    }
+  }
+}
+
+TEST_CASE("the slot protocol on a GPU: a consumer stream that reads after a busy kernel sees every batch intact",
+          "[cuda][pipeline]") {
+  auto g = gpu();
+  auto consumer = g->create_stream();
+  for (std::size_t slots : {1, 2, 4}) {
+    INFO("slots " << slots);
+    Config cfg;
+    cfg.batch_size = 8;
+    cfg.sample_bytes = 4096;
+    cfg.workers = 2;
+    cfg.device_buffers = slots;
+    cfg.epochs = 2;
+    cfg.seed = 3;
+    TransferConfig tc;
+    tc.consumer_stream = consumer->native();
+    DevicePipeline dp(cfg, 61, test::fill_pattern, tc, g);
+    std::vector<std::pair<std::uint64_t, std::vector<std::uint64_t>>> ids;
+    std::vector<std::unique_ptr<std::vector<std::byte>>> reads;
+    while (auto b = dp.next()) {
+      reads.push_back(std::make_unique<std::vector<std::byte>>(b->bytes()));
+      ids.emplace_back(b->host().epoch, b->host().indices);
+      g->busy(200, *consumer);  // the training step holds the slot for a while
+      g->copy_to_host(reads.back()->data(), b->data(), b->bytes(), *consumer);
+      b->reset();  // consumed is recorded after the read above, on the same stream
+    }
+    g->synchronize(*consumer);
+    std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
+    for (std::size_t k = 0; k < reads.size(); ++k) {
+      for (std::size_t j = 0; j < ids[k].second.size(); ++j) {
+        std::vector<std::byte> want(cfg.sample_bytes);
+        test::expected_bytes(cfg.seed, ids[k].first, ids[k].second[j], want);
+        REQUIRE(std::memcmp(want.data(), reads[k]->data() + j * cfg.sample_bytes, cfg.sample_bytes) == 0);
+        ++seen[{ids[k].first, ids[k].second[j]}];
+      }
+    }
+    REQUIRE(seen.size() == 2 * 61);
+  }
+}
+
+TEST_CASE("the resident dataset on a GPU matches the host backend", "[cuda][resident]") {
+  std::vector<std::byte> bytes(40 * 24);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 5 + 1);
+  std::vector<std::int64_t> labels(40);
+  for (std::size_t i = 0; i < 40; ++i) labels[i] = std::int64_t(i);
+  HostSamples s{bytes.data(), DType::uint8, 40, {2, 4, 3}};
+  Config cfg;
+  cfg.batch_size = 16;
+  cfg.epochs = 2;
+  ResidentConfig rc;
+  rc.normalize = TransferConfig::Normalization{2, 4, 3, Normalize{}, DType::float16};
+  auto g = gpu();
+  auto stream = g->create_stream();
+  rc.consumer_stream = stream->native();
+  ResidentDataset on_gpu(g, s, labels, cfg, rc);
+  rc.consumer_stream = nullptr;
+  ResidentDataset on_cpu(cpu(), s, labels, cfg, rc);
+  for (;;) {
+    auto a = on_gpu.next();
+    auto b = on_cpu.next();
+    REQUIRE(bool(a) == bool(b));
+    if (!a) break;
+    std::vector<std::byte> out(a->size() * 24 * 2);
+    std::vector<std::int64_t> out_labels(a->size());
+    g->copy_to_host(out.data(), a->data(), out.size(), *stream);
+    g->copy_to_host(out_labels.data(), a->labels(), out_labels.size() * 8, *stream);
+    g->synchronize(*stream);
+    REQUIRE(std::memcmp(out.data(), b->data(), out.size()) == 0);
+    REQUIRE(std::memcmp(out_labels.data(), b->labels(), out_labels.size() * 8) == 0);
+  }
+}
+
+TEST_CASE("a failing CUDA call names the call, file:line and cudaGetErrorString", "[cuda][errors]") {
+  auto g = gpu();
+  auto stream = g->create_stream();
+  std::vector<std::byte> host(64);
+  try {
+    g->copy_to_device(reinterpret_cast<void*>(0x10), host.data(), host.size() + (std::size_t{1} << 60), *stream);
+    g->synchronize(*stream);
+    FAIL("no error");
+  } catch (const DeviceError& e) {
+    REQUIRE_THAT(e.what(), Catch::Contains("cudaMemcpyAsync(") && Catch::Contains("cuda/cuda_device.cu:"));
+  }
+}
+
+TEST_CASE("the busy kernel lasts as long as asked, by timing events", "[cuda][busy]") {
+  auto g = gpu();
+  auto stream = g->create_stream();
+  auto t0 = g->create_event(EventKind::timing), t1 = g->create_event(EventKind::timing);
+  g->record(*t0, *stream);
+  g->busy(2000, *stream);
+  g->record(*t1, *stream);
+  g->synchronize(*t1);
+  REQUIRE(g->elapsed_ms(*t0, *t1) >= 2.0);
+}
+
+int main(int argc, char** argv) {
+  const CudaProbe probe = probe_cuda();
+  if (!probe.built_with_cuda || probe.error != 0 || probe.devices == 0) {
+    std::printf("test_cuda skipped: %s\n", probe.explain().c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
