@@ -65,7 +65,7 @@ case "$cmd" in
     install_missing
     mkdir -p build
     start=$SECONDS
-    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_CUDA=AUTO
+    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}"
     run_tests debug
     build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=address,undefined -DCONVEYOR_CUDA=OFF
     run_tests asan

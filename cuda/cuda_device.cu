@@ -205,6 +205,7 @@ class CudaDevice final : public Device {
   }
 
   void busy(double microseconds, Stream& s) override {
+    if (!(microseconds > 0)) return;  // NaN and negatives included
     busy_kernel<<<1, 1, 0, native(s)>>>(static_cast<unsigned long long>(microseconds * 1000.0));
     CONVEYOR_CUDA_CHECK_LAUNCH("busy_kernel");
   }

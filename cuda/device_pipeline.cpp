@@ -35,9 +35,20 @@ struct TransferCore {
   std::unique_ptr<Stream> copy_stream;
   std::unique_ptr<Stream> consumer_stream;
   bool thread_bound = false;  // the transfer thread's cudaSetDevice, done once
+  std::size_t held = 0;       // slots the consumer holds (consumer thread only)
 
   std::mutex error_mu;
   std::string release_error;  // the first error from a release, for the next next()
+  std::vector<BatchHandle> quarantined;  // host buffers whose release failed, kept until the end
+
+  void quarantine(BatchHandle h) noexcept {
+    try {
+      std::lock_guard lk(error_mu);
+      quarantined.push_back(std::move(h));
+    } catch (...) {
+      // Could not keep it: h's destructor returns it to the pool, the lesser harm.
+    }
+  }
 
   TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
   ~TransferCore() {
@@ -55,9 +66,13 @@ struct TransferCore {
     }
   }
 
-  void keep_error(const std::string& what) {
-    std::lock_guard lk(error_mu);
-    if (release_error.empty()) release_error = what;
+  void keep_error(const char* what) noexcept {
+    try {
+      std::lock_guard lk(error_mu);
+      if (release_error.empty()) release_error = what;
+    } catch (...) {
+      // Out of memory while keeping an error: the pipeline is stopped below regardless.
+    }
   }
 
   std::size_t out_bytes() const {
@@ -108,8 +123,11 @@ struct TransferCore {
     batch.user = &s;  // published when this returns: the core queues it for the consumer
   }
 
-  // The consumer's release of one slot (protocol point 7).
-  void release(DeviceSlot& s, std::uint64_t generation) {
+  // The consumer's release of one slot (protocol point 7). Returns false when
+  // the release could not be recorded: the slot then stays out of the free list
+  // (its memory may still be in use on the device) and the error is kept.
+  bool release(DeviceSlot& s, std::uint64_t generation) noexcept {
+    --held;
     try {
       if (generation != s.copied_generation) {
         throw std::logic_error("device slot " + std::to_string(s.id) + " released for generation " +
@@ -127,9 +145,14 @@ struct TransferCore {
       if (device->hands_over()) device->synchronize(*s.consumed);
     } catch (const std::exception& e) {
       keep_error(e.what());
+      return false;
+    } catch (...) {
+      keep_error("unknown error");
+      return false;
     }
     s.consumed_generation = generation;
     (void)free_slots.try_push(s.id);  // capacity = slot count: never full; refused only once stopped
+    return true;
   }
 };
 
@@ -148,16 +171,21 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
 
 void DeviceBatch::reset() noexcept {
   if (!core_) return;
-  core_->release(*slot_, generation_);
-  host_.reset();  // H back to the workers (with its poison, if asked) after the slot is recorded free
+  if (core_->release(*slot_, generation_)) {
+    host_.reset();  // H back to the workers (with its poison, if asked) after the slot is recorded free
+  } else if (!core_->device->hands_over()) {
+    host_.reset();  // its copy finished before the batch was published: H is safe to refill
+  } else {
+    core_->quarantine(std::move(host_));  // the consumer's stream may still read H: never refill it
+  }
   slot_ = nullptr;
   data_ = nullptr;
   core_.reset();
 }
 
 std::vector<std::int64_t> DeviceBatch::shape() const {
-  const auto n = static_cast<std::int64_t>(size());
   if (!core_) return {};
+  const auto n = static_cast<std::int64_t>(size());
   if (const auto& norm = core_->config.normalize) {
     return {n, std::int64_t(norm->channels), std::int64_t(norm->height), std::int64_t(norm->width)};
   }
@@ -172,17 +200,13 @@ std::size_t DeviceBatch::bytes() const {
   return size() * host_->sample_bytes;
 }
 
-namespace {
-
-void validate(const Config& config, const TransferConfig& transfer) {
-  if (!transfer.normalize) return;
-  const auto& n = *transfer.normalize;
+void validate_normalization(const TransferConfig::Normalization& n, std::size_t sample_bytes) {
   if (n.channels < 1 || n.channels > 3) throw ConfigError("normalize.channels", "must be 1, 2 or 3");
   if (n.height == 0 || n.width == 0) throw ConfigError("normalize.height", "and width must be >= 1");
-  if (n.height * n.width * n.channels != config.sample_bytes) {
+  if (n.height * n.width * n.channels != sample_bytes) {
     throw ConfigError("normalize", "layout " + std::to_string(n.height) + "x" + std::to_string(n.width) + "x" +
                                        std::to_string(n.channels) + " does not match sample_bytes " +
-                                       std::to_string(config.sample_bytes));
+                                       std::to_string(sample_bytes));
   }
   if (n.out_type == DType::uint8) throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
   for (std::size_t c = 0; c < n.channels; ++c) {
@@ -190,14 +214,12 @@ void validate(const Config& config, const TransferConfig& transfer) {
   }
 }
 
-}  // namespace
-
 DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,
                                std::shared_ptr<Device> device, std::optional<PipelineState> resume) {
   if (!device) throw std::invalid_argument("device pipeline: device is required");
   if (!fill) throw std::invalid_argument("pipeline: stages.fill is required");
   config.validate();
-  validate(config, transfer);
+  if (transfer.normalize) validate_normalization(*transfer.normalize, config.sample_bytes);
 
   // 1: every buffer, stream and event now, none in the steady state.
   device->bind_thread();
@@ -245,7 +267,10 @@ DevicePipeline::~DevicePipeline() { stop(); }
 
 // The core marks itself stopping and then calls on_stop, which closes the free
 // slots: a transfer thread woken there is seen as stopping, not failing.
-void DevicePipeline::stop() { pipeline_->stop(); }
+void DevicePipeline::stop() {
+  stopped_ = true;
+  pipeline_->stop();
+}
 
 Device& DevicePipeline::device() const { return *core_->device; }
 std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
@@ -259,6 +284,13 @@ std::optional<DeviceBatch> DevicePipeline::next() {
     }
   }
   NvtxRange range("conveyor.next");
+  if (stopped_) return std::nullopt;
+  if (core_->held == core_->slots.size()) {
+    // The transfer thread needs one of them back before it can publish again.
+    throw std::logic_error("device pipeline: all " + std::to_string(core_->slots.size()) +
+                           " device slots are held by the consumer; release a batch before taking another "
+                           "(or raise device_buffers)");
+  }
   auto host = pipeline_->next();
   if (!host) return std::nullopt;
   auto* slot = static_cast<DeviceSlot*>((*host)->user);
@@ -267,6 +299,7 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   batch.slot_ = slot;
   batch.generation_ = slot->copied_generation;
   batch.host_ = std::move(*host);
+  ++core_->held;
   if (core_->config.normalize) {
     batch.data_ = slot->out->data();
     batch.dtype_ = core_->config.normalize->out_type;

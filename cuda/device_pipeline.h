@@ -53,12 +53,19 @@ struct TransferConfig {
   // Default: none; the consumer gets the uint8 samples as the filler wrote them.
   std::optional<Normalization> normalize;
 
-  // The training step's stream: a cudaStream_t on CUDA (nullptr is the legacy
-  // default stream, which the caller then computes on); on the host backend a
+  // The training step's stream: a cudaStream_t on CUDA; on the host backend a
   // Stream::native() from the same device, or nullptr for a consumer that runs
-  // on the CPU, in its own thread. Default: nullptr.
+  // on the CPU, in its own thread. On CUDA, nullptr means the legacy default
+  // stream, which the caller then computes on: the pipeline puts only its event
+  // waits and records there (pass your own non-blocking stream to keep stream 0
+  // empty). Default: nullptr.
   void* consumer_stream = nullptr;
 };
+
+// Throws ConfigError naming the field unless n describes sample_bytes-byte
+// uint8 samples (height x width x channels, channels 1..3) and a float out_type
+// with every std > 0.
+void validate_normalization(const TransferConfig::Normalization& n, std::size_t sample_bytes);
 
 struct DeviceSlot;
 struct TransferCore;
@@ -114,7 +121,9 @@ class DevicePipeline {
 
   // Blocks until the next batch is on its way to the device and makes the
   // consumer stream wait for it (without blocking the host). Empty when the run
-  // is over or stopped. Throws PipelineError after any failure.
+  // is over or stopped. Throws PipelineError after any failure, and
+  // std::logic_error when the consumer already holds every device slot (the
+  // call could never return).
   std::optional<DeviceBatch> next();
 
   class EpochRange;
@@ -134,6 +143,7 @@ class DevicePipeline {
  private:
   std::shared_ptr<TransferCore> core_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
+  bool stopped_ = false;                // stop() was called (consumer thread)
 };
 
 class DevicePipeline::EpochRange {

@@ -271,6 +271,7 @@ class HostDevice final : public Device {
   }
   void busy(double microseconds, Stream& s) override {
     // A GPU kernel occupies the GPU, not a CPU core: sleep, leaving the cores to the workers.
+    if (!(microseconds > 0)) return;
     host_stream(s).enqueue([microseconds] {
       std::this_thread::sleep_for(std::chrono::nanoseconds(std::int64_t(microseconds * 1000)));
     });
@@ -279,7 +280,12 @@ class HostDevice final : public Device {
   void record(Event& e, Stream& s) override {
     HostEvent& ev = host_event(e);
     const std::uint64_t n = ev.issue();
-    host_stream(s).enqueue([&ev, n] { ev.complete(n); });
+    try {
+      host_stream(s).enqueue([&ev, n] { ev.complete(n); });
+    } catch (...) {
+      ev.complete(n);  // never leave a record issued that nothing will complete: waiters would hang
+      throw;
+    }
   }
   void wait(Stream& s, Event& e) override {
     HostEvent& ev = host_event(e);

@@ -1,5 +1,6 @@
 #include "cuda/resident.h"
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -67,7 +68,7 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
                                   std::to_string(n->height) + ", " + std::to_string(n->width) + ", " +
                                   std::to_string(n->channels) + "} (H, W, C)");
     }
-    if (n->out_type == DType::uint8) throw std::invalid_argument("resident dataset: normalize.out_type must be a float type");
+    validate_normalization(*n, row_bytes);  // channels 1..3, std > 0, a float output
     out_row_bytes_ = n->channels * n->height * n->width * dtype_size(n->out_type);
   } else {
     out_row_bytes_ = row_bytes;
@@ -87,7 +88,8 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
   labels_ = device_->allocate(samples.rows * sizeof(std::int64_t));
   staging_count_ = sampler_.shard_size();
   indices_ = device_->allocate(staging_count_ * sizeof(std::uint64_t));
-  staging_ = static_cast<std::uint64_t*>(device_->allocate_host(staging_count_ * sizeof(std::uint64_t)));
+  staging_ = Staging(static_cast<std::uint64_t*>(device_->allocate_host(staging_count_ * sizeof(std::uint64_t))),
+                     HostFree{device_.get()});
   uploaded_ = device_->create_event();
   slots_.resize(resident_.buffers);
   for (auto& s : slots_) {
@@ -113,15 +115,18 @@ ResidentDataset::~ResidentDataset() {
   } catch (...) {
     // A device in error has nothing left to run.
   }
-  if (staging_) device_->free_host(staging_);
+  if (held_ != 0) {
+    std::fprintf(stderr, "conveyor: ResidentDataset destroyed while %zu batch(es) are held; they are now invalid\n",
+                 held_);
+  }
 }
 
 void ResidentDataset::start_epoch(std::uint64_t epoch) {
   order_ = sampler_.epoch_order(epoch);
   device_->synchronize(*uploaded_);  // the previous epoch's upload has left the staging buffer
-  std::memcpy(staging_, order_.data(), order_.size() * sizeof(std::uint64_t));
+  std::memcpy(staging_.get(), order_.data(), order_.size() * sizeof(std::uint64_t));
   // Earlier gathers that read the index buffer are before this copy on the same stream.
-  device_->copy_to_device(indices_->data(), staging_, order_.size() * sizeof(std::uint64_t), *stream_);
+  device_->copy_to_device(indices_->data(), staging_.get(), order_.size() * sizeof(std::uint64_t), *stream_);
   device_->record(*uploaded_, *stream_);
   epoch_started_ = true;
 }
@@ -172,6 +177,7 @@ std::optional<ResidentBatch> ResidentDataset::next() {
 
   ResidentBatch b;
   b.owner_ = this;
+  b.alive_ = alive_;
   b.slot_ = next_slot_;
   b.epoch = epoch_;
   b.index = batch_;
@@ -187,6 +193,7 @@ std::optional<ResidentBatch> ResidentDataset::next() {
     for (auto d : layout_.row_shape) b.shape_.push_back(std::int64_t(d));
   }
   s.held = true;
+  ++held_;
   next_slot_ = (next_slot_ + 1) % slots_.size();
   ++batch_;
   return b;
@@ -197,15 +204,17 @@ void ResidentDataset::release(std::size_t slot) noexcept {
   try {
     device_->record(*s.consumed, *stream_);
   } catch (...) {
-    // The device is in error; the next gather's call reports it.
+    // The device is in error: its next call fails the same way and reports it.
   }
   s.held = false;
+  --held_;
 }
 
 ResidentBatch& ResidentBatch::operator=(ResidentBatch&& other) noexcept {
   if (this != &other) {
     reset();
     owner_ = std::exchange(other.owner_, nullptr);
+    alive_ = std::move(other.alive_);
     slot_ = other.slot_;
     epoch = other.epoch;
     index = other.index;
@@ -219,7 +228,10 @@ ResidentBatch& ResidentBatch::operator=(ResidentBatch&& other) noexcept {
 }
 
 void ResidentBatch::reset() noexcept {
-  if (owner_) std::exchange(owner_, nullptr)->release(slot_);
+  ResidentDataset* owner = std::exchange(owner_, nullptr);
+  // A batch that outlived its dataset has nothing to give back (the dataset said so on stderr).
+  if (owner && !alive_.expired()) owner->release(slot_);
+  alive_.reset();
 }
 
 }  // namespace conveyor

@@ -15,6 +15,8 @@
 // a batch's memory is reused only after its release was recorded on that
 // stream (the slot protocol's consumed event). All memory, streams and events
 // are allocated in the constructor.
+// Release every batch before destroying the dataset: a batch released after it
+// gives nothing back and its memory is gone (the destructor says so on stderr).
 // Thread safety: one consumer thread. Errors: DeviceError from the device;
 // std::invalid_argument (naming the field) for bad input or a budget overrun.
 #pragma once
@@ -92,6 +94,7 @@ class ResidentBatch {
  private:
   friend class ResidentDataset;
   ResidentDataset* owner_ = nullptr;
+  std::weak_ptr<void> alive_;  // expired once the dataset is gone
   std::size_t slot_ = 0;
   std::vector<std::uint64_t> indices_;
   void* data_ = nullptr;
@@ -138,7 +141,12 @@ class ResidentDataset {
   std::unique_ptr<Buffer> samples_, labels_, indices_;
   std::vector<Slot> slots_;
   std::unique_ptr<Event> uploaded_;  // the epoch's index upload left the staging buffer
-  std::uint64_t* staging_ = nullptr;  // pinned host copy of the epoch order
+  struct HostFree {
+    Device* device;
+    void operator()(std::uint64_t* p) const { device->free_host(p); }
+  };
+  using Staging = std::unique_ptr<std::uint64_t, HostFree>;
+  Staging staging_{nullptr, HostFree{nullptr}};  // pinned host copy of the epoch order
   std::size_t staging_count_ = 0;
   std::unique_ptr<Stream> stream_;    // last: destroyed first
 
@@ -146,6 +154,8 @@ class ResidentDataset {
   bool epoch_started_ = false;
   std::vector<std::uint64_t> order_;
   std::size_t next_slot_ = 0;
+  std::size_t held_ = 0;
+  std::shared_ptr<void> alive_ = std::make_shared<int>(0);  // batches hold a weak_ptr to it
 };
 
 }  // namespace conveyor

@@ -306,6 +306,7 @@ class FaultyDevice final : public Device {
   std::atomic<int> copies_before_error{-1};   // copy_to_device throws when this reaches 0
   std::atomic<bool> fail_cpu_records{false};  // record on the CPU consumer's stream throws
   std::atomic<bool> skip_waits{false};
+  std::atomic<int> waits_on_cpu_stream{0};  // wait() calls on the CPU consumer's (inline) stream
 
   Backend backend() const override { return inner_->backend(); }
   std::string describe() const override { return "faulty " + inner_->describe(); }
@@ -332,6 +333,7 @@ class FaultyDevice final : public Device {
     inner_->record(e, st);
   }
   void wait(Stream& st, Event& e) override {
+    if (st.native() == nullptr) ++waits_on_cpu_stream;
     if (!skip_waits) inner_->wait(st, e);
   }
   void synchronize(Event& e) override { inner_->synchronize(e); }
@@ -360,7 +362,7 @@ Config small_config(std::size_t workers, std::size_t depth, std::size_t device_b
 // so only the protocol's events keep the next copy off the slot until that
 // read has run. Returns the number of samples whose bytes were wrong.
 std::size_t run_stream_consumer(DevicePipeline& dp, Device& device, Stream& stream, std::uint64_t seed,
-                                std::map<std::pair<std::uint64_t, std::uint64_t>, int>* seen) {
+                                std::map<std::pair<std::uint64_t, std::uint64_t>, int>* seen, double step_us = 50) {
   struct Read {
     std::uint64_t epoch;
     std::vector<std::uint64_t> indices;
@@ -372,7 +374,7 @@ std::size_t run_stream_consumer(DevicePipeline& dp, Device& device, Stream& stre
     r->epoch = b->host().epoch;
     r->indices = b->host().indices;
     r->bytes.resize(b->bytes());
-    device.busy(50, stream);  // the step takes a while on the device
+    device.busy(step_us, stream);  // the step takes a while on the device
     device.copy_to_host(r->bytes.data(), b->data(), b->bytes(), stream);
     reads.push_back(std::move(r));
     b->reset();  // released right away: consumed is recorded after the copy above
@@ -550,7 +552,8 @@ TEST_CASE("the checks catch a transfer that does not wait for the consumer's rel
     std::size_t wrong = 0;
     {
       DevicePipeline dp(cfg, 24, test::fill_pattern, tc, faulty);
-      wrong = run_stream_consumer(dp, *faulty, *consumer, cfg.seed, nullptr);
+      // A 3 ms step: the broken transfer overwrites the slot long before the read runs.
+      wrong = run_stream_consumer(dp, *faulty, *consumer, cfg.seed, nullptr, 3000);
     }
     INFO("broken " << broken);
     if (broken) {
@@ -720,4 +723,83 @@ TEST_CASE("resident dataset from .npy files", "[device][resident][npy]") {
   const NpyArray wrong{NpyType::int32, {3}, std::vector<std::byte>(12)};
   REQUIRE_THROWS_WITH(host_samples(wrong), Catch::Contains("uint8 or float32, not int32"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the consumer's stream waits on copied for every batch, and holding every slot is an error",
+          "[device][pipeline]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Config cfg = small_config(2, 1, 2);
+  cfg.epochs = 1;
+  DevicePipeline dp(cfg, 20, test::fill_pattern, {}, faulty);
+  auto a = dp.next(), b = dp.next();  // both slots held
+  REQUIRE(faulty->waits_on_cpu_stream == 2);  // protocol 6: one stream wait per batch taken
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("all 2 device slots are held"));
+  a->reset();
+  std::size_t rest = 0;
+  while (auto c = dp.next()) ++rest;
+  REQUIRE(rest == 3);
+  REQUIRE(faulty->waits_on_cpu_stream == 5);
+  DeviceBatch empty;
+  REQUIRE(empty.shape().empty());
+  REQUIRE(empty.bytes() == 0);
+}
+
+TEST_CASE("normalize through the pipeline with a delayed consumer stream keeps every output intact",
+          "[device][pipeline][normalize]") {
+  DeviceConfig dc;
+  dc.max_delay_us = 40;
+  dc.poison_released = true;
+  auto device = host_device(dc);
+  auto consumer = device->create_stream();
+  Config cfg = small_config(2, 1, 2);
+  cfg.sample_bytes = 2 * 4 * 3;
+  TransferConfig tc;
+  tc.consumer_stream = consumer->native();
+  tc.normalize = TransferConfig::Normalization{2, 4, 3, Normalize{}, DType::float32};
+  DevicePipeline dp(cfg, 13, test::fill_pattern, tc, device);
+  struct Read {
+    std::uint64_t epoch;
+    std::vector<std::uint64_t> indices;
+    std::vector<float> values;
+  };
+  std::vector<std::unique_ptr<Read>> reads;
+  while (auto b = dp.next()) {
+    auto r = std::make_unique<Read>(Read{b->host().epoch, b->host().indices, std::vector<float>(b->bytes() / 4)});
+    device->busy(100, *consumer);
+    device->copy_to_host(r->values.data(), b->data(), b->bytes(), *consumer);
+    reads.push_back(std::move(r));
+  }  // each batch released right after its read was enqueued
+  device->synchronize(*consumer);
+  std::size_t checked = 0;
+  for (auto& r : reads) {
+    for (std::size_t j = 0; j < r->indices.size(); ++j) {
+      std::vector<std::byte> px(cfg.sample_bytes);
+      test::expected_bytes(cfg.seed, r->epoch, r->indices[j], px);
+      for (std::size_t c = 0; c < 3; ++c) {
+        const auto a = channel_affine(Normalize{}.mean[c], Normalize{}.std[c]);
+        for (std::size_t p = 0; p < 8; ++p) {
+          REQUIRE(r->values[(j * 3 + c) * 8 + p] == normalize_value(std::uint8_t(px[p * 3 + c]), a));
+          ++checked;
+        }
+      }
+    }
+  }
+  REQUIRE(checked == 2 * 13 * 24);
+}
+
+TEST_CASE("resident dataset validates its normalize and survives a batch that outlives it", "[device][resident]") {
+  auto device = host_device();
+  Tensor t = make_tensor(6, {2, 2, 4}, DType::uint8);
+  ResidentConfig rc;
+  rc.normalize = TransferConfig::Normalization{2, 2, 4, Normalize{}, DType::float32};
+  REQUIRE_THROWS_WITH(ResidentDataset(device, t.samples, t.labels, Config{}, rc), Catch::Contains("normalize.channels"));
+  Config cfg;
+  cfg.batch_size = 2;
+  ResidentBatch kept;
+  {
+    ResidentDataset ds(device, t.samples, t.labels, cfg);
+    kept = *ds.next();
+  }
+  kept.reset();  // the dataset is gone: nothing to give back, and no crash
+  REQUIRE_FALSE(kept);
 }
