@@ -11,11 +11,13 @@
 // files; 2 for bad input (unknown flag, bad value, missing file, malformed
 // list line, unknown config key), always with one line on stderr.
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -26,6 +28,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cuda/device_pipeline.h"
+#include "cuda/resident.h"
 #include "stages/dataset.h"
 #include "stages/default_dataset.h"
 #include "stages/image_source.h"
@@ -69,6 +72,14 @@ struct Options {
   std::size_t rank = 0, world_size = 1;
   std::string json;
   std::string out;
+  // sweep axes
+  std::vector<std::size_t> sw_workers, sw_host_queue, sw_device_queue, sw_batch;
+  std::vector<double> sw_link, sw_compute;
+  std::string csv, plot;
+  std::string augment = "rrc";
+  bool resident = false;
+  double budget_mb = 1024;
+  std::size_t images_per_class = 300;
 };
 
 void add_shared(CLI::App& app, Options& o) {
@@ -82,6 +93,13 @@ void add_shared(CLI::App& app, Options& o) {
   app.add_option("--seed", o.seed, "seed of the order and of every augmentation");
   app.add_option("--crop", o.crop, "output size of RandomResizedCrop (default 64 on the embedded dataset, else 224)")
       ->check(CLI::Range(1, 16384));
+  app.add_option("--augment", o.augment,
+                 "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop")
+      ->check(CLI::IsMember({"rrc", "crop", "center"}));
+  app.add_flag("--resident", o.resident,
+               "decode every image once (Resize + CenterCrop), upload, and batch on the device by gather");
+  app.add_option("--budget-mb", o.budget_mb, "--resident: device memory the decoded set may take, MiB")
+      ->check(CLI::Range(1.0, 1e9));
   app.add_option("--device", o.device, "auto | cuda | host")->check(CLI::IsMember({"auto", "cuda", "host"}));
   app.add_option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s")
       ->check(CLI::Range(0.0, 1e6));
@@ -98,7 +116,7 @@ void add_shared(CLI::App& app, Options& o) {
       ->check(CLI::Range(1, 1 << 20));
 }
 
-Dataset open_dataset(const Options& o, bool& embedded) {
+Dataset open_dataset(const Options& o, bool& embedded, bool announce = true) {
   if (!o.list.empty() && !o.folder.empty()) throw UsageError("--list and --folder: give one dataset, not both");
   embedded = o.list.empty() && o.folder.empty();
   try {
@@ -109,7 +127,7 @@ Dataset open_dataset(const Options& o, bool& embedded) {
   }
   bool made = false;
   const auto dir = ensure_default_dataset({}, &made);
-  std::fprintf(stderr, "%s the embedded default dataset: %s\n", made ? "made" : "using", dir.c_str());
+  if (announce || made) std::fprintf(stderr, "%s the embedded default dataset: %s\n", made ? "made" : "using", dir.c_str());
   return Dataset::from_folder(dir);
 }
 
@@ -144,12 +162,23 @@ struct RunResult {
   std::vector<SkippedSample> skipped;
 };
 
+std::vector<Transform> transforms(const std::string& augment, int crop) {
+  if (augment == "crop") {
+    return {Resize{crop, {}}, RandomCrop{{crop, crop}, 4, 4, 4, 4, false}, RandomHorizontalFlip{}};
+  }
+  if (augment == "center") return {Resize{crop * 8 / 7, {}}, CenterCrop{{crop, crop}}};
+  return {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
+}
+
+RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_epochs);
+
 RunResult run_pipeline(const Options& o, bool print_epochs) {
   bool embedded = false;
-  Dataset dataset = open_dataset(o, embedded);
-  ImageConfig ic;
+  Dataset dataset = open_dataset(o, embedded, print_epochs);
   const int crop = o.crop ? o.crop : (embedded ? 64 : 224);
-  ic.transforms = {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
+  if (o.resident) return run_resident(o, std::move(dataset), crop, print_epochs);
+  ImageConfig ic;
+  ic.transforms = transforms(o.augment, crop);
   ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
   ImageSource images(dataset, ic, o.workers);
 
@@ -218,6 +247,88 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   return result;
 }
 
+// --resident: decode every image once (deterministic Resize + CenterCrop) with
+// the workers, upload the set, then make each batch on the device by gather.
+RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_epochs) {
+  ImageConfig ic;
+  ic.transforms = transforms("center", crop);
+  ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
+  ImageSource images(dataset, ic, o.workers);
+  const std::size_t row = images.sample_bytes();
+  const double need_mb = double(dataset.size()) * double(row + 8) / double(1 << 20);
+  if (need_mb > o.budget_mb) {
+    throw UsageError("--resident: the decoded set needs " + std::to_string(std::size_t(need_mb + 1)) +
+                     " MiB, over --budget-mb " + std::to_string(std::size_t(o.budget_mb)) +
+                     "; raise it, use a smaller --crop, or drop --resident to stream");
+  }
+  Config load;
+  load.batch_size = 64;
+  load.sample_bytes = row;
+  load.workers = o.workers;
+  load.shuffle = false;
+  load.epochs = 1;
+  std::vector<std::byte> pixels(dataset.size() * row);
+  std::vector<std::int64_t> labels;
+  labels.reserve(dataset.size());
+  const auto t0 = Clock::now();
+  {
+    Pipeline loader(load, dataset.size(), {images.filler()});
+    std::size_t at = 0;
+    while (auto b = loader.next()) {
+      std::memcpy(pixels.data() + at * row, (*b)->data, (*b)->bytes().size());
+      labels.insert(labels.end(), (*b)->labels.begin(), (*b)->labels.end());
+      at += (*b)->size();
+    }
+    pixels.resize(at * row);
+  }
+  const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  DeviceConfig dc;
+  dc.backend = *parse_backend(o.device);
+  dc.link_gbps = o.link_gbps;
+  auto device = open_device(dc);
+  HostSamples samples{pixels.data(), DType::uint8, labels.size(), {std::size_t(crop), std::size_t(crop), 3}};
+  Config cfg;
+  cfg.batch_size = o.batch;
+  cfg.seed = o.seed;
+  cfg.epochs = o.epochs;
+  cfg.rank = o.rank;
+  cfg.world_size = o.world_size;
+  ResidentConfig rc;
+  rc.budget_bytes = std::size_t(o.budget_mb * double(1 << 20));
+  if (o.normalize != "off") {
+    rc.normalize = TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *parse_dtype(o.normalize)};
+  }
+  ResidentDataset resident(device, samples, labels, cfg, rc);
+  RunResult result;
+  result.device = device->describe();
+  if (print_epochs) {
+    std::printf("dataset: %zu images decoded once at %dx%d in %.1f s (%.0f MiB on the device); rank %zu of %zu\n%s\n",
+                labels.size(), crop, crop, load_s, double(resident.device_bytes()) / double(1 << 20), o.rank,
+                o.world_size, result.device.c_str());
+  }
+  for (std::uint64_t e = 0; e < o.epochs; ++e) {
+    EpochFigures f;
+    f.epoch = e;
+    const auto e0 = Clock::now();
+    for (std::size_t i = 0; i < resident.batches_per_epoch(); ++i) {
+      auto b = resident.next();
+      if (!b) break;
+      f.images += b->size();
+      ++f.batches;
+      step(o);
+    }
+    f.seconds = std::chrono::duration<double>(Clock::now() - e0).count();
+    result.epochs.push_back(f);
+    if (print_epochs) {
+      std::printf("epoch %llu: %llu images in %llu batches, %.3f s, %.0f images/s (resident: one gather per batch)\n",
+                  (unsigned long long)e, (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds,
+                  f.images_per_s());
+    }
+  }
+  return result;
+}
+
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -261,6 +372,131 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
     if (s.name == "consumer") idle = s.starved_fraction();
   }
   out << "  \"consumer_idle\": " << idle << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0 << "\n}\n";
+}
+
+struct SweepPoint {
+  std::size_t workers, host_queue, device_queue, batch;
+  double link_gbps, compute_ms;
+  double images_per_s = 0, consumer_idle = 0, peak_rss_mib = 0;
+  bool ok = false;
+};
+
+// Runs one point in a child process, so its peak RSS is its own (wait4's rusage)
+// and a failing point cannot take the sweep down. The parent has no other
+// threads at the fork: each point's pipeline is gone before the next starts.
+SweepPoint run_point(Options o, SweepPoint p) {
+  o.workers = p.workers;
+  o.host_queue = p.host_queue;
+  o.device_queue = p.device_queue;
+  o.batch = p.batch;
+  o.link_gbps = p.link_gbps;
+  o.compute_ms = p.compute_ms;
+  int fd[2];
+  if (::pipe(fd) != 0) throw std::runtime_error("sweep: pipe failed");
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("sweep: fork failed");
+  if (pid == 0) {
+    ::close(fd[0]);
+    double figures[2] = {0, 0};
+    try {
+      const RunResult r = run_pipeline(o, false);
+      std::uint64_t images = 0;
+      double seconds = 0;
+      for (auto& e : r.epochs) {
+        images += e.images;
+        seconds += e.seconds;
+      }
+      figures[0] = seconds > 0 ? double(images) / seconds : 0;
+      for (const auto& st : r.stats.stages) {
+        if (st.name == "consumer") figures[1] = st.starved_fraction();
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "conveyor sweep: point failed: %s\n", e.what());
+      ::_exit(1);
+    }
+    const bool wrote = ::write(fd[1], figures, sizeof figures) == ssize_t(sizeof figures);
+    ::_exit(wrote ? 0 : 1);
+  }
+  ::close(fd[1]);
+  double figures[2] = {0, 0};
+  const bool got = ::read(fd[0], figures, sizeof figures) == ssize_t(sizeof figures);
+  ::close(fd[0]);
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  p.ok = got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  p.images_per_s = figures[0];
+  p.consumer_idle = figures[1];
+  p.peak_rss_mib = double(usage.ru_maxrss) / 1024.0;
+  return p;
+}
+
+int sweep(Options o) {
+  auto axis = [](std::vector<std::size_t> v, std::size_t d) { return v.empty() ? std::vector<std::size_t>{d} : v; };
+  auto axisd = [](std::vector<double> v, double d) { return v.empty() ? std::vector<double>{d} : v; };
+  const auto W = axis(o.sw_workers, o.workers), H = axis(o.sw_host_queue, o.host_queue),
+             D = axis(o.sw_device_queue, o.device_queue), B = axis(o.sw_batch, o.batch);
+  const auto L = axisd(o.sw_link, o.link_gbps), C = axisd(o.sw_compute, o.compute_ms);
+  bool embedded = false;
+  (void)open_dataset(o, embedded);  // make (or check) the dataset once, before the children
+  std::printf("%8s %10s %12s %6s %9s %10s %12s %10s %9s\n", "workers", "host_queue", "device_queue", "batch",
+              "link_gbps", "compute_ms", "images_per_s", "idle_pct", "rss_mib");
+  std::vector<SweepPoint> points;
+  for (auto w : W)
+    for (auto h : H)
+      for (auto d : D)
+        for (auto b : B)
+          for (auto l : L)
+            for (auto c : C) {
+              const SweepPoint p = run_point(o, SweepPoint{w, h, d, b, l, c});
+              points.push_back(p);
+              if (p.ok) {
+                std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12.0f %10.1f %9.0f\n", w, h, d, b, l, c, p.images_per_s,
+                            100 * p.consumer_idle, p.peak_rss_mib);
+              } else {
+                std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12s\n", w, h, d, b, l, c, "failed");
+              }
+              std::fflush(stdout);
+            }
+  if (!o.csv.empty()) {
+    std::ofstream out(o.csv);
+    if (!out) throw UsageError("--csv: cannot write " + o.csv);
+    out << "workers,host_queue,device_queue,batch,link_gbps,compute_ms,images_per_s,consumer_idle_pct,peak_rss_mib,ok\n";
+    for (auto& p : points) {
+      out << p.workers << ',' << p.host_queue << ',' << p.device_queue << ',' << p.batch << ',' << p.link_gbps << ','
+          << p.compute_ms << ',' << p.images_per_s << ',' << 100 * p.consumer_idle << ',' << p.peak_rss_mib << ','
+          << (p.ok ? 1 : 0) << '\n';
+    }
+    std::printf("wrote %s\n", o.csv.c_str());
+    if (!o.plot.empty()) {
+      // images/s against workers, one line per host queue depth (other axes at their first value).
+      if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        std::printf("note: gnuplot is not installed (apt-get install gnuplot-nox); %s has the figures\n", o.csv.c_str());
+      } else {
+        const std::string script = o.plot + ".gp";
+        std::ofstream gp(script);
+        const bool svg = o.plot.size() > 4 && o.plot.substr(o.plot.size() - 4) == ".svg";
+        gp << "set terminal " << (svg ? "svg" : "pngcairo") << " size 800,500\nset output '" << o.plot << "'\n"
+           << "set datafile separator ','\nset key outside\nset xlabel 'workers'\nset ylabel 'images/s'\n"
+           << "set title 'conveyor sweep: images/s by workers and host queue depth'\nplot ";
+        for (std::size_t i = 0; i < H.size(); ++i) {
+          gp << (i ? ", " : "") << "'" << o.csv << "' using ($2==" << H[i] << " && $3==" << D[0] << " && $4==" << B[0]
+             << " ? $1 : 1/0):7 with linespoints title 'host queue " << H[i] << "'";
+        }
+        gp << "\n";
+        gp.close();
+        const int rc = std::system(("gnuplot " + script).c_str());
+        std::printf(rc == 0 ? "wrote %s\n" : "note: gnuplot failed on %s; the CSV has the figures\n", o.plot.c_str());
+      }
+    }
+  } else if (!o.plot.empty()) {
+    throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
+  }
+  for (auto& p : points) {
+    if (!p.ok) return 1;
+  }
+  return 0;
 }
 
 int inspect(const Options& o) {
@@ -334,6 +570,7 @@ int main(int argc, char** argv) {
       "  conveyor run                                      embedded default dataset\n"
       "  conveyor run --folder train/ --workers 8 --batch 256 --compute-ms 40\n"
       "  conveyor bench --config configs/imagenet.toml --json bench.json\n"
+      "  conveyor sweep --workers 1,2,4 --host-queue 1,2,8 --csv sweep.csv --plot sweep.png\n"
       "  conveyor inspect --list train.txt\n"
       "  conveyor make-dataset --out /tmp/shapes");
   Options o;
@@ -345,10 +582,20 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "run the pipeline with a consumer for --epochs; per-epoch stats");
   auto* bench = app.add_subcommand("bench", "throughput only: a table, and --json FILE with the figures");
   bench->add_option("--json", o.json, "write the figures as JSON");
+  auto* sw = app.add_subcommand("sweep", "a grid of runs: one row per point (images/s, consumer idle %, peak RSS)");
+  sw->add_option("--workers", o.sw_workers, "comma list, e.g. 1,2,4")->delimiter(',')->check(CLI::Range(1, 4096));
+  sw->add_option("--host-queue", o.sw_host_queue, "comma list")->delimiter(',')->check(CLI::Range(1, 4096));
+  sw->add_option("--device-queue", o.sw_device_queue, "comma list")->delimiter(',')->check(CLI::Range(1, 4096));
+  sw->add_option("--batch", o.sw_batch, "comma list")->delimiter(',')->check(CLI::Range(1, 1 << 24));
+  sw->add_option("--link-gbps", o.sw_link, "comma list (host backend)")->delimiter(',')->check(CLI::Range(0.0, 1e6));
+  sw->add_option("--compute-ms", o.sw_compute, "comma list")->delimiter(',')->check(CLI::Range(0.0, 1e6));
+  sw->add_option("--csv", o.csv, "write the rows as CSV");
+  sw->add_option("--plot", o.plot, "draw images/s by workers to FILE.png or FILE.svg with gnuplot (needs --csv)");
   auto* insp = app.add_subcommand("inspect", "decode every sample once; counts by format, size, colour; unreadable files");
   auto* make = app.add_subcommand("make-dataset", "write the embedded default dataset to --out DIR");
   make->add_option("--out", o.out, "folder to write (must not exist)")->required();
-  for (auto* s : {run, bench, insp, make}) s->fallthrough();
+  make->add_option("--images-per-class", o.images_per_class, "images in each of the 10 classes")->check(CLI::Range(1, 1000000));
+  for (auto* s : {run, bench, sw, insp, make}) s->fallthrough();
 
   try {
     o.rank = env_size({"RANK", "OMPI_COMM_WORLD_RANK"}, 0);
@@ -358,6 +605,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ConfigError& e) {
+    std::fprintf(stderr, "conveyor: --config: %s (not a conveyor flag, or a bad value)\n", e.what());
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "conveyor: %s\n", e.what());
     return 2;
@@ -370,11 +620,14 @@ int main(int argc, char** argv) {
     if (o.rank >= o.world_size) throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
     if (*make) {
       if (std::filesystem::exists(o.out)) throw UsageError("--out " + o.out + ": already exists");
-      write_default_dataset(o.out);
+      DefaultDatasetOptions d;
+      d.images_per_class = o.images_per_class;
+      write_default_dataset(o.out, d);
       std::printf("wrote the default dataset (%zu classes) to %s\n", default_dataset_classes().size(), o.out.c_str());
       return 0;
     }
     if (*insp) return inspect(o);
+    if (*sw) return sweep(o);
     const RunResult r = run_pipeline(o, true);
     if (*bench) {
       std::uint64_t images = 0;

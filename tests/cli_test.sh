@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The conveyor command end to end: every shipped config runs, bad input gives one
+# line on stderr and exit status 2, inspect lists unreadable files with status 1,
+# and bench --json writes the figures. Usage: cli_test.sh CONVEYOR_BINARY CONFIG_DIR
+set -uo pipefail
+bin=$1 configs=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export CONVEYOR_CACHE=$work/cache
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$bin" make-dataset --out "$work/ds" --images-per-class 3 >/dev/null || fail "make-dataset"
+[ "$(find "$work/ds" -name '*.jpg' | wc -l)" -eq 30 ] || fail "make-dataset wrote $(find "$work/ds" -name '*.jpg' | wc -l) images, not 30"
+
+# Every shipped config, with the subcommand its first line names, on the small dataset.
+for cfg in "$configs"/*.toml; do
+  sub=$(grep -o 'conveyor [a-z-]*' "$cfg" | head -1 | cut -d' ' -f2)
+  if ! "$bin" "$sub" --config "$cfg" --folder "$work/ds" --epochs 1 >"$work/out" 2>&1; then
+    fail "config $(basename "$cfg") ($sub): $(tail -3 "$work/out")"
+  fi
+done
+
+# Bad input: status 2, exactly one line on stderr, no stack trace.
+printf 'a.jpg 1\nb.jpg x\n' >"$work/bad.txt"
+printf 'workers = 2\nbogus-key = 3\n' >"$work/bad.toml"
+expect_usage_error() {
+  local what=$1; shift
+  "$bin" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  [ $rc -eq 2 ] || fail "$what: status $rc, not 2"
+  [ "$(wc -l <"$work/err")" -eq 1 ] || fail "$what: stderr is not one line: $(cat "$work/err")"
+}
+expect_usage_error "unknown flag" run --bogus
+expect_usage_error "zero workers" run --workers 0
+expect_usage_error "negative batch" run --batch -3
+expect_usage_error "missing list" run --list "$work/nope.txt"
+expect_usage_error "malformed list line" run --list "$work/bad.txt"
+grep -q "bad.txt:2:" "$work/err" || fail "malformed list line: the error does not name file:line: $(cat "$work/err")"
+expect_usage_error "unknown config key" run --config "$work/bad.toml"
+grep -q "bogus-key" "$work/err" || fail "unknown config key: not named: $(cat "$work/err")"
+expect_usage_error "unknown device" run --device gpu
+expect_usage_error "two datasets" run --list "$work/bad.txt" --folder "$work/ds"
+expect_usage_error "no subcommand"
+expect_usage_error "rank beyond world" run --folder "$work/ds" --rank 2 --world-size 2
+
+# inspect: one corrupt file among good ones -> status 1, the file named with its reason.
+cp -r "$work/ds" "$work/ds2"
+printf 'not an image' >"$work/ds2/0-disk/zz-broken.jpg"
+"$bin" inspect --folder "$work/ds2" >"$work/out" 2>&1
+[ $? -eq 1 ] || fail "inspect with a broken file: status not 1"
+grep -q "unreadable: .*zz-broken.jpg: " "$work/out" || fail "inspect does not name the broken file: $(cat "$work/out")"
+grep -q "^30 samples decoded, 1 unreadable" "$work/out" || fail "inspect counts: $(head -1 "$work/out")"
+"$bin" inspect --folder "$work/ds" >/dev/null 2>&1 || fail "inspect of a good dataset failed"
+
+# bench --json: the figures are there and the file is JSON.
+"$bin" bench --folder "$work/ds" --batch 4 --json "$work/b.json" >/dev/null 2>&1 || fail "bench --json"
+for key in images_per_s batches_per_s consumer_idle peak_rss_mib stages; do
+  grep -q "\"$key\"" "$work/b.json" || fail "bench json lacks $key"
+done
+if command -v python3 >/dev/null; then
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["images_per_s"] > 0' "$work/b.json" \
+    || fail "bench json does not parse or has no throughput"
+fi
+
+# sweep --csv: one row per point.
+"$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --host-queue 1,3 --csv "$work/s.csv" >/dev/null 2>&1 \
+  || fail "sweep"
+[ "$(wc -l <"$work/s.csv")" -eq 5 ] || fail "sweep csv has $(wc -l <"$work/s.csv") lines, not 1 + 4"
+
+if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "cli: all checks passed"
