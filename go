@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Conveyor's two set-up commands, for a fresh Debian 12 machine (as root or with sudo):
 #
-#   ./go demo [flags]   install what is missing, build, run the pipeline demo
+#   ./go demo [flags]   install what is missing, build, run `conveyor run` on the
+#                       embedded default dataset (flags go to conveyor run)
 #   ./go test           install what is missing, build and run every test three
 #                       times (plain, ASan+UBSan, TSan) and compile the CUDA
 #                       sources when nvcc is present
@@ -58,8 +59,8 @@ case "$cmd" in
     install_missing
     mkdir -p build
     build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF
-    say "running: build/release/apps/conveyor-demo $*"
-    exec build/release/apps/conveyor-demo "$@"
+    say "running: build/release/apps/conveyor run $*"
+    exec build/release/apps/conveyor run "$@"
     ;;
   test)
     install_missing
