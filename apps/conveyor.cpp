@@ -19,7 +19,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -77,6 +79,7 @@ struct Options {
   std::vector<double> sw_link, sw_compute;
   std::string csv, plot;
   std::string augment = "rrc";
+  std::string trace;
   bool resident = false;
   double budget_mb = 1024;
   std::size_t images_per_class = 300;
@@ -111,6 +114,7 @@ void add_shared(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"sleep", "spin"}));
   app.add_option("--compute-ms", o.compute_ms, "milliseconds of synthetic step per batch; 0: no step")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
   app.add_option("--rank", o.rank, "this process's shard (default: $RANK or $OMPI_COMM_WORLD_RANK, else 0)");
   app.add_option("--world-size", o.world_size, "number of shards (default: $WORLD_SIZE or $OMPI_COMM_WORLD_SIZE, else 1)")
       ->check(CLI::Range(1, 1 << 20));
@@ -148,6 +152,48 @@ void step(const Options& o) {
     }
   }
 }
+
+// Chrome Trace Event JSON (opens in Perfetto and chrome://tracing): a span per
+// sample decode on each worker thread, per transfer, per consumer step, and a
+// counter track per queue's depth sampled every 2 ms.
+class Tracer {
+ public:
+  explicit Tracer(std::string file) : file_(std::move(file)), origin_(Clock::now()) {}
+  void thread(int tid, const std::string& name) {
+    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":" + std::to_string(tid) +
+        ",\"args\":{\"name\":\"" + name + "\"}}");
+  }
+  void span(const char* name, int tid, Clock::time_point a, Clock::time_point b, const std::string& args = "") {
+    add(std::string("{\"ph\":\"X\",\"name\":\"") + name + "\",\"pid\":1,\"tid\":" + std::to_string(tid) +
+        ",\"ts\":" + us(a) + ",\"dur\":" + std::to_string(std::chrono::duration<double, std::micro>(b - a).count()) +
+        (args.empty() ? "" : ",\"args\":{" + args + "}") + "}");
+  }
+  void counter(const char* name, Clock::time_point t, double value) {
+    add(std::string("{\"ph\":\"C\",\"name\":\"") + name + "\",\"pid\":1,\"ts\":" + us(t) +
+        ",\"args\":{\"depth\":" + std::to_string(value) + "}}");
+  }
+  void write() {
+    std::ofstream out(file_);
+    if (!out) throw UsageError("--trace: cannot write " + file_);
+    std::lock_guard lk(mu_);
+    out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    for (std::size_t i = 0; i < events_.size(); ++i) out << events_[i] << (i + 1 < events_.size() ? ",\n" : "\n");
+    out << "]}\n";
+  }
+
+ private:
+  std::string us(Clock::time_point t) const {
+    return std::to_string(std::chrono::duration<double, std::micro>(t - origin_).count());
+  }
+  void add(std::string e) {
+    std::lock_guard lk(mu_);
+    events_.push_back(std::move(e));
+  }
+  std::string file_;
+  Clock::time_point origin_;
+  std::mutex mu_;
+  std::vector<std::string> events_;
+};
 
 struct EpochFigures {
   std::uint64_t epoch = 0, batches = 0, images = 0, skipped = 0;
@@ -212,7 +258,46 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
     std::printf("dataset: %zu images, %zu classes; rank %zu of %zu\n%s\n", dataset.size(), dataset.classes().size(),
                 o.rank, o.world_size, result.device.c_str());
   }
-  DevicePipeline pipeline(cfg, dataset.size(), images.filler(), tc, device);
+  std::unique_ptr<Tracer> tracer;
+  Filler fill = images.filler();
+  if (!o.trace.empty()) {
+    tracer = std::make_unique<Tracer>(o.trace);
+    tracer->thread(1, "consumer");
+    tracer->thread(2, "transfer");
+    for (std::size_t w = 0; w < o.workers; ++w) tracer->thread(int(10 + w), "worker " + std::to_string(w));
+    fill = [&images, t = tracer.get()](Sample& s) {
+      const auto a = Clock::now();
+      images.fill(s);
+      t->span("decode", int(10 + s.worker), a, Clock::now(),
+              "\"sample\":" + std::to_string(s.index) + ",\"epoch\":" + std::to_string(s.epoch));
+    };
+    tc.on_transfer = [t = tracer.get()](const Batch& b, Clock::time_point a, Clock::time_point z) {
+      t->span("transfer", 2, a, z, "\"batch\":" + std::to_string(b.index) + ",\"epoch\":" + std::to_string(b.epoch));
+    };
+  }
+  DevicePipeline pipeline(cfg, dataset.size(), fill, tc, device);
+  // Queue depths for the trace: pushes - pops of each queue, every 2 ms, from a sampler thread.
+  std::atomic<bool> sampling{tracer != nullptr};
+  std::thread sampler;
+  if (tracer) {
+    sampler = std::thread([&] {
+      while (sampling.load()) {
+        const auto now = Clock::now();
+        for (const auto& q : pipeline.stats().queues) {
+          tracer->counter(q.name.c_str(), now, double(q.stats.pushes) - double(q.stats.pops));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  struct JoinSampler {
+    std::atomic<bool>& flag;
+    std::thread& t;
+    ~JoinSampler() {
+      flag = false;
+      if (t.joinable()) t.join();
+    }
+  } join_sampler{sampling, sampler};
   const bool tty = ::isatty(STDERR_FILENO);
   for (std::uint64_t e = 0; e < o.epochs; ++e) {
     EpochFigures f;
@@ -223,7 +308,9 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
       f.images += batch.size();
       f.skipped += batch.host().skipped.size();
       ++f.batches;
+      const auto a = Clock::now();
       step(o);
+      if (tracer) tracer->span("step", 1, a, Clock::now(), "\"batch\":" + std::to_string(batch.host().index));
       if (tty && print_epochs && (f.batches % 4 == 0 || f.batches == total)) {
         const int width = 30, done = int(double(f.batches) / double(total) * width);
         std::fprintf(stderr, "\r  epoch %llu [%s%s] %llu/%zu batches", (unsigned long long)e, std::string(done, '#').c_str(),
@@ -244,6 +331,12 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   }
   result.stats = pipeline.stats();
   result.skipped = pipeline.skipped();
+  if (tracer) {
+    sampling = false;
+    sampler.join();
+    tracer->write();
+    if (print_epochs) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
+  }
   return result;
 }
 

@@ -83,6 +83,7 @@ struct TransferCore {
   // The transfer thread's step for one finished batch (protocol points 4 and 5).
   void transfer(Batch& batch) {
     NvtxRange range("conveyor.transfer");
+    const auto start = std::chrono::steady_clock::now();
     if (!thread_bound) {
       device->bind_thread();  // 3: first, on this thread
       thread_bound = true;
@@ -121,6 +122,7 @@ struct TransferCore {
     // back only when the consumer releases the batch, which is later still.
     device->synchronize(*s.copied);
     batch.user = &s;  // published when this returns: the core queues it for the consumer
+    if (config.on_transfer) config.on_transfer(batch, start, std::chrono::steady_clock::now());
   }
 
   // The consumer's release of one slot (protocol point 7). Returns false when

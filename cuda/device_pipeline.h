@@ -28,6 +28,8 @@
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -60,6 +62,11 @@ struct TransferConfig {
   // waits and records there (pass your own non-blocking stream to keep stream 0
   // empty). Default: nullptr.
   void* consumer_stream = nullptr;
+
+  // Optional: called on the transfer thread after each batch is transferred,
+  // with the step's start and end (for tracing). Must not block. Default: none.
+  std::function<void(const Batch&, std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point)>
+      on_transfer;
 };
 
 // Throws ConfigError naming the field unless n describes sample_bytes-byte

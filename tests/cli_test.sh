@@ -68,5 +68,27 @@ fi
   || fail "sweep"
 [ "$(wc -l <"$work/s.csv")" -eq 5 ] || fail "sweep csv has $(wc -l <"$work/s.csv") lines, not 1 + 4"
 
+# --trace: Chrome Trace Event JSON with decode, transfer and step spans and queue-depth counters.
+"$bin" run --folder "$work/ds" --batch 4 --workers 2 --trace "$work/t.json" >/dev/null 2>&1 || fail "run --trace"
+if command -v python3 >/dev/null; then
+  python3 - "$work/t.json" <<'PY' || fail "trace structure"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+spans = [e for e in ev if e["ph"] == "X"]
+names = {e["name"] for e in spans}
+assert {"decode", "transfer", "step"} <= names, names
+assert sum(1 for e in spans if e["name"] == "decode") == 30, "one decode span per sample"
+assert all(e["tid"] >= 10 for e in spans if e["name"] == "decode")
+assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+counters = {e["name"] for e in ev if e["ph"] == "C"}
+assert {"host queue", "device queue", "buffer pool"} <= counters, counters
+threads = {e["args"]["name"] for e in ev if e["ph"] == "M"}
+assert {"consumer", "transfer", "worker 0", "worker 1"} <= threads, threads
+PY
+else
+  grep -q '"name":"decode"' "$work/t.json" || fail "trace has no decode spans"
+fi
+
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "cli: all checks passed"

@@ -13,38 +13,16 @@
 #include <catch2/catch.hpp>
 
 #include "stages/npy.h"
+#include "temp_dir.h"
 
 using namespace conveyor;
+using conveyor::test::TempDir;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
 namespace {
 
 // A fresh folder under the system temp dir, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      root_ = fs::temp_directory_path() /
-              ("conveyor_test_npy_" + std::to_string(rd()) + "_" + std::to_string(rd()));
-      if (fs::create_directory(root_)) return;
-    }
-    throw std::runtime_error("cannot create a temp dir");
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  fs::path operator/(const std::string& name) const { return root_ / name; }
-  const fs::path& path() const { return root_; }
-
- private:
-  fs::path root_;
-};
 
 void write_file(const fs::path& file, const std::string& bytes) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
