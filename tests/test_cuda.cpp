@@ -3,9 +3,8 @@
 // end with a consumer stream that reads each batch after a busy kernel, and
 // errors that name the CUDA call and file:line.
 //
-// Without a device the whole program skips: it prints one line saying why and
-// exits 77, which CTest reports as "Skipped" (SKIP_RETURN_CODE).
-#define CATCH_CONFIG_RUNNER
+// Without a device the whole program skips (tests/cuda_main.cpp): it prints one
+// line saying why and exits 77, which CTest reports as "Skipped".
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
@@ -213,13 +212,4 @@ TEST_CASE("the busy kernel lasts as long as asked, by timing events", "[cuda][bu
   g->record(*t1, *stream);
   g->synchronize(*t1);
   REQUIRE(g->elapsed_ms(*t0, *t1) >= 2.0);
-}
-
-int main(int argc, char** argv) {
-  const CudaProbe probe = probe_cuda();
-  if (!probe.built_with_cuda || probe.error != 0 || probe.devices == 0) {
-    std::printf("test_cuda skipped: %s\n", probe.explain().c_str());
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
 }
