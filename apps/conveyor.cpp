@@ -80,6 +80,8 @@ struct Options {
   std::string csv, plot;
   std::string augment = "rrc";
   std::string trace;
+  double synthetic_ms = 0;
+  bool serial = false;
   bool resident = false;
   double budget_mb = 1024;
   std::size_t images_per_class = 300;
@@ -114,6 +116,10 @@ void add_shared(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"sleep", "spin"}));
   app.add_option("--compute-ms", o.compute_ms, "milliseconds of synthetic step per batch; 0: no step")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--synthetic-ms", o.synthetic_ms,
+                 "teaching: workers sleep this long per sample instead of decoding (known stage costs)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--serial", o.serial, "teaching: fill, copy and step one after another on one thread (no overlap)");
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
   app.add_option("--rank", o.rank, "this process's shard (default: $RANK or $OMPI_COMM_WORLD_RANK, else 0)");
   app.add_option("--world-size", o.world_size, "number of shards (default: $WORLD_SIZE or $OMPI_COMM_WORLD_SIZE, else 1)")
@@ -218,6 +224,57 @@ std::vector<Transform> transforms(const std::string& augment, int crop) {
 
 RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_epochs);
 
+// --serial: what a loop without a pipeline does. One thread fills every sample
+// of a batch, copies it, runs the step, and only then starts the next batch.
+RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_size, const Filler& fill,
+                     const std::shared_ptr<Device>& device, bool print_epochs, RunResult& result) {
+  std::unique_ptr<Tracer> tracer;
+  if (!o.trace.empty()) {
+    tracer = std::make_unique<Tracer>(o.trace);
+    tracer->thread(1, "consumer (serial: fill, copy, step)");
+  }
+  Sampler sampler({dataset_size, cfg.batch_size, cfg.seed, cfg.shuffle, cfg.drop_last, cfg.rank, cfg.world_size,
+                   cfg.shard_policy});
+  std::vector<std::byte> host(cfg.batch_size * cfg.sample_bytes);
+  auto dev = device->allocate(host.size());
+  auto stream = device->wrap_stream(nullptr);
+  for (std::uint64_t e = 0; e < o.epochs; ++e) {
+    EpochFigures f;
+    f.epoch = e;
+    const auto t0 = Clock::now();
+    const auto order = sampler.epoch_order(e);
+    for (std::size_t b = 0; b < sampler.batches_per_epoch(); ++b) {
+      const std::size_t n = sampler.batch_length(b);
+      const auto a = Clock::now();
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::uint64_t index = order[b * cfg.batch_size + j];
+        Sample s{index, e, j, std::span<std::byte>(host.data() + j * cfg.sample_bytes, cfg.sample_bytes), 0,
+                 Rng(cfg.seed, e, index)};
+        fill(s);
+      }
+      const auto filled = Clock::now();
+      device->copy_to_device(dev->data(), host.data(), n * cfg.sample_bytes, *stream);
+      const auto copied = Clock::now();
+      step(o);
+      if (tracer) {
+        tracer->span("fill", 1, a, filled);
+        tracer->span("transfer", 1, filled, copied);
+        tracer->span("step", 1, copied, Clock::now());
+      }
+      f.images += n;
+      ++f.batches;
+    }
+    f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.epochs.push_back(f);
+    if (print_epochs) {
+      std::printf("epoch %llu (serial): %llu images in %llu batches, %.2f s, %.0f images/s\n", (unsigned long long)e,
+                  (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds, f.images_per_s());
+    }
+  }
+  if (tracer) tracer->write();
+  return result;
+}
+
 RunResult run_pipeline(const Options& o, bool print_epochs) {
   bool embedded = false;
   Dataset dataset = open_dataset(o, embedded, print_epochs);
@@ -260,14 +317,24 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   }
   std::unique_ptr<Tracer> tracer;
   Filler fill = images.filler();
+  if (o.synthetic_ms > 0) {
+    // A stage of known cost: the sample's identity in its first bytes, then a sleep.
+    fill = [ms = o.synthetic_ms](Sample& s) {
+      const std::uint64_t id[2] = {s.epoch, s.index};
+      std::memcpy(s.data.data(), id, std::min(s.data.size(), sizeof id));
+      s.label = 0;
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    };
+  }
+  if (o.serial) return run_serial(o, cfg, dataset.size(), fill, device, print_epochs, result);
   if (!o.trace.empty()) {
     tracer = std::make_unique<Tracer>(o.trace);
     tracer->thread(1, "consumer");
     tracer->thread(2, "transfer");
     for (std::size_t w = 0; w < o.workers; ++w) tracer->thread(int(10 + w), "worker " + std::to_string(w));
-    fill = [&images, t = tracer.get()](Sample& s) {
+    fill = [inner = fill, t = tracer.get()](Sample& s) {
       const auto a = Clock::now();
-      images.fill(s);
+      inner(s);
       t->span("decode", int(10 + s.worker), a, Clock::now(),
               "\"sample\":" + std::to_string(s.index) + ",\"epoch\":" + std::to_string(s.epoch));
     };
@@ -299,6 +366,7 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
     }
   } join_sampler{sampling, sampler};
   const bool tty = ::isatty(STDERR_FILENO);
+  PipelineStats before = pipeline.stats();
   for (std::uint64_t e = 0; e < o.epochs; ++e) {
     EpochFigures f;
     f.epoch = e;
@@ -320,12 +388,18 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
     f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (tty && print_epochs) std::fprintf(stderr, "\r%*s\r", 70, "");
     result.epochs.push_back(f);
+    const PipelineStats now = pipeline.stats();
+    const PipelineStats epoch_stats = now.since(before);  // this epoch's fractions, not the run's
+    before = now;
     if (print_epochs) {
-      const PipelineStats s = pipeline.stats();
-      std::printf("epoch %llu: %llu images in %llu batches, %.1f s, %.0f images/s%s\n", (unsigned long long)e,
-                  (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds, f.images_per_s(),
-                  f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
-      std::printf("%s", s.table().c_str());
+      double idle = 0;
+      for (const auto& st : epoch_stats.stages) {
+        if (st.name == "consumer") idle = st.starved_fraction();
+      }
+      std::printf("epoch %llu: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%%s\n",
+                  (unsigned long long)e, (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds,
+                  f.images_per_s(), 100 * idle, f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
+      std::printf("%s", epoch_stats.table().c_str());
       std::fflush(stdout);
     }
   }
@@ -561,6 +635,8 @@ int sweep(Options o) {
           << p.compute_ms << ',' << p.images_per_s << ',' << 100 * p.consumer_idle << ',' << p.peak_rss_mib << ','
           << (p.ok ? 1 : 0) << '\n';
     }
+    out.close();  // flushed before gnuplot reads it
+    if (!out) throw UsageError("--csv: cannot write " + o.csv);
     std::printf("wrote %s\n", o.csv.c_str());
     if (!o.plot.empty()) {
       // images/s against workers, one line per host queue depth (other axes at their first value).
@@ -571,11 +647,11 @@ int sweep(Options o) {
         std::ofstream gp(script);
         const bool svg = o.plot.size() > 4 && o.plot.substr(o.plot.size() - 4) == ".svg";
         gp << "set terminal " << (svg ? "svg" : "pngcairo") << " size 800,500\nset output '" << o.plot << "'\n"
-           << "set datafile separator ','\nset key outside\nset xlabel 'workers'\nset ylabel 'images/s'\n"
+           << "set datafile separator ','\nset key outside\nset xlabel 'workers'\nset ylabel 'images/s'\nset xtics 1\nset yrange [0:*]\n"
            << "set title 'conveyor sweep: images/s by workers and host queue depth'\nplot ";
         for (std::size_t i = 0; i < H.size(); ++i) {
           gp << (i ? ", " : "") << "'" << o.csv << "' using ($2==" << H[i] << " && $3==" << D[0] << " && $4==" << B[0]
-             << " ? $1 : 1/0):7 with linespoints title 'host queue " << H[i] << "'";
+             << " ? $1 : 1/0):7 with points pointsize 1.5 title 'host queue " << H[i] << "'";
         }
         gp << "\n";
         gp.close();

@@ -75,4 +75,22 @@ std::string PipelineStats::table() const {
   return out;
 }
 
+PipelineStats PipelineStats::since(const PipelineStats& earlier) const {
+  PipelineStats d = *this;
+  d.wall_s -= earlier.wall_s;
+  d.batches -= earlier.batches;
+  d.samples -= earlier.samples;
+  d.samples_skipped -= earlier.samples_skipped;
+  for (std::size_t i = 0; i < d.stages.size() && i < earlier.stages.size(); ++i) {
+    StageStats& s = d.stages[i];
+    const StageStats& e = earlier.stages[i];
+    s.items -= e.items;
+    s.busy_s -= e.busy_s;
+    s.blocked_s -= e.blocked_s;
+    s.starved_s -= e.starved_s;
+    s.wall_s -= e.wall_s;
+  }
+  return d;
+}
+
 }  // namespace conveyor

@@ -73,6 +73,9 @@ struct PipelineStats {
   std::string bottleneck_summary() const;
   // A small table of stages and queues plus the bottleneck line.
   std::string table() const;
+  // The stages' items and times over the interval since `earlier` (a snapshot of
+  // the same pipeline), e.g. one epoch; queue figures stay since the start.
+  PipelineStats since(const PipelineStats& earlier) const;
 };
 
 void accumulate(StageStats& into, const StageCounters& c);

@@ -90,5 +90,20 @@ else
   grep -q '"name":"decode"' "$work/t.json" || fail "trace has no decode spans"
 fi
 
+# --plot: a PNG through gnuplot when it is installed, else a one-line note and the CSV.
+"$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --csv "$work/p.csv" --plot "$work/p.png" >"$work/out" 2>&1 \
+  || fail "sweep --plot"
+if command -v gnuplot >/dev/null; then
+  [ -s "$work/p.png" ] || fail "gnuplot is installed but no plot was written: $(cat "$work/out")"
+else
+  grep -q "note: gnuplot is not installed" "$work/out" || fail "no note about the missing gnuplot: $(cat "$work/out")"
+fi
+
+# Teaching mode: synthetic stage costs, serial against overlapped, both account for every sample.
+"$bin" run --folder "$work/ds" --batch 4 --serial --synthetic-ms 0.1 --compute-ms 0.1 >"$work/out" 2>&1 || fail "run --serial"
+grep -q "^epoch 0 (serial): 30 images in 8 batches" "$work/out" || fail "serial run: $(cat "$work/out")"
+"$bin" run --folder "$work/ds" --batch 4 --synthetic-ms 0.1 >"$work/out" 2>&1 || fail "run --synthetic-ms"
+grep -q "^epoch 0: 30 images in 8 batches" "$work/out" || fail "synthetic run: $(cat "$work/out")"
+
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "cli: all checks passed"
