@@ -693,8 +693,7 @@ int inspect(const Options& o) {
       ImageDecoder& d = *decoders[s.worker];
       const ImageInfo info = d.open(files[s.worker]);
       (void)d.decode(Rect{0, 0, info.width, info.height}, 1.0);
-      static const char* fmt[] = {"unknown", "jpeg", "png", "bmp", "pnm", "tga", "gif"};
-      ++c.formats[fmt[std::min<int>(int(info.format), 6)]];
+      ++c.formats[format_name(info.format)];
       static const char* mode[] = {"?", "gray", "gray+alpha", "rgb", "rgba/cmyk"};
       ++c.modes[mode[std::clamp(info.components, 0, 4)]];
       const int side = std::max(info.width, info.height);
@@ -743,8 +742,6 @@ int main(int argc, char** argv) {
       "  conveyor inspect --list train.txt\n"
       "  conveyor make-dataset --out /tmp/shapes");
   Options o;
-  o.rank = 0;
-  o.world_size = 1;
   add_shared(app, o);
   app.fallthrough();
 

@@ -317,16 +317,4 @@ DevicePipeline::EpochRange DevicePipeline::epoch(std::uint64_t e) {
   return EpochRange(this, pipeline_->epoch(e).size());
 }
 
-DevicePipeline::EpochRange::iterator& DevicePipeline::EpochRange::iterator::operator++() {
-  current_.reset();
-  done_ = true;
-  if (remaining_ == 0) return *this;
-  if (auto b = p_->next()) {
-    current_ = std::move(*b);
-    --remaining_;
-    done_ = false;
-  }
-  return *this;
-}
-
 }  // namespace conveyor

@@ -133,7 +133,7 @@ class DevicePipeline {
   // call could never return).
   std::optional<DeviceBatch> next();
 
-  class EpochRange;
+  using EpochRange = EpochRangeOf<DevicePipeline, DeviceBatch>;
   // The remaining batches of epoch e, as Pipeline::epoch.
   EpochRange epoch(std::uint64_t e);
 
@@ -151,38 +151,6 @@ class DevicePipeline {
   std::shared_ptr<TransferCore> core_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
   bool stopped_ = false;                // stop() was called (consumer thread)
-};
-
-class DevicePipeline::EpochRange {
- public:
-  class iterator {
-   public:
-    using difference_type = std::ptrdiff_t;
-    using value_type = DeviceBatch;
-    iterator() = default;
-    DeviceBatch& operator*() { return current_; }
-    DeviceBatch* operator->() { return &current_; }
-    iterator& operator++();
-    void operator++(int) { ++*this; }
-    bool operator==(std::default_sentinel_t) const { return done_; }
-
-   private:
-    friend class EpochRange;
-    iterator(DevicePipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) { ++*this; }
-    DevicePipeline* p_ = nullptr;
-    std::uint64_t remaining_ = 0;
-    DeviceBatch current_;
-    bool done_ = true;
-  };
-  iterator begin() { return iterator(p_, remaining_); }
-  std::default_sentinel_t end() { return {}; }
-  std::uint64_t size() const { return remaining_; }
-
- private:
-  friend class DevicePipeline;
-  EpochRange(DevicePipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) {}
-  DevicePipeline* p_;
-  std::uint64_t remaining_;
 };
 
 }  // namespace conveyor

@@ -549,18 +549,6 @@ Pipeline::EpochRange Pipeline::epoch(std::uint64_t e) {
   return EpochRange(this, past_end ? 0 : per_epoch - pos.delivered.size());
 }
 
-Pipeline::EpochRange::iterator& Pipeline::EpochRange::iterator::operator++() {
-  current_.reset();  // give the buffer back before waiting for the next one
-  done_ = true;
-  if (remaining_ == 0) return *this;
-  if (auto b = p_->next()) {
-    current_ = std::move(*b);
-    --remaining_;
-    done_ = false;
-  }
-  return *this;
-}
-
 std::vector<SkippedSample> Pipeline::skipped() const {
   std::lock_guard lk(state_mu_);
   return skipped_;

@@ -41,6 +41,7 @@
 #include "pipeline/batch.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/config.h"
+#include "pipeline/epoch_range.h"
 #include "pipeline/rng.h"
 #include "pipeline/sampler.h"
 #include "pipeline/stats.h"
@@ -155,7 +156,7 @@ class Pipeline {
   // once any stage failed. Release (destroy or reset) the handle to recycle the buffer.
   std::optional<BatchHandle> next();
 
-  class EpochRange;
+  using EpochRange = EpochRangeOf<Pipeline, BatchHandle>;
   // The remaining batches of epoch e, which must be the consumer's current epoch
   // (the first not yet fully consumed); std::logic_error otherwise.
   EpochRange epoch(std::uint64_t e);
@@ -235,41 +236,6 @@ class Pipeline {
   std::mutex join_mu_;
   std::vector<std::thread> workers_;
   std::thread transfer_;
-};
-
-// An input range over one epoch's batches: `for (auto& batch : p.epoch(e))`.
-// Dereferencing gives the BatchHandle (move it out to keep the batch); advancing
-// releases the current batch before fetching the next.
-class Pipeline::EpochRange {
- public:
-  class iterator {
-   public:
-    using difference_type = std::ptrdiff_t;
-    using value_type = BatchHandle;
-    iterator() = default;
-    BatchHandle& operator*() { return current_; }
-    BatchHandle* operator->() { return &current_; }
-    iterator& operator++();
-    void operator++(int) { ++*this; }
-    bool operator==(std::default_sentinel_t) const { return done_; }
-
-   private:
-    friend class EpochRange;
-    iterator(Pipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) { ++*this; }
-    Pipeline* p_ = nullptr;
-    std::uint64_t remaining_ = 0;
-    BatchHandle current_;
-    bool done_ = true;
-  };
-  iterator begin() { return iterator(p_, remaining_); }
-  std::default_sentinel_t end() { return {}; }
-  std::uint64_t size() const { return remaining_; }
-
- private:
-  friend class Pipeline;
-  EpochRange(Pipeline* p, std::uint64_t remaining) : p_(p), remaining_(remaining) {}
-  Pipeline* p_;
-  std::uint64_t remaining_;
 };
 
 }  // namespace conveyor
