@@ -99,6 +99,15 @@ else
   grep -q "note: gnuplot is not installed" "$work/out" || fail "no note about the missing gnuplot: $(cat "$work/out")"
 fi
 
+# Sharding from the launcher's environment (torchrun, then Open MPI); flags override it.
+RANK=1 WORLD_SIZE=2 "$bin" run --folder "$work/ds" --batch 4 >"$work/out" 2>&1 || fail "run with RANK/WORLD_SIZE"
+grep -q "rank 1 of 2" "$work/out" && grep -q "^epoch 0: 15 images" "$work/out" || fail "torchrun env: $(cat "$work/out")"
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=3 "$bin" run --folder "$work/ds" --batch 4 --world-size 5 >"$work/out" 2>&1 \
+  || fail "run with Open MPI env"
+grep -q "rank 0 of 5" "$work/out" && grep -q "^epoch 0: 6 images" "$work/out" || fail "Open MPI env + flag: $(cat "$work/out")"
+RANK=x "$bin" run --folder "$work/ds" >"$work/out" 2>"$work/err"
+[ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] || fail "a bad RANK is not a one-line usage error"
+
 # Teaching mode: synthetic stage costs, serial against overlapped, both account for every sample.
 "$bin" run --folder "$work/ds" --batch 4 --serial --synthetic-ms 0.1 --compute-ms 0.1 >"$work/out" 2>&1 || fail "run --serial"
 grep -q "^epoch 0 (serial): 30 images in 8 batches" "$work/out" || fail "serial run: $(cat "$work/out")"
