@@ -75,11 +75,6 @@ struct TransferCore {
     }
   }
 
-  std::size_t out_bytes() const {
-    const auto& n = *config.normalize;
-    return batch_capacity * n.channels * n.height * n.width * dtype_size(n.out_type);
-  }
-
   // The transfer thread's step for one finished batch (protocol points 4 and 5).
   void transfer(Batch& batch) {
     NvtxRange range("conveyor.transfer");
@@ -104,17 +99,8 @@ struct TransferCore {
       device->copy_to_device(s.source, batch.data, bytes, copy);  // one contiguous copy per batch (checklist 11)
     }
     if (config.normalize) {  // on the copy stream: uint8 crossed the bus (10, checklist 12)
-      const auto& n = *config.normalize;
-      NormalizeJob job;
-      job.src = reinterpret_cast<const std::uint8_t*>(s.source);
-      job.dst = s.out->data();
-      job.samples = batch.size();
-      job.height = n.height;
-      job.width = n.width;
-      job.channels = n.channels;
-      job.out_type = n.out_type;
-      for (std::size_t c = 0; c < n.channels; ++c) job.affine[c] = channel_affine(n.stats.mean[c], n.stats.std[c]);
-      device->normalize(job, copy);
+      device->normalize(config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()),
+                        copy);
     }
     device->record(*s.copied, copy);  // 4: recorded before the slot is published
     ++s.copied_generation;
@@ -158,6 +144,21 @@ struct TransferCore {
   }
 };
 
+NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* dst, std::size_t samples,
+                                                const std::uint64_t* indices) const {
+  NormalizeJob j;
+  j.src = src;
+  j.dst = dst;
+  j.indices = indices;
+  j.samples = samples;
+  j.height = height;
+  j.width = width;
+  j.channels = channels;
+  j.out_type = out_type;
+  for (std::size_t c = 0; c < channels; ++c) j.affine[c] = channel_affine(stats.mean[c], stats.std[c]);
+  return j;
+}
+
 DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
   if (this != &other) {
     reset();
@@ -197,7 +198,7 @@ std::vector<std::int64_t> DeviceBatch::shape() const {
 std::size_t DeviceBatch::bytes() const {
   if (!core_) return 0;
   if (const auto& norm = core_->config.normalize) {
-    return size() * norm->channels * norm->height * norm->width * dtype_size(norm->out_type);
+    return size() * norm->output_bytes();
   }
   return size() * host_->sample_bytes;
 }
@@ -234,7 +235,7 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
     DeviceSlot& s = core_->slots[i];
     s.id = i;
     if (!device->hands_over()) s.raw = device->allocate(config.batch_size * config.sample_bytes);
-    if (transfer.normalize) s.out = device->allocate(core_->out_bytes());
+    if (transfer.normalize) s.out = device->allocate(config.batch_size * transfer.normalize->output_bytes());
     s.copied = device->create_event(EventKind::sync);
     s.consumed = device->create_event(EventKind::sync);
     (void)core_->free_slots.try_push(i);

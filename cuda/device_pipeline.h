@@ -51,6 +51,13 @@ struct TransferConfig {
     std::size_t channels = 3;  // 1 .. 3; channel c uses mean[c], std[c]
     Normalize stats;           // Default: ImageNet mean and std
     DType out_type = DType::float32;  // float32, float16 or bfloat16
+
+    // Bytes of one normalized sample: channels x height x width of out_type.
+    std::size_t output_bytes() const { return channels * height * width * dtype_size(out_type); }
+    // The job that normalizes `samples` samples from src to dst; with `indices`
+    // (device memory), output sample n reads input sample indices[n].
+    NormalizeJob job(const std::uint8_t* src, void* dst, std::size_t samples,
+                     const std::uint64_t* indices = nullptr) const;
   };
   // Default: none; the consumer gets the uint8 samples as the filler wrote them.
   std::optional<Normalization> normalize;

@@ -69,7 +69,7 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
                                   std::to_string(n->channels) + "} (H, W, C)");
     }
     validate_normalization(*n, row_bytes);  // channels 1..3, std > 0, a float output
-    out_row_bytes_ = n->channels * n->height * n->width * dtype_size(n->out_type);
+    out_row_bytes_ = n->output_bytes();
   } else {
     out_row_bytes_ = row_bytes;
   }
@@ -155,17 +155,8 @@ std::optional<ResidentBatch> ResidentDataset::next() {
   const auto* idx = static_cast<const std::uint64_t*>(indices_->data()) + offset;
   device_->wait(*stream_, *s.consumed);  // the slot's last batch was released on the stream
   if (const auto& n = resident_.normalize) {
-    NormalizeJob job;
-    job.src = static_cast<const std::uint8_t*>(samples_->data());
-    job.dst = s.out->data();
-    job.indices = idx;
-    job.samples = count;
-    job.height = n->height;
-    job.width = n->width;
-    job.channels = n->channels;
-    job.out_type = n->out_type;
-    for (std::size_t c = 0; c < n->channels; ++c) job.affine[c] = channel_affine(n->stats.mean[c], n->stats.std[c]);
-    device_->normalize(job, *stream_);  // gather and normalize in one pass
+    // Gather and normalize in one pass.
+    device_->normalize(n->job(static_cast<const std::uint8_t*>(samples_->data()), s.out->data(), count, idx), *stream_);
   } else {
     device_->gather(GatherJob{static_cast<const std::byte*>(samples_->data()), static_cast<std::byte*>(s.out->data()),
                               idx, count, layout_.row_bytes()},
