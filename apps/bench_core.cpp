@@ -13,17 +13,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/median.h"
 #include "apps/synthetic.h"
 
 using namespace conveyor;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using apps::median;
 
 int overlap(const Config& base, std::size_t batches, const apps::SyntheticCosts& costs, int runs) {
   Config c = base;

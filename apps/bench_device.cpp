@@ -23,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/median.h"
 #include "apps/synthetic.h"
 #include "cuda/device.h"
 #include "cuda/device_pipeline.h"
@@ -32,11 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using apps::median;
 
 // Writes the sample's identity into its first bytes and sleeps sample_us: a
 // decode of known cost that leaves the cores free (2-core machines).

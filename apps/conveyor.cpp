@@ -212,7 +212,54 @@ struct RunResult {
   PipelineStats stats;
   std::string device;
   std::vector<SkippedSample> skipped;
+
+  // Images, batches and seconds over every epoch.
+  EpochFigures total() const {
+    EpochFigures t;
+    for (const auto& e : epochs) {
+      t.images += e.images;
+      t.batches += e.batches;
+      t.skipped += e.skipped;
+      t.seconds += e.seconds;
+    }
+    return t;
+  }
 };
+
+// The consumer's starved fraction: the share of the time the training step waited for data.
+double consumer_idle(const PipelineStats& s) {
+  for (const auto& st : s.stages) {
+    if (st.name == "consumer") return st.starved_fraction();
+  }
+  return 0;
+}
+
+// The pipeline settings the flags give; run adds sample_bytes, and the resident
+// mode uses the order-related fields only.
+Config pipeline_config(const Options& o) {
+  Config cfg;
+  cfg.batch_size = o.batch;
+  cfg.workers = o.workers;
+  cfg.host_queue_depth = o.host_queue;
+  cfg.device_queue_depth = o.device_queue;
+  cfg.seed = o.seed;
+  cfg.epochs = o.epochs;
+  cfg.rank = o.rank;
+  cfg.world_size = o.world_size;
+  return cfg;
+}
+
+std::shared_ptr<Device> open_device_for(const Options& o) {
+  DeviceConfig dc;
+  dc.backend = *parse_backend(o.device);
+  dc.link_gbps = o.link_gbps;
+  return open_device(dc);
+}
+
+std::optional<TransferConfig::Normalization> normalization_for(const Options& o, int crop) {
+  if (o.normalize == "off") return std::nullopt;
+  return TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *parse_dtype(o.normalize)};
+}
 
 std::vector<Transform> transforms(const std::string& augment, int crop) {
   if (augment == "crop") {
@@ -285,30 +332,17 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
   ImageSource images(dataset, ic, o.workers);
 
-  Config cfg;
-  cfg.batch_size = o.batch;
+  Config cfg = pipeline_config(o);
   cfg.sample_bytes = images.sample_bytes();
-  cfg.workers = o.workers;
-  cfg.host_queue_depth = o.host_queue;
-  cfg.device_queue_depth = o.device_queue;
-  cfg.seed = o.seed;
-  cfg.epochs = o.epochs;
-  cfg.rank = o.rank;
-  cfg.world_size = o.world_size;
   try {
     cfg.validate();
   } catch (const ConfigError& e) {
     throw UsageError(e.what());
   }
 
-  DeviceConfig dc;
-  dc.backend = *parse_backend(o.device);
-  dc.link_gbps = o.link_gbps;
-  auto device = open_device(dc);
+  auto device = open_device_for(o);
   TransferConfig tc;
-  if (o.normalize != "off") {
-    tc.normalize = TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *parse_dtype(o.normalize)};
-  }
+  tc.normalize = normalization_for(o, crop);
   RunResult result;
   result.device = device->describe();
   if (print_epochs) {
@@ -392,10 +426,7 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
     const PipelineStats epoch_stats = now.since(before);  // this epoch's fractions, not the run's
     before = now;
     if (print_epochs) {
-      double idle = 0;
-      for (const auto& st : epoch_stats.stages) {
-        if (st.name == "consumer") idle = st.starved_fraction();
-      }
+      const double idle = consumer_idle(epoch_stats);
       std::printf("epoch %llu: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%%s\n",
                   (unsigned long long)e, (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds,
                   f.images_per_s(), 100 * idle, f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
@@ -450,23 +481,12 @@ RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_e
   }
   const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
-  DeviceConfig dc;
-  dc.backend = *parse_backend(o.device);
-  dc.link_gbps = o.link_gbps;
-  auto device = open_device(dc);
+  auto device = open_device_for(o);
   HostSamples samples{pixels.data(), DType::uint8, labels.size(), {std::size_t(crop), std::size_t(crop), 3}};
-  Config cfg;
-  cfg.batch_size = o.batch;
-  cfg.seed = o.seed;
-  cfg.epochs = o.epochs;
-  cfg.rank = o.rank;
-  cfg.world_size = o.world_size;
   ResidentConfig rc;
   rc.budget_bytes = std::size_t(o.budget_mb * double(1 << 20));
-  if (o.normalize != "off") {
-    rc.normalize = TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *parse_dtype(o.normalize)};
-  }
-  ResidentDataset resident(device, samples, labels, cfg, rc);
+  rc.normalize = normalization_for(o, crop);
+  ResidentDataset resident(device, samples, labels, pipeline_config(o), rc);
   RunResult result;
   result.device = device->describe();
   if (print_epochs) {
@@ -512,13 +532,9 @@ std::string json_escape(const std::string& s) {
 }
 
 void write_json(const std::string& file, const Options& o, const RunResult& r) {
-  std::uint64_t images = 0, batches = 0;
-  double seconds = 0;
-  for (auto& e : r.epochs) {
-    images += e.images;
-    batches += e.batches;
-    seconds += e.seconds;
-  }
+  const EpochFigures t = r.total();
+  const std::uint64_t images = t.images, batches = t.batches;
+  const double seconds = t.seconds;
   std::ofstream out(file);
   if (!out) throw UsageError("--json: cannot write " + file);
   out << "{\n  \"device\": \"" << json_escape(r.device) << "\",\n";
@@ -534,11 +550,7 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
         << s.blocked_fraction() << ", \"starved\": " << s.starved_fraction() << "}";
   }
   out << "},\n";
-  double idle = 0;
-  for (const auto& s : r.stats.stages) {
-    if (s.name == "consumer") idle = s.starved_fraction();
-  }
-  out << "  \"consumer_idle\": " << idle << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0 << "\n}\n";
+  out << "  \"consumer_idle\": " << consumer_idle(r.stats) << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0 << "\n}\n";
 }
 
 struct SweepPoint {
@@ -568,16 +580,8 @@ SweepPoint run_point(Options o, SweepPoint p) {
     double figures[2] = {0, 0};
     try {
       const RunResult r = run_pipeline(o, false);
-      std::uint64_t images = 0;
-      double seconds = 0;
-      for (auto& e : r.epochs) {
-        images += e.images;
-        seconds += e.seconds;
-      }
-      figures[0] = seconds > 0 ? double(images) / seconds : 0;
-      for (const auto& st : r.stats.stages) {
-        if (st.name == "consumer") figures[1] = st.starved_fraction();
-      }
+      figures[0] = r.total().images_per_s();
+      figures[1] = consumer_idle(r.stats);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "conveyor sweep: point failed: %s\n", e.what());
       ::_exit(1);
@@ -796,13 +800,7 @@ int main(int argc, char** argv) {
     if (*sw) return sweep(o);
     const RunResult r = run_pipeline(o, true);
     if (*bench) {
-      std::uint64_t images = 0;
-      double seconds = 0;
-      for (auto& e : r.epochs) {
-        images += e.images;
-        seconds += e.seconds;
-      }
-      std::printf("bench: %.0f images/s over %zu epoch(s), peak RSS %.0f MiB\n", seconds > 0 ? double(images) / seconds : 0,
+      std::printf("bench: %.0f images/s over %zu epoch(s), peak RSS %.0f MiB\n", r.total().images_per_s(),
                   r.epochs.size(), double(peak_rss_kib()) / 1024.0);
       if (!o.json.empty()) write_json(o.json, o, r);
     }
