@@ -3,9 +3,10 @@
 #
 #   ./go demo [flags]   install what is missing, build, run `conveyor run` on the
 #                       embedded default dataset (flags go to conveyor run)
-#   ./go test           install what is missing, build and run every test three
-#                       times (plain, ASan+UBSan, TSan) and compile the CUDA
-#                       sources when nvcc is present
+#   ./go test           install what is missing (libtorch-dev too), build and run
+#                       every test three times: plain (with the LibTorch parts
+#                       and the conveyor train test, and the CUDA sources
+#                       compiled when nvcc is present), ASan+UBSan, TSan
 #
 # Both are idempotent: packages already installed and builds already up to date
 # are left alone.
@@ -14,17 +15,20 @@ cd "$(dirname "$0")"
 
 PACKAGES=(cmake ninja-build g++ pkg-config
           libconcurrentqueue-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev catch2 libcli11-dev)
+# The test command also builds and tests the LibTorch parts (conveyor train).
+TEST_PACKAGES=(libtorch-dev)
 JOBS=$(nproc)
 
 say() { printf '[go] %s\n' "$*"; }
 
+# install_missing [extra packages...]
 install_missing() {
   local missing=() p
-  for p in "${PACKAGES[@]}"; do
+  for p in "${PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]} == 0)); then
-    say "packages: all ${#PACKAGES[@]} present"
+    say "packages: all $((${#PACKAGES[@]} + $#)) present"
     return
   fi
   local sudo=()
@@ -63,14 +67,15 @@ case "$cmd" in
     exec build/release/apps/conveyor run "$@"
     ;;
   test)
-    install_missing
+    install_missing "${TEST_PACKAGES[@]}"
     mkdir -p build
     start=$SECONDS
-    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}"
+    # LibTorch is not built with sanitizers: its parts are tested in the first build only.
+    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}" -DCONVEYOR_TORCH=ON
     run_tests debug
-    build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=address,undefined -DCONVEYOR_CUDA=OFF
+    build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=address,undefined -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
     run_tests asan
-    build tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=thread -DCONVEYOR_CUDA=OFF
+    build tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=thread -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
     run_tests tsan
     if grep -q "CONVEYOR_HAVE_CUDA:INTERNAL=ON" build/debug/CMakeCache.txt 2>/dev/null; then
       say "CUDA: nvcc found; every .cu file ($(git ls-files '*.cu' 2>/dev/null | wc -l) tracked) was compiled in build/debug"

@@ -14,21 +14,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "apps/cli.h"
 #include "cuda/device_pipeline.h"
 #include "cuda/resident.h"
 #include "stages/dataset.h"
@@ -36,116 +40,10 @@
 #include "stages/image_source.h"
 
 using namespace conveyor;
+using namespace conveyor::apps;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Bad input: reported in one line, exit status 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::size_t env_size(std::initializer_list<const char*> names, std::size_t fallback) {
-  for (const char* n : names) {
-    if (const char* v = std::getenv(n); v && *v) {
-      char* end = nullptr;
-      const unsigned long long x = std::strtoull(v, &end, 10);
-      if (*end != '\0') throw UsageError(std::string("environment: ") + n + "='" + v + "' is not a non-negative integer");
-      return std::size_t(x);
-    }
-  }
-  return fallback;
-}
-
-struct Options {
-  std::string list, folder;
-  std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
-  std::size_t batch = 64;
-  std::size_t host_queue = 2, device_queue = 2;
-  std::size_t epochs = 1;
-  std::uint64_t seed = 0;
-  int crop = 0;  // 0: 64 for the embedded dataset, else 224
-  std::string device = "auto";
-  double link_gbps = 0;
-  std::string on_error = "fail";
-  std::string normalize = "off";
-  std::string compute = "sleep";
-  double compute_ms = 0;
-  std::size_t rank = 0, world_size = 1;
-  std::string json;
-  std::string out;
-  // sweep axes
-  std::vector<std::size_t> sw_workers, sw_host_queue, sw_device_queue, sw_batch;
-  std::vector<double> sw_link, sw_compute;
-  std::string csv, plot;
-  std::string augment = "rrc";
-  std::string trace;
-  double synthetic_ms = 0;
-  bool serial = false;
-  bool resident = false;
-  double budget_mb = 1024;
-  std::size_t images_per_class = 300;
-};
-
-void add_shared(CLI::App& app, Options& o) {
-  app.add_option("--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
-  app.add_option("--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
-  app.add_option("--workers", o.workers, "decode/augment worker threads")->check(CLI::Range(1, 4096));
-  app.add_option("--batch", o.batch, "samples per batch")->check(CLI::Range(1, 1 << 24));
-  app.add_option("--host-queue", o.host_queue, "finished batches waiting for the transfer thread")->check(CLI::Range(1, 4096));
-  app.add_option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(CLI::Range(1, 4096));
-  app.add_option("--epochs", o.epochs, "epochs to run")->check(CLI::Range(1, 1 << 30));
-  app.add_option("--seed", o.seed, "seed of the order and of every augmentation");
-  app.add_option("--crop", o.crop, "output size of RandomResizedCrop (default 64 on the embedded dataset, else 224)")
-      ->check(CLI::Range(1, 16384));
-  app.add_option("--augment", o.augment,
-                 "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop")
-      ->check(CLI::IsMember({"rrc", "crop", "center"}));
-  app.add_flag("--resident", o.resident,
-               "decode every image once (Resize + CenterCrop), upload, and batch on the device by gather");
-  app.add_option("--budget-mb", o.budget_mb, "--resident: device memory the decoded set may take, MiB")
-      ->check(CLI::Range(1.0, 1e9));
-  app.add_option("--device", o.device, "auto | cuda | host")->check(CLI::IsMember({"auto", "cuda", "host"}));
-  app.add_option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s")
-      ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--on-error", o.on_error, "a bad image: fail (stop) or skip (count and list it)")
-      ->check(CLI::IsMember({"fail", "skip"}));
-  app.add_option("--normalize", o.normalize, "normalize on the device: off | float32 | float16 | bfloat16")
-      ->check(CLI::IsMember({"off", "float32", "float16", "bfloat16"}));
-  app.add_option("--compute", o.compute, "the consumer's synthetic step: sleep (frees the CPU, like a GPU) or spin")
-      ->check(CLI::IsMember({"sleep", "spin"}));
-  app.add_option("--compute-ms", o.compute_ms, "milliseconds of synthetic step per batch; 0: no step")
-      ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--synthetic-ms", o.synthetic_ms,
-                 "teaching: workers sleep this long per sample instead of decoding (known stage costs)")
-      ->check(CLI::Range(0.0, 1e6));
-  app.add_flag("--serial", o.serial, "teaching: fill, copy and step one after another on one thread (no overlap)");
-  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
-  app.add_option("--rank", o.rank, "this process's shard (default: $RANK or $OMPI_COMM_WORLD_RANK, else 0)");
-  app.add_option("--world-size", o.world_size, "number of shards (default: $WORLD_SIZE or $OMPI_COMM_WORLD_SIZE, else 1)")
-      ->check(CLI::Range(1, 1 << 20));
-}
-
-Dataset open_dataset(const Options& o, bool& embedded, bool announce = true) {
-  if (!o.list.empty() && !o.folder.empty()) throw UsageError("--list and --folder: give one dataset, not both");
-  embedded = o.list.empty() && o.folder.empty();
-  try {
-    if (!o.list.empty()) return Dataset::from_list(o.list);
-    if (!o.folder.empty()) return Dataset::from_folder(o.folder);
-  } catch (const DatasetError& e) {
-    throw UsageError(e.what());
-  }
-  bool made = false;
-  const auto dir = ensure_default_dataset({}, &made);
-  if (announce || made) std::fprintf(stderr, "%s the embedded default dataset: %s\n", made ? "made" : "using", dir.c_str());
-  return Dataset::from_folder(dir);
-}
-
-long peak_rss_kib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss;
-}
 
 void step(const Options& o) {
   if (o.compute_ms <= 0) return;
@@ -225,49 +123,6 @@ struct RunResult {
     return t;
   }
 };
-
-// The consumer's starved fraction: the share of the time the training step waited for data.
-double consumer_idle(const PipelineStats& s) {
-  for (const auto& st : s.stages) {
-    if (st.name == "consumer") return st.starved_fraction();
-  }
-  return 0;
-}
-
-// The pipeline settings the flags give; run adds sample_bytes, and the resident
-// mode uses the order-related fields only.
-Config pipeline_config(const Options& o) {
-  Config cfg;
-  cfg.batch_size = o.batch;
-  cfg.workers = o.workers;
-  cfg.host_queue_depth = o.host_queue;
-  cfg.device_queue_depth = o.device_queue;
-  cfg.seed = o.seed;
-  cfg.epochs = o.epochs;
-  cfg.rank = o.rank;
-  cfg.world_size = o.world_size;
-  return cfg;
-}
-
-std::shared_ptr<Device> open_device_for(const Options& o) {
-  DeviceConfig dc;
-  dc.backend = *parse_backend(o.device);
-  dc.link_gbps = o.link_gbps;
-  return open_device(dc);
-}
-
-std::optional<TransferConfig::Normalization> normalization_for(const Options& o, int crop) {
-  if (o.normalize == "off") return std::nullopt;
-  return TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *parse_dtype(o.normalize)};
-}
-
-std::vector<Transform> transforms(const std::string& augment, int crop) {
-  if (augment == "crop") {
-    return {Resize{crop, {}}, RandomCrop{{crop, crop}, 4, 4, 4, 4, false}, RandomHorizontalFlip{}};
-  }
-  if (augment == "center") return {Resize{crop * 8 / 7, {}}, CenterCrop{{crop, crop}}};
-  return {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
-}
 
 RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_epochs);
 
@@ -644,24 +499,15 @@ int sweep(Options o) {
     std::printf("wrote %s\n", o.csv.c_str());
     if (!o.plot.empty()) {
       // images/s against workers, one line per host queue depth (other axes at their first value).
-      if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        std::printf("note: gnuplot is not installed (apt-get install gnuplot-nox); %s has the figures\n", o.csv.c_str());
-      } else {
-        const std::string script = o.plot + ".gp";
-        std::ofstream gp(script);
-        const bool svg = o.plot.size() > 4 && o.plot.substr(o.plot.size() - 4) == ".svg";
-        gp << "set terminal " << (svg ? "svg" : "pngcairo") << " size 800,500\nset output '" << o.plot << "'\n"
-           << "set datafile separator ','\nset key outside\nset xlabel 'workers'\nset ylabel 'images/s'\nset xtics 1\nset yrange [0:*]\n"
-           << "set title 'conveyor sweep: images/s by workers and host queue depth'\nplot ";
-        for (std::size_t i = 0; i < H.size(); ++i) {
-          gp << (i ? ", " : "") << "'" << o.csv << "' using ($2==" << H[i] << " && $3==" << D[0] << " && $4==" << B[0]
-             << " ? $1 : 1/0):7 with points pointsize 1.5 title 'host queue " << H[i] << "'";
-        }
-        gp << "\n";
-        gp.close();
-        const int rc = std::system(("gnuplot " + script).c_str());
-        std::printf(rc == 0 ? "wrote %s\n" : "note: gnuplot failed on %s; the CSV has the figures\n", o.plot.c_str());
+      std::string body =
+          "set key outside\nset xlabel 'workers'\nset ylabel 'images/s'\nset xtics 1\nset yrange [0:*]\n"
+          "set title 'conveyor sweep: images/s by workers and host queue depth'\nplot ";
+      for (std::size_t i = 0; i < H.size(); ++i) {
+        body += (i ? ", '" : "'") + o.csv + "' using ($2==" + std::to_string(H[i]) + " && $3==" + std::to_string(D[0]) +
+                " && $4==" + std::to_string(B[0]) + " ? $1 : 1/0):7 with points pointsize 1.5 title 'host queue " +
+                std::to_string(H[i]) + "'";
       }
+      (void)gnuplot(o.plot, body + "\n", o.csv);
     }
   } else if (!o.plot.empty()) {
     throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
@@ -730,9 +576,32 @@ int inspect(const Options& o) {
   return all.failed.empty() ? 0 : 1;
 }
 
+// `conveyor train` is the conveyor-train program, built next to this one when
+// LibTorch is found: a program of its own so that the other subcommands start
+// without loading LibTorch (about 0.5 s).
+int exec_train(int argc, char** argv) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto train = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "conveyor-train";
+  if (!std::filesystem::exists(train)) {
+    std::fprintf(stderr,
+                 "conveyor: train: this build has no LibTorch (%s not built); install libtorch-dev and configure "
+                 "with -DCONVEYOR_TORCH=ON (./go test does both)\n",
+                 train.c_str());
+    return 2;
+  }
+  std::vector<char*> args{const_cast<char*>(train.c_str())};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  ::execv(train.c_str(), args.data());
+  std::fprintf(stderr, "conveyor: train: cannot run %s: %s\n", train.c_str(), std::strerror(errno));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "train") return exec_train(argc, argv);
   CLI::App app{"conveyor: an input pipeline for C++ training code (decode workers -> transfer thread -> your step)"};
   app.require_subcommand(1);
   app.set_config("--config", "", "TOML file of flags (`workers = 8`); flags on the command line override it");
@@ -744,9 +613,11 @@ int main(int argc, char** argv) {
       "  conveyor bench --config configs/imagenet.toml --json bench.json\n"
       "  conveyor sweep --workers 1,2,4 --host-queue 1,2,8 --csv sweep.csv --plot sweep.png\n"
       "  conveyor inspect --list train.txt\n"
+      "  conveyor train --model lenet --epochs 5 --checkpoint lenet.pt\n"
       "  conveyor make-dataset --out /tmp/shapes");
   Options o;
-  add_shared(app, o);
+  add_pipeline_flags(app, o);
+  add_run_flags(app, o);
   app.fallthrough();
 
   auto* run = app.add_subcommand("run", "run the pipeline with a consumer for --epochs; per-epoch stats");
@@ -765,11 +636,13 @@ int main(int argc, char** argv) {
   auto* make = app.add_subcommand("make-dataset", "write the embedded default dataset to --out DIR");
   make->add_option("--out", o.out, "folder to write (must not exist)")->required();
   make->add_option("--images-per-class", o.images_per_class, "images in each of the 10 classes")->check(CLI::Range(1, 1000000));
+  auto* train = app.add_subcommand("train", "train LeNet-5 or a small ResNet on the batches with LibTorch "
+                                           "(first argument only; `conveyor train --help`)");
+  train->allow_extras();
   for (auto* s : {run, bench, sw, insp, make}) s->fallthrough();
 
   try {
-    o.rank = env_size({"RANK", "OMPI_COMM_WORLD_RANK"}, 0);
-    o.world_size = env_size({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"}, 1);
+    shard_from_environment(o);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -788,6 +661,7 @@ int main(int argc, char** argv) {
 
   try {
     if (o.rank >= o.world_size) throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
+    if (*train) throw UsageError("train: put it first, `conveyor train [flags]`");
     if (*make) {
       if (std::filesystem::exists(o.out)) throw UsageError("--out " + o.out + ": already exists");
       DefaultDatasetOptions d;

@@ -137,6 +137,7 @@ class CudaDevice final : public Device {
   Backend backend() const override { return Backend::cuda; }
   std::string describe() const override { return name_; }
   bool poisons_released() const override { return poison_; }
+  int ordinal() const override { return ordinal_; }
   void bind_thread() override { CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal_)); }
 
   void* allocate_host(std::size_t bytes) override {

@@ -135,6 +135,8 @@ class Device {
   // True when the host backend hands host buffers over instead of copying.
   virtual bool hands_over() const { return false; }
   virtual bool poisons_released() const { return false; }
+  // The CUDA device ordinal; -1 on the host backend.
+  virtual int ordinal() const = 0;
 
   // Makes this device current for the calling thread (cudaSetDevice). Every
   // thread calls it before its first other call. Cheap; never allocates.

@@ -2,6 +2,7 @@
 // step below names the protocol point (../shared/docs/cuda-protocol.md) it holds.
 #include "cuda/device_pipeline.h"
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -35,7 +36,9 @@ struct TransferCore {
   std::unique_ptr<Stream> copy_stream;
   std::unique_ptr<Stream> consumer_stream;
   bool thread_bound = false;  // the transfer thread's cudaSetDevice, done once
-  std::size_t held = 0;       // slots the consumer holds (consumer thread only)
+  // Slots the consumer holds: next() counts up on the consumer's thread; a
+  // release may count down on another (a tensor deleter, see DeviceBatch).
+  std::atomic<std::size_t> held{0};
 
   std::mutex error_mu;
   std::string release_error;  // the first error from a release, for the next next()
@@ -195,6 +198,8 @@ std::vector<std::int64_t> DeviceBatch::shape() const {
   return {n, std::int64_t(host_->sample_bytes)};
 }
 
+const Device& DeviceBatch::device() const { return *core_->device; }
+
 std::size_t DeviceBatch::bytes() const {
   if (!core_) return 0;
   if (const auto& norm = core_->config.normalize) {
@@ -288,7 +293,7 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   }
   NvtxRange range("conveyor.next");
   if (stopped_) return std::nullopt;
-  if (core_->held == core_->slots.size()) {
+  if (core_->held.load() == core_->slots.size()) {
     // The transfer thread needs one of them back before it can publish again.
     throw std::logic_error("device pipeline: all " + std::to_string(core_->slots.size()) +
                            " device slots are held by the consumer; release a batch before taking another "

@@ -17,8 +17,10 @@
 // released exactly once per copy.
 //
 // Thread safety: as Pipeline: next(), epoch(), state(), stop() belong to one
-// consumer thread; stats() is thread-safe. A DeviceBatch is released on the
-// consumer's thread (the one that owns the consumer stream).
+// consumer thread; stats() is thread-safe. A DeviceBatch may be released on any
+// thread (a LibTorch deleter runs wherever the last tensor dies), one thread per
+// batch; the release is recorded on the consumer stream, so every use of the
+// batch must have been enqueued there (or finished, on the CPU) by then.
 // Lifetime: a DeviceBatch keeps the device slots alive, so it may outlive the
 // DevicePipeline; the memory is freed when the last one is released.
 // Errors: a device error on the transfer thread stops the pipeline and the
@@ -107,6 +109,8 @@ class DeviceBatch {
   DType dtype() const { return dtype_; }
   std::vector<std::int64_t> shape() const;
   std::size_t bytes() const;
+  // The device the data lives on (its backend and ordinal).
+  const Device& device() const;
 
   // Records consumed on the consumer stream and gives the slot and host buffer
   // back. Never throws (an error is kept for the pipeline's next call). Idempotent.

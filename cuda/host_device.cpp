@@ -215,6 +215,7 @@ class HostDevice final : public Device {
   }
   bool hands_over() const override { return config_.host_transfer == HostTransfer::handover; }
   bool poisons_released() const override { return config_.poison_released; }
+  int ordinal() const override { return -1; }
   void bind_thread() override {}
 
   void* allocate_host(std::size_t bytes) override {

@@ -312,6 +312,7 @@ class FaultyDevice final : public Device {
   std::string describe() const override { return "faulty " + inner_->describe(); }
   bool hands_over() const override { return inner_->hands_over(); }
   bool poisons_released() const override { return inner_->poisons_released(); }
+  int ordinal() const override { return inner_->ordinal(); }
   void bind_thread() override { inner_->bind_thread(); }
   void* allocate_host(std::size_t bytes) override { return inner_->allocate_host(bytes); }
   void free_host(void* p) noexcept override { inner_->free_host(p); }

@@ -1,0 +1,86 @@
+#include "libtorch/tensors.h"
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
+
+namespace conveyor {
+
+namespace {
+
+c10::ScalarType scalar_type(DType t) {
+  switch (t) {
+    case DType::uint8: return torch::kUInt8;
+    case DType::float32: return torch::kFloat32;
+    case DType::float16: return torch::kFloat16;
+    case DType::bfloat16: return torch::kBFloat16;
+  }
+  throw std::invalid_argument("to_tensors: unknown dtype");
+}
+
+}  // namespace
+
+torch::Device torch_device(const Device& device) {
+  if (device.backend() == Backend::host) return torch::Device(torch::kCPU);
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.ordinal()));
+}
+
+void* torch_consumer_stream(const Device& device) {
+  if (device.backend() == Backend::host) return nullptr;
+  if (!torch::cuda::is_available()) {
+    throw std::invalid_argument("torch_consumer_stream: this LibTorch was built without CUDA; use the host backend");
+  }
+  // Asked through the device-generic interface, so this file builds against a
+  // CPU-only LibTorch too (the CUDA stream API lives in c10/cuda).
+  const torch::Device d = torch_device(device);
+  const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  if (guard->getStream(d) != guard->getDefaultStream(d)) {
+    throw std::invalid_argument(
+        "torch_consumer_stream: LibTorch's current CUDA stream is not its default stream; pass "
+        "at::cuda::getCurrentCUDAStream().stream() as TransferConfig::consumer_stream");
+  }
+  return nullptr;  // the default stream is the legacy stream 0
+}
+
+TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
+  if (!batch) throw std::invalid_argument("to_tensors: empty batch");
+  const Device& device = batch.device();
+  if (device.backend() == Backend::cuda && !torch::cuda::is_available()) {
+    throw std::invalid_argument("to_tensors: a CUDA batch, but this LibTorch was built without CUDA (use the host backend)");
+  }
+  const auto n = static_cast<std::int64_t>(batch.size());
+  std::vector<std::int64_t> sizes = batch.shape();
+  if (batch.dtype() == DType::uint8) {
+    const std::int64_t sample = sizes[1];
+    if (shape.height <= 0 || shape.width <= 0 || shape.channels <= 0 ||
+        shape.height * shape.width * shape.channels != sample) {
+      throw std::invalid_argument("to_tensors: uint8 samples of " + std::to_string(sample) + " bytes need a shape (" +
+                                  std::to_string(shape.height) + "x" + std::to_string(shape.width) + "x" +
+                                  std::to_string(shape.channels) + " does not match)");
+    }
+    sizes = {n, shape.height, shape.width, shape.channels};
+  }
+
+  TensorBatch t;
+  const Batch& host = batch.host();
+  t.epoch = host.epoch;
+  t.index = host.index;
+  t.skipped = host.skipped.size();
+  t.last_in_epoch = host.last_in_epoch;
+  void* images = batch.data();
+  void* labels = const_cast<std::int64_t*>(host.labels.data());
+  const torch::Device where = torch_device(device);
+
+  // One owner for both tensors: the deleter of the last one to die drops it,
+  // and DeviceBatch's destructor releases the slot (protocol point 7).
+  auto owner = std::make_shared<DeviceBatch>(std::move(batch));
+  auto release = [owner](void*) mutable { owner.reset(); };
+  t.images = torch::from_blob(images, sizes, release, torch::TensorOptions().dtype(scalar_type(owner->dtype())).device(where));
+  t.labels = torch::from_blob(labels, {n}, release, torch::TensorOptions().dtype(torch::kInt64));
+  return t;
+}
+
+}  // namespace conveyor

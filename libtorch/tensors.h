@@ -1,0 +1,72 @@
+// LibTorch tensors over Conveyor's batches, without a copy.
+//
+//   DevicePipeline pipeline(config, dataset.size(), images.filler(), transfer, device);
+//   while (auto batch = pipeline.next()) {
+//     TensorBatch t = to_tensors(std::move(*batch));   // t.images: [N, 3, H, W] float, zero-copy
+//     auto loss = torch::nll_loss(model->forward(t.images), t.labels);
+//     ...
+//   }   // the batch goes back to the pipeline when the last tensor over it dies
+//
+// Contract.
+// - Zero copy: images is torch::from_blob over DeviceBatch::data() (the device
+//   slot on CUDA; the normalized slot or, handed over, the host batch buffer on
+//   the host backend) and labels over the batch's own label vector: data_ptr()
+//   is that memory.
+// - Ownership: both tensors (and every view, slice or autograd copy of them)
+//   share the batch; it is released -- its device slot and host buffer go back
+//   to the pipeline -- by the deleter of the last of them to die, on whichever
+//   thread that is. Until then the pipeline cannot reuse the memory, so a
+//   consumer that keeps tensors alive across steps holds slots (next() throws
+//   std::logic_error rather than hang when it holds them all).
+// - Devices: on the CUDA backend images are a CUDA tensor on the batch's device
+//   and the pipeline has made TransferConfig::consumer_stream wait for the
+//   batch's copy; compute on that stream (torch_consumer_stream() gives the one
+//   LibTorch computes on). labels stay a CPU tensor (the label vector is host
+//   memory); move them with labels.to(device), 8 bytes a sample. On the host
+//   backend both are CPU tensors.
+// - Layout: normalized batches are [N, C, H, W] of the normalize dtype (float32,
+//   float16 or bfloat16). Un-normalized batches are uint8 [N, H, W, C] as the
+//   workers wrote them (pass `shape`); permute({0, 3, 1, 2}) is a view in NCHW.
+// Errors: std::invalid_argument for an empty batch, a uint8 batch without a
+// shape or with one that does not match its sample size, and a CUDA batch with
+// a LibTorch built without CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <torch/types.h>
+
+#include "cuda/device_pipeline.h"
+
+namespace conveyor {
+
+struct TensorBatch {
+  torch::Tensor images;  // see Layout above
+  torch::Tensor labels;  // int64 [N], CPU
+  std::uint64_t epoch = 0, index = 0;  // the batch's identity (Batch::epoch, Batch::index)
+  std::size_t skipped = 0;             // samples of this batch the workers skipped
+  bool last_in_epoch = false;
+};
+
+// The uint8 layout of one sample: height x width x channels bytes.
+struct ImageShape {
+  std::int64_t height = 0, width = 0, channels = 3;
+};
+
+// Wraps the batch; see the contract above.
+TensorBatch to_tensors(DeviceBatch batch, ImageShape shape = {});
+
+// The torch::Device a DeviceBatch's data lives on: kCPU on the host backend,
+// {kCUDA, ordinal} on CUDA.
+torch::Device torch_device(const Device& device);
+
+// The cudaStream_t LibTorch currently computes on for `device`, to pass as
+// TransferConfig::consumer_stream: nullptr (the legacy default stream, which
+// LibTorch uses unless told otherwise) for the host backend and for CUDA when
+// LibTorch's current stream is its default one. Throws std::invalid_argument
+// when the caller switched LibTorch to another stream: pass that stream's
+// at::cuda::CUDAStream::stream() yourself.
+void* torch_consumer_stream(const Device& device);
+
+}  // namespace conveyor

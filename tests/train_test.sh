@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# conveyor train end to end on the embedded default dataset (2 workers, as on a
+# 2-core machine): validation accuracy rises well above chance within a few
+# epochs; a run stopped mid-epoch and resumed from its checkpoint ends exactly
+# where an uninterrupted run ends; --plot draws the figures; bad input is one
+# line on stderr with status 2. Usage: train_test.sh CONVEYOR_BINARY
+set -uo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export CONVEYOR_CACHE=$work/cache
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+final() { grep '^final:' "$1"; }
+
+# 1. Learning, bounded in time: 5 epochs of LeNet-5 take ~5 s here; 120 s is the limit.
+start=$SECONDS
+if timeout 120 "$bin" train --workers 2 --epochs 5 --checkpoint "$work/full.pt" --plot "$work/curve.svg" >"$work/full" 2>"$work/full.err"; then
+  cat "$work/full"
+  acc=$(final "$work/full" | sed -E 's/.*val accuracy ([0-9.]+).*/\1/')
+  echo "5 epochs: validation accuracy $acc (chance 0.1) in $((SECONDS - start)) s"
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.5) }' || fail "validation accuracy $acc after 5 epochs is not well above chance (>= 0.5)"
+  [ "$(grep -c '^epoch [0-9]/5: train loss' "$work/full")" -eq 5 ] || fail "not one line per epoch"
+  grep -q '^bottleneck:' "$work/full" || fail "no pipeline stats per epoch"
+  [ -s "$work/full.pt" ] || fail "no checkpoint written"
+  if command -v gnuplot >/dev/null; then
+    grep -q '<svg' "$work/curve.svg" 2>/dev/null || fail "--plot: no SVG drawn"
+  else
+    grep -q 'gnuplot is not installed' "$work/full" || fail "--plot without gnuplot: no note"
+  fi
+  [ "$(wc -l <"$work/curve.svg.csv")" -eq 6 ] || fail "--plot: the CSV does not hold 5 epochs"
+else
+  fail "train exited with status $? (or ran past 120 s): $(tail -3 "$work/full.err")"
+fi
+
+# 2. Interrupted mid-epoch (batch 50 of 43 per epoch: in epoch 2), resumed: the same end as uninterrupted.
+"$bin" train --workers 2 --epochs 3 >"$work/straight" 2>&1 || fail "3-epoch run failed"
+"$bin" train --workers 2 --epochs 3 --stop-after 50 --checkpoint "$work/r.pt" >"$work/part1" 2>&1 || fail "--stop-after run failed"
+grep -q 'stopped after 50 batch' "$work/part1" || fail "--stop-after did not stop: $(tail -2 "$work/part1")"
+"$bin" train --workers 2 --epochs 3 --resume "$work/r.pt" --checkpoint "$work/r.pt" >"$work/part2" 2>&1 || fail "--resume run failed: $(tail -2 "$work/part2")"
+grep -q 'resumed from .*: epoch 1, 7 batch' "$work/part2" || fail "resume did not continue mid-epoch: $(head -3 "$work/part2")"
+[ -n "$(final "$work/straight")" ] && [ "$(final "$work/straight")" = "$(final "$work/part2")" ] ||
+  fail "resumed run ends at '$(final "$work/part2")', uninterrupted at '$(final "$work/straight")'"
+[ "$(grep '^epoch 3/3' "$work/straight" | cut -d'|' -f1-2)" = "$(grep '^epoch 3/3' "$work/part2" | cut -d'|' -f1-2)" ] ||
+  fail "epoch 3 differs after resume"
+
+# 3. Bad input: status 2 and one line.
+expect_usage_error() {
+  local what=$1; shift
+  "$bin" train "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  [ $rc -eq 2 ] || fail "$what: status $rc, not 2"
+  [ "$(wc -l <"$work/err")" -eq 1 ] || fail "$what: stderr is not one line: $(cat "$work/err")"
+}
+expect_usage_error "unknown model" --model vgg
+expect_usage_error "lenet at 64 px" --model lenet --crop 64
+expect_usage_error "missing checkpoint" --resume "$work/nope.pt"
+echo "not a checkpoint" >"$work/junk.pt"
+expect_usage_error "junk checkpoint" --resume "$work/junk.pt"
+expect_usage_error "checkpoint of another run" --resume "$work/r.pt" --batch 32 --epochs 3
+grep -q 'another run' "$work/err" || fail "mismatched resume does not say why: $(cat "$work/err")"
+expect_usage_error "train not first" --workers 2 train
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
