@@ -460,7 +460,7 @@ int main(int argc, char** argv) {
   app.add_option("--val-fraction", t.val_fraction, "share of each class held out for validation")
       ->check(CLI::Range(0.0, 0.9));
   app.add_option("--checkpoint", t.checkpoint, "save model, optimizer and pipeline state to FILE after every epoch");
-  app.add_option("--checkpoint-every", t.checkpoint_every, "also save every N batches")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--checkpoint-every", t.checkpoint_every, "also save every N batches (with --checkpoint)")->check(CLI::Range(1, 1 << 30));
   app.add_option("--resume", t.resume, "continue from a checkpoint (same dataset and settings)");
   app.add_option("--stop-after", t.stop_after, "stop after N batches of this run, saving the checkpoint (an interruption)")
       ->check(CLI::Range(1, 1 << 30));
