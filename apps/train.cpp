@@ -15,11 +15,15 @@
 // (momentum) and the pipeline's position, so --resume continues mid-epoch with
 // the same batches, in the same order, as an uninterrupted run.
 //
+// SIGINT/SIGTERM: the step in progress finishes, the checkpoint is saved (with
+// --checkpoint) and the program exits with status 130/143; a second one kills it.
 // Exit status: 0; 1 when training fails; 2 for bad input (one line on stderr).
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <numbers>
@@ -44,6 +48,19 @@ using namespace conveyor::apps;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// SIGINT or SIGTERM: finish the step, save the checkpoint, exit 128 + signal.
+// The handler resets itself, so a second Ctrl-C ends the program at once.
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+void catch_interrupts() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 struct TrainOptions {
   std::string model = "lenet";
@@ -201,6 +218,14 @@ void plot(const std::string& file, const std::vector<EpochRow>& rows) {
       "unset y2label\nunset y2tics\nset ylabel 'images/s'\n"
       "plot '" + csv + "' using 1:6 with linespoints title 'images/s'\nunset multiplot\n";
   (void)gnuplot(file, body, csv);
+}
+
+int report_interrupt(int sig, std::size_t batches, std::uint64_t epoch, const std::string& checkpoint) {
+  std::printf("interrupted by %s after %zu batch(es) of this run, in epoch %llu%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+              batches, (unsigned long long)epoch,
+              checkpoint.empty() ? " (no --checkpoint: nothing saved)" : ("; saved; resume with --resume " + checkpoint).c_str());
+  std::fflush(stdout);
+  return 128 + sig;
 }
 
 struct ValResult {
@@ -380,13 +405,15 @@ int train(Options& o, const TrainOptions& t) {
       // Mid-epoch saves only: the epoch's last batch is saved below, with its
       // validation row, so a checkpoint never holds a finished epoch without it.
       const bool mid_epoch = done < total;
-      const bool stopping = mid_epoch && t.stop_after && batches_this_run == t.stop_after;
+      const int interrupted = g_signal;
+      const bool stopping = mid_epoch && ((t.stop_after && batches_this_run == t.stop_after) || interrupted);
       if (!t.checkpoint.empty() && mid_epoch &&
           (stopping || (t.checkpoint_every && batches_this_run % t.checkpoint_every == 0))) {
         save_checkpoint(t.checkpoint, *model, optimizer, identity, pipeline.state(), sums, history);
       }
       if (stopping) {
         if (tty) std::fprintf(stderr, "\r%*s\r", 60, "");
+        if (interrupted) return report_interrupt(interrupted, batches_this_run, e, t.checkpoint);
         std::printf("stopped after %zu batch(es) (--stop-after) in epoch %llu%s\n", batches_this_run,
                     (unsigned long long)e,
                     t.checkpoint.empty() ? "" : ("; resume with --resume " + t.checkpoint).c_str());
@@ -419,6 +446,7 @@ int train(Options& o, const TrainOptions& t) {
     sums = Sums{};
     if (!t.checkpoint.empty()) save_checkpoint(t.checkpoint, *model, optimizer, identity, pipeline.state(), sums, history);
     if (!t.plot.empty()) plot(t.plot, history);
+    if (const int sig = g_signal; sig && e + 1 < o.epochs) return report_interrupt(sig, batches_this_run, e, t.checkpoint);
     if (t.stop_after && batches_this_run >= t.stop_after && e + 1 < o.epochs) {
       std::printf("stopped after %zu batch(es) (--stop-after) at the end of epoch %llu%s\n", batches_this_run,
                   (unsigned long long)e, t.checkpoint.empty() ? "" : ("; resume with --resume " + t.checkpoint).c_str());
@@ -469,6 +497,7 @@ int main(int argc, char** argv) {
   try {
     shard_from_environment(o);
     app.parse(argc, argv);
+    catch_interrupts();
     return train(o, t);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

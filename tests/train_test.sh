@@ -2,8 +2,8 @@
 # conveyor train end to end on the embedded default dataset (2 workers, as on a
 # 2-core machine): validation accuracy rises well above chance within a few
 # epochs; a run stopped mid-epoch and resumed from its checkpoint ends exactly
-# where an uninterrupted run ends; --plot draws the figures; bad input is one
-# line on stderr with status 2. Usage: train_test.sh CONVEYOR_BINARY
+# where an uninterrupted run ends; Ctrl-C saves and exits 130; --plot draws the
+# figures; bad input is one line on stderr with status 2. Usage: train_test.sh CONVEYOR_BINARY
 set -uo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -44,7 +44,36 @@ grep -q 'resumed from .*: epoch 1, 7 batch' "$work/part2" || fail "resume did no
 [ "$(grep '^epoch 3/3' "$work/straight" | cut -d'|' -f1-2)" = "$(grep '^epoch 3/3' "$work/part2" | cut -d'|' -f1-2)" ] ||
   fail "epoch 3 differs after resume"
 
-# 3. Bad input: status 2 and one line.
+# 3. Ctrl-C mid-run: the step finishes, the checkpoint is saved, status 130, and the run resumes from it.
+"$bin" train --workers 2 --epochs 100 --checkpoint "$work/int.pt" >"$work/int" 2>&1 &
+pid=$!
+for _ in $(seq 300); do [ -s "$work/int.pt" ] && break; sleep 0.1; done  # after epoch 1
+sleep 0.2
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ $rc -eq 130 ] || fail "SIGINT: status $rc, not 130: $(tail -2 "$work/int")"
+grep -q '^interrupted by SIGINT .*saved; resume with --resume' "$work/int" || fail "SIGINT: no interrupted line: $(tail -2 "$work/int")"
+"$bin" train --workers 2 --epochs 100 --resume "$work/int.pt" --stop-after 1 >"$work/int2" 2>&1 &&
+  grep -q '^resumed from ' "$work/int2" || fail "resume after SIGINT: $(tail -2 "$work/int2")"
+
+# 4. A list file whose paths hold spaces and apostrophes trains too.
+"$bin" make-dataset --out "$work/shapes" --images-per-class 5 >/dev/null || fail "make-dataset"
+mkdir -p "$work/list dir/it's here"
+label=0
+for class in $(ls "$work/shapes"); do
+  for f in "$work/shapes/$class"/*.jpg; do
+    cp "$f" "$work/list dir/it's here/$class $(basename "$f")"
+    echo "it's here/$class $(basename "$f") $label" >>"$work/list dir/train.txt"
+  done
+  label=$((label + 1))
+done
+"$bin" train --workers 2 --epochs 2 --val-fraction 0.2 --list "$work/list dir/train.txt" >"$work/list" 2>&1 ||
+  fail "train --list: $(tail -2 "$work/list")"
+grep -q "train.txt; 40 training and 10 validation images, 10 classes" "$work/list" || fail "train --list: $(head -2 "$work/list")"
+grep -q '^final: ' "$work/list" || fail "train --list did not finish"
+
+# 5. Bad input: status 2 and one line.
 expect_usage_error() {
   local what=$1; shift
   "$bin" train "$@" >"$work/out" 2>"$work/err"
