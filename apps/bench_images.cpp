@@ -4,6 +4,8 @@
 //   decode DIR    one thread: full-size decode vs RandomResizedCrop(224)+flip, with a time split
 //   resize DIR    stb_image_resize vs a hand-written resize on the same crops
 //   pipeline DIR  the whole pipeline, batch 64, for a list of worker counts
+//   full-decode LIST --threads N   full-size decode alone with N threads, the files
+//                 read from disk each epoch: the reference row of apps/peers/compare.py
 //
 // Files are read once into memory for `scales`, `decode` and `resize`, so disk
 // speed does not enter; `pipeline` reads them as the library does (page cache).
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -227,6 +230,35 @@ void cmd_pipeline(const std::vector<File>& files, int runs, const std::vector<st
   }
 }
 
+// Every file of the list read and decoded whole, full size, by `threads`
+// threads (thread t takes samples t, t + threads, ...), each epoch timed; one
+// line per epoch in the peers' format, "epoch E: N images in S s".
+void cmd_full_decode(const std::string& list, std::size_t threads, int epochs) {
+  const Dataset ds = Dataset::from_list(list);
+  for (int e = 0; e < epochs; ++e) {
+    std::vector<std::size_t> decoded(threads, 0);
+    std::vector<std::thread> pool;
+    const auto t0 = Clock::now();
+    for (std::size_t t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        ImageDecoder dec;
+        std::vector<unsigned char> bytes;
+        for (std::size_t i = t; i < ds.size(); i += threads) {
+          read_file(ds.path(i), DecodeLimits{}.max_file_bytes, bytes);
+          const ImageInfo info = dec.open(bytes);
+          (void)dec.decode({0, 0, info.width, info.height}, 1.0);
+          ++decoded[t];
+        }
+      });
+    }
+    for (auto& t : pool) t.join();
+    std::size_t n = 0;
+    for (auto d : decoded) n += d;
+    std::printf("epoch %d: %zu images in %.4f s\n", e, n, seconds_since(t0));
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,8 +280,18 @@ int main(int argc, char** argv) {
   pipe->add_option("--workers", workers, "worker counts to run")->delimiter(',');
   pipe->add_option("--epochs", epochs, "epochs per run");
   for (auto* s : {scales, decode, resize, pipe}) s->add_option("dir", dir, "folder of images")->required();
+  auto* full = app.add_subcommand("full-decode", "full-size decode alone, N threads, files from a list (peers' reference)");
+  std::string list;
+  std::size_t threads = 1;
+  full->add_option("list", list, "list file: `path label` per line")->required();
+  full->add_option("--threads", threads, "decode threads")->check(CLI::Range(1, 1024));
+  full->add_option("--epochs", epochs, "epochs (the first is a warm-up for compare.py)");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*full) {
+      cmd_full_decode(list, threads, epochs);
+      return 0;
+    }
     const auto files = load(dir);
     if (*scales) cmd_scales(files, runs);
     if (*decode) cmd_decode(files, runs, jpeg_scales);

@@ -47,6 +47,30 @@ void make_taps(double start, double end, int in_size, int out_size, std::vector<
   }
 }
 
+// The horizontal pass of one row for taps padded to N (zero weights beyond a
+// pixel's count), so the tap loop has a fixed length the compiler unrolls:
+// this pass cannot be vectorized across pixels (each has its own taps) and was
+// the resize's hot spot with a variable-length loop.
+template <int N>
+void horizontal_row(const std::uint16_t* row, const std::int32_t* first, const std::int16_t* weights, int out_width,
+                    int taps, unsigned char* out) {
+  constexpr int shift = kWeightBits + 8;  // the rows carry 8 fraction bits
+  const int n = N > 0 ? N : taps;
+  for (int o = 0; o < out_width; ++o) {
+    const std::int16_t* w = weights + std::size_t(o) * std::size_t(n);
+    const std::uint16_t* p = row + std::ptrdiff_t(first[o]) * 3;
+    std::int32_t r = 1 << (shift - 1), g = r, b = r;
+    for (int k = 0; k < n; ++k) {
+      r += w[k] * std::int32_t(p[3 * k]);
+      g += w[k] * std::int32_t(p[3 * k + 1]);
+      b += w[k] * std::int32_t(p[3 * k + 2]);
+    }
+    out[o * 3 + 0] = (unsigned char)std::clamp(r >> shift, 0, 255);
+    out[o * 3 + 1] = (unsigned char)std::clamp(g >> shift, 0, 255);
+    out[o * 3 + 2] = (unsigned char)std::clamp(b >> shift, 0, 255);
+  }
+}
+
 }  // namespace
 
 void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
@@ -67,45 +91,43 @@ void resize_triangle(const unsigned char* src, int width, int height, std::ptrdi
   const int x_taps = int(s.x_weights.size() / std::size_t(out_width));
   const int y_taps = int(s.y_weights.size() / std::size_t(out_height));
 
-  // Horizontal pass over just the input rows the vertical pass reads.
-  const int row_lo = s.y_first.front();
-  const int row_hi = s.y_first.back() + s.y_count.back();
-  const std::size_t row_len = std::size_t(out_width) * 3;
-  s.rows.resize(std::size_t(row_hi - row_lo) * row_len);
-  for (int y = row_lo; y < row_hi; ++y) {
-    const unsigned char* in = src + y * src_stride;
-    std::uint16_t* out = s.rows.data() + std::size_t(y - row_lo) * row_len;
-    for (int o = 0; o < out_width; ++o) {
-      const std::int16_t* w = &s.x_weights[std::size_t(o) * x_taps];
-      const unsigned char* p = in + std::ptrdiff_t(s.x_first[std::size_t(o)]) * 3;
-      std::int32_t r = 0, g = 0, b = 0;
-      for (int k = 0; k < s.x_count[std::size_t(o)]; ++k, p += 3) {
-        r += w[k] * p[0];
-        g += w[k] * p[1];
-        b += w[k] * p[2];
-      }
-      constexpr int shift = kWeightBits - 8, half = 1 << (shift - 1);  // keep 8 fraction bits
-      out[o * 3 + 0] = std::uint16_t((r + half) >> shift);
-      out[o * 3 + 1] = std::uint16_t((g + half) >> shift);
-      out[o * 3 + 2] = std::uint16_t((b + half) >> shift);
-    }
-  }
-  // Vertical pass: each output row is a weighted sum of filtered rows, accumulated
-  // row by row so the inner loop runs over contiguous memory and vectorizes.
-  constexpr int shift = kWeightBits + 8;
-  s.acc.resize(row_len);
+  // Vertical pass first, over just the input columns the horizontal taps read:
+  // it runs over contiguous memory and vectorizes, and it leaves out_height
+  // rows (not the box's input rows) for the horizontal pass, which does not.
+  const int col_lo = s.x_first.front();
+  const int cols = s.x_first.back() + s.x_count.back() - col_lo;
+  const std::size_t in_len = std::size_t(cols) * 3;
+  const std::size_t stride = std::size_t(cols + x_taps) * 3;  // zero padding: fixed-length taps stay inside
+  s.rows.resize(std::size_t(out_height) * stride);
+  s.acc.resize(in_len);
+  constexpr int vshift = kWeightBits - 8, vhalf = 1 << (vshift - 1);  // keep 8 fraction bits
   for (int o = 0; o < out_height; ++o) {
     const std::int16_t* w = &s.y_weights[std::size_t(o) * y_taps];
-    const std::uint16_t* base = s.rows.data() + std::size_t(s.y_first[std::size_t(o)] - row_lo) * row_len;
+    const unsigned char* base = src + std::ptrdiff_t(s.y_first[std::size_t(o)]) * src_stride + std::ptrdiff_t(col_lo) * 3;
     std::int32_t* acc = s.acc.data();
-    std::fill(acc, acc + row_len, 1 << (shift - 1));
+    std::fill(acc, acc + in_len, vhalf);
     for (int k = 0; k < s.y_count[std::size_t(o)]; ++k) {
-      const std::uint16_t* row = base + std::size_t(k) * row_len;
+      const unsigned char* row = base + std::ptrdiff_t(k) * src_stride;
       const std::int32_t wk = w[k];
-      for (std::size_t x = 0; x < row_len; ++x) acc[x] += wk * std::int32_t(row[x]);
+      for (std::size_t x = 0; x < in_len; ++x) acc[x] += wk * std::int32_t(row[x]);
     }
-    unsigned char* out = dst + o * dst_stride;
-    for (std::size_t x = 0; x < row_len; ++x) out[x] = (unsigned char)std::clamp(acc[x] >> shift, 0, 255);
+    std::uint16_t* out = s.rows.data() + std::size_t(o) * stride;
+    for (std::size_t x = 0; x < in_len; ++x) out[x] = std::uint16_t(std::clamp(acc[x] >> vshift, 0, 65535));
+    std::fill(out + in_len, out + stride, std::uint16_t{0});
+  }
+  // Horizontal pass over the out_height filtered rows; x_first relative to col_lo.
+  for (auto& f : s.x_first) f -= col_lo;
+  auto pass = horizontal_row<0>;
+  switch (x_taps) {
+    case 3: pass = horizontal_row<3>; break;
+    case 5: pass = horizontal_row<5>; break;
+    case 7: pass = horizontal_row<7>; break;
+    case 9: pass = horizontal_row<9>; break;
+    default: break;  // wider supports: the generic loop
+  }
+  for (int o = 0; o < out_height; ++o) {
+    pass(s.rows.data() + std::size_t(o) * stride, s.x_first.data(), s.x_weights.data(), out_width, x_taps,
+         dst + o * dst_stride);
   }
 }
 

@@ -23,8 +23,8 @@ namespace conveyor {
 struct ResizeScratch {
   std::vector<std::int32_t> x_first, y_first, x_count, y_count;
   std::vector<std::int16_t> x_weights, y_weights;
-  std::vector<std::uint16_t> rows;  // horizontally filtered rows, 8 fraction bits
-  std::vector<std::int32_t> acc;    // one output row's sums
+  std::vector<std::uint16_t> rows;  // vertically filtered rows, 8 fraction bits, zero-padded
+  std::vector<std::int32_t> acc;    // one filtered row's sums
 };
 
 // Samples the box [u0, u1) x [v0, v1) (in pixels of src, 0 <= u0 < u1 <= width,

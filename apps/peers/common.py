@@ -1,0 +1,46 @@
+"""What the peer benchmarks share: the list file, the transforms and the report line.
+
+The list file is Conveyor's format: one sample a line, the path then the label,
+the label being the last whitespace-separated field (paths may hold spaces and
+apostrophes), relative paths against the list's folder, '#' comments.
+Each benchmark prints one line per epoch, which compare.py reads:
+    epoch E: N images in S s
+"""
+import os
+
+
+def read_list(path):
+    base = os.path.dirname(os.path.abspath(path))
+    samples = []
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.rsplit(None, 1)
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise SystemExit(f"{path}:{n}: expected 'path label'")
+            p = parts[0]
+            samples.append((p if os.path.isabs(p) else os.path.join(base, p), int(parts[1])))
+    return samples
+
+
+def train_transform(size=224):
+    """RandomResizedCrop + horizontal flip + float normalize: torchvision's ImageNet training recipe."""
+    from torchvision import transforms as T
+    return T.Compose([
+        T.RandomResizedCrop(size),
+        T.RandomHorizontalFlip(),
+        T.ToTensor(),
+        T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ])
+
+
+def load_rgb(path):
+    from PIL import Image
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
+def report(epoch, images, seconds):
+    print(f"epoch {epoch}: {images} images in {seconds:.4f} s", flush=True)
