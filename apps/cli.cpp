@@ -130,6 +130,21 @@ std::vector<Transform> transforms(const std::string& augment, int crop) {
   return {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
 }
 
+std::string gnuplot_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
+namespace {
+// s as one word for /bin/sh: single quotes, each ' written as '\''.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
 bool gnuplot(const std::string& output, const std::string& script_body, const std::string& data) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::printf("note: gnuplot is not installed (apt-get install gnuplot-nox); %s has the figures\n", data.c_str());
@@ -138,11 +153,11 @@ bool gnuplot(const std::string& output, const std::string& script_body, const st
   const std::string script = output + ".gp";
   std::ofstream gp(script);
   const bool svg = output.size() > 4 && output.substr(output.size() - 4) == ".svg";
-  gp << "set terminal " << (svg ? "svg" : "pngcairo") << " size 800,500\nset output '" << output << "'\n"
+  gp << "set terminal " << (svg ? "svg" : "pngcairo") << " size 800,500\nset output " << gnuplot_quote(output) << "\n"
      << "set datafile separator ','\n" << script_body;
   gp.close();
   if (!gp) throw UsageError("cannot write " + script);
-  const int rc = std::system(("gnuplot " + script + " 2>&1").c_str());
+  const int rc = std::system(("gnuplot " + shell_quote(script) + " 2>&1").c_str());
   std::printf(rc == 0 ? "wrote %s\n" : "note: gnuplot failed on %s; the figures are in the data file\n", output.c_str());
   return rc == 0;
 }

@@ -93,5 +93,7 @@ std::vector<Transform> transforms(const std::string& augment, int crop);
 // output + ".gp" and runs gnuplot. Prints a one-line note and returns false
 // when gnuplot is not installed or fails; `data` names the file with the figures.
 bool gnuplot(const std::string& output, const std::string& script_body, const std::string& data);
+// s as a gnuplot single-quoted string ('it''s'), for file names in scripts.
+std::string gnuplot_quote(const std::string& s);
 
 }  // namespace conveyor::apps

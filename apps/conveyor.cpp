@@ -503,7 +503,7 @@ int sweep(Options o) {
           "set key outside\nset xlabel 'workers'\nset ylabel 'images/s'\nset xtics 1\nset yrange [0:*]\n"
           "set title 'conveyor sweep: images/s by workers and host queue depth'\nplot ";
       for (std::size_t i = 0; i < H.size(); ++i) {
-        body += (i ? ", '" : "'") + o.csv + "' using ($2==" + std::to_string(H[i]) + " && $3==" + std::to_string(D[0]) +
+        body += (i ? ", " : "") + gnuplot_quote(o.csv) + " using ($2==" + std::to_string(H[i]) + " && $3==" + std::to_string(D[0]) +
                 " && $4==" + std::to_string(B[0]) + " ? $1 : 1/0):7 with points pointsize 1.5 title 'host queue " +
                 std::to_string(H[i]) + "'";
       }

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -51,15 +52,21 @@ namespace {
 
 // SIGINT or SIGTERM: finish the step, save the checkpoint, exit 128 + signal.
 // The handler resets itself, so a second Ctrl-C ends the program at once.
-volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+// The handler may run on any thread; the flag is a lock-free atomic.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+void on_signal(int sig) { g_signal.store(sig); }
 void catch_interrupts() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESETHAND;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // e.g. a background job: keep ignoring it
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;  // reads and writes in flight carry on
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
 }
 
 struct TrainOptions {
@@ -73,9 +80,27 @@ struct TrainOptions {
 };
 
 // What a checkpoint must agree on to be resumed: everything the batches and the model depend on.
-std::string run_identity(const Options& o, const TrainOptions& t, int crop, std::size_t train_size, std::int64_t classes) {
+// FNV-1a over every sample's path and label: the same dataset, not just the same size.
+std::string dataset_digest(const Dataset& d) {
+  std::uint64_t h = 1469598103934665603ULL;
+  auto mix = [&](const void* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ULL;
+  };
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const std::string_view path = d.path_view(i);
+    const std::int64_t label = d.label(i);
+    mix(path.data(), path.size());
+    mix(&label, sizeof label);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  return hex;
+}
+
+std::string run_identity(const Options& o, const TrainOptions& t, int crop, const Dataset& all, std::size_t train_size) {
   std::ostringstream s;
-  s << "model=" << t.model << " crop=" << crop << " classes=" << classes << " train_size=" << train_size
+  s << "model=" << t.model << " crop=" << crop << " dataset=" << dataset_digest(all) << " classes=" << all.num_classes()
+    << " train_size=" << train_size
     << " augment=" << o.augment << " val_fraction=" << t.val_fraction << " seed=" << o.seed << " batch=" << o.batch
     << " rank=" << o.rank << " world_size=" << o.world_size;
   return s.str();
@@ -94,7 +119,8 @@ std::string differences(const std::string& there, const std::string& here) {
 }
 
 // Per class, a seeded shuffle of its samples; the first round(fraction * n) of
-// each go to validation (at least one when fraction > 0 and the class has two).
+// each go to validation (at least one when fraction > 0 and the class has two,
+// and never the class's last one: every class is trained on).
 void split(const Dataset& all, double fraction, std::uint64_t seed, Dataset& train, Dataset& val) {
   std::vector<std::vector<std::size_t>> by_class(std::size_t(std::max<std::int64_t>(all.num_classes(), 0)));
   for (std::size_t i = 0; i < all.size(); ++i) by_class[std::size_t(all.label(i))].push_back(i);
@@ -106,6 +132,7 @@ void split(const Dataset& all, double fraction, std::uint64_t seed, Dataset& tra
     for (std::size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.next_u64() % i]);
     std::size_t n_val = std::size_t(std::llround(fraction * double(ids.size())));
     if (fraction > 0 && n_val == 0 && ids.size() >= 2) n_val = 1;
+    if (!ids.empty()) n_val = std::min(n_val, ids.size() - 1);  // every class keeps a training sample
     std::sort(ids.begin(), ids.begin() + std::ptrdiff_t(n_val));
     std::sort(ids.begin() + std::ptrdiff_t(n_val), ids.end());
     for (std::size_t k = 0; k < ids.size(); ++k) {
@@ -116,6 +143,14 @@ void split(const Dataset& all, double fraction, std::uint64_t seed, Dataset& tra
   }
   train = Dataset(std::move(tp), std::move(tl), all.classes());
   val = Dataset(std::move(vp), std::move(vl), all.classes());
+}
+
+// strtod, not operator>>: a diverged run's checkpoint holds "nan" or "inf",
+// and resuming it (at a lower --lr) is exactly what its user wants.
+bool parse_double(const std::string& text, double& out) {
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size();
 }
 
 struct EpochRow {
@@ -137,7 +172,10 @@ struct Sums {
   static Sums parse(const std::string& text) {
     Sums x;
     std::istringstream s(text);
-    if (!(s >> x.loss >> x.correct >> x.count)) throw UsageError("--resume: checkpoint field 'sums' is malformed");
+    std::string loss;
+    if (!(s >> loss >> x.correct >> x.count) || !parse_double(loss, x.loss)) {
+      throw UsageError("--resume: checkpoint field 'sums' is malformed");
+    }
     return x;
   }
 };
@@ -159,13 +197,17 @@ std::vector<EpochRow> parse_history(const std::string& csv) {
   std::string line;
   std::getline(in, line);  // header
   while (std::getline(in, line)) {
-    EpochRow r;
-    char c = 0;
+    std::vector<std::string> f;
     std::istringstream s(line);
-    if (!(s >> r.epoch >> c >> r.train_loss >> c >> r.train_acc >> c >> r.val_loss >> c >> r.val_acc >> c >>
-          r.images_per_s >> c >> r.consumer_idle)) {
+    for (std::string cell; std::getline(s, cell, ',');) f.push_back(cell);
+    EpochRow r;
+    double epoch = 0;
+    if (f.size() != 7 || !parse_double(f[0], epoch) || !parse_double(f[1], r.train_loss) ||
+        !parse_double(f[2], r.train_acc) || !parse_double(f[3], r.val_loss) || !parse_double(f[4], r.val_acc) ||
+        !parse_double(f[5], r.images_per_s) || !parse_double(f[6], r.consumer_idle)) {
       throw UsageError("--resume: checkpoint field 'history' is malformed");
     }
+    r.epoch = std::uint64_t(epoch);
     rows.push_back(r);
   }
   return rows;
@@ -213,10 +255,10 @@ void plot(const std::string& file, const std::vector<EpochRow>& rows) {
       "set multiplot layout 2,1 title 'conveyor train'\nset lmargin 10\nset rmargin 30\nset key outside right\n"
       "set xlabel 'epoch'\nset xrange [0.8:*]\nset xtics 1\nset ylabel 'loss'\nset yrange [0:*]\nset ytics nomirror\n"
       "set y2label 'accuracy'\nset y2range [0:1]\nset y2tics\n"
-      "plot '" + csv + "' using 1:2 with linespoints title 'train loss', '' using 1:4 with linespoints title 'val loss', "
+      "plot " + gnuplot_quote(csv) + " using 1:2 with linespoints title 'train loss', '' using 1:4 with linespoints title 'val loss', "
       "'' using 1:5 axes x1y2 with linespoints title 'val accuracy'\n"
       "unset y2label\nunset y2tics\nset ylabel 'images/s'\n"
-      "plot '" + csv + "' using 1:6 with linespoints title 'images/s'\nunset multiplot\n";
+      "plot " + gnuplot_quote(csv) + " using 1:6 with linespoints title 'images/s'\nunset multiplot\n";
   (void)gnuplot(file, body, csv);
 }
 
@@ -272,9 +314,30 @@ ValResult validate(Net& model, const Dataset& val, const Options& o, int crop, c
   return r;
 }
 
-int train(Options& o, const TrainOptions& t) {
+// With more than one rank, each writes and reads its own checkpoint: FILE.rankR.
+std::string per_rank(const std::string& file, const Options& o) {
+  return file.empty() || o.world_size == 1 ? file : file + ".rank" + std::to_string(o.rank);
+}
+
+// An output path that cannot be written fails now, not after the first epoch.
+void check_writable(const std::string& flag, const std::string& file) {
+  if (file.empty()) return;
+  const std::string probe = file + ".tmp";
+  const bool existed = std::filesystem::exists(probe);
+  {
+    std::ofstream f(probe, std::ios::app);
+    if (!f) throw UsageError(flag + " " + file + ": cannot write there");
+  }
+  if (!existed) std::filesystem::remove(probe);
+}
+
+int train(Options& o, TrainOptions t) {
   if (o.rank >= o.world_size) throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
+  t.checkpoint = per_rank(t.checkpoint, o);
+  t.resume = per_rank(t.resume, o);
   if (!t.resume.empty() && !std::filesystem::is_regular_file(t.resume)) throw UsageError("--resume " + t.resume + ": no such file");
+  check_writable("--checkpoint", t.checkpoint);
+  check_writable("--plot", t.plot);
   bool embedded = false;
   const Dataset all = open_dataset(o, embedded, false);
   if (all.size() == 0) throw UsageError("dataset: no samples");
@@ -309,14 +372,14 @@ int train(Options& o, const TrainOptions& t) {
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(t.lr).momentum(t.momentum).weight_decay(t.weight_decay));
 
-  const std::string identity = run_identity(o, t, crop, train_set.size(), all.num_classes());
+  const std::string identity = run_identity(o, t, crop, all, train_set.size());
   std::optional<PipelineState> resume_state;
   Sums sums;
   std::vector<EpochRow> history;
   if (!t.resume.empty()) {
     torch::serialize::InputArchive archive;
     try {
-      archive.load_from(t.resume);
+      archive.load_from(t.resume, where);  // tensors (momentum buffers too) onto this run's device
     } catch (const std::exception&) {
       throw UsageError("--resume: " + t.resume + ": not a readable checkpoint");
     }
@@ -369,8 +432,10 @@ int train(Options& o, const TrainOptions& t) {
 
   const bool tty = ::isatty(STDERR_FILENO);
   std::size_t batches_this_run = 0;
-  PipelineStats before = pipeline.stats();
   for (std::uint64_t e = first_epoch; e < o.epochs; ++e) {
+    // The epoch's figures cover its training loop only: validation, the
+    // checkpoint and the plot run with the consumer marked away.
+    const PipelineStats before = pipeline.stats();
     if (t.schedule == "cosine") {
       const double lr = t.lr * 0.5 * (1 + std::cos(std::numbers::pi * double(e) / double(o.epochs)));
       for (auto& g : optimizer.param_groups()) static_cast<torch::optim::SGDOptions&>(g.options()).lr(lr);
@@ -405,7 +470,7 @@ int train(Options& o, const TrainOptions& t) {
       // Mid-epoch saves only: the epoch's last batch is saved below, with its
       // validation row, so a checkpoint never holds a finished epoch without it.
       const bool mid_epoch = done < total;
-      const int interrupted = g_signal;
+      const int interrupted = g_signal.load();
       const bool stopping = mid_epoch && ((t.stop_after && batches_this_run == t.stop_after) || interrupted);
       if (!t.checkpoint.empty() && mid_epoch &&
           (stopping || (t.checkpoint_every && batches_this_run % t.checkpoint_every == 0))) {
@@ -422,23 +487,26 @@ int train(Options& o, const TrainOptions& t) {
     }
     if (tty) std::fprintf(stderr, "\r%*s\r", 60, "");
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    const PipelineStats now = pipeline.stats();
-    const PipelineStats epoch_stats = now.since(before);
-    before = now;
+    pipeline.consumer_away();
+    const PipelineStats epoch_stats = pipeline.stats().since(before);
     const ValResult v = validate(*model, val_set, o, crop, device, tc);
     EpochRow row;
     row.epoch = e + 1;
     row.train_loss = sums.count ? sums.loss / double(sums.count) : 0;
     row.train_acc = sums.count ? double(sums.correct) / double(sums.count) : 0;
-    row.val_loss = v.loss;
-    row.val_acc = v.accuracy;
+    row.val_loss = v.images ? v.loss : std::nan("");  // no split: gaps in the CSV and the plot, not zeros
+    row.val_acc = v.images ? v.accuracy : std::nan("");
     row.images_per_s = seconds > 0 ? double(images_now) / seconds : 0;
     row.consumer_idle = consumer_idle(epoch_stats);
     history.push_back(row);
-    std::printf("epoch %llu/%zu: train loss %.4f acc %.1f%% | val loss %.4f acc %.1f%% (%zu images%s) | %llu images, "
+    char val[96] = "no validation split";
+    if (v.images) {
+      std::snprintf(val, sizeof val, "val loss %.4f acc %.1f%% (%zu images%s)", row.val_loss, 100 * row.val_acc, v.images,
+                    v.skipped ? (", " + std::to_string(v.skipped) + " skipped").c_str() : "");
+    }
+    std::printf("epoch %llu/%zu: train loss %.4f acc %.1f%% | %s | %llu images, "
                 "%.1f s, %.0f images/s, consumer idle %.0f%%%s\n",
-                (unsigned long long)e + 1, o.epochs, row.train_loss, 100 * row.train_acc, row.val_loss, 100 * row.val_acc,
-                v.images, v.skipped ? (", " + std::to_string(v.skipped) + " skipped").c_str() : "",
+                (unsigned long long)e + 1, o.epochs, row.train_loss, 100 * row.train_acc, val,
                 (unsigned long long)images_now, seconds, row.images_per_s, 100 * row.consumer_idle,
                 skipped ? (", " + std::to_string(skipped) + " skipped").c_str() : "");
     std::printf("%s", epoch_stats.table().c_str());
@@ -446,7 +514,7 @@ int train(Options& o, const TrainOptions& t) {
     sums = Sums{};
     if (!t.checkpoint.empty()) save_checkpoint(t.checkpoint, *model, optimizer, identity, pipeline.state(), sums, history);
     if (!t.plot.empty()) plot(t.plot, history);
-    if (const int sig = g_signal; sig && e + 1 < o.epochs) return report_interrupt(sig, batches_this_run, e, t.checkpoint);
+    if (const int sig = g_signal.load(); sig && e + 1 < o.epochs) return report_interrupt(sig, batches_this_run, e, t.checkpoint);
     if (t.stop_after && batches_this_run >= t.stop_after && e + 1 < o.epochs) {
       std::printf("stopped after %zu batch(es) (--stop-after) at the end of epoch %llu%s\n", batches_this_run,
                   (unsigned long long)e, t.checkpoint.empty() ? "" : ("; resume with --resume " + t.checkpoint).c_str());
@@ -454,11 +522,20 @@ int train(Options& o, const TrainOptions& t) {
     }
   }
   const EpochRow& last = history.back();
-  std::printf("final: val accuracy %.4f, val loss %.6f (chance %.4f)\n", last.val_acc, last.val_loss,
-              1.0 / double(all.num_classes()));
+  if (val_set.size()) {
+    std::printf("final: val accuracy %.4f, val loss %.6f (chance %.4f)\n", last.val_acc, last.val_loss,
+                1.0 / double(all.num_classes()));
+  } else {
+    std::printf("final: train loss %.6f, train accuracy %.4f (no validation split)\n", last.train_loss, last.train_acc);
+  }
   for (const auto& s : pipeline.skipped()) std::printf("skipped: sample %llu: %s\n", (unsigned long long)s.index, s.reason.c_str());
   if (!t.checkpoint.empty()) std::printf("checkpoint: %s\n", t.checkpoint.c_str());
   return 0;
+}
+
+// The progress line on a terminal's stderr, wiped so an error line starts clean.
+void clear_progress() {
+  if (::isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%*s\r", 60, "");
 }
 
 }  // namespace
@@ -478,6 +555,9 @@ int main(int argc, char** argv) {
   o.augment = "crop";
   TrainOptions t;
   add_pipeline_flags(app, o);
+  app.get_option("--crop")->description("input size (default 32 for lenet, 64 for resnet)");
+  app.get_option("--augment")->description(
+      "crop: Resize + RandomCrop (padding 4) + flip (default) | rrc: RandomResizedCrop + flip | center: Resize + CenterCrop");
   app.add_option("--model", t.model, "lenet (32 x 32 inputs) or resnet (64..128 px; default --crop 64)")
       ->check(CLI::IsMember({"lenet", "resnet"}));
   app.add_option("--lr", t.lr, "SGD learning rate (the schedule's peak)")->check(CLI::Range(0.0, 100.0));
@@ -487,7 +567,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_option("--val-fraction", t.val_fraction, "share of each class held out for validation")
       ->check(CLI::Range(0.0, 0.9));
-  app.add_option("--checkpoint", t.checkpoint, "save model, optimizer and pipeline state to FILE after every epoch");
+  app.add_option("--checkpoint", t.checkpoint, "save model, optimizer and pipeline state to FILE after every epoch "
+                 "(FILE.rankR with --world-size > 1)");
   app.add_option("--checkpoint-every", t.checkpoint_every, "also save every N batches (with --checkpoint)")->check(CLI::Range(1, 1 << 30));
   app.add_option("--resume", t.resume, "continue from a checkpoint (same dataset and settings)");
   app.add_option("--stop-after", t.stop_after, "stop after N batches of this run, saving the checkpoint (an interruption)")
@@ -504,20 +585,25 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ConfigError& e) {
+    clear_progress();
     std::fprintf(stderr, "conveyor train: --config: %s (not a flag of conveyor train, or a bad value)\n", e.what());
     return 2;
   } catch (const CLI::ParseError& e) {
+    clear_progress();
     std::fprintf(stderr, "conveyor train: %s\n", e.what());
     return 2;
   } catch (const UsageError& e) {
+    clear_progress();
     std::fprintf(stderr, "conveyor train: %s\n", e.what());
     return 2;
   } catch (const c10::Error& e) {
+    clear_progress();
     // LibTorch's what() carries a backtrace: keep the message's first line.
     const std::string what = e.what_without_backtrace();
     std::fprintf(stderr, "conveyor train: LibTorch: %s\n", what.substr(0, what.find('\n')).c_str());
     return 1;
   } catch (const std::exception& e) {
+    clear_progress();
     std::fprintf(stderr, "conveyor train: %s\n", e.what());
     return 1;
   }

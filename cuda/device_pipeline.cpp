@@ -74,7 +74,7 @@ struct TransferCore {
       std::lock_guard lk(error_mu);
       if (release_error.empty()) release_error = what;
     } catch (...) {
-      // Out of memory while keeping an error: the pipeline is stopped below regardless.
+      // Out of memory while keeping an error: the caller closes the free slots regardless.
     }
   }
 
@@ -87,7 +87,12 @@ struct TransferCore {
       thread_bound = true;
     }
     auto id = free_slots.pop();  // blocks while the consumer holds every slot; empty once stopped
-    if (!id) throw std::runtime_error("stopped while waiting for a free device slot");  // the core ignores it: stopping
+    if (!id) {
+      // Closed by stop() (the core ignores errors while stopping) or by a failed release.
+      std::lock_guard lk(error_mu);
+      throw std::runtime_error(release_error.empty() ? "stopped while waiting for a free device slot"
+                                                     : "a batch release failed: " + release_error);
+    }
     DeviceSlot& s = slots[*id];
     if (s.consumed_generation != s.copied_generation) {  // checklist 3
       throw std::logic_error("device slot " + std::to_string(s.id) + " reused before its release was recorded");
@@ -136,9 +141,11 @@ struct TransferCore {
       if (device->hands_over()) device->synchronize(*s.consumed);
     } catch (const std::exception& e) {
       keep_error(e.what());
+      free_slots.close();  // the transfer thread must not wait for this slot
       return false;
     } catch (...) {
       keep_error("unknown error");
+      free_slots.close();
       return false;
     }
     s.consumed_generation = generation;

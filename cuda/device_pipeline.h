@@ -26,7 +26,10 @@
 // Errors: a device error on the transfer thread stops the pipeline and the
 // consumer's next call throws PipelineError (stage "transfer") with the CUDA
 // call, file:line and message; an error while releasing a batch is kept and
-// thrown by the next call to next().
+// thrown by the next call to next(), and it closes the free slots, so a
+// transfer waiting for one stops and a next() already waiting wakes with an
+// error instead of waiting forever. A release binds the releasing thread to
+// the batch's device (cudaSetDevice on CUDA).
 #pragma once
 
 #include <array>
@@ -141,13 +144,17 @@ class DevicePipeline {
   // consumer stream wait for it (without blocking the host). Empty when the run
   // is over or stopped. Throws PipelineError after any failure, and
   // std::logic_error when the consumer already holds every device slot (the
-  // call could never return).
+  // call could never return). The check counts the slots held at the call: a
+  // consumer that hands batches to other threads to release must not call
+  // next() while they hold every slot.
   std::optional<DeviceBatch> next();
 
   using EpochRange = EpochRangeOf<DevicePipeline, DeviceBatch>;
   // The remaining batches of epoch e, as Pipeline::epoch.
   EpochRange epoch(std::uint64_t e);
 
+  // As Pipeline::consumer_away.
+  void consumer_away() { pipeline_->consumer_away(); }
   PipelineState state() const { return pipeline_->state(); }
   PipelineStats stats() const { return pipeline_->stats(); }
   std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }

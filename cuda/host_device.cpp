@@ -134,7 +134,14 @@ class HostStream final : public Stream {
  private:
   void delay() {
     if (max_delay_us_ == 0) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(rng_.below(max_delay_us_ + 1)));
+    std::uint64_t us = 0;
+    {
+      // An inline (wrapped nullptr) stream runs on its callers' threads, and a
+      // batch may be released on another thread than next() runs on.
+      std::lock_guard lk(rng_mu_);
+      us = rng_.below(max_delay_us_ + 1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
   void run() {
     std::unique_lock lk(mu_);
@@ -159,7 +166,8 @@ class HostStream final : public Stream {
   }
 
   std::uint32_t max_delay_us_;
-  Rng rng_;  // used by the one thread that runs this stream's operations
+  std::mutex rng_mu_;
+  Rng rng_;  // the delays' draws, under rng_mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> ops_;

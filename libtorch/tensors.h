@@ -3,7 +3,7 @@
 //   DevicePipeline pipeline(config, dataset.size(), images.filler(), transfer, device);
 //   while (auto batch = pipeline.next()) {
 //     TensorBatch t = to_tensors(std::move(*batch));   // t.images: [N, 3, H, W] float, zero-copy
-//     auto loss = torch::nll_loss(model->forward(t.images), t.labels);
+//     auto loss = torch::nll_loss(model->forward(t.images), t.labels.to(t.images.device()));
 //     ...
 //   }   // the batch goes back to the pipeline when the last tensor over it dies
 //
@@ -17,7 +17,9 @@
 //   to the pipeline -- by the deleter of the last of them to die, on whichever
 //   thread that is. Until then the pipeline cannot reuse the memory, so a
 //   consumer that keeps tensors alive across steps holds slots (next() throws
-//   std::logic_error rather than hang when it holds them all).
+//   std::logic_error rather than hang when it holds them all; a consumer that
+//   hands tensors to other threads must not call next() while they hold every
+//   slot, since the check cannot know they will be released).
 // - Devices: on the CUDA backend images are a CUDA tensor on the batch's device
 //   and the pipeline has made TransferConfig::consumer_stream wait for the
 //   batch's copy; compute on that stream (torch_consumer_stream() gives the one
@@ -27,9 +29,11 @@
 // - Layout: normalized batches are [N, C, H, W] of the normalize dtype (float32,
 //   float16 or bfloat16). Un-normalized batches are uint8 [N, H, W, C] as the
 //   workers wrote them (pass `shape`); permute({0, 3, 1, 2}) is a view in NCHW.
-// Errors: std::invalid_argument for an empty batch, a uint8 batch without a
-// shape or with one that does not match its sample size, and a CUDA batch with
-// a LibTorch built without CUDA.
+// - A batch whose samples were all skipped (ErrorPolicy::skip) gives tensors
+//   of N = 0; skip it (size() == 0) rather than average a loss over nothing.
+// Errors: std::invalid_argument for a moved-from (null) DeviceBatch, a uint8
+// batch without a shape or with one that does not match its sample size, and
+// a CUDA batch with a LibTorch built without CUDA.
 #pragma once
 
 #include <cstddef>

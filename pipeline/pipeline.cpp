@@ -514,6 +514,13 @@ std::optional<BatchHandle> Pipeline::next() {
   return batch;
 }
 
+void Pipeline::consumer_away() {
+  const auto now = Clock::now();
+  std::lock_guard lk(state_mu_);
+  if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, now));
+  last_return_.reset();
+}
+
 void Pipeline::note_delivered(const Batch& b) {
   std::lock_guard lk(state_mu_);
   if (b.epoch != position_.epoch) {

@@ -156,6 +156,11 @@ class Pipeline {
   // once any stage failed. Release (destroy or reset) the handle to recycle the buffer.
   std::optional<BatchHandle> next();
 
+  // The consumer turns to other work (evaluation, a checkpoint) until its next
+  // call: that time counts as neither busy nor starved in the consumer's stats,
+  // so a per-epoch figure taken around the training loop stays the loop's own.
+  void consumer_away();
+
   using EpochRange = EpochRangeOf<Pipeline, BatchHandle>;
   // The remaining batches of epoch e, which must be the consumer's current epoch
   // (the first not yet fully consumed); std::logic_error otherwise.

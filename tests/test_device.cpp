@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -803,4 +805,57 @@ TEST_CASE("resident dataset validates its normalize and survives a batch that ou
   }
   kept.reset();  // the dataset is gone: nothing to give back, and no crash
   REQUIRE_FALSE(kept);
+}
+
+TEST_CASE("batches released on other threads, as tensor deleters do, keep every sample intact",
+          "[device][pipeline][threads]") {
+  // The consumer hands each batch to a thread of its own, which checks it and
+  // lets it go after a random pause, while the consumer already waits in
+  // next() for the following one: releases race next() (under TSan in ./go test).
+  for (HostTransfer mode : {HostTransfer::copy, HostTransfer::handover}) {
+    for (std::size_t slots : {2, 3, 5}) {
+      DYNAMIC_SECTION("mode " << int(mode) << " slots " << slots) {
+        DeviceConfig dc;
+        dc.host_transfer = mode;
+        dc.poison_released = true;
+        dc.max_delay_us = 30;
+        dc.delay_seed = slots;
+        auto device = host_device(dc);
+        auto task = std::async(std::launch::async, [&] {
+          Config cfg = small_config(2, 2, slots);
+          DevicePipeline dp(cfg, 31, test::fill_pattern, TransferConfig{}, device);
+          std::mutex mu;
+          std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
+          std::atomic<std::size_t> wrong{0};
+          std::deque<std::thread> releasers;  // at most slots - 1 batches out, so next() never finds all held
+          std::uint64_t n = 0;
+          while (true) {
+            if (releasers.size() == slots - 1) {
+              releasers.front().join();
+              releasers.pop_front();
+            }
+            auto b = dp.next();
+            if (!b) break;
+            releasers.emplace_back([&, batch = std::move(*b), pause = (n++ * 37) % 150]() mutable {
+              const Batch& h = batch.host();
+              for (std::size_t j = 0; j < batch.size(); ++j) {
+                const auto* p = static_cast<const std::byte*>(batch.data()) + j * cfg.sample_bytes;
+                if (!sample_matches(cfg.seed, h.epoch, h.indices[j], p, cfg.sample_bytes)) ++wrong;
+                std::lock_guard lk(mu);
+                ++seen[{h.epoch, h.indices[j]}];
+              }
+              std::this_thread::sleep_for(std::chrono::microseconds(pause));
+              batch.reset();  // the release, on this thread
+            });
+          }
+          for (auto& t : releasers) t.join();
+          REQUIRE(wrong == 0);
+          REQUIRE(seen.size() == 2 * 31);
+          for (auto& [key, count] : seen) REQUIRE(count == 1);
+        });
+        REQUIRE(task.wait_for(120s) == std::future_status::ready);
+        task.get();
+      }
+    }
+  }
 }
