@@ -318,16 +318,20 @@ bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_
   OpenBatch& ob = ring_[g % ring_size_];
   const auto t0 = Clock::now();
   StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
+  StageCounters::begin_wait(counters.blocked_since, t0);
   {
     // Buffers are taken in g order, so an older batch never waits for a buffer
     // held by a younger one (which, delivered in order, would wait for it).
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return stopping_ || (next_open_ == g && ob.tag.load(std::memory_order_relaxed) == kFree); });
-    if (stopping_) return false;
+    if (stopping_) {
+      counters.blocked_since.store(0, std::memory_order_relaxed);
+      return false;
+    }
   }
   auto handle = pool_.acquire();
   mark = Clock::now();
-  StageCounters::add(counters.blocked_ns, elapsed_ns(t0, mark));
+  StageCounters::end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
   if (!handle) return false;
 
   const Plan::Pos pos = plan_.at(g);
@@ -364,6 +368,7 @@ bool Pipeline::wait_open(std::uint64_t g, StageCounters& counters, Clock::time_p
   if (is_open()) return true;
   const auto t0 = Clock::now();
   StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
+  StageCounters::begin_wait(counters.blocked_since, t0);
   bool open;
   {
     std::unique_lock lk(mu_);
@@ -371,7 +376,7 @@ bool Pipeline::wait_open(std::uint64_t g, StageCounters& counters, Clock::time_p
     open = !stopping_;
   }
   mark = Clock::now();
-  StageCounters::add(counters.blocked_ns, elapsed_ns(t0, mark));
+  StageCounters::end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
   return open;
 }
 
@@ -409,9 +414,10 @@ void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_poin
   if (!host_queue_.try_push(handle)) {
     const auto t0 = Clock::now();
     StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
+    StageCounters::begin_wait(counters.blocked_since, t0);
     const bool pushed = host_queue_.push(handle);  // fails only when stopping: the handle recycles itself
     mark = Clock::now();
-    StageCounters::add(counters.blocked_ns, elapsed_ns(t0, mark));
+    StageCounters::end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
     (void)pushed;
   }
 }
@@ -461,8 +467,9 @@ void Pipeline::transfer_main() {
   std::uint64_t epoch_end = total ? plan_.epoch_end(0) : 0;
   while (delivered < total) {
     auto t0 = Clock::now();
+    StageCounters::begin_wait(transfer_counters_.starved_since, t0);
     auto in = host_queue_.pop();
-    StageCounters::add(transfer_counters_.starved_ns, elapsed_ns(t0, Clock::now()));
+    StageCounters::end_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, t0, Clock::now());
     if (!in) return;  // stopped
     early.emplace((*in)->sequence, std::move(*in));
     while (!early.empty()) {
@@ -486,8 +493,10 @@ void Pipeline::transfer_main() {
       const auto t1 = Clock::now();
       StageCounters::add(transfer_counters_.busy_ns, elapsed_ns(t0, t1));
       StageCounters::add(transfer_counters_.items, 1);
-      if (!device_queue_.push(batch)) return;  // stopped
-      StageCounters::add(transfer_counters_.blocked_ns, elapsed_ns(t1, Clock::now()));
+      StageCounters::begin_wait(transfer_counters_.blocked_since, t1);
+      const bool pushed = device_queue_.push(batch);
+      StageCounters::end_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, t1, Clock::now());
+      if (!pushed) return;  // stopped
       if (++delivered == epoch_end && delivered < total) epoch_end = plan_.epoch_end(delivered);
     }
   }
@@ -505,8 +514,9 @@ std::optional<BatchHandle> Pipeline::next() {
     if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, t0));
     last_return_.reset();
   }
+  StageCounters::begin_wait(consumer_counters_.starved_since, t0);
   auto batch = device_queue_.pop();
-  StageCounters::add(consumer_counters_.starved_ns, elapsed_ns(t0, Clock::now()));
+  StageCounters::end_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, t0, Clock::now());
   throw_if_failed();
   if (!batch || stopping_flag()) return std::nullopt;
   note_delivered(**batch);
@@ -566,11 +576,11 @@ PipelineStats Pipeline::stats() const {
   const auto now = Clock::now();
   s.wall_s = double(elapsed_ns(start_, now)) * 1e-9;
   StageStats workers{"workers", config_.workers};
-  for (std::size_t w = 0; w < config_.workers; ++w) accumulate(workers, worker_counters_[w]);
+  for (std::size_t w = 0; w < config_.workers; ++w) accumulate(workers, worker_counters_[w], now);
   StageStats transfer{"transfer", 1};
-  accumulate(transfer, transfer_counters_);
+  accumulate(transfer, transfer_counters_, now);
   StageStats consumer{"consumer", 1};
-  accumulate(consumer, consumer_counters_);
+  accumulate(consumer, consumer_counters_, now);
   {
     std::lock_guard lk(state_mu_);
     if (last_return_) consumer.busy_s += double(elapsed_ns(*last_return_, now)) * 1e-9;  // the step under way

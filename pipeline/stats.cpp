@@ -4,7 +4,14 @@
 
 namespace conveyor {
 
-void accumulate(StageStats& into, const StageCounters& c) {
+void accumulate(StageStats& into, const StageCounters& c, Clock::time_point now) {
+  const auto so_far = [&](const std::atomic<std::int64_t>& since) {
+    const std::int64_t t0 = since.load(std::memory_order_relaxed);
+    const std::int64_t dt = t0 ? now.time_since_epoch().count() - t0 : 0;
+    return dt > 0 ? double(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(dt)).count()) * 1e-9 : 0.0;
+  };
+  into.blocked_s += so_far(c.blocked_since);
+  into.starved_s += so_far(c.starved_since);
   into.items += c.items.load(std::memory_order_relaxed);
   into.busy_s += double(c.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
   into.blocked_s += double(c.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;

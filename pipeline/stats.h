@@ -34,8 +34,25 @@ struct alignas(64) StageCounters {
   std::atomic<std::uint64_t> blocked_ns{0};
   std::atomic<std::uint64_t> starved_ns{0};
 
+  // The start of the wait under way (Clock ticks), 0 when not waiting: a
+  // snapshot adds the wait so far, so a long wait (workers blocked while the
+  // consumer evaluates, a stalled read) shows in the intervals it spans rather
+  // than all at once when it ends. A snapshot racing the end of a wait may miss
+  // or double that one wait for a moment; the next snapshot is exact again.
+  std::atomic<std::int64_t> blocked_since{0};
+  std::atomic<std::int64_t> starved_since{0};
+
   static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) {
     c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);  // single writer
+  }
+  static void begin_wait(std::atomic<std::int64_t>& since, Clock::time_point t0) {
+    since.store(t0.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  // Ends the wait that began at t0: clears `since`, then counts t0..t1 in `total`.
+  static void end_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
+                       Clock::time_point t1) {
+    since.store(0, std::memory_order_relaxed);
+    add(total, elapsed_ns(t0, t1));
   }
 };
 
@@ -78,6 +95,7 @@ struct PipelineStats {
   PipelineStats since(const PipelineStats& earlier) const;
 };
 
-void accumulate(StageStats& into, const StageCounters& c);
+// Adds c's figures to `into`, with the wait under way at `now` counted so far.
+void accumulate(StageStats& into, const StageCounters& c, Clock::time_point now);
 
 }  // namespace conveyor

@@ -450,3 +450,31 @@ TEST_CASE("pipeline: stats name the bottleneck", "[pipeline][stats]") {
     REQUIRE_THAT(st.table(), Catch::Contains("device queue"));
   }
 }
+
+TEST_CASE("pipeline: a wait under way counts in the snapshot taken during it", "[pipeline][stats]") {
+  // The consumer takes one batch and then stays away: the workers fill every
+  // buffer and block, the transfer thread blocks on the full device queue.
+  // Snapshots taken during those waits must show them (not only once they end),
+  // so an interval between two snapshots holds the waits it spans.
+  Config c = small_config();
+  c.workers = 2;
+  c.epochs = 1;
+  Pipeline p(c, 200, {fill_pattern});
+  auto first = p.next();
+  REQUIRE(first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // everything is blocked by now
+  const auto a = p.stats();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto b = p.stats();
+  const auto d = b.since(a);
+  REQUIRE(d.stages[0].name == "workers");
+  REQUIRE(d.stages[0].blocked_s > 2 * 0.15);  // both workers, most of the 200 ms
+  REQUIRE(d.stages[1].name == "transfer");
+  REQUIRE(d.stages[1].blocked_s > 0.15);
+  REQUIRE(d.stages[0].blocked_fraction() <= 1.0 + 1e-6);
+  first.reset();
+  while (p.next()) {
+  }
+  const auto end = p.stats();
+  for (const auto& s : end.stages) REQUIRE(s.busy_s + s.blocked_s + s.starved_s <= s.wall_s * double(s.threads) * 1.01 + 1e-3);
+}
