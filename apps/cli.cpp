@@ -1,6 +1,7 @@
 #include "apps/cli.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -88,6 +89,13 @@ long peak_rss_kib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return u.ru_maxrss;
+}
+
+long current_rss_kib() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * (::sysconf(_SC_PAGESIZE) / 1024);
 }
 
 double consumer_idle(const PipelineStats& s) {

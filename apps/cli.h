@@ -78,6 +78,8 @@ Dataset open_dataset(const Options& o, bool& embedded, bool announce = true);
 
 // Peak resident set size of this process, KiB.
 long peak_rss_kib();
+// Resident set size now (/proc/self/statm), KiB; 0 where it cannot be read.
+long current_rss_kib();
 
 // The consumer's starved fraction: the share of the time the training step waited for data.
 double consumer_idle(const PipelineStats& s);

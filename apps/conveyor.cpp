@@ -102,6 +102,7 @@ class Tracer {
 struct EpochFigures {
   std::uint64_t epoch = 0, batches = 0, images = 0, skipped = 0;
   double seconds = 0;
+  double rss_mib = 0;  // resident set at the epoch's end
   double images_per_s() const { return seconds > 0 ? double(images) / seconds : 0; }
 };
 
@@ -276,15 +277,17 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
     }
     f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (tty && print_epochs) std::fprintf(stderr, "\r%*s\r", 70, "");
+    f.rss_mib = double(current_rss_kib()) / 1024.0;
     result.epochs.push_back(f);
     const PipelineStats now = pipeline.stats();
     const PipelineStats epoch_stats = now.since(before);  // this epoch's fractions, not the run's
     before = now;
     if (print_epochs) {
       const double idle = consumer_idle(epoch_stats);
-      std::printf("epoch %llu: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%%s\n",
+      std::printf("epoch %llu: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%, RSS %.1f MiB%s\n",
                   (unsigned long long)e, (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds,
-                  f.images_per_s(), 100 * idle, f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
+                  f.images_per_s(), 100 * idle, f.rss_mib,
+                  f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
       std::printf("%s", epoch_stats.table().c_str());
       std::fflush(stdout);
     }
@@ -405,7 +408,10 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
         << s.blocked_fraction() << ", \"starved\": " << s.starved_fraction() << "}";
   }
   out << "},\n";
-  out << "  \"consumer_idle\": " << consumer_idle(r.stats) << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0 << "\n}\n";
+  out << "  \"consumer_idle\": " << consumer_idle(r.stats) << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0
+      << ",\n  \"epoch_rss_mib\": [";
+  for (std::size_t i = 0; i < r.epochs.size(); ++i) out << (i ? ", " : "") << r.epochs[i].rss_mib;
+  out << "]\n}\n";
 }
 
 struct SweepPoint {
