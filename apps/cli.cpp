@@ -153,6 +153,13 @@ std::string shell_quote(const std::string& s) {
 }
 }  // namespace
 
+ImageConfig image_config(const Options& o, const std::string& augment, int crop) {
+  ImageConfig ic;
+  ic.transforms = transforms(augment, crop);
+  ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
+  return ic;
+}
+
 bool gnuplot(const std::string& output, const std::string& script_body, const std::string& data) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::printf("note: gnuplot is not installed (apt-get install gnuplot-nox); %s has the figures\n", data.c_str());

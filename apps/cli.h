@@ -19,6 +19,7 @@
 #include "cuda/device_pipeline.h"
 #include "stages/dataset.h"
 #include "stages/augment.h"
+#include "stages/image_source.h"
 
 namespace conveyor::apps {
 
@@ -90,6 +91,9 @@ std::shared_ptr<Device> open_device_for(const Options& o);
 std::optional<TransferConfig::Normalization> normalization_for(const Options& o, int crop);
 // --augment's transforms at output size crop x crop.
 std::vector<Transform> transforms(const std::string& augment, int crop);
+// The image stage's settings: `augment`'s transforms (an --augment value) at
+// crop x crop, and --on-error's policy.
+ImageConfig image_config(const Options& o, const std::string& augment, int crop);
 
 // Renders a gnuplot script to `output` (PNG or SVG by its extension): writes
 // output + ".gp" and runs gnuplot. Prints a one-line note and returns false

@@ -183,10 +183,7 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   Dataset dataset = open_dataset(o, embedded, print_epochs);
   const int crop = o.crop ? o.crop : (embedded ? 64 : 224);
   if (o.resident) return run_resident(o, std::move(dataset), crop, print_epochs);
-  ImageConfig ic;
-  ic.transforms = transforms(o.augment, crop);
-  ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
-  ImageSource images(dataset, ic, o.workers);
+  ImageSource images(dataset, image_config(o, o.augment, crop), o.workers);
 
   Config cfg = pipeline_config(o);
   cfg.sample_bytes = images.sample_bytes();
@@ -306,10 +303,7 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
 // --resident: decode every image once (deterministic Resize + CenterCrop) with
 // the workers, upload the set, then make each batch on the device by gather.
 RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_epochs) {
-  ImageConfig ic;
-  ic.transforms = transforms("center", crop);
-  ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
-  ImageSource images(dataset, ic, o.workers);
+  ImageSource images(dataset, image_config(o, "center", crop), o.workers);
   const std::size_t row = images.sample_bytes();
   const double need_mb = double(dataset.size()) * double(row + 8) / double(1 << 20);
   if (need_mb > o.budget_mb) {

@@ -280,10 +280,7 @@ ValResult validate(Net& model, const Dataset& val, const Options& o, int crop, c
                    const TransferConfig& tc) {
   ValResult r;
   if (val.size() == 0) return r;
-  ImageConfig ic;
-  ic.transforms = transforms("center", crop);
-  ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
-  ImageSource images(val, ic, o.workers);
+  ImageSource images(val, image_config(o, "center", crop), o.workers);
   Config cfg = pipeline_config(o);
   cfg.sample_bytes = images.sample_bytes();
   cfg.shuffle = false;
@@ -407,10 +404,7 @@ int train(Options& o, TrainOptions t) {
     return 0;
   }
 
-  ImageConfig ic;
-  ic.transforms = transforms(o.augment, crop);
-  ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
-  ImageSource images(train_set, ic, o.workers);
+  ImageSource images(train_set, image_config(o, o.augment, crop), o.workers);
   Config cfg = pipeline_config(o);
   cfg.sample_bytes = images.sample_bytes();
   TransferConfig tc;

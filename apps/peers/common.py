@@ -6,7 +6,18 @@ apostrophes), relative paths against the list's folder, '#' comments.
 Each benchmark prints one line per epoch, which compare.py reads:
     epoch E: N images in S s
 """
+import argparse
 import os
+
+
+def arguments(description):
+    """The flags every peer benchmark takes: --list, --workers, --batch, --epochs."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--list", required=True)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=2)
+    return ap
 
 
 def read_list(path):

@@ -5,13 +5,12 @@
 pin_memory is off (no GPU here); shuffle on; the consumer does nothing but take
 the batch, so the figure is the loader's own throughput.
 """
-import argparse
 import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from common import load_rgb, read_list, report, train_transform
+from common import arguments, load_rgb, read_list, report, train_transform
 
 
 class ListDataset(Dataset):
@@ -27,11 +26,7 @@ class ListDataset(Dataset):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--list", required=True)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap = arguments(__doc__)
     ap.add_argument("--pin-memory", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)

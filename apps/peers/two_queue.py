@@ -8,7 +8,6 @@ order) and puts them on the first queue; the transfer thread would move each
 batch to the GPU (here, with no GPU, it makes the batch contiguous, as
 .pin_memory() or .to(device) would copy it) and puts it on the second queue.
 """
-import argparse
 import queue
 import random
 import threading
@@ -16,18 +15,13 @@ import time
 
 import torch
 
-from common import load_rgb, read_list, report, train_transform
+from common import arguments, load_rgb, read_list, report, train_transform
 
 STOP = object()
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--list", required=True)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=2)
-    a = ap.parse_args()
+    a = arguments(__doc__).parse_args()
     torch.set_num_threads(1)
     samples = read_list(a.list)
     transform = train_transform()
