@@ -35,6 +35,7 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
   const int oy0 = std::clamp(int(std::lround((iy0 - g.y0) * sy)), 0, oh);
   const int oy1 = std::clamp(int(std::lround((iy1 - g.y0) * sy)), 0, oh);
   if (ox0 > 0 || oy0 > 0 || ox1 < ow || oy1 < oh) std::memset(dst.data(), fill, dst.size());  // padding
+  bool mirrored = false;
   if (ox1 > ox0 && oy1 > oy0) {
     // The inside part in the decoded view's pixel coordinates.
     const double u0 = (ix0 - src.x0) * src.scale_x, u1 = (ix1 - src.x0) * src.scale_x;
@@ -43,16 +44,19 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
     unsigned char* out = dst.data() + oy0 * out_stride + std::ptrdiff_t(ox0) * 3;
     const int cw = ox1 - ox0, ch = oy1 - oy0;
     const bool pixel_for_pixel = u0 == std::floor(u0) && v0 == std::floor(v0) && u1 - u0 == cw && v1 - v0 == ch;
+    // A flip of a full-width resize is folded into the resize: no second pass.
+    mirrored = g.flip && !pixel_for_pixel && ox0 == 0 && ox1 == ow;
     if (pixel_for_pixel) {  // e.g. RandomCrop at full scale: copy rows, no filtering
       for (int y = 0; y < ch; ++y) {
         std::memcpy(out + y * out_stride, src.pixels + (std::ptrdiff_t(v0) + y) * src.stride + std::ptrdiff_t(u0) * 3,
                     std::size_t(cw) * 3);
       }
     } else {
-      resize_triangle(src.pixels, src.width, src.height, src.stride, u0, v0, u1, v1, out, cw, ch, out_stride, scratch);
+      resize_triangle(src.pixels, src.width, src.height, src.stride, u0, v0, u1, v1, out, cw, ch, out_stride, scratch,
+                      mirrored);
     }
   }
-  if (g.flip) flip_rows(dst, oh, ow);
+  if (g.flip && !mirrored) flip_rows(dst, oh, ow);
 }
 
 void to_float_chw(std::span<const unsigned char> hwc, int height, int width, const Normalize& norm,

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>  // SSE2: baseline on x86-64, so no runtime dispatch
+#endif
 
 namespace conveyor {
 namespace {
@@ -47,35 +52,129 @@ void make_taps(double start, double end, int in_size, int out_size, std::vector<
   }
 }
 
-// The horizontal pass of one row for taps padded to N (zero weights beyond a
-// pixel's count), so the tap loop has a fixed length the compiler unrolls:
-// this pass cannot be vectorized across pixels (each has its own taps) and was
-// the resize's hot spot with a variable-length loop.
-template <int N>
-void horizontal_row(const std::uint16_t* row, const std::int32_t* first, const std::int16_t* weights, int out_width,
-                    int taps, unsigned char* out) {
-  constexpr int shift = kWeightBits + 8;  // the rows carry 8 fraction bits
-  const int n = N > 0 ? N : taps;
-  for (int o = 0; o < out_width; ++o) {
-    const std::int16_t* w = weights + std::size_t(o) * std::size_t(n);
-    const std::uint16_t* p = row + std::ptrdiff_t(first[o]) * 3;
-    std::int32_t r = 1 << (shift - 1), g = r, b = r;
-    for (int k = 0; k < n; ++k) {
+// Fixed point: weights sum to 1 << kWeightBits; the vertically filtered rows
+// keep kRowBits fraction bits in int16 (255 << 7 = 32640 fits), so both passes
+// can multiply int16 by int16 into int32 (SSE2's pmaddwd, two taps at a time).
+constexpr int kRowBits = 7;
+constexpr int kVShift = kWeightBits - kRowBits, kVHalf = 1 << (kVShift - 1);
+constexpr int kHShift = kWeightBits + kRowBits, kHHalf = 1 << (kHShift - 1);
+
+// Vertical pass of one output row: out[x] = sum_k w[k] * rows[k][x] over n
+// input rows spaced stride bytes apart, for x < len.
+void vertical_row(const unsigned char* base, std::ptrdiff_t stride, const std::int16_t* w, int n, std::size_t len,
+                  std::int16_t* out) {
+  std::size_t x = 0;
+#if defined(__SSE2__)
+  // 16 bytes at a time: two input rows interleaved per pmaddwd.
+  const __m128i zero = _mm_setzero_si128();
+  for (; x + 16 <= len; x += 16) {
+    __m128i a0 = _mm_set1_epi32(kVHalf), a1 = a0, a2 = a0, a3 = a0;
+    for (int k = 0; k < n; k += 2) {
+      const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + k * stride + std::ptrdiff_t(x)));
+      const bool pair = k + 1 < n;
+      const __m128i r1 =
+          pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + (k + 1) * stride + std::ptrdiff_t(x))) : zero;
+      const __m128i wk = _mm_set1_epi32(int(std::uint32_t(std::uint16_t(w[k])) |
+                                                (std::uint32_t(std::uint16_t(pair ? w[k + 1] : 0)) << 16)));
+      const __m128i lo0 = _mm_unpacklo_epi8(r0, zero), lo1 = _mm_unpacklo_epi8(r1, zero);
+      const __m128i hi0 = _mm_unpackhi_epi8(r0, zero), hi1 = _mm_unpackhi_epi8(r1, zero);
+      a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi16(lo0, lo1), wk));
+      a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi16(lo0, lo1), wk));
+      a2 = _mm_add_epi32(a2, _mm_madd_epi16(_mm_unpacklo_epi16(hi0, hi1), wk));
+      a3 = _mm_add_epi32(a3, _mm_madd_epi16(_mm_unpackhi_epi16(hi0, hi1), wk));
+    }
+    a0 = _mm_srai_epi32(a0, kVShift), a1 = _mm_srai_epi32(a1, kVShift);
+    a2 = _mm_srai_epi32(a2, kVShift), a3 = _mm_srai_epi32(a3, kVShift);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x), _mm_packs_epi32(a0, a1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x + 8), _mm_packs_epi32(a2, a3));
+  }
+#endif
+  for (; x < len; ++x) {  // the tail, or every byte without SSE2
+    std::int32_t acc = kVHalf;
+    for (int k = 0; k < n; ++k) acc += w[k] * std::int32_t(base[k * stride + std::ptrdiff_t(x)]);
+    out[x] = std::int16_t(acc >> kVShift);
+  }
+}
+
+// Horizontal pass of one row: out_width RGB pixels, each a weighted sum of
+// `taps` (padded with zero weights) consecutive pixels of the int16 row from
+// first[o]. mirror writes pixel o at out_width - 1 - o (a folded horizontal
+// flip). Each pixel has its own taps, so this is vectorized over the three
+// channels and two taps at a time, not across pixels: one pmaddwd multiplies
+// (c of pixel k, c of pixel k + 1) by (w[k], w[k + 1]) for c = r, g, b.
+void horizontal_row(const std::int16_t* row, const std::int32_t* first, const std::int16_t* weights, int out_width,
+                    int taps, bool mirror, unsigned char* out) {
+#if defined(__SSE2__)
+  const int pairs = (taps + 1) / 2;
+  // Pixels in the order they land in out, so each 4-byte store's spare byte is
+  // overwritten by the next pixel; the last one stores exactly 3 bytes.
+  for (int q = 0; q < out_width; ++q) {
+    const int o = mirror ? out_width - 1 - q : q;
+    const std::int16_t* p = row + std::ptrdiff_t(first[o]) * 3;
+    const std::int16_t* w = weights + std::size_t(o) * std::size_t(pairs) * 8;
+    __m128i acc = _mm_set1_epi32(kHHalf);
+    for (int j = 0; j < pairs; ++j) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6 * j));  // pixels 2j, 2j+1, part of 2j+2
+      const __m128i ab = _mm_unpacklo_epi16(a, _mm_srli_si128(a, 6));                  // r r g g b b . .
+      acc = _mm_add_epi32(acc, _mm_madd_epi16(ab, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 * j))));
+    }
+    acc = _mm_srai_epi32(acc, kHShift);
+    const __m128i px = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+    const std::uint32_t rgbx = std::uint32_t(_mm_cvtsi128_si32(px));
+    if (q + 1 < out_width) {
+      std::memcpy(out + std::ptrdiff_t(q) * 3, &rgbx, 4);
+    } else {
+      std::memcpy(out + std::ptrdiff_t(q) * 3, &rgbx, 3);  // little-endian: r, g, b
+    }
+  }
+#else
+  for (int q = 0; q < out_width; ++q) {
+    const int o = mirror ? out_width - 1 - q : q;
+    const std::int16_t* w = weights + std::size_t(o) * std::size_t(taps);
+    const std::int16_t* p = row + std::ptrdiff_t(first[o]) * 3;
+    std::int32_t r = kHHalf, g = r, b = r;
+    for (int k = 0; k < taps; ++k) {
       r += w[k] * std::int32_t(p[3 * k]);
       g += w[k] * std::int32_t(p[3 * k + 1]);
       b += w[k] * std::int32_t(p[3 * k + 2]);
     }
-    out[o * 3 + 0] = (unsigned char)std::clamp(r >> shift, 0, 255);
-    out[o * 3 + 1] = (unsigned char)std::clamp(g >> shift, 0, 255);
-    out[o * 3 + 2] = (unsigned char)std::clamp(b >> shift, 0, 255);
+    out[q * 3 + 0] = (unsigned char)std::clamp(r >> kHShift, 0, 255);
+    out[q * 3 + 1] = (unsigned char)std::clamp(g >> kHShift, 0, 255);
+    out[q * 3 + 2] = (unsigned char)std::clamp(b >> kHShift, 0, 255);
   }
+#endif
+}
+
+// The horizontal weights in the layout horizontal_row reads: with SSE2, per
+// pixel and pair of taps, (w0 w1 w0 w1 w0 w1 0 0); without, the taps as made.
+void layout_horizontal_weights(const std::vector<std::int16_t>& taps_weights, int out_width, int taps,
+                               std::vector<std::int16_t>& out) {
+#if defined(__SSE2__)
+  const int pairs = (taps + 1) / 2;
+  out.assign(std::size_t(out_width) * std::size_t(pairs) * 8, 0);
+  for (int o = 0; o < out_width; ++o) {
+    const std::int16_t* w = &taps_weights[std::size_t(o) * std::size_t(taps)];
+    std::int16_t* v = &out[std::size_t(o) * std::size_t(pairs) * 8];
+    for (int j = 0; j < pairs; ++j) {
+      const std::int16_t w0 = w[2 * j], w1 = 2 * j + 1 < taps ? w[2 * j + 1] : std::int16_t(0);
+      for (int c = 0; c < 3; ++c) {
+        v[8 * j + 2 * c] = w0;
+        v[8 * j + 2 * c + 1] = w1;
+      }
+    }
+  }
+#else
+  (void)out_width;
+  (void)taps;
+  out = taps_weights;
+#endif
 }
 
 }  // namespace
 
 void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                      double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
-                     ResizeScratch& s) {
+                     ResizeScratch& s, bool mirror) {
   // Supports wider than 64 input pixels per output pixel would need more taps than
   // make_taps keeps; shrink factors that large cannot occur in one JPEG-scaled crop,
   // but clamp the box so the filter stays defined whatever the caller passes.
@@ -92,42 +191,27 @@ void resize_triangle(const unsigned char* src, int width, int height, std::ptrdi
   const int y_taps = int(s.y_weights.size() / std::size_t(out_height));
 
   // Vertical pass first, over just the input columns the horizontal taps read:
-  // it runs over contiguous memory and vectorizes, and it leaves out_height
-  // rows (not the box's input rows) for the horizontal pass, which does not.
+  // it runs over contiguous memory, and it leaves out_height rows (not the
+  // box's input rows) for the horizontal pass, which costs more per pixel.
   const int col_lo = s.x_first.front();
   const int cols = s.x_first.back() + s.x_count.back() - col_lo;
   const std::size_t in_len = std::size_t(cols) * 3;
-  const std::size_t stride = std::size_t(cols + x_taps) * 3;  // zero padding: fixed-length taps stay inside
+  // Zero padding of x_taps + 2 pixels: fixed-length taps, and the SSE2 loads
+  // of 8 values from a pair's first pixel, stay inside the row.
+  const std::size_t stride = std::size_t(cols + x_taps + 2) * 3;
   s.rows.resize(std::size_t(out_height) * stride);
-  s.acc.resize(in_len);
-  constexpr int vshift = kWeightBits - 8, vhalf = 1 << (vshift - 1);  // keep 8 fraction bits
   for (int o = 0; o < out_height; ++o) {
-    const std::int16_t* w = &s.y_weights[std::size_t(o) * y_taps];
     const unsigned char* base = src + std::ptrdiff_t(s.y_first[std::size_t(o)]) * src_stride + std::ptrdiff_t(col_lo) * 3;
-    std::int32_t* acc = s.acc.data();
-    std::fill(acc, acc + in_len, vhalf);
-    for (int k = 0; k < s.y_count[std::size_t(o)]; ++k) {
-      const unsigned char* row = base + std::ptrdiff_t(k) * src_stride;
-      const std::int32_t wk = w[k];
-      for (std::size_t x = 0; x < in_len; ++x) acc[x] += wk * std::int32_t(row[x]);
-    }
-    std::uint16_t* out = s.rows.data() + std::size_t(o) * stride;
-    for (std::size_t x = 0; x < in_len; ++x) out[x] = std::uint16_t(std::clamp(acc[x] >> vshift, 0, 65535));
-    std::fill(out + in_len, out + stride, std::uint16_t{0});
+    std::int16_t* out = s.rows.data() + std::size_t(o) * stride;
+    vertical_row(base, src_stride, &s.y_weights[std::size_t(o) * y_taps], s.y_count[std::size_t(o)], in_len, out);
+    std::fill(out + in_len, out + stride, std::int16_t{0});
   }
   // Horizontal pass over the out_height filtered rows; x_first relative to col_lo.
   for (auto& f : s.x_first) f -= col_lo;
-  auto pass = horizontal_row<0>;
-  switch (x_taps) {
-    case 3: pass = horizontal_row<3>; break;
-    case 5: pass = horizontal_row<5>; break;
-    case 7: pass = horizontal_row<7>; break;
-    case 9: pass = horizontal_row<9>; break;
-    default: break;  // wider supports: the generic loop
-  }
+  layout_horizontal_weights(s.x_weights, out_width, x_taps, s.x_lanes);
   for (int o = 0; o < out_height; ++o) {
-    pass(s.rows.data() + std::size_t(o) * stride, s.x_first.data(), s.x_weights.data(), out_width, x_taps,
-         dst + o * dst_stride);
+    horizontal_row(s.rows.data() + std::size_t(o) * stride, s.x_first.data(), s.x_lanes.data(), out_width, x_taps,
+                   mirror, dst + o * dst_stride);
   }
 }
 

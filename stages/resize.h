@@ -8,7 +8,8 @@
 // nothings/stb#1449, open), which we hit on ordinary RandomResizedCrop boxes of
 // ImageNet photos. An abort cannot be caught or skipped, so the library path
 // cannot ship; `conveyor-bench-images resize` compares the two's speed
-// (docs/benchmarks.md).
+// (docs/benchmarks.md). Both passes use SSE2 (x86-64's baseline, so no
+// runtime dispatch), with a scalar loop elsewhere.
 //
 // Stateless; thread-safe. Allocates only through the caller's ResizeScratch,
 // which is reused between calls so the steady state does not allocate.
@@ -23,15 +24,18 @@ namespace conveyor {
 struct ResizeScratch {
   std::vector<std::int32_t> x_first, y_first, x_count, y_count;
   std::vector<std::int16_t> x_weights, y_weights;
-  std::vector<std::uint16_t> rows;  // vertically filtered rows, 8 fraction bits, zero-padded
-  std::vector<std::int32_t> acc;    // one filtered row's sums
+  std::vector<std::int16_t> x_lanes;  // x_weights laid out for the horizontal pass
+  std::vector<std::int16_t> rows;     // vertically filtered rows, 7 fraction bits, zero-padded
 };
 
 // Samples the box [u0, u1) x [v0, v1) (in pixels of src, 0 <= u0 < u1 <= width,
 // likewise v) into out_width x out_height pixels at dst (row stride dst_stride
 // bytes). Samples near the image edge renormalize over the pixels that exist.
+// mirror flips the output left to right (RandomHorizontalFlip folded into the
+// resize, saving a pass over the output). Writes only the out_width x
+// out_height pixels at dst, never the bytes between rows.
 void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                      double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
-                     ResizeScratch& scratch);
+                     ResizeScratch& scratch, bool mirror = false);
 
 }  // namespace conveyor

@@ -183,6 +183,17 @@ TEST_CASE("image ops: render copies, pads, flips exactly", "[augment][ops]") {
   std::vector<unsigned char> small(2 * 3 * 3, 0xFF);
   render(v, down, w, h, 0, small, scratch);
   for (int i = 0; i < 6; ++i) REQUIRE(small[i * 3] <= 5);
+  // Flipped resizes mirror the unflipped ones: full width (the flip folded into
+  // the resize) and with padding at the sides (flipped as a second pass).
+  for (Geometry box : {Geometry{0.5, 0, 5.5, 4, {3, 2}, false}, Geometry{-1.5, 0.25, 6.5, 3.5, {5, 3}, false}}) {
+    const std::size_t n = std::size_t(box.out.width) * box.out.height * 3;
+    std::vector<unsigned char> plain(n), mirror(n);
+    render(v, box, w, h, 9, plain, scratch);
+    box.flip = true;
+    render(v, box, w, h, 9, mirror, scratch);
+    flip_rows(plain, box.out.height, box.out.width);
+    REQUIRE(mirror == plain);
+  }
 }
 
 TEST_CASE("image ops: float CHW normalize matches the plain formula", "[ops]") {
@@ -237,6 +248,17 @@ TEST_CASE("resize_triangle equals a double-precision triangle filter within one 
     const int ow = 4 + int(rng.next_u64() % 64), oh = 4 + int(rng.next_u64() % 64);
     std::vector<unsigned char> out(std::size_t(ow) * oh * 3);
     resize_triangle(img.data(), w, h, w * 3, u0, v0, u1, v1, out.data(), ow, oh, ow * 3, scratch);
+    // Mirrored, into rows with guard bytes between them: the same pixels right
+    // to left, and not one byte written outside the pixels.
+    const std::ptrdiff_t guarded = std::ptrdiff_t(ow) * 3 + 5;
+    std::vector<unsigned char> mirrored(std::size_t(guarded) * oh + 5, 0xEE);
+    resize_triangle(img.data(), w, h, w * 3, u0, v0, u1, v1, mirrored.data(), ow, oh, guarded, scratch, true);
+    for (int oy = 0; oy < oh; ++oy) {
+      for (int ox = 0; ox < ow; ++ox)
+        for (int c = 0; c < 3; ++c)
+          REQUIRE(mirrored[std::size_t(oy * guarded + (ow - 1 - ox) * 3 + c)] == out[(std::size_t(oy) * ow + ox) * 3 + c]);
+      for (int g = 0; g < 5; ++g) REQUIRE(mirrored[std::size_t(oy * guarded + ow * 3 + g)] == 0xEE);
+    }
     for (int oy = 0; oy < oh; ++oy) {
       int ylo = 0;
       const auto wy = reference_weights(v0, v1, h, oh, oy, ylo);
