@@ -40,6 +40,10 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "auto | cuda | host")->check(CLI::IsMember({"auto", "cuda", "host"}));
   app.add_option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--host-transfer", o.host_transfer,
+                 "host backend: copy (each batch into a separate buffer, as a GPU copy would) or handover "
+                 "(the consumer gets the worker's buffer: CPU training)")
+      ->check(CLI::IsMember({"copy", "handover"}));
   app.add_option("--on-error", o.on_error, "a bad image: fail (stop) or skip (count and list it)")
       ->check(CLI::IsMember({"fail", "skip"}));
   app.add_option("--rank", o.rank, "this process's shard (default: $RANK or $OMPI_COMM_WORLD_RANK, else 0)");
@@ -52,8 +56,12 @@ void add_run_flags(CLI::App& app, Options& o) {
                "decode every image once (Resize + CenterCrop), upload, and batch on the device by gather");
   app.add_option("--budget-mb", o.budget_mb, "--resident: device memory the decoded set may take, MiB")
       ->check(CLI::Range(1.0, 1e9));
-  app.add_option("--normalize", o.normalize, "normalize on the device: off | float32 | float16 | bfloat16")
+  app.add_option("--normalize", o.normalize, "normalized output (CHW), where --normalize-in says: off (uint8 HWC) | float32 | float16 | bfloat16")
       ->check(CLI::IsMember({"off", "float32", "float16", "bfloat16"}));
+  app.add_option("--normalize-in", o.normalize_in,
+                 "device: after the transfer (the GPU's kernel; the transfer thread on the host backend) | "
+                 "workers: each worker writes float32 (a consumer on the CPU)")
+      ->check(CLI::IsMember({"device", "workers"}));
   app.add_option("--compute", o.compute, "the consumer's synthetic step: sleep (frees the CPU, like a GPU) or spin")
       ->check(CLI::IsMember({"sleep", "spin"}));
   app.add_option("--compute-ms", o.compute_ms, "milliseconds of synthetic step per batch; 0: no step")
@@ -122,11 +130,12 @@ std::shared_ptr<Device> open_device_for(const Options& o) {
   DeviceConfig dc;
   dc.backend = *parse_backend(o.device);
   dc.link_gbps = o.link_gbps;
+  dc.host_transfer = o.host_transfer == "handover" ? HostTransfer::handover : HostTransfer::copy;
   return open_device(dc);
 }
 
 std::optional<TransferConfig::Normalization> normalization_for(const Options& o, int crop) {
-  if (o.normalize == "off") return std::nullopt;
+  if (o.normalize == "off" || o.normalize_in == "workers") return std::nullopt;
   return TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *parse_dtype(o.normalize)};
 }
 
@@ -153,10 +162,18 @@ std::string shell_quote(const std::string& s) {
 }
 }  // namespace
 
+void check_normalize_flags(const Options& o) {
+  if (o.normalize_in != "workers") return;
+  if (o.normalize != "float32") throw UsageError("--normalize-in workers: needs --normalize float32 (what the workers write)");
+  if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
+}
+
 ImageConfig image_config(const Options& o, const std::string& augment, int crop) {
   ImageConfig ic;
   ic.transforms = transforms(augment, crop);
   ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
+  check_normalize_flags(o);
+  if (o.normalize_in == "workers") ic.normalize = Normalize{};
   return ic;
 }
 

@@ -42,8 +42,10 @@ struct Options {
   int crop = 0;  // 0: 64 for the embedded dataset, else 224
   std::string device = "auto";
   double link_gbps = 0;
+  std::string host_transfer = "copy";
   std::string on_error = "fail";
   std::string normalize = "off";
+  std::string normalize_in = "device";
   std::string compute = "sleep";
   double compute_ms = 0;
   std::size_t rank = 0, world_size = 1;
@@ -64,10 +66,10 @@ struct Options {
 
 // The dataset, pipeline and device flags (--list, --folder, --workers, --batch,
 // queues, --epochs, --seed, --crop, --augment, --device, --link-gbps,
-// --on-error, --rank, --world-size).
+// --host-transfer, --on-error, --rank, --world-size).
 void add_pipeline_flags(CLI::App& app, Options& o);
 // What `conveyor run` adds: the synthetic consumer, teaching modes, resident
-// mode, device normalize and tracing.
+// mode, normalize (--normalize, --normalize-in) and tracing.
 void add_run_flags(CLI::App& app, Options& o);
 // Reads RANK/WORLD_SIZE (torchrun) or OMPI_COMM_WORLD_RANK/SIZE (Open MPI)
 // into o as the defaults the flags override. Throws UsageError.
@@ -92,8 +94,12 @@ std::optional<TransferConfig::Normalization> normalization_for(const Options& o,
 // --augment's transforms at output size crop x crop.
 std::vector<Transform> transforms(const std::string& augment, int crop);
 // The image stage's settings: `augment`'s transforms (an --augment value) at
-// crop x crop, and --on-error's policy.
+// crop x crop, --on-error's policy, and with --normalize-in workers the
+// workers' normalize. Throws UsageError (check_normalize_flags).
 ImageConfig image_config(const Options& o, const std::string& augment, int crop);
+// --normalize-in workers needs --normalize float32 and no --resident: throws
+// UsageError otherwise. Cheap, so callers run it before opening the dataset.
+void check_normalize_flags(const Options& o);
 
 // Renders a gnuplot script to `output` (PNG or SVG by its extension): writes
 // output + ".gp" and runs gnuplot. Prints a one-line note and returns false

@@ -179,6 +179,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
 }
 
 RunResult run_pipeline(const Options& o, bool print_epochs) {
+  check_normalize_flags(o);
   bool embedded = false;
   Dataset dataset = open_dataset(o, embedded, print_epochs);
   const int crop = o.crop ? o.crop : (embedded ? 64 : 224);

@@ -59,14 +59,22 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
   if (g.flip && !mirrored) flip_rows(dst, oh, ow);
 }
 
-void to_float_chw(std::span<const unsigned char> hwc, int height, int width, const Normalize& norm,
-                  std::span<float> chw) {
-  const std::size_t plane = std::size_t(height) * width;
+NormalizeTable::NormalizeTable(const Normalize& norm) {
   for (int c = 0; c < 3; ++c) {
     const ChannelAffine a = channel_affine(norm.mean[c], norm.std[c]);
-    float* out = chw.data() + c * plane;
-    const unsigned char* in = hwc.data() + c;
-    for (std::size_t i = 0; i < plane; ++i) out[i] = normalize_value(in[i * 3], a);
+    for (int v = 0; v < 256; ++v) lut[c][v] = normalize_value((unsigned char)v, a);
+  }
+}
+
+void to_float_chw(std::span<const unsigned char> hwc, int height, int width, const NormalizeTable& table,
+                  std::span<float> chw) {
+  const std::size_t plane = std::size_t(height) * width;
+  float *r = chw.data(), *g = r + plane, *b = g + plane;
+  const unsigned char* in = hwc.data();
+  for (std::size_t i = 0; i < plane; ++i, in += 3) {
+    r[i] = table.lut[0][in[0]];
+    g[i] = table.lut[1][in[1]];
+    b[i] = table.lut[2][in[2]];
   }
 }
 

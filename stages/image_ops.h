@@ -37,9 +37,18 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
 // Reverses the pixel order of every row: an exact horizontal flip.
 void flip_rows(std::span<unsigned char> image, int height, int width);
 
+// normalize_value() (the function the GPU kernel uses) of every uint8 value
+// for each channel. Each channel has only 256 possible outputs, so a lookup
+// gives the same bits as the arithmetic without an fmaf per element (a libm
+// call where the compiler may not assume an FMA instruction).
+struct NormalizeTable {
+  explicit NormalizeTable(const Normalize& norm);
+  float lut[3][256];
+};
+
 // uint8 HWC RGB -> float CHW: out[c][y][x] = (in[y][x][c] / 255 - mean[c]) / std[c],
-// computed by normalize_value() (the same function the GPU kernel uses).
-void to_float_chw(std::span<const unsigned char> hwc, int height, int width, const Normalize& norm,
+// bit for bit what the device's normalize writes for the same pixels.
+void to_float_chw(std::span<const unsigned char> hwc, int height, int width, const NormalizeTable& table,
                   std::span<float> chw);
 
 }  // namespace conveyor

@@ -17,7 +17,16 @@ struct ImageSource::Worker {
   ImageDecoder decoder;
   std::vector<unsigned char> file;
   ResizeScratch resize;
-  Worker(const DecodeLimits& limits, const std::vector<int>& scales) : decoder(limits, scales) {}
+  // With ImageConfig::normalize: the uint8 render (small enough to stay in
+  // cache) that to_float_chw() then writes into the slot, and its table.
+  std::vector<unsigned char> pixels;
+  std::optional<NormalizeTable> normalize;
+  Worker(const ImageConfig& config, std::size_t pixel_bytes) : decoder(config.limits, config.jpeg_scales) {
+    if (config.normalize) {
+      pixels.resize(pixel_bytes);
+      normalize.emplace(*config.normalize);
+    }
+  }
 };
 
 void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out) {
@@ -51,7 +60,15 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
     : dataset_(std::move(dataset)), config_(std::move(config)), augment_(config_.transforms) {
   if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
   workers_.reserve(workers);
-  for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>(config_.limits, config_.jpeg_scales));
+  if (config_.normalize) {
+    for (int c = 0; c < 3; ++c) {
+      if (!(config_.normalize->std[std::size_t(c)] > 0)) {
+        throw std::invalid_argument("image source: normalize.std[" + std::to_string(c) + "] must be > 0");
+      }
+    }
+  }
+  const std::size_t pixel_bytes = std::size_t(output().height) * output().width * 3;
+  for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>(config_, pixel_bytes));
 }
 
 ImageSource::~ImageSource() = default;
@@ -65,7 +82,13 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
     const Geometry g = augment_.plan(info.width, info.height, rng);
     const DecodeRequest want = decode_request(g, info.width, info.height);
     const DecodedView view = w.decoder.decode(want.region, want.min_scale);
-    render(view, g, info.width, info.height, config_.fill, out, w.resize);
+    if (!w.normalize) {
+      render(view, g, info.width, info.height, config_.fill, out, w.resize);
+    } else {
+      render(view, g, info.width, info.height, config_.fill, w.pixels, w.resize);
+      to_float_chw(w.pixels, g.out.height, g.out.width, *w.normalize,
+                   {reinterpret_cast<float*>(out.data()), out.size() / sizeof(float)});
+    }
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + ": " + e.what());
   }

@@ -47,6 +47,9 @@ grep -q "bad.txt:2:" "$work/err" || fail "malformed list line: the error does no
 expect_usage_error "unknown config key" run --config "$work/bad.toml"
 grep -q "bogus-key" "$work/err" || fail "unknown config key: not named: $(cat "$work/err")"
 expect_usage_error "unknown device" run --device gpu
+expect_usage_error "unknown host transfer" run --host-transfer dma
+expect_usage_error "workers normalize without float32" run --normalize-in workers
+expect_usage_error "workers normalize with --resident" run --normalize-in workers --normalize float32 --resident
 expect_usage_error "two datasets" run --list "$work/bad.txt" --folder "$work/ds"
 expect_usage_error "no subcommand"
 expect_usage_error "rank beyond world" run --folder "$work/ds" --rank 2 --world-size 2
@@ -120,6 +123,15 @@ RANK=x "$bin" run --folder "$work/ds" >"$work/out" 2>"$work/err"
 grep -q "^epoch 0 (serial): 30 images in 8 batches" "$work/out" || fail "serial run: $(cat "$work/out")"
 "$bin" run --folder "$work/ds" --batch 4 --synthetic-ms 0.1 >"$work/out" 2>&1 || fail "run --synthetic-ms"
 grep -q "^epoch 0: 30 images in 8 batches" "$work/out" || fail "synthetic run: $(cat "$work/out")"
+
+# The host backend handing its buffers to the consumer (CPU training): every sample, normalized.
+"$bin" run --folder "$work/ds" --batch 4 --device host --host-transfer handover --normalize float32 >"$work/out" 2>&1 \
+  || fail "run --host-transfer handover"
+grep -q "^host backend (handover, no copy)" "$work/out" && grep -q "^epoch 0: 30 images in 8 batches" "$work/out" \
+  || fail "handover run: $(cat "$work/out")"
+"$bin" run --folder "$work/ds" --batch 4 --device host --host-transfer handover --normalize float32 --normalize-in workers \
+  >"$work/out" 2>&1 || fail "run --normalize-in workers"
+grep -q "^epoch 0: 30 images in 8 batches" "$work/out" || fail "workers-normalize run: $(cat "$work/out")"
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "cli: all checks passed"

@@ -201,7 +201,7 @@ TEST_CASE("image ops: float CHW normalize matches the plain formula", "[ops]") {
   for (std::size_t i = 0; i < hwc.size(); ++i) hwc[i] = (unsigned char)(i * 17);
   const Normalize n;
   std::vector<float> chw(hwc.size());
-  to_float_chw(hwc, 3, 5, n, chw);
+  to_float_chw(hwc, 3, 5, NormalizeTable(n), chw);
   for (int c = 0; c < 3; ++c)
     for (int i = 0; i < 15; ++i) {
       const double want = (hwc[i * 3 + c] / 255.0 - n.mean[c]) / n.std[c];

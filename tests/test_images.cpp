@@ -318,3 +318,38 @@ TEST_CASE("images: skip policy accounts for every sample, fail policy stops nami
     REQUIRE_THAT(e.what(), Catch::Contains(f.dataset.path(e.sample()).string()));
   }
 }
+
+TEST_CASE("images: normalizing in the workers writes the device's float32 CHW bits", "[images][normalize]") {
+  Folder f(12);
+  ImageConfig plain;
+  plain.transforms = {RandomResizedCrop{{20, 28}}, RandomHorizontalFlip{}};
+  plain.on_error = ErrorPolicy::skip;
+  ImageConfig normalized = plain;
+  normalized.normalize = Normalize{{0.5f, 0.25f, 0.125f}, {0.2f, 0.3f, 0.4f}};
+  ImageSource u8(f.dataset, plain, 1), fl(f.dataset, normalized, 1);
+  const std::size_t plane = 20 * 28;
+  REQUIRE(u8.sample_bytes() == plane * 3);
+  REQUIRE(fl.sample_bytes() == plane * 3 * sizeof(float));
+  std::vector<unsigned char> hwc(u8.sample_bytes());
+  std::vector<float> chw(plane * 3);
+  std::size_t compared = 0;
+  for (std::size_t i = 0; i < f.dataset.size(); ++i) {
+    if (f.broken.count(f.dataset.path(i).string())) continue;
+    Rng r1(9, 0, i), r2(9, 0, i);
+    u8.render_sample(i, r1, hwc);
+    fl.render_sample(i, r2, {reinterpret_cast<unsigned char*>(chw.data()), chw.size() * sizeof(float)});
+    for (int c = 0; c < 3; ++c) {
+      const ChannelAffine a = channel_affine(normalized.normalize->mean[std::size_t(c)], normalized.normalize->std[std::size_t(c)]);
+      for (std::size_t p = 0; p < plane; ++p) {
+        const float want = normalize_value(hwc[p * 3 + std::size_t(c)], a);  // the CUDA kernel's function
+        REQUIRE(std::memcmp(&chw[std::size_t(c) * plane + p], &want, sizeof want) == 0);
+      }
+    }
+    ++compared;
+  }
+  REQUIRE(compared == f.dataset.size() - f.broken.size());
+
+  ImageConfig bad = plain;
+  bad.normalize = Normalize{{0, 0, 0}, {1, 0, 1}};
+  REQUIRE_THROWS_WITH(ImageSource(f.dataset, bad, 1), Catch::Contains("normalize.std[1]"));
+}

@@ -6,7 +6,8 @@
 Systems, each given the same list file, the same transforms (RandomResizedCrop
 224 + horizontal flip + normalize to float32, batch 64) and the same number of
 workers:
-  conveyor            `conveyor bench` (host backend; normalize on the transfer thread)
+  conveyor            `conveyor bench` (host backend handing the workers' buffers to
+                      the consumer, as CPU training does; normalize on the transfer thread)
   conveyor-1          the same with 1 worker (the scaling figure: conveyor / conveyor-1)
   dataloader-0/1/2    PyTorch's DataLoader with num_workers 0, 1, 2 (pin_memory off: no GPU)
   two-queue           decode threads -> Queue(12) -> transfer thread -> Queue(1) -> consumer
@@ -175,13 +176,14 @@ def main():
             listfile, size = os.path.abspath(a.list), sum(1 for l in open(a.list) if l.strip() and not l.startswith("#"))
         total = a.epochs + 1
         w = str(a.workers)
+        def conveyor_bench(workers):
+            return ([conveyor, "bench", "--list", listfile, "--workers", workers, "--batch", "64", "--crop", "224",
+                     "--augment", "rrc", "--normalize", "float32", "--device", "host", "--host-transfer", "handover",
+                     "--epochs", str(total)], CONVEYOR_EPOCH)
+
         systems = {
-            "conveyor": ([conveyor, "bench", "--list", listfile, "--workers", w, "--batch", "64", "--crop", "224",
-                          "--augment", "rrc", "--normalize", "float32", "--device", "host", "--epochs", str(total)],
-                         CONVEYOR_EPOCH),
-            "conveyor-1": ([conveyor, "bench", "--list", listfile, "--workers", "1", "--batch", "64", "--crop", "224",
-                            "--augment", "rrc", "--normalize", "float32", "--device", "host", "--epochs", str(total)],
-                           CONVEYOR_EPOCH),
+            "conveyor": conveyor_bench(w),
+            "conveyor-1": conveyor_bench("1"),
             "dataloader-0": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "0", "--epochs", str(total)], PEER_EPOCH),
             "dataloader-1": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "1", "--epochs", str(total)], PEER_EPOCH),
             "dataloader-2": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "2", "--epochs", str(total)], PEER_EPOCH),
