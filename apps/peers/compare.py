@@ -9,6 +9,7 @@ workers:
   conveyor            `conveyor bench` (host backend handing the workers' buffers to
                       the consumer, as CPU training does; normalize on the transfer thread)
   conveyor-1          the same with 1 worker (the scaling figure: conveyor / conveyor-1)
+  conveyor-wn(-1)     only with --only: the workers normalize (--normalize-in workers)
   dataloader-0/1/2    PyTorch's DataLoader with num_workers 0, 1, 2 (pin_memory off: no GPU)
   two-queue           decode threads -> Queue(12) -> transfer thread -> Queue(1) -> consumer
 and a reference: libjpeg-turbo full-size decode alone (no resize, no augment)
@@ -176,10 +177,10 @@ def main():
             listfile, size = os.path.abspath(a.list), sum(1 for l in open(a.list) if l.strip() and not l.startswith("#"))
         total = a.epochs + 1
         w = str(a.workers)
-        def conveyor_bench(workers):
+        def conveyor_bench(workers, normalize_in="device"):
             return ([conveyor, "bench", "--list", listfile, "--workers", workers, "--batch", "64", "--crop", "224",
-                     "--augment", "rrc", "--normalize", "float32", "--device", "host", "--host-transfer", "handover",
-                     "--epochs", str(total)], CONVEYOR_EPOCH)
+                     "--augment", "rrc", "--normalize", "float32", "--normalize-in", normalize_in, "--device", "host",
+                     "--host-transfer", "handover", "--epochs", str(total)], CONVEYOR_EPOCH)
 
         systems = {
             "conveyor": conveyor_bench(w),
@@ -193,7 +194,15 @@ def main():
         }
         if a.workers != 2:
             systems["dataloader-" + w] = ([py, "torch_dataloader.py", "--list", listfile, "--workers", w, "--epochs", str(total)], PEER_EPOCH)
-        names = [n for n in systems if not a.only or n in a.only.split(",")]
+        # Run only when --only names them: the workers normalizing (no work left
+        # on the transfer thread), with 2 and 1 workers.
+        extras = {"conveyor-wn": conveyor_bench(w, "workers"), "conveyor-wn-1": conveyor_bench("1", "workers")}
+        wanted = a.only.split(",") if a.only else list(systems)
+        unknown = [n for n in wanted if n not in systems and n not in extras]
+        if unknown:
+            sys.exit(f"compare: unknown system(s) {', '.join(unknown)}; known: {', '.join(list(systems) + list(extras))}")
+        systems.update(extras)
+        names = [n for n in wanted if n in systems]
         results = {n: [] for n in names}
         print(f"{size} samples per epoch ({listfile}); {a.rounds} rounds x {len(names)} systems, "
               f"1 warm-up + {a.epochs} measured epochs each; torch from {py}", flush=True)
