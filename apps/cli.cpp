@@ -1,8 +1,10 @@
 #include "apps/cli.h"
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,6 +24,28 @@ std::size_t env_size(std::initializer_list<const char*> names, std::size_t fallb
   }
   return fallback;
 }
+
+namespace {
+// Set from the handler, which may run on any thread: a lock-free atomic.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+void on_signal(int sig) { g_signal.store(sig); }
+}  // namespace
+
+void catch_interrupts() {
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // e.g. a background job: keep ignoring it
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;  // reads and writes in flight carry on
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+int interrupt_signal() { return g_signal.load(); }
 
 void add_pipeline_flags(CLI::App& app, Options& o) {
   app.add_option("--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);

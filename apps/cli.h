@@ -71,6 +71,14 @@ void add_pipeline_flags(CLI::App& app, Options& o);
 // What `conveyor run` adds: the synthetic consumer, teaching modes, resident
 // mode, normalize (--normalize, --normalize-in) and tracing.
 void add_run_flags(CLI::App& app, Options& o);
+// SIGINT and SIGTERM set a flag instead of ending the program, so the caller
+// can finish its step, report and save, then exit 128 + the signal. The
+// handler resets itself: a second Ctrl-C ends the program at once. A signal
+// inherited as ignored (a background job) stays ignored.
+void catch_interrupts();
+// The signal caught since catch_interrupts(), or 0.
+int interrupt_signal();
+
 // Reads RANK/WORLD_SIZE (torchrun) or OMPI_COMM_WORLD_RANK/SIZE (Open MPI)
 // into o as the defaults the flags override. Throws UsageError.
 void shard_from_environment(Options& o);

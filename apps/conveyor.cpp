@@ -9,13 +9,16 @@
 //
 // Exit status: 0 on success; 1 when a run fails or inspect finds unreadable
 // files; 2 for bad input (unknown flag, bad value, missing file, malformed
-// list line, unknown config key), always with one line on stderr.
+// list line, unknown config key), always with one line on stderr; 130 or 143
+// when SIGINT or SIGTERM ended `run` or `bench` early (after the step in
+// progress, with the figures so far printed and the trace written).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -111,6 +114,7 @@ struct RunResult {
   PipelineStats stats;
   std::string device;
   std::vector<SkippedSample> skipped;
+  int interrupted = 0;  // SIGINT or SIGTERM ended the run early (the last epoch is partial)
 
   // Images, batches and seconds over every epoch.
   EpochFigures total() const {
@@ -166,13 +170,16 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
       }
       f.images += n;
       ++f.batches;
+      if ((result.interrupted = interrupt_signal()) != 0) break;
     }
     f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     result.epochs.push_back(f);
     if (print_epochs) {
-      std::printf("epoch %llu (serial): %llu images in %llu batches, %.2f s, %.0f images/s\n", (unsigned long long)e,
-                  (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds, f.images_per_s());
+      std::printf("epoch %llu (serial%s): %llu images in %llu batches, %.2f s, %.0f images/s\n", (unsigned long long)e,
+                  result.interrupted ? ", interrupted" : "", (unsigned long long)f.images, (unsigned long long)f.batches,
+                  f.seconds, f.images_per_s());
     }
+    if (result.interrupted) break;
   }
   if (tracer) tracer->write();
   return result;
@@ -202,6 +209,10 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   if (print_epochs) {
     std::printf("dataset: %zu images, %zu classes; rank %zu of %zu\n%s\n", dataset.size(), dataset.classes().size(),
                 o.rank, o.world_size, result.device.c_str());
+    if (o.normalize != "off") {
+      std::printf("normalize: %s %s\n", o.normalize.c_str(),
+                  o.normalize_in == "workers" ? "in the workers" : "after the transfer");
+    }
   }
   std::unique_ptr<Tracer> tracer;
   Filler fill = images.filler();
@@ -267,6 +278,7 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
       const auto a = Clock::now();
       step(o);
       if (tracer) tracer->span("step", 1, a, Clock::now(), "\"batch\":" + std::to_string(batch.host().index));
+      if ((result.interrupted = interrupt_signal()) != 0) break;  // after this step: report what ran
       if (tty && print_epochs && (f.batches % 4 == 0 || f.batches == total)) {
         const int width = 30, done = int(double(f.batches) / double(total) * width);
         std::fprintf(stderr, "\r  epoch %llu [%s%s] %llu/%zu batches", (unsigned long long)e, std::string(done, '#').c_str(),
@@ -282,13 +294,14 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
     before = now;
     if (print_epochs) {
       const double idle = consumer_idle(epoch_stats);
-      std::printf("epoch %llu: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%, RSS %.1f MiB%s\n",
-                  (unsigned long long)e, (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds,
-                  f.images_per_s(), 100 * idle, f.rss_mib,
+      std::printf("epoch %llu%s: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%, RSS %.1f MiB%s\n",
+                  (unsigned long long)e, result.interrupted ? " (interrupted)" : "", (unsigned long long)f.images,
+                  (unsigned long long)f.batches, f.seconds, f.images_per_s(), 100 * idle, f.rss_mib,
                   f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
       std::printf("%s", epoch_stats.table().c_str());
       std::fflush(stdout);
     }
+    if (result.interrupted) break;
   }
   result.stats = pipeline.stats();
   result.skipped = pipeline.skipped();
@@ -460,6 +473,7 @@ SweepPoint run_point(Options o, SweepPoint p) {
 }
 
 int sweep(Options o) {
+  check_normalize_flags(o);  // one usage error, not a failed row per point
   auto axis = [](std::vector<std::size_t> v, std::size_t d) { return v.empty() ? std::vector<std::size_t>{d} : v; };
   auto axisd = [](std::vector<double> v, double d) { return v.empty() ? std::vector<double>{d} : v; };
   const auto W = axis(o.sw_workers, o.workers), H = axis(o.sw_host_queue, o.host_queue),
@@ -673,11 +687,18 @@ int main(int argc, char** argv) {
     }
     if (*insp) return inspect(o);
     if (*sw) return sweep(o);
+    // Ctrl-C or SIGTERM: the step in progress finishes, the pipeline stops,
+    // the figures so far are printed and the trace written; exit 128 + signal.
+    catch_interrupts();
     const RunResult r = run_pipeline(o, true);
     if (*bench) {
-      std::printf("bench: %.0f images/s over %zu epoch(s), peak RSS %.0f MiB\n", r.total().images_per_s(),
-                  r.epochs.size(), double(peak_rss_kib()) / 1024.0);
+      std::printf("bench: %.0f images/s over %zu epoch(s)%s, peak RSS %.0f MiB\n", r.total().images_per_s(),
+                  r.epochs.size(), r.interrupted ? " (interrupted)" : "", double(peak_rss_kib()) / 1024.0);
       if (!o.json.empty()) write_json(o.json, o, r);
+    }
+    if (r.interrupted) {
+      std::printf("interrupted by %s\n", r.interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+      return 128 + r.interrupted;
     }
     return 0;
   } catch (const UsageError& e) {

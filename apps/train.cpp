@@ -50,25 +50,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// SIGINT or SIGTERM: finish the step, save the checkpoint, exit 128 + signal.
-// The handler resets itself, so a second Ctrl-C ends the program at once.
-// The handler may run on any thread; the flag is a lock-free atomic.
-std::atomic<int> g_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free);
-void on_signal(int sig) { g_signal.store(sig); }
-void catch_interrupts() {
-  for (int sig : {SIGINT, SIGTERM}) {
-    struct sigaction old {};
-    sigaction(sig, nullptr, &old);
-    if (old.sa_handler == SIG_IGN) continue;  // e.g. a background job: keep ignoring it
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;  // reads and writes in flight carry on
-    sigemptyset(&sa.sa_mask);
-    sigaction(sig, &sa, nullptr);
-  }
-}
-
 struct TrainOptions {
   std::string model = "lenet";
   double lr = 0.05, momentum = 0.9, weight_decay = 5e-4;
@@ -464,7 +445,7 @@ int train(Options& o, TrainOptions t) {
       // Mid-epoch saves only: the epoch's last batch is saved below, with its
       // validation row, so a checkpoint never holds a finished epoch without it.
       const bool mid_epoch = done < total;
-      const int interrupted = g_signal.load();
+      const int interrupted = interrupt_signal();
       const bool stopping = mid_epoch && ((t.stop_after && batches_this_run == t.stop_after) || interrupted);
       if (!t.checkpoint.empty() && mid_epoch &&
           (stopping || (t.checkpoint_every && batches_this_run % t.checkpoint_every == 0))) {
@@ -508,7 +489,7 @@ int train(Options& o, TrainOptions t) {
     sums = Sums{};
     if (!t.checkpoint.empty()) save_checkpoint(t.checkpoint, *model, optimizer, identity, pipeline.state(), sums, history);
     if (!t.plot.empty()) plot(t.plot, history);
-    if (const int sig = g_signal.load(); sig && e + 1 < o.epochs) return report_interrupt(sig, batches_this_run, e, t.checkpoint);
+    if (const int sig = interrupt_signal(); sig && e + 1 < o.epochs) return report_interrupt(sig, batches_this_run, e, t.checkpoint);
     if (t.stop_after && batches_this_run >= t.stop_after && e + 1 < o.epochs) {
       std::printf("stopped after %zu batch(es) (--stop-after) at the end of epoch %llu%s\n", batches_this_run,
                   (unsigned long long)e, t.checkpoint.empty() ? "" : ("; resume with --resume " + t.checkpoint).c_str());

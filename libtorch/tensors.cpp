@@ -53,15 +53,23 @@ TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   }
   const auto n = static_cast<std::int64_t>(batch.size());
   std::vector<std::int64_t> sizes = batch.shape();
+  torch::ScalarType type = scalar_type(batch.dtype());
   if (batch.dtype() == DType::uint8) {
     const std::int64_t sample = sizes[1];
+    const std::int64_t element = shape.float32_chw ? std::int64_t(sizeof(float)) : 1;
     if (shape.height <= 0 || shape.width <= 0 || shape.channels <= 0 ||
-        shape.height * shape.width * shape.channels != sample) {
-      throw std::invalid_argument("to_tensors: uint8 samples of " + std::to_string(sample) + " bytes need a shape (" +
-                                  std::to_string(shape.height) + "x" + std::to_string(shape.width) + "x" +
-                                  std::to_string(shape.channels) + " does not match)");
+        shape.height * shape.width * shape.channels * element != sample) {
+      throw std::invalid_argument("to_tensors: un-normalized samples of " + std::to_string(sample) +
+                                  " bytes need a shape (" + std::to_string(shape.height) + "x" +
+                                  std::to_string(shape.width) + "x" + std::to_string(shape.channels) +
+                                  (shape.float32_chw ? " float32" : " uint8") + " does not match)");
     }
-    sizes = {n, shape.height, shape.width, shape.channels};
+    if (shape.float32_chw) {
+      sizes = {n, shape.channels, shape.height, shape.width};
+      type = torch::kFloat32;
+    } else {
+      sizes = {n, shape.height, shape.width, shape.channels};
+    }
   }
 
   TensorBatch t;
@@ -78,7 +86,7 @@ TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   // and DeviceBatch's destructor releases the slot (protocol point 7).
   auto owner = std::make_shared<DeviceBatch>(std::move(batch));
   auto release = [owner](void*) mutable { owner.reset(); };
-  t.images = torch::from_blob(images, sizes, release, torch::TensorOptions().dtype(scalar_type(owner->dtype())).device(where));
+  t.images = torch::from_blob(images, sizes, release, torch::TensorOptions().dtype(type).device(where));
   t.labels = torch::from_blob(labels, {n}, release, torch::TensorOptions().dtype(torch::kInt64));
   return t;
 }

@@ -29,6 +29,9 @@
 // - Layout: normalized batches are [N, C, H, W] of the normalize dtype (float32,
 //   float16 or bfloat16). Un-normalized batches are uint8 [N, H, W, C] as the
 //   workers wrote them (pass `shape`); permute({0, 3, 1, 2}) is a view in NCHW.
+//   Batches the workers normalized (ImageConfig::normalize) reach the device
+//   pipeline as bytes: pass `shape` with float32_chw = true for float32
+//   [N, C, H, W].
 // - A batch whose samples were all skipped (ErrorPolicy::skip) gives tensors
 //   of N = 0; skip it (size() == 0) rather than average a loss over nothing.
 // Errors: std::invalid_argument for a moved-from (null) DeviceBatch, a uint8
@@ -53,9 +56,11 @@ struct TensorBatch {
   bool last_in_epoch = false;
 };
 
-// The uint8 layout of one sample: height x width x channels bytes.
+// The layout of one un-normalized sample: height x width x channels bytes, or
+// with float32_chw, channels x height x width floats (normalized by the workers).
 struct ImageShape {
   std::int64_t height = 0, width = 0, channels = 3;
+  bool float32_chw = false;
 };
 
 // Wraps the batch; see the contract above.

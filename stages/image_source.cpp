@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "stages/image_ops.h"
@@ -75,6 +76,13 @@ ImageSource::~ImageSource() = default;
 
 void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker) {
   Worker& w = *workers_.at(worker);
+  if (out.size() != sample_bytes()) {
+    throw std::invalid_argument("image source: render_sample needs " + std::to_string(sample_bytes()) +
+                                " bytes, got " + std::to_string(out.size()));
+  }
+  if (config_.normalize && reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) != 0) {
+    throw std::invalid_argument("image source: normalized samples need float-aligned memory");
+  }
   const auto& path = dataset_.path(index);
   try {
     read_file(path, config_.limits.max_file_bytes, w.file);

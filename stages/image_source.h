@@ -82,9 +82,10 @@ class ImageSource {
     return [this](Sample& s) { fill(s); };
   }
 
-  // Decodes and augments dataset sample `index` into out (sample_bytes()), as
-  // the pipeline would with this rng, on worker slot `worker`. Throws
-  // std::runtime_error "path: reason" on any failure, whatever the policy.
+  // Decodes and augments dataset sample `index` into out (sample_bytes(), and
+  // float-aligned with ImageConfig::normalize), as the pipeline would with this
+  // rng, on worker slot `worker`. Throws std::runtime_error "path: reason" on
+  // any failure, whatever the policy; std::invalid_argument for a wrong `out`.
   void render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker = 0);
 
  private:

@@ -131,7 +131,37 @@ grep -q "^host backend (handover, no copy)" "$work/out" && grep -q "^epoch 0: 30
   || fail "handover run: $(cat "$work/out")"
 "$bin" run --folder "$work/ds" --batch 4 --device host --host-transfer handover --normalize float32 --normalize-in workers \
   >"$work/out" 2>&1 || fail "run --normalize-in workers"
-grep -q "^epoch 0: 30 images in 8 batches" "$work/out" || fail "workers-normalize run: $(cat "$work/out")"
+grep -q "^normalize: float32 in the workers" "$work/out" && grep -q "^epoch 0: 30 images in 8 batches" "$work/out" \
+  || fail "workers-normalize run: $(cat "$work/out")"
+
+# SIGINT / SIGTERM during a run: the step in progress finishes, the figures so far
+# are printed, the trace is complete JSON, status 128 + signal, within a second.
+# (set -m: with job control the background job gets SIGINT's default action, not
+# the ignore a script's background jobs inherit.)
+interrupt_run() {
+  local sig=$1 status=$2 out="$work/sig-$1" trace="$work/sig-$1.json"
+  set -m
+  "$bin" run --folder "$work/ds" --batch 4 --workers 2 --epochs 100000 --synthetic-ms 1 --compute-ms 1 \
+    --trace "$trace" >"$out" 2>&1 &
+  local pid=$!
+  set +m
+  for _ in $(seq 200); do grep -q "^epoch 1: " "$out" && break; sleep 0.05; done
+  local t0; t0=$(date +%s%N)
+  kill -"$sig" "$pid"
+  wait "$pid"
+  local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $rc -eq "$status" ] || fail "$sig: status $rc, not $status: $(tail -3 "$out")"
+  [ $ms -lt 1000 ] || fail "$sig: exit took $ms ms"
+  grep -q "^interrupted by SIG$sig$" "$out" || fail "$sig: no 'interrupted by' line: $(tail -3 "$out")"
+  grep -Eq "^epoch [0-9]+ \(interrupted\): [0-9]+ images" "$out" || fail "$sig: no partial epoch line: $(tail -5 "$out")"
+  grep -q "^bottleneck: " "$out" || fail "$sig: no stats"
+  if command -v python3 >/dev/null; then
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(e["name"] == "step" for e in d["traceEvents"])' \
+      "$trace" || fail "$sig: the trace is not complete JSON"
+  fi
+}
+interrupt_run INT 130
+interrupt_run TERM 143
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "cli: all checks passed"

@@ -108,6 +108,40 @@ TEST_CASE("to_tensors over a handed-over uint8 batch is the workers' buffer itse
   REQUIRE_THROWS_AS(to_tensors(DeviceBatch{}), std::invalid_argument);
 }
 
+TEST_CASE("to_tensors over a batch the workers normalized is float32 NCHW, the buffer itself", "[torch]") {
+  // A filler standing in for ImageConfig::normalize: float32 CHW per sample,
+  // element k of sample i holding i + k / 1000.
+  Config cfg = config(0);
+  cfg.sample_bytes = kC * kH * kW * sizeof(float);
+  const Filler floats = [](Sample& s) {
+    std::vector<float> v(kC * kH * kW);
+    for (std::size_t k = 0; k < v.size(); ++k) v[k] = float(s.index) + float(k) / 1000.0f;
+    std::memcpy(s.data.data(), v.data(), s.data.size());
+    s.label = std::int64_t(s.index);
+  };
+  DevicePipeline p(cfg, 5, floats, TransferConfig{}, host(HostTransfer::handover, false));
+  auto b = p.next();
+  REQUIRE(b);
+  REQUIRE_THROWS_AS(to_tensors(std::move(*b), ImageShape{kH, kW, kC}), std::invalid_argument);  // 4x the uint8 size
+  b = p.next();
+  REQUIRE(b);
+  const std::byte* filled = b->host().data;
+  const std::vector<std::uint64_t> indices = b->host().indices;
+  TensorBatch t = to_tensors(std::move(*b), ImageShape{kH, kW, kC, true});
+  REQUIRE(t.images.data_ptr() == filled);
+  REQUIRE(t.images.dtype() == torch::kFloat32);
+  REQUIRE(t.images.sizes() == torch::IntArrayRef{std::int64_t(indices.size()), kC, kH, kW});
+  const auto img = t.images.accessor<float, 4>();
+  for (std::size_t j = 0; j < indices.size(); ++j)
+    for (std::size_t c = 0; c < kC; ++c)
+      for (std::size_t y = 0; y < kH; ++y)
+        for (std::size_t x = 0; x < kW; ++x) {
+          const std::size_t k = (c * kH + y) * kW + x;
+          REQUIRE(img[std::int64_t(j)][std::int64_t(c)][std::int64_t(y)][std::int64_t(x)] ==
+                  float(indices[j]) + float(k) / 1000.0f);
+        }
+}
+
 TEST_CASE("the batch goes back to the pipeline only when the last tensor over it dies", "[torch]") {
   // One device slot: while any tensor over the batch lives, the pipeline cannot
   // hand out another (next() says so instead of hanging); poison on release
