@@ -15,8 +15,9 @@ cd "$(dirname "$0")"
 
 PACKAGES=(cmake ninja-build g++ pkg-config
           libconcurrentqueue-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev catch2 libcli11-dev)
-# The test command also builds and tests the LibTorch parts (conveyor train).
-TEST_PACKAGES=(libtorch-dev)
+# The test command also builds and tests the LibTorch parts (conveyor train),
+# and launches ranks with Open MPI's mpirun for the sharding check.
+TEST_PACKAGES=(libtorch-dev openmpi-bin)
 JOBS=$(nproc)
 
 say() { printf '[go] %s\n' "$*"; }

@@ -102,8 +102,15 @@ class Tracer {
   std::vector<std::string> events_;
 };
 
+// A sample's contribution to an epoch's digest: SplitMix64 of its dataset index.
+// The digest is the sum over the samples a rank delivered or skipped, so the
+// ranks' digests of one epoch add up to the whole dataset's exactly when their
+// shards are disjoint and cover it (with counts adding up to the size).
+std::uint64_t index_hash(std::uint64_t index) { return splitmix64(index); }
+
 struct EpochFigures {
   std::uint64_t epoch = 0, batches = 0, images = 0, skipped = 0;
+  std::uint64_t digest = 0;  // sum of index_hash() over delivered and skipped samples, mod 2^64
   double seconds = 0;
   double rss_mib = 0;  // resident set at the epoch's end
   double images_per_s() const { return seconds > 0 ? double(images) / seconds : 0; }
@@ -155,6 +162,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
       const auto a = Clock::now();
       for (std::size_t j = 0; j < n; ++j) {
         const std::uint64_t index = order[b * cfg.batch_size + j];
+        f.digest += index_hash(index);
         Sample s{index, e, j, std::span<std::byte>(host.data() + j * cfg.sample_bytes, cfg.sample_bytes), 0,
                  Rng(cfg.seed, e, index)};
         fill(s);
@@ -274,6 +282,8 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
     for (auto& batch : pipeline.epoch(e)) {
       f.images += batch.size();
       f.skipped += batch.host().skipped.size();
+      for (const std::uint64_t i : batch.host().indices) f.digest += index_hash(i);
+      for (const SkippedSample& s : batch.host().skipped) f.digest += index_hash(s.index);
       ++f.batches;
       const auto a = Clock::now();
       step(o);
@@ -416,6 +426,17 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
         << s.blocked_fraction() << ", \"starved\": " << s.starved_fraction() << "}";
   }
   out << "},\n";
+  // Per epoch, for checking shards across ranks (tests/cli_test.sh): counts and digests.
+  out << "  \"rank\": " << o.rank << ", \"world_size\": " << o.world_size << ",\n";
+  const auto list = [&](const char* name, auto field) {
+    out << "  \"" << name << "\": [";
+    for (std::size_t i = 0; i < r.epochs.size(); ++i) out << (i ? ", " : "") << field(r.epochs[i]);
+    out << "],\n";
+  };
+  list("epoch_images", [](const EpochFigures& f) { return f.images; });
+  list("epoch_skipped", [](const EpochFigures& f) { return f.skipped; });
+  list("epoch_batches", [](const EpochFigures& f) { return f.batches; });
+  list("epoch_digest", [](const EpochFigures& f) { return f.digest; });
   out << "  \"consumer_idle\": " << consumer_idle(r.stats) << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0
       << ",\n  \"epoch_rss_mib\": [";
   for (std::size_t i = 0; i < r.epochs.size(); ++i) out << (i ? ", " : "") << r.epochs[i].rss_mib;

@@ -118,6 +118,54 @@ grep -q "rank 0 of 5" "$work/out" && grep -q "^epoch 0: 6 images" "$work/out" ||
 RANK=x "$bin" run --folder "$work/ds" >"$work/out" 2>"$work/err"
 [ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] || fail "a bad RANK is not a one-line usage error"
 
+# Multi-process sharding: the ranks run at once, as a launcher starts them, and
+# their per-epoch counts and sample digests (--json) must show disjoint shards
+# that cover the dataset with equal batch counts. torchrun-style RANK/WORLD_SIZE
+# first, then Open MPI's mpirun, whose ranks read OMPI_COMM_WORLD_RANK/SIZE.
+check_shards() {  # check_shards WORLD DATASET_SIZE JSON...
+  python3 - "$@" <<'PY'
+import json, sys
+world, size, files = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+M = (1 << 64) - 1
+def h(i):  # SplitMix64 of the index, as apps/conveyor.cpp index_hash()
+    z = (i + 0x9E3779B97F4A7C15) & M
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return z ^ (z >> 31)
+ranks = [json.load(open(f)) for f in files]
+assert sorted(r["rank"] for r in ranks) == list(range(world)), [r["rank"] for r in ranks]
+assert all(r["world_size"] == world for r in ranks)
+want = sum(h(i) for i in range(size)) & M
+for e in range(len(ranks[0]["epoch_images"])):
+    n = sum(r["epoch_images"][e] + r["epoch_skipped"][e] for r in ranks)
+    assert n == size, f"epoch {e}: {n} samples over the ranks, not {size}"
+    assert len({r["epoch_batches"][e] for r in ranks}) == 1, f"epoch {e}: unequal batch counts"
+    got = sum(r["epoch_digest"][e] for r in ranks) & M
+    assert got == want, f"epoch {e}: the shards overlap or miss samples (digest)"
+PY
+}
+if command -v python3 >/dev/null; then
+  for r in 0 1 2; do
+    RANK=$r WORLD_SIZE=3 "$bin" bench --folder "$work/ds" --batch 4 --epochs 2 --json "$work/shard-$r.json" >/dev/null 2>&1 &
+  done
+  wait
+  check_shards 3 30 "$work"/shard-[0-2].json || fail "torchrun-style shards"
+  # The check can fail: two ranks claiming rank 0 overlap and leave rank 1's samples out.
+  cp "$work/shard-0.json" "$work/dup-1.json"
+  sed -i 's/"rank": 0/"rank": 1/' "$work/dup-1.json"
+  ! check_shards 3 30 "$work/shard-0.json" "$work/dup-1.json" "$work/shard-2.json" 2>/dev/null \
+    || fail "the shard check accepts overlapping shards"
+  if command -v mpirun >/dev/null; then
+    # As root mpirun wants both variables; --oversubscribe: 5 ranks on a 2-core machine.
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 5 \
+      sh -c '"$0" bench --folder "$1" --batch 3 --epochs 2 --json "$2-$OMPI_COMM_WORLD_RANK.json" >/dev/null 2>&1' \
+      "$bin" "$work/ds" "$work/mpi" >"$work/mpi.out" 2>&1 || fail "mpirun: $(tail -3 "$work/mpi.out")"
+    check_shards 5 30 "$work"/mpi-[0-4].json || fail "Open MPI shards"
+  else
+    echo "note: mpirun not found (apt-get install openmpi-bin); the Open MPI shard check did not run"
+  fi
+fi
+
 # Teaching mode: synthetic stage costs, serial against overlapped, both account for every sample.
 "$bin" run --folder "$work/ds" --batch 4 --serial --synthetic-ms 0.1 --compute-ms 0.1 >"$work/out" 2>&1 || fail "run --serial"
 grep -q "^epoch 0 (serial): 30 images in 8 batches" "$work/out" || fail "serial run: $(cat "$work/out")"
