@@ -433,15 +433,18 @@ void Pipeline::worker_main(std::size_t w) {
     OpenBatch& ob = ring_[g % ring_size_];
     if (!(slot == 0 ? open_batch(g, counters, mark) : wait_open(g, counters, mark))) return;
     Batch& b = *ob.batch;
-    Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot]), w, {}};
+    Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot]), w, {},
+             &stop_requested_};
+    StageCounters::begin_wait(counters.busy_since, mark);  // a long fill shows in snapshots while under way
     try {
       stages_.fill(s);
     } catch (...) {
+      counters.busy_since.store(0, std::memory_order_relaxed);
       fail("worker", s.epoch, s.index, what_of(std::current_exception()));
       return;
     }
     const auto now = Clock::now();
-    StageCounters::add(counters.busy_ns, elapsed_ns(mark, now));
+    StageCounters::end_wait(counters.busy_since, counters.busy_ns, mark, now);
     StageCounters::add(counters.items, 1);
     mark = now;
     if (s.skipped) {

@@ -25,6 +25,7 @@
 // destructor stops and joins every thread it started.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -62,8 +63,13 @@ struct Sample {
   Rng rng;                  // this sample's stream: Rng(seed, epoch, index)
   std::size_t worker = 0;   // 0 .. workers-1: the calling thread, for per-thread scratch
   std::optional<std::string> skipped;  // set by skip()
+  // The pipeline's stop flag (null outside a pipeline). A filler that can wait
+  // long (a stalled read) polls stop_requested() and returns early; a sample
+  // filled while stopping is discarded, so what it holds does not matter.
+  const std::atomic<bool>* stopping = nullptr;
 
   void skip(std::string reason) { skipped = std::move(reason); }
+  bool stop_requested() const { return stopping && stopping->load(std::memory_order_relaxed); }
 };
 
 // Fills one sample. Called concurrently from every worker thread; must be

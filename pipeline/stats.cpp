@@ -10,6 +10,7 @@ void accumulate(StageStats& into, const StageCounters& c, Clock::time_point now)
     const std::int64_t dt = t0 ? now.time_since_epoch().count() - t0 : 0;
     return dt > 0 ? double(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(dt)).count()) * 1e-9 : 0.0;
   };
+  into.busy_s += so_far(c.busy_since);
   into.blocked_s += so_far(c.blocked_since);
   into.starved_s += so_far(c.starved_since);
   into.items += c.items.load(std::memory_order_relaxed);

@@ -34,11 +34,13 @@ struct alignas(64) StageCounters {
   std::atomic<std::uint64_t> blocked_ns{0};
   std::atomic<std::uint64_t> starved_ns{0};
 
-  // The start of the wait under way (Clock ticks), 0 when not waiting: a
-  // snapshot adds the wait so far, so a long wait (workers blocked while the
-  // consumer evaluates, a stalled read) shows in the intervals it spans rather
-  // than all at once when it ends. A snapshot racing the end of a wait may miss
-  // or double that one wait for a moment; the next snapshot is exact again.
+  // The start of the wait (or, for busy_since, the work) under way, in Clock
+  // ticks, 0 when none: a snapshot adds the interval so far, so a long one
+  // (workers blocked while the consumer evaluates, a worker stuck in a stalled
+  // read) shows in the intervals it spans rather than all at once when it ends.
+  // A snapshot racing the end of one may miss or double it for a moment; the
+  // next snapshot is exact again.
+  std::atomic<std::int64_t> busy_since{0};
   std::atomic<std::int64_t> blocked_since{0};
   std::atomic<std::int64_t> starved_since{0};
 

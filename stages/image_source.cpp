@@ -1,11 +1,6 @@
 #include "stages/image_source.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -30,36 +25,10 @@ struct ImageSource::Worker {
   }
 };
 
-void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(std::string("cannot open: ") + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw std::runtime_error(std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error("not a regular file");
-  const auto size = std::uint64_t(st.st_size);
-  if (size > max_bytes) {
-    throw std::runtime_error("file of " + std::to_string(size) + " bytes is over the limit of " +
-                             std::to_string(max_bytes) + " (max_file_bytes)");
-  }
-  out.resize(size);
-  std::size_t got = 0;
-  while (got < size) {
-    const ssize_t n = ::read(fd, out.data() + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
-    if (n == 0) break;  // the file shrank while we read it
-    got += std::size_t(n);
-  }
-  out.resize(got);
-}
-
 ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
     : dataset_(std::move(dataset)), config_(std::move(config)), augment_(config_.transforms) {
   if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
+  if (!config_.files) config_.files = posix_file_system();
   workers_.reserve(workers);
   if (config_.normalize) {
     for (int c = 0; c < 3; ++c) {
@@ -74,7 +43,8 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
 
 ImageSource::~ImageSource() = default;
 
-void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker) {
+void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+                                const std::atomic<bool>* stopping) {
   Worker& w = *workers_.at(worker);
   if (out.size() != sample_bytes()) {
     throw std::invalid_argument("image source: render_sample needs " + std::to_string(sample_bytes()) +
@@ -85,7 +55,7 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
   }
   const auto& path = dataset_.path(index);
   try {
-    read_file(path, config_.limits.max_file_bytes, w.file);
+    read_whole_file(*config_.files, path, config_.limits.max_file_bytes, w.file, stopping);
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
     const DecodeRequest want = decode_request(g, info.width, info.height);
@@ -97,6 +67,8 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
       to_float_chw(w.pixels, g.out.height, g.out.width, *w.normalize,
                    {reinterpret_cast<float*>(out.data()), out.size() / sizeof(float)});
     }
+  } catch (const ReadCancelled&) {
+    throw;
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + ": " + e.what());
   }
@@ -109,7 +81,9 @@ void ImageSource::fill(Sample& s) {
   }
   try {
     render_sample(std::size_t(s.index), s.rng,
-                  {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()}, s.worker);
+                  {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()}, s.worker, s.stopping);
+  } catch (const ReadCancelled&) {
+    return;  // the pipeline is stopping: this sample is discarded with its batch
   } catch (const std::exception& e) {
     if (config_.on_error == ErrorPolicy::skip) return s.skip(e.what());
     throw;

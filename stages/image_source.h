@@ -28,6 +28,7 @@
 #include "stages/augment.h"
 #include "stages/dataset.h"
 #include "stages/decode.h"
+#include "stages/file_system.h"
 #include "stages/normalize.h"
 
 namespace conveyor {
@@ -55,6 +56,9 @@ struct ImageConfig {
   // with a GPU leave it unset and normalize on the device, which moves 4x
   // fewer bytes. Default: unset (uint8 HWC).
   std::optional<Normalize> normalize;
+  // Where files are read from. Default: null, meaning posix_file_system();
+  // tests pass one that injects faults.
+  std::shared_ptr<FileSystem> files;
 };
 
 class ImageSource {
@@ -85,8 +89,10 @@ class ImageSource {
   // Decodes and augments dataset sample `index` into out (sample_bytes(), and
   // float-aligned with ImageConfig::normalize), as the pipeline would with this
   // rng, on worker slot `worker`. Throws std::runtime_error "path: reason" on
-  // any failure, whatever the policy; std::invalid_argument for a wrong `out`.
-  void render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker = 0);
+  // any failure, whatever the policy; std::invalid_argument for a wrong `out`;
+  // ReadCancelled when *stopping is set during the read.
+  void render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker = 0,
+                     const std::atomic<bool>* stopping = nullptr);
 
  private:
   struct Worker;
@@ -95,9 +101,5 @@ class ImageSource {
   Augment augment_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
-
-// Reads a whole file into `out` (resized to fit), refusing files over max_bytes
-// before reading them. Throws std::runtime_error naming the reason (not the path).
-void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out);
 
 }  // namespace conveyor

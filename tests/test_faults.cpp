@@ -1,14 +1,21 @@
-// Faults from outside the program (issue 8's table, the rows that need no
-// injected file system): files that vanish mid-epoch, list entries that are
-// directories or broken links, a megabyte list line, file names that are not
-// UTF-8, and a consumer that throws mid-epoch. Each fails with an error naming
-// the file, or under ErrorPolicy::skip is counted and listed, and never hangs.
+// Faults from outside the program (issue 8's table): files that vanish
+// mid-epoch, list entries that are directories or broken links, a megabyte
+// list line, file names that are not UTF-8, a consumer that throws mid-epoch,
+// and, through a FileSystem that injects them, EIO, short reads, truncation
+// and a read that stalls. Each fails with an error naming the file, or under
+// ErrorPolicy::skip is counted and listed, and never hangs.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -18,6 +25,7 @@
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
 #include "stages/dataset.h"
+#include "stages/file_system.h"
 #include "stages/image_source.h"
 
 using namespace conveyor;
@@ -183,4 +191,123 @@ TEST_CASE("faults: a consumer that throws mid-epoch stops the pipeline cleanly; 
   std::string error;
   REQUIRE(run_epoch(src, 3, skipped, error) == 24);  // the same ImageSource serves a new pipeline
   REQUIRE(error.empty());
+}
+
+namespace {
+
+// The real files, with faults injected per file name (like leveldb's
+// FaultInjectionTestEnv): EIO on the first read, reads of at most a few bytes,
+// end of file halfway, or a read that trickles a byte at a time.
+enum class Fault { eio, short_reads, truncate, stall };
+
+class FaultyFileSystem final : public FileSystem {
+ public:
+  std::map<std::string, Fault> faults;  // by file name; set before use
+  std::atomic<bool> stalled{false};     // a stalled read is under way
+
+  std::unique_ptr<File> open(const fs::path& path) override {
+    auto inner = posix_file_system()->open(path);
+    const auto f = faults.find(path.filename().string());
+    if (f == faults.end()) return inner;
+    return std::make_unique<Faulty>(std::move(inner), f->second, *this);
+  }
+
+ private:
+  class Faulty final : public File {
+   public:
+    Faulty(std::unique_ptr<File> inner, Fault fault, FaultyFileSystem& owner)
+        : inner_(std::move(inner)), fault_(fault), owner_(owner) {}
+    std::uint64_t size() const override { return inner_->size(); }
+    std::size_t read(void* buf, std::size_t n) override {
+      switch (fault_) {
+        case Fault::eio:
+          throw std::runtime_error(std::string("read failed: ") + std::strerror(EIO));
+        case Fault::short_reads:
+          return inner_->read(buf, std::min<std::size_t>(n, 7));
+        case Fault::truncate: {
+          const std::uint64_t half = inner_->size() / 2;
+          if (done_ >= half) return 0;  // end of file halfway
+          const std::size_t got = inner_->read(buf, std::min<std::size_t>(n, std::size_t(half - done_)));
+          done_ += got;
+          return got;
+        }
+        case Fault::stall:
+          // One byte per 5 ms: seconds for the smallest file, as a hung network
+          // mount trickles. read_whole_file checks the stop flag between reads.
+          owner_.stalled = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return inner_->read(buf, 1);
+      }
+      return 0;
+    }
+
+   private:
+    std::unique_ptr<File> inner_;
+    Fault fault_;
+    FaultyFileSystem& owner_;
+    std::uint64_t done_ = 0;
+  };
+};
+
+}  // namespace
+
+TEST_CASE("faults: EIO, short reads and truncation through an injected file system", "[faults][fs]") {
+  TempDir dir;
+  const auto paths = write_images(dir.path, 12);
+  const Dataset ds(paths, std::vector<std::int64_t>(12, 0));
+  auto faulty = std::make_shared<FaultyFileSystem>();
+  faulty->faults = {{"img2.jpg", Fault::eio}, {"img5.jpg", Fault::short_reads}, {"img9.jpg", Fault::truncate}};
+
+  // Short reads are not errors: the bytes come out as from the real files.
+  ImageConfig plain = small(ErrorPolicy::skip), injected = plain;
+  injected.files = faulty;
+  ImageSource a(ds, plain, 1), b(ds, injected, 1);
+  std::vector<unsigned char> x(a.sample_bytes()), y(b.sample_bytes());
+  Rng r1(1, 0, 5), r2(1, 0, 5);
+  a.render_sample(5, r1, x);
+  b.render_sample(5, r2, y);
+  REQUIRE(x == y);
+
+  for (const std::size_t workers : {1, 2}) {
+    std::vector<SkippedSample> skipped;
+    std::string error;
+    ImageSource skip(ds, injected, workers);
+    REQUIRE(run_epoch(skip, workers, skipped, error) == 10);
+    REQUIRE(error.empty());
+    REQUIRE(skipped.size() == 2);
+    REQUIRE(skipped[0].index == 2);
+    REQUIRE_THAT(skipped[0].reason, Catch::Contains(paths[2].string() + ": read failed: Input/output error"));
+    REQUIRE(skipped[1].index == 9);
+    REQUIRE_THAT(skipped[1].reason, Catch::Contains(paths[9].string() + ": "));  // the decoder: truncated data
+
+    ImageConfig strict = injected;
+    strict.on_error = ErrorPolicy::fail;
+    ImageSource fail(ds, strict, workers);
+    run_epoch(fail, workers, skipped, error);
+    REQUIRE_THAT(error, Catch::Contains("sample 2") && Catch::Contains("Input/output error"));
+  }
+}
+
+TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consumer; stop returns promptly",
+          "[faults][fs]") {
+  TempDir dir;
+  const auto paths = write_images(dir.path, 12);
+  auto faulty = std::make_shared<FaultyFileSystem>();
+  faulty->faults = {{"img6.jpg", Fault::stall}};
+  ImageConfig cfg = small(ErrorPolicy::fail);
+  cfg.files = faulty;
+  ImageSource src(Dataset(paths, std::vector<std::int64_t>(12, 0)), cfg, 1);
+  std::optional<Pipeline> p;
+  p.emplace(config_for(src, 1), 12, Stages{src.filler()});
+  // Batches 0-2 hold samples 0-5; batch 3 waits on the stalled sample 6.
+  for (int i = 0; i < 3; ++i) REQUIRE(p->next());
+  while (!faulty->stalled) std::this_thread::yield();
+  const PipelineStats before = p->stats();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // measuring an interval, not ordering threads
+  const PipelineStats during = p->stats().since(before);
+  REQUIRE(during.bottleneck()->name == "workers");
+  REQUIRE(during.bottleneck()->busy_fraction() > 0.8);  // the stalled read counts while it lasts
+  const auto t0 = std::chrono::steady_clock::now();
+  p.reset();  // stop with the worker inside the stalled read
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
 }

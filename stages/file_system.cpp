@@ -1,0 +1,95 @@
+#include "stages/file_system.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace conveyor {
+namespace {
+
+std::string errno_reason(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+class PosixFile final : public File {
+ public:
+  explicit PosixFile(int fd) : fd_(fd) {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+      const std::string reason = errno_reason("cannot stat");
+      ::close(fd_);
+      throw std::runtime_error(reason);
+    }
+    regular_ = S_ISREG(st.st_mode);
+    size_ = std::uint64_t(st.st_size);
+  }
+  ~PosixFile() override { ::close(fd_); }
+  PosixFile(const PosixFile&) = delete;
+  PosixFile& operator=(const PosixFile&) = delete;
+
+  std::uint64_t size() const override {
+    if (!regular_) throw std::runtime_error("not a regular file");
+    return size_;
+  }
+  std::size_t read(void* buf, std::size_t n) override {
+    for (;;) {
+      const ssize_t got = ::read(fd_, buf, n);
+      if (got >= 0) return std::size_t(got);
+      if (errno != EINTR) throw std::runtime_error(errno_reason("read failed"));
+    }
+  }
+
+ private:
+  int fd_;
+  bool regular_ = false;
+  std::uint64_t size_ = 0;
+};
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  std::unique_ptr<File> open(const std::filesystem::path& path) override {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) throw std::runtime_error(errno_reason("cannot open"));
+    return std::make_unique<PosixFile>(fd);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<FileSystem> posix_file_system() {
+  static const auto fs = std::make_shared<PosixFileSystem>();
+  return fs;
+}
+
+void read_whole_file(FileSystem& fs, const std::filesystem::path& path, std::uint64_t max_bytes,
+                     std::vector<unsigned char>& out, const std::atomic<bool>* stopping) {
+  const std::unique_ptr<File> file = fs.open(path);
+  const std::uint64_t size = file->size();
+  if (size > max_bytes) {
+    throw std::runtime_error("file of " + std::to_string(size) + " bytes is over the limit of " +
+                             std::to_string(max_bytes) + " (max_file_bytes)");
+  }
+  out.resize(size);
+  // Chunks, so a stop is noticed between them during a slow read.
+  constexpr std::size_t kChunk = std::size_t(4) << 20;
+  std::size_t got = 0;
+  while (got < size) {
+    if (stopping && stopping->load(std::memory_order_relaxed)) throw ReadCancelled();
+    const std::size_t n = file->read(out.data() + got, std::min<std::size_t>(kChunk, size - got));
+    if (n == 0) break;  // the file shrank while we read it
+    got += n;
+  }
+  out.resize(got);
+}
+
+void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out) {
+  read_whole_file(*posix_file_system(), path, max_bytes, out);
+}
+
+}  // namespace conveyor

@@ -1,0 +1,65 @@
+// FileSystem: how the image stage reads its files, behind an interface (as
+// leveldb's Env) so tests can inject faults: EIO, short reads, truncation,
+// stalls, files that vanish.
+//
+//   auto files = posix_file_system();
+//   std::vector<unsigned char> bytes;
+//   read_whole_file(*files, "train/cat/1.jpg", 256 << 20, bytes, &stopping);
+//
+// Contract.
+// - FileSystem::open and File::read throw std::runtime_error with the reason
+//   only ("cannot open: No such file or directory"); the caller names the path.
+// - File::read may return fewer bytes than asked at any point (a short read);
+//   0 means end of file.
+// - read_whole_file refuses non-regular files and files over max_bytes before
+//   reading, reads in chunks until the size fstat gave or end of file (a file
+//   that shrank meanwhile comes back short, and its decoder reports it
+//   truncated), and between chunks gives up with ReadCancelled once *stopping
+//   is set. A read blocked inside the kernel (a hung network mount) cannot be
+//   interrupted this way; a slow one that makes progress can.
+// Thread safety: a FileSystem is shared by every worker; open() and a File's
+// read() on distinct Files must be safe to call concurrently.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+namespace conveyor {
+
+class File {
+ public:
+  virtual ~File() = default;
+  // The size when opened. Throws std::runtime_error for anything but a regular file.
+  virtual std::uint64_t size() const = 0;
+  // Up to n bytes into buf; 0 at end of file. Throws std::runtime_error on error.
+  virtual std::size_t read(void* buf, std::size_t n) = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  virtual std::unique_ptr<File> open(const std::filesystem::path& path) = 0;
+};
+
+// open(2) / fstat(2) / read(2), retrying EINTR. Shared; stateless.
+std::shared_ptr<FileSystem> posix_file_system();
+
+// Thrown by read_whole_file when *stopping was set while it read.
+class ReadCancelled : public std::runtime_error {
+ public:
+  ReadCancelled() : std::runtime_error("read cancelled: the pipeline is stopping") {}
+};
+
+// read_whole_file over posix_file_system(), for tools that read outside a pipeline.
+void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out);
+
+// Reads the file into out (resized to what was read); see the contract above.
+void read_whole_file(FileSystem& fs, const std::filesystem::path& path, std::uint64_t max_bytes,
+                     std::vector<unsigned char>& out, const std::atomic<bool>* stopping = nullptr);
+
+}  // namespace conveyor
