@@ -3,10 +3,12 @@
 #
 #   ./go demo [flags]   install what is missing, build, run `conveyor run` on the
 #                       embedded default dataset (flags go to conveyor run)
-#   ./go test           install what is missing (libtorch-dev too), build and run
-#                       every test three times: plain (with the LibTorch parts
-#                       and the conveyor train test, and the CUDA sources
-#                       compiled when nvcc is present), ASan+UBSan, TSan
+#   ./go test           install what is missing (libtorch-dev, openmpi-bin and
+#                       clang too), build and run every test three times: plain
+#                       (with the LibTorch parts and the conveyor train test, and
+#                       the CUDA sources compiled when nvcc is present),
+#                       ASan+UBSan, TSan; then 30 s of each fuzz target
+#   ./go fuzz [SECONDS] the fuzz targets alone, SECONDS each (default 600)
 #
 # Both are idempotent: packages already installed and builds already up to date
 # are left alone.
@@ -16,8 +18,10 @@ cd "$(dirname "$0")"
 PACKAGES=(cmake ninja-build g++ pkg-config
           libconcurrentqueue-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev catch2 libcli11-dev)
 # The test command also builds and tests the LibTorch parts (conveyor train),
-# and launches ranks with Open MPI's mpirun for the sharding check.
-TEST_PACKAGES=(libtorch-dev openmpi-bin)
+# launches ranks with Open MPI's mpirun for the sharding check, and builds the
+# libFuzzer targets with clang (libclang-rt-14-dev holds libFuzzer).
+TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev)
+FUZZ_TARGETS=(decode list npy config)
 JOBS=$(nproc)
 
 say() { printf '[go] %s\n' "$*"; }
@@ -49,6 +53,35 @@ build() {
   cmake -S . -B "build/$name" -G Ninja -DCONVEYOR_WERROR=ON "$@" >"build/$name.configure.log" 2>&1 \
     || { cat "build/$name.configure.log"; exit 1; }
   cmake --build "build/$name" -j "$JOBS"
+}
+
+# fuzz SECONDS: builds the libFuzzer targets (clang, ASan+UBSan), writes the
+# seed corpora, replays fuzz/regressions/TARGET/* (inputs that once failed),
+# then runs each target SECONDS. Exits non-zero on any finding; libFuzzer
+# writes the input to build/fuzz/artifacts/.
+fuzz() {
+  local seconds=$1 t
+  say "build/fuzz: configure (clang, ASan+UBSan, libFuzzer) and build the fuzz targets"
+  cmake -S . -B build/fuzz -G Ninja -DCONVEYOR_WERROR=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_FUZZ=ON -DCONVEYOR_TESTS=OFF \
+    -DCONVEYOR_SANITIZE=address,undefined,fuzzer-no-link -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF \
+    >build/fuzz.configure.log 2>&1 || { cat build/fuzz.configure.log; exit 1; }
+  cmake --build build/fuzz -j "$JOBS" --target fuzz_make_seeds "${FUZZ_TARGETS[@]/#/fuzz_}"
+  build/fuzz/fuzz/fuzz_make_seeds build/fuzz/corpus configs
+  mkdir -p build/fuzz/artifacts
+  for t in "${FUZZ_TARGETS[@]}"; do
+    local regressions=(fuzz/regressions/"$t"/*)
+    if [ -e "${regressions[0]}" ]; then
+      say "fuzz_$t: replaying ${#regressions[@]} regression input(s)"
+      "build/fuzz/fuzz/fuzz_$t" "${regressions[@]}" >"build/fuzz/$t.regressions.log" 2>&1 \
+        || { tail -30 "build/fuzz/$t.regressions.log"; exit 1; }
+    fi
+    say "fuzz_$t: ${seconds} s"
+    "build/fuzz/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+      -print_final_stats=1 -artifact_prefix=build/fuzz/artifacts/"$t"- "build/fuzz/corpus/$t" \
+      >"build/fuzz/$t.log" 2>&1 || { tail -40 "build/fuzz/$t.log"; exit 1; }
+    grep -E "^#[0-9]+[[:space:]]+DONE" "build/fuzz/$t.log" | sed "s/^/[go]   fuzz_$t /" || true
+  done
 }
 
 run_tests() {
@@ -83,10 +116,16 @@ case "$cmd" in
     else
       say "CUDA: no nvcc found; the CUDA sources were not compiled"
     fi
-    say "all tests passed in 3 builds ($((SECONDS - start)) s)"
+    fuzz 30
+    say "all tests passed in 3 builds, and 30 s of each fuzz target ($((SECONDS - start)) s)"
+    ;;
+  fuzz)
+    install_missing "${TEST_PACKAGES[@]}"
+    mkdir -p build
+    fuzz "${1:-600}"
     ;;
   *)
-    echo "usage: ./go demo [flags] | ./go test" >&2
+    echo "usage: ./go demo [flags] | ./go test | ./go fuzz [SECONDS per target, default 600]" >&2
     exit 2
     ;;
 esac

@@ -26,7 +26,6 @@
 #include "stages/image_source.h"
 
 using namespace conveyor;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 

@@ -11,6 +11,9 @@ template <class... F>
 struct Overload : F... {
   using F::operator()...;
 };
+// C++20 deduces this itself; clang before 17 (the fuzz build's clang 14) needs the guide.
+template <class... F>
+Overload(F...) -> Overload<F...>;
 
 // Python's round(): half to even (the default floating-point rounding mode).
 int py_round(double v) { return int(std::nearbyint(v)); }

@@ -1,0 +1,47 @@
+// libFuzzer target: config loading, as `conveyor run --config FILE` does it:
+// CLI11's TOML reader over every run flag, then the checks the command makes
+// before it starts (ranges, names, --rank below --world-size, the normalize
+// flags, the pipeline Config's validate()). Bad input must end in one of the
+// errors the command turns into a one-line usage message.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/cli.h"
+
+using namespace conveyor;
+using namespace conveyor::apps;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("conveyor-fuzz-config-" + std::to_string(::getpid()) + ".toml");
+  std::FILE* f = std::fopen(file.c_str(), "wb");
+  if (!f) __builtin_trap();
+  if (size) std::fwrite(data, 1, size, f);
+  std::fclose(f);
+  CLI::App app("fuzz");
+  Options o;
+  add_pipeline_flags(app, o);
+  add_run_flags(app, o);
+  app.set_config("--config");
+  const std::string path = file.string();
+  const char* argv[] = {"conveyor", "--config", path.c_str()};
+  try {
+    app.parse(3, argv);
+    check_normalize_flags(o);
+    if (o.rank >= o.world_size) throw UsageError("--rank must be below --world-size");
+    Config cfg = pipeline_config(o);
+    cfg.sample_bytes = 3;
+    cfg.validate();
+  } catch (const CLI::Error&) {
+  } catch (const UsageError&) {
+  } catch (const ConfigError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,35 @@
+// libFuzzer target: the image decode entry, as a worker runs it: bytes ->
+// sniff -> header with limits -> RandomResizedCrop plan -> ROI/scaled decode ->
+// resize + flip into a slot. Corrupt input must end in DecodeError; anything
+// else (a crash, a sanitizer report, another exception, a leak, an allocation
+// over -malloc_limit_mb) is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "stages/augment.h"
+#include "stages/decode.h"
+#include "stages/image_ops.h"
+#include "stages/resize.h"
+
+using namespace conveyor;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  // 4 MP keeps each run fast; the limit path is the same as with 64 MP.
+  static ImageDecoder decoder(DecodeLimits{4'000'000, std::uint64_t{64} << 20});
+  static const Augment augment({RandomResizedCrop{{24, 32}}, RandomHorizontalFlip{}});
+  static ResizeScratch scratch;
+  static std::vector<unsigned char> slot(24 * 32 * 3);
+  try {
+    const ImageInfo info = decoder.open(std::span<const unsigned char>(data, size));
+    Rng rng(size, 0, size > 0 ? data[0] : 0);
+    const Geometry g = augment.plan(info.width, info.height, rng);
+    const DecodeRequest want = decode_request(g, info.width, info.height);
+    const DecodedView view = decoder.decode(want.region, want.min_scale);
+    render(view, g, info.width, info.height, 0, slot, scratch);
+  } catch (const DecodeError&) {
+    // the expected outcome for bad bytes
+  }
+  return 0;
+}

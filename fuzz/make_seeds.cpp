@@ -1,0 +1,68 @@
+// Writes the seed corpora of the fuzz targets into OUT/{decode,list,npy,config}:
+// small generated images of every supported format and kind (tests/image_writers.h),
+// list files, .npy files and TOML configs. Generated, not stored, as the tests do.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "image_writers.h"
+#include "stages/npy.h"
+
+namespace t = conveyor::test;
+namespace fs = std::filesystem;
+
+namespace {
+void text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: make_seeds OUT CONFIGS_DIR\n");
+    return 2;
+  }
+  const fs::path out = argv[1], configs = argv[2];
+  for (const char* d : {"decode", "list", "npy", "config"}) fs::create_directories(out / d);
+
+  const t::Rgb img = t::photo_like(37, 29, 1);
+  int n = 0;
+  const auto seed = [&](const std::vector<unsigned char>& bytes) { t::write_file(out / "decode" / std::to_string(n++), bytes); };
+  for (auto kind : {t::JpegKind::baseline, t::JpegKind::progressive, t::JpegKind::arithmetic, t::JpegKind::gray,
+                    t::JpegKind::cmyk_adobe, t::JpegKind::twelve_bit_header}) {
+    seed(t::jpeg(img, {kind, 90, true}));
+  }
+  seed(t::jpeg(img, {t::JpegKind::baseline, 50, false}));
+  for (auto kind : {t::PngKind::rgb8, t::PngKind::rgba8, t::PngKind::gray8, t::PngKind::gray_alpha8,
+                    t::PngKind::palette8, t::PngKind::rgb16, t::PngKind::gray16}) {
+    seed(t::png(img, kind));
+  }
+  seed(t::bmp(img));
+  seed(t::tga(img));
+  seed(t::ppm(img));
+  seed(t::pgm(img));
+  seed(t::gif(img));
+  seed(t::gif(img, 2));
+  seed(t::jpeg_claiming(60000, 60000));
+  seed(t::png_header_only(70000, 70000));
+  seed(t::truncated(t::jpeg(img), 100));
+
+  text(out / "list" / "0", "a.jpg 0\nb c.jpg 1\n# comment\n\n'quote'.png 2\r\n");
+  text(out / "list" / "1", "\xEF\xBB\xBFx/y.jpg 9223372036854775806\n");
+  text(out / "list" / "2", "only-a-path\n");
+
+  const std::size_t shape2[] = {3, 4}, shape1[] = {5};
+  const std::vector<std::byte> bytes(3 * 4 * 4, std::byte{1});
+  conveyor::write_npy(out / "npy" / "0", conveyor::NpyType::float32, shape2, bytes);
+  conveyor::write_npy(out / "npy" / "1", conveyor::NpyType::uint8, shape1, std::span(bytes).first(5));
+  const std::vector<std::byte> labels(5 * 8, std::byte{0});
+  conveyor::write_npy(out / "npy" / "2", conveyor::NpyType::int64, shape1, labels);
+
+  int c = 0;
+  for (const auto& e : fs::directory_iterator(configs)) {
+    if (e.path().extension() == ".toml") fs::copy_file(e.path(), out / "config" / std::to_string(c++), fs::copy_options::overwrite_existing);
+  }
+  text(out / "config" / std::to_string(c++), "workers = 2\nbatch = 8\nnormalize = \"float32\"\nnormalize-in = \"workers\"\n");
+  std::printf("seeds: %d images, 3 lists, 3 .npy files, %d configs in %s\n", n, c, out.c_str());
+  return 0;
+}
