@@ -1,5 +1,7 @@
 #include "pipeline/batch.h"
 
+#include <sys/mman.h>
+
 #include <new>
 #include <stdexcept>
 
@@ -20,12 +22,48 @@ struct BatchHandle::Core {
   }
 };
 
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+// Buffers this large come straight from mmap and go straight back with munmap.
+// Through malloc they did not: glibc raises its mmap threshold after the first
+// large free, so a second pipeline's buffers (a resume from state() in the same
+// process) came from the heap, whose freed space the process kept, and the RSS
+// grew by a pool's worth at every stop and resume. Under ASan operator new is
+// kept, so that an overrun of a slot is still caught.
+constexpr std::size_t kMapAtLeast = std::size_t(1) << 20;
+bool mapped(std::size_t bytes) { return !kAsan && bytes >= kMapAtLeast; }
+
+}  // namespace
+
 Allocator Allocator::host() {
   constexpr std::align_val_t kAlign{64};
   return Allocator{
       "host",
-      [](std::size_t bytes) -> void* { return ::operator new(bytes, kAlign); },
-      [](void* p, std::size_t) { ::operator delete(p, kAlign); },
+      [](std::size_t bytes) -> void* {
+        if (!mapped(bytes)) return ::operator new(bytes, kAlign);
+        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        return p;  // page-aligned
+      },
+      [](void* p, std::size_t bytes) {
+        if (mapped(bytes)) {
+          ::munmap(p, bytes);
+        } else {
+          ::operator delete(p, kAlign);
+        }
+      },
   };
 }
 

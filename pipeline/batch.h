@@ -37,7 +37,8 @@ struct Allocator {
   // pattern here, so a stage that reads a buffer after its release is caught).
   std::function<void(std::byte* data, std::size_t bytes)> recycle;
 
-  // 64-byte aligned host memory from operator new.
+  // 64-byte aligned host memory: operator new, or mmap for buffers of 1 MiB
+  // and more (returned to the system when freed; see batch.cpp).
   static Allocator host();
 };
 
