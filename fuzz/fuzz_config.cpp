@@ -3,28 +3,21 @@
 // before it starts (ranges, names, --rank below --world-size, the normalize
 // flags, the pipeline Config's validate()). Bad input must end in one of the
 // errors the command turns into a one-line usage message.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "apps/cli.h"
+#include "fuzz/input_file.h"
 
 using namespace conveyor;
 using namespace conveyor::apps;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::filesystem::path file =
-      std::filesystem::temp_directory_path() / ("conveyor-fuzz-config-" + std::to_string(::getpid()) + ".toml");
-  std::FILE* f = std::fopen(file.c_str(), "wb");
-  if (!f) __builtin_trap();
-  if (size) std::fwrite(data, 1, size, f);
-  std::fclose(f);
+  const std::filesystem::path& file = fuzz::input_file(data, size, ".toml");
   CLI::App app("fuzz");
   Options o;
   add_pipeline_flags(app, o);

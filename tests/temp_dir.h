@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace conveyor::test {
 
@@ -38,6 +39,13 @@ class TempDir {
     const fs::path p = root_ / rel;
     fs::create_directories(p.parent_path());
     std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  // The same for binary content (an encoded image).
+  fs::path write(const std::string& rel, const std::vector<unsigned char>& bytes) const {
+    const fs::path p = root_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
     return p;
   }
   fs::path mkdir(const std::string& rel) const {

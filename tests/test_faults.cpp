@@ -6,27 +6,24 @@
 // ErrorPolicy::skip is counted and listed, and never hangs.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <thread>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
 #include "stages/dataset.h"
 #include "stages/file_system.h"
 #include "stages/image_source.h"
+#include "temp_dir.h"
 
 using namespace conveyor;
 namespace t = conveyor::test;
@@ -34,15 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() / ("conveyor-faults-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 // n small JPEGs named img0.jpg ... in dir; their paths in order.
 std::vector<fs::path> write_images(const fs::path& dir, std::size_t n) {
@@ -94,7 +83,7 @@ TEST_CASE("faults: a file deleted mid-epoch fails naming it, or is skipped and l
   for (const auto policy : {ErrorPolicy::fail, ErrorPolicy::skip}) {
     for (const std::size_t workers : {1, 3}) {
       TempDir dir;
-      const auto paths = write_images(dir.path, 30);
+      const auto paths = write_images(dir.path(), 30);
       ImageSource src(Dataset(paths, std::vector<std::int64_t>(30, 0)), small(policy), workers);
       std::vector<SkippedSample> skipped;
       std::string error;
@@ -119,18 +108,18 @@ TEST_CASE("faults: a file deleted mid-epoch fails naming it, or is skipped and l
 
 TEST_CASE("faults: list entries that are a directory or a broken link, and a non-UTF-8 name", "[faults]") {
   TempDir dir;
-  auto paths = write_images(dir.path, 4);
-  fs::create_directory(dir.path / "a directory.jpg");
-  fs::create_symlink(dir.path / "missing.jpg", dir.path / "broken link.jpg");
+  auto paths = write_images(dir.path(), 4);
+  fs::create_directory(dir.path() / "a directory.jpg");
+  fs::create_symlink(dir.path() / "missing.jpg", dir.path() / "broken link.jpg");
   const std::string latin1 = std::string("caf\xE9 \xFF.jpg");  // ISO-8859-1 bytes: not UTF-8
-  t::write_file(dir.path / latin1, t::jpeg(t::photo_like(30, 20, 9)));
+  t::write_file(dir.path() / latin1, t::jpeg(t::photo_like(30, 20, 9)));
   {
-    std::ofstream list(dir.path / "list.txt", std::ios::binary);
+    std::ofstream list(dir.path() / "list.txt", std::ios::binary);
     list << "img0.jpg 0\na directory.jpg 1\nimg1.jpg 0\nbroken link.jpg 1\n" << latin1 << " 2\nimg2.jpg 0\n";
   }
-  const Dataset ds = Dataset::from_list(dir.path / "list.txt");
+  const Dataset ds = Dataset::from_list(dir.path() / "list.txt");
   REQUIRE(ds.size() == 6);
-  REQUIRE(ds.path(4) == dir.path / latin1);  // the bytes, unchanged
+  REQUIRE(ds.path(4) == dir.path() / latin1);  // the bytes, unchanged
 
   ImageSource skip(ds, small(ErrorPolicy::skip), 2);
   std::vector<SkippedSample> skipped;
@@ -150,13 +139,13 @@ TEST_CASE("faults: list entries that are a directory or a broken link, and a non
 
 TEST_CASE("faults: a megabyte list line is one sample with a long path, refused when opened", "[faults]") {
   TempDir dir;
-  write_images(dir.path, 1);
+  write_images(dir.path(), 1);
   const std::string long_name(1 << 20, 'x');
   {
-    std::ofstream list(dir.path / "list.txt", std::ios::binary);
+    std::ofstream list(dir.path() / "list.txt", std::ios::binary);
     list << "img0.jpg 0\n" << long_name << " 1\nimg0.jpg 2\n";
   }
-  const Dataset ds = Dataset::from_list(dir.path / "list.txt");
+  const Dataset ds = Dataset::from_list(dir.path() / "list.txt");
   REQUIRE(ds.size() == 3);
   ImageSource skip(ds, small(ErrorPolicy::skip), 1);
   std::vector<SkippedSample> skipped;
@@ -169,7 +158,7 @@ TEST_CASE("faults: a megabyte list line is one sample with a long path, refused 
 
 TEST_CASE("faults: a consumer that throws mid-epoch stops the pipeline cleanly; a new one starts", "[faults]") {
   TempDir dir;
-  const auto paths = write_images(dir.path, 24);
+  const auto paths = write_images(dir.path(), 24);
   ImageSource src(Dataset(paths, std::vector<std::int64_t>(24, 0)), small(ErrorPolicy::fail), 3);
   for (int attempt = 0; attempt < 20; ++attempt) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -253,7 +242,7 @@ class FaultyFileSystem final : public FileSystem {
 
 TEST_CASE("faults: EIO, short reads and truncation through an injected file system", "[faults][fs]") {
   TempDir dir;
-  const auto paths = write_images(dir.path, 12);
+  const auto paths = write_images(dir.path(), 12);
   const Dataset ds(paths, std::vector<std::int64_t>(12, 0));
   auto faulty = std::make_shared<FaultyFileSystem>();
   faulty->faults = {{"img2.jpg", Fault::eio}, {"img5.jpg", Fault::short_reads}, {"img9.jpg", Fault::truncate}};
@@ -291,7 +280,7 @@ TEST_CASE("faults: EIO, short reads and truncation through an injected file syst
 TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consumer; stop returns promptly",
           "[faults][fs]") {
   TempDir dir;
-  const auto paths = write_images(dir.path, 12);
+  const auto paths = write_images(dir.path(), 12);
   auto faulty = std::make_shared<FaultyFileSystem>();
   faulty->faults = {{"img6.jpg", Fault::stall}};
   ImageConfig cfg = small(ErrorPolicy::fail);

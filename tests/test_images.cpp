@@ -15,6 +15,7 @@
 #include "pipeline/pipeline.h"
 #include "stages/image_ops.h"
 #include "stages/image_source.h"
+#include "temp_dir.h"
 
 using namespace conveyor;
 namespace t = conveyor::test;
@@ -22,20 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A temporary folder removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() / ("conveyor-images-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path write(const std::string& name, const std::vector<unsigned char>& bytes) const {
-    t::write_file(path / name, bytes);
-    return path / name;
-  }
-};
+using test::TempDir;
 
 // Full-resolution decode of a whole file into an Rgb.
 t::Rgb decode_whole(const std::vector<unsigned char>& bytes, ImageFormat* format = nullptr) {
@@ -120,7 +108,7 @@ TEST_CASE("images: each bad file gives an error naming the file and the reason",
   Dataset ds = [&] {
     std::vector<fs::path> paths;
     for (const auto& c : cases) paths.push_back(dir.write(c.name, c.bytes));
-    paths.push_back(dir.path / "missing.jpg");
+    paths.push_back(dir.path() / "missing.jpg");
     return Dataset(paths, std::vector<std::int64_t>(paths.size(), 0));
   }();
   ImageSource src(ds, ImageConfig{}, 1);
@@ -142,7 +130,7 @@ TEST_CASE("images: each bad file gives an error naming the file and the reason",
   // And the pixel limit from the header, configurable.
   ImageConfig tiny;
   tiny.limits.max_pixels = 64 * 47;
-  ImageSource pixels(Dataset({dir.path / "ok.jpg"}, {0}), tiny, 1);
+  ImageSource pixels(Dataset({dir.path() / "ok.jpg"}, {0}), tiny, 1);
   REQUIRE_THAT(error_of([&] { pixels.render_sample(0, rng, out); }), Catch::Contains("max_pixels"));
 }
 
@@ -234,20 +222,20 @@ struct Folder {
   explicit Folder(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       const std::string cls = "class" + std::to_string(i % 3);
-      fs::create_directories(dir.path / cls);
+      fs::create_directories(dir.path() / cls);
       const t::Rgb img = t::photo_like(40 + int(i * 7 % 90), 30 + int(i * 13 % 70), i);
       std::string name = cls + "/img" + std::to_string(100 + i);
       if (i % 11 == 5) {
         name += ".jpg";
         dir.write(name, t::random_bytes(300, i));
-        broken.insert((dir.path / name).string());
+        broken.insert((dir.path() / name).string());
       } else if (i % 4 == 1) {
         dir.write(name + ".png", t::png(img, t::PngKind::rgb8));
       } else {
         dir.write(name + ".jpg", t::jpeg(img, {i % 2 ? t::JpegKind::progressive : t::JpegKind::baseline}));
       }
     }
-    dataset = Dataset::from_folder(dir.path);
+    dataset = Dataset::from_folder(dir.path());
   }
 };
 
