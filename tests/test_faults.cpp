@@ -187,7 +187,7 @@ namespace {
 // The real files, with faults injected per file name (like leveldb's
 // FaultInjectionTestEnv): EIO on the first read, reads of at most a few bytes,
 // end of file halfway, or a read that trickles a byte at a time.
-enum class Fault { eio, short_reads, truncate, stall };
+enum class Fault { eacces, eio, short_reads, truncate, stall };
 
 class FaultyFileSystem final : public FileSystem {
  public:
@@ -195,8 +195,12 @@ class FaultyFileSystem final : public FileSystem {
   std::atomic<bool> stalled{false};     // a stalled read is under way
 
   std::unique_ptr<File> open(const fs::path& path) override {
-    auto inner = posix_file_system()->open(path);
     const auto f = faults.find(path.filename().string());
+    // Made unreadable: what open(2) says for chmod 000 (which root, as in CI, bypasses).
+    if (f != faults.end() && f->second == Fault::eacces) {
+      throw std::runtime_error(std::string("cannot open: ") + std::strerror(EACCES));
+    }
+    auto inner = posix_file_system()->open(path);
     if (f == faults.end()) return inner;
     return std::make_unique<Faulty>(std::move(inner), f->second, *this);
   }
@@ -209,6 +213,8 @@ class FaultyFileSystem final : public FileSystem {
     std::uint64_t size() const override { return inner_->size(); }
     std::size_t read(void* buf, std::size_t n) override {
       switch (fault_) {
+        case Fault::eacces:
+          return 0;  // open() threw already
         case Fault::eio:
           throw std::runtime_error(std::string("read failed: ") + std::strerror(EIO));
         case Fault::short_reads:
@@ -240,12 +246,15 @@ class FaultyFileSystem final : public FileSystem {
 
 }  // namespace
 
-TEST_CASE("faults: EIO, short reads and truncation through an injected file system", "[faults][fs]") {
+TEST_CASE("faults: EACCES, EIO, short reads and truncation through an injected file system", "[faults][fs]") {
   TempDir dir;
   const auto paths = write_images(dir.path(), 12);
   const Dataset ds(paths, std::vector<std::int64_t>(12, 0));
   auto faulty = std::make_shared<FaultyFileSystem>();
-  faulty->faults = {{"img2.jpg", Fault::eio}, {"img5.jpg", Fault::short_reads}, {"img9.jpg", Fault::truncate}};
+  faulty->faults = {{"img2.jpg", Fault::eio},
+                    {"img5.jpg", Fault::short_reads},
+                    {"img7.jpg", Fault::eacces},
+                    {"img9.jpg", Fault::truncate}};
 
   // Short reads are not errors: the bytes come out as from the real files.
   ImageConfig plain = small(ErrorPolicy::skip), injected = plain;
@@ -261,13 +270,15 @@ TEST_CASE("faults: EIO, short reads and truncation through an injected file syst
     std::vector<SkippedSample> skipped;
     std::string error;
     ImageSource skip(ds, injected, workers);
-    REQUIRE(run_epoch(skip, workers, skipped, error) == 10);
+    REQUIRE(run_epoch(skip, workers, skipped, error) == 9);
     REQUIRE(error.empty());
-    REQUIRE(skipped.size() == 2);
+    REQUIRE(skipped.size() == 3);
     REQUIRE(skipped[0].index == 2);
     REQUIRE_THAT(skipped[0].reason, Catch::Contains(paths[2].string() + ": read failed: Input/output error"));
-    REQUIRE(skipped[1].index == 9);
-    REQUIRE_THAT(skipped[1].reason, Catch::Contains(paths[9].string() + ": "));  // the decoder: truncated data
+    REQUIRE(skipped[1].index == 7);
+    REQUIRE_THAT(skipped[1].reason, Catch::Contains(paths[7].string() + ": cannot open: Permission denied"));
+    REQUIRE(skipped[2].index == 9);
+    REQUIRE_THAT(skipped[2].reason, Catch::Contains(paths[9].string() + ": "));  // the decoder: truncated data
 
     ImageConfig strict = injected;
     strict.on_error = ErrorPolicy::fail;
