@@ -9,6 +9,8 @@
 #                       the CUDA sources compiled when nvcc is present),
 #                       ASan+UBSan, TSan; then 30 s of each fuzz target
 #   ./go fuzz [SECONDS] the fuzz targets alone, SECONDS each (default 600)
+#   ./go peers ARGS     Conveyor against PyTorch's DataLoader and the Python
+#                       two-queue pipeline (apps/peers/compare.py ARGS)
 #
 # Both are idempotent: packages already installed and builds already up to date
 # are left alone.
@@ -119,13 +121,21 @@ case "$cmd" in
     fuzz 30
     say "all tests passed in 3 builds, and 30 s of each fuzz target ($((SECONDS - start)) s)"
     ;;
+  peers)
+    # The side-by-side comparison of docs/benchmarks.md (issue 7): PyTorch's
+    # DataLoader and the Python two-queue pipeline from Debian's packages.
+    install_missing python3-torch python3-torchvision python3-pil
+    mkdir -p build
+    build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF
+    exec /usr/bin/python3 apps/peers/compare.py --build build/release "$@"
+    ;;
   fuzz)
     install_missing "${TEST_PACKAGES[@]}"
     mkdir -p build
     fuzz "${1:-600}"
     ;;
   *)
-    echo "usage: ./go demo [flags] | ./go test | ./go fuzz [SECONDS per target, default 600]" >&2
+    echo "usage: ./go demo [flags] | ./go test | ./go fuzz [SECONDS per target, default 600] | ./go peers [compare.py flags]" >&2
     exit 2
     ;;
 esac
