@@ -18,10 +18,8 @@
 // SIGINT/SIGTERM: the step in progress finishes, the checkpoint is saved (with
 // --checkpoint) and the program exits with status 130/143; a second one kills it.
 // Exit status: 0; 1 when training fails; 2 for bad input (one line on stderr).
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
