@@ -132,8 +132,10 @@ TEST_CASE("faults: list entries that are a directory or a broken link, and a non
   REQUIRE(skipped[1].index == 3);
   REQUIRE_THAT(skipped[1].reason, Catch::Contains("broken link.jpg") && Catch::Contains("cannot open"));
 
-  ImageSource fail(ds, small(ErrorPolicy::fail), 2);
-  REQUIRE(run_epoch(fail, 2, skipped, error) <= 2);
+  // One worker, so the first bad sample (1) is the first error; with more, the
+  // worker on sample 3 may fail first, and the first error is the one kept.
+  ImageSource fail(ds, small(ErrorPolicy::fail), 1);
+  REQUIRE(run_epoch(fail, 1, skipped, error) <= 2);
   REQUIRE_THAT(error, Catch::Contains("sample 1") && Catch::Contains("a directory.jpg"));
 }
 
@@ -193,6 +195,7 @@ class FaultyFileSystem final : public FileSystem {
  public:
   std::map<std::string, Fault> faults;  // by file name; set before use
   std::atomic<bool> stalled{false};     // a stalled read is under way
+  std::atomic<bool> release{false};     // stalled reads go on at full speed
 
   std::unique_ptr<File> open(const fs::path& path) override {
     const auto f = faults.find(path.filename().string());
@@ -229,6 +232,7 @@ class FaultyFileSystem final : public FileSystem {
         case Fault::stall:
           // One byte per 5 ms: seconds for the smallest file, as a hung network
           // mount trickles. read_whole_file checks the stop flag between reads.
+          if (owner_.release) return inner_->read(buf, n);
           owner_.stalled = true;
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
           return inner_->read(buf, 1);
@@ -280,12 +284,16 @@ TEST_CASE("faults: EACCES, EIO, short reads and truncation through an injected f
     REQUIRE(skipped[2].index == 9);
     REQUIRE_THAT(skipped[2].reason, Catch::Contains(paths[9].string() + ": "));  // the decoder: truncated data
 
-    ImageConfig strict = injected;
-    strict.on_error = ErrorPolicy::fail;
-    ImageSource fail(ds, strict, workers);
-    run_epoch(fail, workers, skipped, error);
-    REQUIRE_THAT(error, Catch::Contains("sample 2") && Catch::Contains("Input/output error"));
   }
+  // Fail policy with one worker, so the first bad sample (2) is the first error:
+  // with more, samples 7 or 9 may fail first, and the first error is the one kept.
+  ImageConfig strict = injected;
+  strict.on_error = ErrorPolicy::fail;
+  ImageSource fail(ds, strict, 1);
+  std::vector<SkippedSample> skipped;
+  std::string error;
+  run_epoch(fail, 1, skipped, error);
+  REQUIRE_THAT(error, Catch::Contains("sample 2") && Catch::Contains("Input/output error"));
 }
 
 TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consumer; stop returns promptly",
@@ -297,17 +305,35 @@ TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consum
   ImageConfig cfg = small(ErrorPolicy::fail);
   cfg.files = faulty;
   ImageSource src(Dataset(paths, std::vector<std::int64_t>(12, 0)), cfg, 1);
+  // 1. The stats while the read stalls and the consumer waits in next() (on
+  // its own thread; this one only reads stats(), which any thread may).
+  {
+    Pipeline p(config_for(src, 1), 12, Stages{src.filler()});
+    // Batches 0-2 hold samples 0-5; batch 3 waits on the stalled sample 6.
+    for (int i = 0; i < 3; ++i) REQUIRE(p.next());
+    bool got = false;
+    std::thread consumer([&] { got = p.next().has_value(); });
+    while (!faulty->stalled) std::this_thread::yield();
+    const PipelineStats before = p.stats();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // measuring an interval, not ordering threads
+    const PipelineStats during = p.stats().since(before);
+    faulty->release = true;  // the read finishes; the consumer gets batch 3
+    consumer.join();
+    REQUIRE(got);
+    REQUIRE(during.bottleneck()->name == "workers");
+    REQUIRE(during.bottleneck()->busy_fraction() > 0.8);  // the stalled read counts while it lasts
+    for (const auto& st : during.stages) {
+      if (st.name == "consumer") REQUIRE(st.starved_fraction() > 0.8);
+    }
+  }
+  // 2. Stop with the worker inside the stalled read.
+  faulty->stalled = false;
+  faulty->release = false;
   std::optional<Pipeline> p;
   p.emplace(config_for(src, 1), 12, Stages{src.filler()});
-  // Batches 0-2 hold samples 0-5; batch 3 waits on the stalled sample 6.
   for (int i = 0; i < 3; ++i) REQUIRE(p->next());
   while (!faulty->stalled) std::this_thread::yield();
-  const PipelineStats before = p->stats();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // measuring an interval, not ordering threads
-  const PipelineStats during = p->stats().since(before);
-  REQUIRE(during.bottleneck()->name == "workers");
-  REQUIRE(during.bottleneck()->busy_fraction() > 0.8);  // the stalled read counts while it lasts
   const auto t0 = std::chrono::steady_clock::now();
-  p.reset();  // stop with the worker inside the stalled read
+  p.reset();
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
 }
