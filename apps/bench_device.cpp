@@ -29,7 +29,6 @@
 #include "cuda/device_pipeline.h"
 
 using namespace conveyor;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 

@@ -44,7 +44,6 @@
 
 using namespace conveyor;
 using namespace conveyor::apps;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 

@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
   seed(t::tga(img));
   seed(t::ppm(img));
   seed(t::pgm(img));
+  for (const int maxval : {15, 1000, 65535}) {  // PNM with fewer or more than 8 bits per sample
+    seed(t::pnm_maxval(img, maxval, false));
+    seed(t::pnm_maxval(img, maxval, true));
+  }
   seed(t::gif(img));
   seed(t::gif(img, 2));
   seed(t::jpeg_claiming(60000, 60000));

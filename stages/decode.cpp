@@ -35,7 +35,15 @@ ImageFormat sniff_format(std::span<const unsigned char> b) {
   if (starts({0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'})) return ImageFormat::png;
   if (starts({'G', 'I', 'F', '8'})) return ImageFormat::gif;
   if (starts({'B', 'M'})) return ImageFormat::bmp;
-  if (b.size() >= 2 && b[0] == 'P' && (b[1] == '5' || b[1] == '6')) return ImageFormat::pnm;  // stb reads binary PNM
+  if (b.size() >= 2 && b[0] == 'P' && (b[1] == '5' || b[1] == '6')) return ImageFormat::pnm;  // binary PNM
+  // stb_image also reads PSD, Radiance HDR and Softimage PIC, and takes FF (FF)* D8
+  // for a JPEG start; this decoder offers none of them (its JPEGs are libjpeg-turbo's),
+  // so they must not reach stb's loaders through the TGA probe below.
+  if (starts({'8', 'B', 'P', 'S'}) || starts({'#', '?'}) || starts({0x53, 0x80, 0xF6, 0x34})) return ImageFormat::unknown;
+  if (!b.empty() && b[0] == 0xFF) {
+    const auto first_other = std::find_if(b.begin(), b.end(), [](unsigned char c) { return c != 0xFF; });
+    if (first_other != b.end() && *first_other == 0xD8) return ImageFormat::unknown;
+  }
   // TGA has no magic number: ask stb_image's header probe, the decoder that will read it.
   int w = 0, h = 0, n = 0;
   if (!b.empty() && b.size() <= std::size_t(INT32_MAX) && stbi_info_from_memory(b.data(), int(b.size()), &w, &h, &n)) {
@@ -160,6 +168,105 @@ bool jpeg_decode_safely(jpeg_decompress_struct& cinfo, JpegErrors& err, JpegJob&
   return true;
 }
 
+// ---- Binary PNM (P5 grey, P6 colour), read by hand rather than by stb_image:
+// the stb_image in Debian 12 (v2.27) converts 16-bit grey to RGB with its 8-bit
+// converter and reads past its own buffer (found by fuzz_decode; the input is in
+// fuzz/regressions/decode/), returns uninitialised pixels for a raster cut short
+// instead of an error, and ignores a maxval other than 255 or 65535. The format
+// is a text header and raw samples, so reading it here is short and exact.
+
+bool pnm_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
+
+struct PnmHeader {
+  int width = 0, height = 0, channels = 0;
+  int maxval = 0;                 // 1..65535; samples take 2 bytes (big-endian) above 255
+  std::size_t raster_offset = 0;  // first byte after the header
+};
+
+// "P5"|"P6", then width, height and maxval as decimal numbers separated by
+// whitespace and "#" comments, then one whitespace byte. Throws DecodeError.
+PnmHeader read_pnm_header(std::span<const unsigned char> b) {
+  PnmHeader h;
+  h.channels = b[1] == '5' ? 1 : 3;
+  std::size_t i = 2;
+  auto number = [&](const char* field, int max) {
+    for (;;) {  // whitespace and comments before the number
+      while (i < b.size() && pnm_space(b[i])) ++i;
+      if (i >= b.size() || b[i] != '#') break;
+      while (i < b.size() && b[i] != '\n' && b[i] != '\r') ++i;
+    }
+    if (i >= b.size() || b[i] < '0' || b[i] > '9') throw DecodeError(std::string("PNM header: no ") + field);
+    std::int64_t v = 0;
+    for (; i < b.size() && b[i] >= '0' && b[i] <= '9'; ++i) {
+      v = v * 10 + (b[i] - '0');
+      if (v > max) throw DecodeError(std::string("PNM header: ") + field + " over " + std::to_string(max));
+    }
+    return int(v);
+  };
+  h.width = number("width", INT32_MAX);
+  h.height = number("height", INT32_MAX);
+  h.maxval = number("maxval", 65535);
+  if (h.maxval == 0) throw DecodeError("PNM header: maxval 0");
+  if (i >= b.size() || !pnm_space(b[i])) throw DecodeError("PNM header: no whitespace after maxval");
+  h.raster_offset = i + 1;
+  return h;
+}
+
+// The raster as RGB8, each sample scaled from 0..maxval to 0..255 (rounded;
+// samples over maxval, which the format forbids, count as maxval).
+void pnm_to_rgb(std::span<const unsigned char> b, const PnmHeader& h, std::vector<unsigned char>& out) {
+  const std::size_t sample_bytes = h.maxval > 255 ? 2 : 1;
+  const std::size_t pixels = std::size_t(h.width) * std::size_t(h.height);
+  const std::size_t need = pixels * std::size_t(h.channels) * sample_bytes;
+  const std::size_t have = b.size() - std::min(b.size(), h.raster_offset);
+  if (have < need) {
+    throw DecodeError("PNM: pixel data cut short: " + std::to_string(have) + " of " + std::to_string(need) + " bytes");
+  }
+  const unsigned char* in = b.data() + h.raster_offset;
+  const auto maxval = std::uint32_t(h.maxval);
+  auto scaled = [maxval](std::uint32_t v) { return (std::min(v, maxval) * 255 + maxval / 2) / maxval; };
+  std::uint8_t table[256];  // 8-bit samples: one lookup each
+  if (sample_bytes == 1) {
+    for (std::uint32_t v = 0; v < 256; ++v) table[v] = std::uint8_t(scaled(v));
+  }
+  out.resize(pixels * 3);
+  unsigned char* o = out.data();
+  const std::size_t samples = pixels * std::size_t(h.channels);
+  for (std::size_t s = 0; s < samples; ++s) {
+    const std::uint8_t v = sample_bytes == 1 ? table[in[s]] : std::uint8_t(scaled(std::uint32_t(in[2 * s]) << 8 | in[2 * s + 1]));
+    if (h.channels == 3) {
+      *o++ = v;
+    } else {
+      o[0] = o[1] = o[2] = v;
+      o += 3;
+    }
+  }
+}
+
+// ---- PNG chunk lengths, checked before stb_image reads the file: stb grows its
+// buffer to an IDAT chunk's claimed length (up to 2 GiB) before it notices that
+// the file holds fewer bytes, so a 1 KB file could ask for gigabytes (found by
+// fuzz_decode with stb instrumented; fuzz/regressions/decode/ holds the file).
+void check_png_chunks(std::span<const unsigned char> b) {
+  auto be32 = [&](std::size_t i) {
+    return std::uint32_t(b[i]) << 24 | std::uint32_t(b[i + 1]) << 16 | std::uint32_t(b[i + 2]) << 8 | b[i + 3];
+  };
+  std::size_t at = 8;  // after the signature
+  while (at + 8 <= b.size()) {
+    const std::uint32_t length = be32(at);
+    const std::string type(reinterpret_cast<const char*>(b.data() + at + 4), 4);
+    const std::size_t left = b.size() - at - 8;  // bytes after the chunk's length and type
+    if (length > left) {
+      std::string printable;
+      for (char c : type) printable += (c >= 32 && c < 127) ? c : '?';
+      throw DecodeError("PNG: chunk '" + printable + "' claims " + std::to_string(length) + " bytes, the file holds " +
+                        std::to_string(left) + " more");
+    }
+    if (type == "IEND") return;
+    at += 12 + std::size_t(length);  // length, type, data, CRC
+  }
+}
+
 }  // namespace
 
 ImageDecoder::ImageDecoder(DecodeLimits limits, std::vector<int> jpeg_scales)
@@ -202,6 +309,13 @@ ImageInfo ImageDecoder::open(std::span<const unsigned char> bytes) {
       info.components = cinfo.num_components;
       break;
     }
+    case ImageFormat::pnm: {
+      const PnmHeader h = read_pnm_header(bytes);
+      info.width = h.width;
+      info.height = h.height;
+      info.components = h.channels;
+      break;
+    }
     default:
       if (bytes.size() > std::size_t(INT32_MAX) ||
           !stbi_info_from_memory(bytes.data(), int(bytes.size()), &info.width, &info.height, &info.components)) {
@@ -225,7 +339,9 @@ DecodedView ImageDecoder::decode(Rect region, double min_scale) {
   region.y = std::clamp(region.y, 0, info_.height - 1);
   region.w = std::clamp(region.w, 1, info_.width - region.x);
   region.h = std::clamp(region.h, 1, info_.height - region.y);
-  DecodedView v = info_.format == ImageFormat::jpeg ? decode_jpeg(region, min_scale) : decode_stb();
+  DecodedView v = info_.format == ImageFormat::jpeg  ? decode_jpeg(region, min_scale)
+                  : info_.format == ImageFormat::pnm ? decode_pnm()
+                                                     : decode_stb();
   info_.format = ImageFormat::unknown;  // one decode per open
   return v;
 }
@@ -257,7 +373,18 @@ DecodedView ImageDecoder::decode_jpeg(Rect region, double min_scale) {
   return v;
 }
 
+DecodedView ImageDecoder::decode_pnm() {
+  pnm_to_rgb(bytes_, read_pnm_header(bytes_), pixels_);
+  DecodedView v;
+  v.pixels = pixels_.data();
+  v.width = info_.width;
+  v.height = info_.height;
+  v.stride = std::ptrdiff_t(info_.width) * 3;
+  return v;
+}
+
 DecodedView ImageDecoder::decode_stb() {
+  if (info_.format == ImageFormat::png) check_png_chunks(bytes_);
   int w = 0, h = 0, n = 0;
   // The 8-bit API converts 16-bit samples to 8, expands palettes and grey, and drops alpha (req_comp 3).
   stb_pixels_.reset(stbi_load_from_memory(bytes_.data(), int(bytes_.size()), &w, &h, &n, 3));

@@ -1,5 +1,6 @@
-// ImageDecoder: JPEG through libjpeg-turbo, PNG/BMP/PNM/TGA/GIF through
-// stb_image, chosen by the file's bytes (real datasets hold PNGs named .JPEG).
+// ImageDecoder: JPEG through libjpeg-turbo, PNG/BMP/TGA/GIF through stb_image,
+// binary PNM (P5/P6, 8 or 16 bit, any maxval) by hand (decode.cpp says why),
+// chosen by the file's bytes (real datasets hold PNGs named .JPEG).
 //
 // open() reads the header only and checks the limits before any pixel memory
 // exists, so a decompression bomb is an error, never an allocation. decode()
@@ -26,7 +27,8 @@ namespace conveyor {
 
 enum class ImageFormat { unknown, jpeg, png, bmp, pnm, tga, gif };
 const char* format_name(ImageFormat f);
-// By magic bytes; TGA has none, so anything else stb_image's TGA probe accepts is tga.
+// By magic bytes; TGA has none, so anything else stb_image's header probe accepts
+// is tga, except the PSD, HDR and PIC files stb would also read (unknown here).
 ImageFormat sniff_format(std::span<const unsigned char> bytes);
 
 struct DecodeLimits {
@@ -93,6 +95,7 @@ class ImageDecoder {
  private:
   struct Jpeg;
   DecodedView decode_jpeg(Rect region, double min_scale);
+  DecodedView decode_pnm();
   DecodedView decode_stb();
 
   DecodeLimits limits_;
@@ -100,7 +103,7 @@ class ImageDecoder {
   std::unique_ptr<Jpeg> jpeg_;
   std::span<const unsigned char> bytes_;
   ImageInfo info_;
-  std::vector<unsigned char> pixels_, row_;                  // JPEG output and a CMYK row
+  std::vector<unsigned char> pixels_, row_;                  // JPEG or PNM output; a CMYK row
   std::unique_ptr<unsigned char, void (*)(void*)> stb_pixels_;  // stb_image's own allocation
 };
 

@@ -702,6 +702,38 @@ inline std::vector<unsigned char> ppm(const Rgb& img) { return detail::pnm("P6",
 // P5 binary, maxval 255, holding the R channel. Decodes to pgm_expected(img).
 inline std::vector<unsigned char> pgm(const Rgb& img) { return detail::pnm("P5", img, true); }
 
+// P6 (or P5 with gray: the R channel) with any maxval in 1..65535: each sample
+// is round(v * maxval / 255), stored in 2 big-endian bytes above 255, after a
+// header carrying a comment. Decodes to pnm_expected(img, maxval, gray).
+inline std::vector<unsigned char> pnm_maxval(const Rgb& img, int maxval, bool gray) {
+  detail::check_dims(img.width, img.height);
+  if (maxval < 1 || maxval > 65535) throw std::invalid_argument("pnm_maxval: maxval outside 1..65535");
+  std::vector<unsigned char> f;
+  detail::put_str(f, std::string(gray ? "P5" : "P6") + " # written by the tests\n" + std::to_string(img.width) + "\n" +
+                         std::to_string(img.height) + " #height\n" + std::to_string(maxval) + "\n");
+  for (std::size_t i = 0; i < img.px.size(); ++i) {
+    if (gray && i % 3 != 0) continue;
+    const unsigned v = (img.px[i] * unsigned(maxval) + 127) / 255;
+    if (maxval > 255) f.push_back(static_cast<unsigned char>(v >> 8));
+    f.push_back(static_cast<unsigned char>(v & 0xFF));
+  }
+  return f;
+}
+
+// What pnm_maxval(img, maxval, gray) decodes to: each stored sample s scaled back
+// as round(s * 255 / maxval), grey repeated in R, G and B. Exactly img (or
+// pgm_expected(img)) for maxval >= 255.
+inline Rgb pnm_expected(const Rgb& img, int maxval, bool gray) {
+  Rgb out = img;
+  const auto m = unsigned(maxval);
+  for (std::size_t i = 0; i < out.px.size(); ++i) {
+    const unsigned v = gray ? img.px[i - i % 3] : img.px[i];
+    const unsigned stored = (v * m + 127) / 255;
+    out.px[i] = static_cast<unsigned char>((stored * 255 + m / 2) / m);
+  }
+  return out;
+}
+
 // (R,R,R) for every pixel: what pgm(img) decodes to as RGB.
 inline Rgb pgm_expected(const Rgb& img) {
   Rgb out = img;
