@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   }
   seed(t::bmp(img));
   seed(t::tga(img));
+  seed(t::tga_raw(img));
   seed(t::ppm(img));
   seed(t::pgm(img));
   for (const int maxval : {15, 1000, 65535}) {  // PNM with fewer or more than 8 bits per sample

@@ -12,6 +12,8 @@
 #include <jerror.h>
 #include <stb/stb_image.h>
 
+#include "stages/container_check.h"
+
 namespace conveyor {
 
 const char* format_name(ImageFormat f) {
@@ -243,30 +245,6 @@ void pnm_to_rgb(std::span<const unsigned char> b, const PnmHeader& h, std::vecto
   }
 }
 
-// ---- PNG chunk lengths, checked before stb_image reads the file: stb grows its
-// buffer to an IDAT chunk's claimed length (up to 2 GiB) before it notices that
-// the file holds fewer bytes, so a 1 KB file could ask for gigabytes (found by
-// fuzz_decode with stb instrumented; fuzz/regressions/decode/ holds the file).
-void check_png_chunks(std::span<const unsigned char> b) {
-  auto be32 = [&](std::size_t i) {
-    return std::uint32_t(b[i]) << 24 | std::uint32_t(b[i + 1]) << 16 | std::uint32_t(b[i + 2]) << 8 | b[i + 3];
-  };
-  std::size_t at = 8;  // after the signature
-  while (at + 8 <= b.size()) {
-    const std::uint32_t length = be32(at);
-    const std::string type(reinterpret_cast<const char*>(b.data() + at + 4), 4);
-    const std::size_t left = b.size() - at - 8;  // bytes after the chunk's length and type
-    if (length > left) {
-      std::string printable;
-      for (char c : type) printable += (c >= 32 && c < 127) ? c : '?';
-      throw DecodeError("PNG: chunk '" + printable + "' claims " + std::to_string(length) + " bytes, the file holds " +
-                        std::to_string(left) + " more");
-    }
-    if (type == "IEND") return;
-    at += 12 + std::size_t(length);  // length, type, data, CRC
-  }
-}
-
 }  // namespace
 
 ImageDecoder::ImageDecoder(DecodeLimits limits, std::vector<int> jpeg_scales)
@@ -384,7 +362,7 @@ DecodedView ImageDecoder::decode_pnm() {
 }
 
 DecodedView ImageDecoder::decode_stb() {
-  if (info_.format == ImageFormat::png) check_png_chunks(bytes_);
+  check_container(info_.format, bytes_);  // stb_image would make up what a cut file lacks
   int w = 0, h = 0, n = 0;
   // The 8-bit API converts 16-bit samples to 8, expands palettes and grey, and drops alpha (req_comp 3).
   stb_pixels_.reset(stbi_load_from_memory(bytes_.data(), int(bytes_.size()), &w, &h, &n, 3));

@@ -696,6 +696,20 @@ inline std::vector<unsigned char> bmp(const Rgb& img) { return detail::stb_write
 // stbi_write_tga_with_rle (stb default 1); we leave that global alone. Exact.
 inline std::vector<unsigned char> tga(const Rgb& img) { return detail::stb_write(stbi_write_tga_to_func, img); }
 
+// Uncompressed 24-bit TGA, top row first (tga() writes run-length packets). Exact.
+inline std::vector<unsigned char> tga_raw(const Rgb& img) {
+  detail::check_dims(img.width, img.height);
+  std::vector<unsigned char> f = {0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  for (int v : {img.width, img.height}) {
+    f.push_back(static_cast<unsigned char>(v & 0xFF));
+    f.push_back(static_cast<unsigned char>(v >> 8));
+  }
+  f.push_back(24);
+  f.push_back(0x20);  // rows top-down
+  for (std::size_t i = 0; i < img.px.size(); i += 3) f.insert(f.end(), {img.px[i + 2], img.px[i + 1], img.px[i]});
+  return f;
+}
+
 // P6 binary, maxval 255. Decodes to img exactly.
 inline std::vector<unsigned char> ppm(const Rgb& img) { return detail::pnm("P6", img, false); }
 

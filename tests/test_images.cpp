@@ -65,6 +65,8 @@ TEST_CASE("images: lossless formats decode to the exact expected pixels", "[imag
   REQUIRE(f == ImageFormat::bmp);
   REQUIRE(decode_whole(t::tga(grad), &f).px == grad.px);
   REQUIRE(f == ImageFormat::tga);
+  REQUIRE(decode_whole(t::tga_raw(grad), &f).px == grad.px);
+  REQUIRE(f == ImageFormat::tga);
   REQUIRE(decode_whole(t::ppm(grad), &f).px == grad.px);
   REQUIRE(f == ImageFormat::pnm);
   REQUIRE(decode_whole(t::pgm(grad)).px == t::pgm_expected(grad).px);
@@ -147,6 +149,45 @@ TEST_CASE("images: a PNG chunk longer than the file is an error, not a huge buff
   dec.open(file);  // the header is whole
   REQUIRE_THROWS_WITH(dec.decode({0, 0, 16, 9}, 1.0),
                       "PNG: chunk 'IDAT' claims 2139062143 bytes, the file holds " + std::to_string(left) + " more");
+}
+
+namespace {
+
+// "" when the whole file decodes, else the decoder's error.
+std::string decode_error(const std::vector<unsigned char>& bytes) {
+  return error_of([&] { decode_whole(bytes); });
+}
+
+}  // namespace
+
+TEST_CASE("images: a BMP, TGA or GIF cut anywhere is an error, never zero-filled pixels", "[images][errors]") {
+  // stb_image 2.27 decodes all three "successfully" when cut short, making up what
+  // is missing; check_container() finds the cut first.
+  for (auto [w, h] : std::vector<std::pair<int, int>>{{1, 1}, {2, 3}, {17, 1}, {37, 23}}) {
+    const t::Rgb img = t::photo_like(w, h, 4);
+    const t::Rgb flat = t::Rgb{w, h, std::vector<unsigned char>(img.px.size(), 90)};  // long TGA runs
+    struct File {
+      const char* kind;
+      std::vector<unsigned char> bytes;
+      std::size_t may_lose;  // trailing bytes no decoder needs
+    };
+    const std::size_t bmp_padding = std::size_t((4 - w * 3 % 4) % 4);  // of the last row
+    const File files[] = {{"bmp", t::bmp(img), bmp_padding}, {"tga rle", t::tga(img), 0}, {"tga rle flat", t::tga(flat), 0},
+                          {"tga raw", t::tga_raw(img), 0},      {"gif", t::gif(img), 1}};  // 1: the GIF trailer
+    for (const File& f : files) {
+      INFO(f.kind << " " << w << "x" << h << ", " << f.bytes.size() << " bytes");
+      REQUIRE(decode_error(f.bytes) == "");
+      for (std::size_t lose = 1; lose <= f.may_lose; ++lose) REQUIRE(decode_error(t::truncated(f.bytes, f.bytes.size() - lose)) == "");
+      for (std::size_t keep = 0; keep + f.may_lose < f.bytes.size(); ++keep) {
+        INFO("cut to " << keep << " bytes");
+        REQUIRE(decode_error(t::truncated(f.bytes, keep)) != "");
+      }
+    }
+  }
+  CHECK(decode_error(t::truncated(t::bmp(t::gradient(16, 8)), 200)) == "BMP: pixel data cut short: 146 of 384 bytes");
+  CHECK(decode_error(t::truncated(t::tga_raw(t::gradient(16, 8)), 200)) == "TGA: pixel data cut short: 182 of 384 bytes");
+  CHECK_THAT(decode_error(t::truncated(t::tga(t::photo_like(16, 8, 1)), 100)), Catch::StartsWith("TGA: run-length data cut short after "));
+  CHECK(decode_error(t::truncated(t::gif(t::gradient(16, 8)), 100)) == "GIF: the first frame's data is cut short");
 }
 
 TEST_CASE("images: every JPEG kind decodes to RGB close to its source", "[images][decode][jpeg]") {

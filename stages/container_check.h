@@ -1,0 +1,27 @@
+// check_container: does a PNG, BMP, TGA or GIF file hold every byte its headers
+// promise? Called before stb_image decodes one, because the stb_image in Debian 12
+// (v2.27) does not ask: for a file cut short it fills the missing BMP and TGA
+// pixels with zeros and returns a partial GIF frame, all without an error, so a
+// half-downloaded file would train as a picture with black rows; and it grows its
+// PNG buffer to whatever length an IDAT chunk claims (up to 2 GiB) before it
+// finds the bytes missing.
+//
+// The checks walk the container only (headers, chunk and block lengths, TGA run
+// packets); they decode nothing, and pass every file stb_image can read whole.
+// What they cannot see: a compressed stream (PNG's zlib, GIF's LZW) that ends
+// early inside bytes that are all there. For PNG, stb reports that itself; a GIF
+// whose LZW data stops early still decodes partially.
+#pragma once
+
+#include <span>
+
+#include "stages/decode.h"
+
+namespace conveyor {
+
+// Throws DecodeError ("BMP: pixel data cut short: 4635 of 9216 bytes") when the
+// file ends before the data its headers describe (or inside a header). Formats
+// other than PNG, BMP, TGA and GIF pass unchecked.
+void check_container(ImageFormat format, std::span<const unsigned char> bytes);
+
+}  // namespace conveyor
