@@ -38,21 +38,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// FNV-1a over a batch: its identity, indices, labels, skipped samples and bytes.
-std::uint64_t batch_hash(const Batch& b) {
-  std::uint64_t h = 1469598103934665603ULL;
-  const auto mix = [&](const void* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ULL;
-  };
-  mix(&b.epoch, sizeof b.epoch);
-  mix(&b.index, sizeof b.index);
-  mix(b.indices.data(), b.indices.size() * sizeof(std::uint64_t));
-  mix(b.labels.data(), b.labels.size() * sizeof(std::int64_t));
-  for (const auto& s : b.skipped) mix(&s.index, sizeof s.index);
-  mix(b.bytes().data(), b.bytes().size());
-  return h;
-}
-
 std::size_t count_open_fds() {
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
@@ -146,7 +131,7 @@ int main(int argc, char** argv) {
     std::vector<std::uint64_t> reference;
     {
       Pipeline p(cfg, n, {src.filler()});
-      while (auto b = p.next()) reference.push_back(batch_hash(**b));
+      while (auto b = p.next()) reference.push_back(batch_digest(**b));
     }
     std::printf("uninterrupted run: %zu batches\n", reference.size());
 
@@ -165,7 +150,7 @@ int main(int argc, char** argv) {
     std::size_t k = 0, mismatches = 0, resumes = 0, next_stop = 0;
     while (auto b = p->next()) {
       const Batch& batch_ref = **b;
-      if (k >= reference.size() || batch_hash(batch_ref) != reference[k]) ++mismatches;
+      if (k >= reference.size() || batch_digest(batch_ref) != reference[k]) ++mismatches;
       EpochRow& row = rows.at(batch_ref.epoch);
       row.delivered += batch_ref.size();
       row.skipped += batch_ref.skipped.size();

@@ -40,6 +40,7 @@
 #include "apps/cli.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
+#include "pipeline/fnv1a.h"
 #include "stages/image_source.h"
 
 using namespace conveyor;
@@ -60,18 +61,14 @@ struct TrainOptions {
 // What a checkpoint must agree on to be resumed: everything the batches and the model depend on.
 // FNV-1a over every sample's path and label: the same dataset, not just the same size.
 std::string dataset_digest(const Dataset& d) {
-  std::uint64_t h = 1469598103934665603ULL;
-  auto mix = [&](const void* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ULL;
-  };
+  Fnv1a h;
   for (std::size_t i = 0; i < d.size(); ++i) {
     const std::string_view path = d.path_view(i);
-    const std::int64_t label = d.label(i);
-    mix(path.data(), path.size());
-    mix(&label, sizeof label);
+    h.add(path.data(), path.size());
+    h.add_value(d.label(i));
   }
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h.value);
   return hex;
 }
 

@@ -5,6 +5,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "pipeline/fnv1a.h"
+
 namespace conveyor {
 
 // Shared by the pool and every handle, so the memory outlives whichever goes last.
@@ -134,5 +136,17 @@ void BatchPool::close() { core_->free.close(); }
 std::size_t BatchPool::count() const { return core_->batches.size(); }
 std::size_t BatchPool::available() const { return core_->free.size(); }
 QueueStats BatchPool::stats() const { return core_->free.stats(); }
+
+std::uint64_t batch_digest(const Batch& b) {
+  Fnv1a h;
+  h.add_value(b.epoch);
+  h.add_value(b.index);
+  h.add(b.indices.data(), b.indices.size() * sizeof(b.indices[0]));
+  h.add(b.labels.data(), b.labels.size() * sizeof(b.labels[0]));
+  for (const SkippedSample& s : b.skipped) h.add_value(s.index);
+  const auto bytes = b.bytes();
+  h.add(bytes.data(), bytes.size());
+  return h.value;
+}
 
 }  // namespace conveyor

@@ -80,6 +80,11 @@ struct Batch {
   void* user = nullptr;
 };
 
+// FNV-1a over what a consumer sees of a batch: epoch, index, indices, labels,
+// the skipped samples' indices and the filled bytes. Equal digests mean the same
+// batch, for resume and worker-count equivalence checks.
+std::uint64_t batch_digest(const Batch& b);
+
 class BatchPool;
 
 // Move-only owner of one pooled Batch; returns it to the pool on destruction.

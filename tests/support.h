@@ -1,5 +1,5 @@
 // Test helpers: a deterministic filler whose bytes depend on (seed, epoch,
-// index) alone, and digests to compare whole streams.
+// index) alone (batch_digest() in pipeline/batch.h compares whole streams).
 #pragma once
 
 #include <cstdint>
@@ -27,21 +27,6 @@ inline void fill_pattern(Sample& s) {
     std::memcpy(s.data.data() + i, &v, std::min<std::size_t>(8, s.data.size() - i));
   }
   s.label = std::int64_t(s.index * 3);
-}
-
-// FNV-1a over a batch's identity, indices, labels and bytes.
-inline std::uint64_t digest(const Batch& b) {
-  std::uint64_t h = 1469598103934665603ULL;
-  auto mix = [&](const void* p, std::size_t n) {
-    auto c = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ULL;
-  };
-  mix(&b.epoch, sizeof b.epoch);
-  mix(&b.index, sizeof b.index);
-  mix(b.indices.data(), b.indices.size() * sizeof(b.indices[0]));
-  mix(b.labels.data(), b.labels.size() * sizeof(b.labels[0]));
-  mix(b.data, b.size() * b.sample_bytes);
-  return h;
 }
 
 }  // namespace conveyor::test

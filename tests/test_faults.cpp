@@ -283,7 +283,6 @@ TEST_CASE("faults: EACCES, EIO, short reads and truncation through an injected f
     REQUIRE_THAT(skipped[1].reason, Catch::Contains(paths[7].string() + ": cannot open: Permission denied"));
     REQUIRE(skipped[2].index == 9);
     REQUIRE_THAT(skipped[2].reason, Catch::Contains(paths[9].string() + ": "));  // the decoder: truncated data
-
   }
   // Fail policy with one worker, so the first bad sample (2) is the first error:
   // with more, samples 7 or 9 may fail first, and the first error is the one kept.

@@ -13,7 +13,6 @@
 #include "support.h"
 
 using namespace conveyor;
-using conveyor::test::digest;
 using conveyor::test::expected_bytes;
 using conveyor::test::fill_pattern;
 
@@ -47,7 +46,7 @@ std::size_t bad_samples(const Config& c, const Batch& b, const std::vector<std::
 std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> run_digests(const Config& c, std::size_t n) {
   Pipeline p(c, n, {fill_pattern});
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> out;
-  while (auto b = p.next()) out[{(*b)->epoch, (*b)->index}] = digest(**b);
+  while (auto b = p.next()) out[{(*b)->epoch, (*b)->index}] = batch_digest(**b);
   return out;
 }
 
@@ -307,7 +306,7 @@ TEST_CASE("pipeline: resume delivers exactly the batches after k, bit-identical"
   std::vector<std::uint64_t> reference;
   {
     Pipeline p(c, n, {fill_pattern});
-    while (auto b = p.next()) reference.push_back(digest(**b));
+    while (auto b = p.next()) reference.push_back(batch_digest(**b));
   }
   REQUIRE(reference.size() == 45);
   const auto k = GENERATE(0, 1, 7, 14, 15, 16, 30, 44, 45);
@@ -318,13 +317,13 @@ TEST_CASE("pipeline: resume delivers exactly the batches after k, bit-identical"
     for (int i = 0; i < k; ++i) {
       auto b = p.next();
       REQUIRE(b);
-      REQUIRE(digest(**b) == reference[std::size_t(i)]);
+      REQUIRE(batch_digest(**b) == reference[std::size_t(i)]);
     }
     saved = p.state().serialize();
   }  // destroyed mid-run, with workers prefetching
   Pipeline resumed(c, n, {fill_pattern}, PipelineState::parse(saved));
   std::vector<std::uint64_t> rest;
-  while (auto b = resumed.next()) rest.push_back(digest(**b));
+  while (auto b = resumed.next()) rest.push_back(batch_digest(**b));
   REQUIRE(rest == std::vector<std::uint64_t>(reference.begin() + k, reference.end()));
 }
 
@@ -339,12 +338,12 @@ TEST_CASE("pipeline: unordered resume delivers the rest of the epoch", "[pipelin
     Pipeline p(c, 100, {fill_pattern});
     for (int i = 0; i < 20; ++i) {
       auto b = p.next();
-      REQUIRE(got.emplace(std::pair{(*b)->epoch, (*b)->index}, digest(**b)).second);
+      REQUIRE(got.emplace(std::pair{(*b)->epoch, (*b)->index}, batch_digest(**b)).second);
     }
     s = p.state();
   }
   Pipeline resumed(c, 100, {fill_pattern}, s);
-  while (auto b = resumed.next()) REQUIRE(got.emplace(std::pair{(*b)->epoch, (*b)->index}, digest(**b)).second);
+  while (auto b = resumed.next()) REQUIRE(got.emplace(std::pair{(*b)->epoch, (*b)->index}, batch_digest(**b)).second);
   REQUIRE(got == reference);
 }
 

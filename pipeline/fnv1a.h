@@ -1,0 +1,29 @@
+// Fnv1a: the 64-bit FNV-1a hash, for checks that two runs produced the same
+// bytes (batch_digest() in batch.h, a checkpoint's dataset identity). Stable
+// across platforms and runs; not meant to resist deliberate collisions.
+//
+//   Fnv1a h;
+//   h.add(data, n);
+//   h.add_value(label);
+//   use(h.value);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace conveyor {
+
+struct Fnv1a {
+  std::uint64_t value = 1469598103934665603ULL;
+
+  void add(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) value = (value ^ p[i]) * 1099511628211ULL;
+  }
+  template <class T>
+  void add_value(const T& v) {
+    add(&v, sizeof v);
+  }
+};
+
+}  // namespace conveyor
