@@ -6,9 +6,13 @@
 //        ^                                                         |
 //        +------------------- batch pool (free buffers) <----------+
 //
-// Workers cooperate on the oldest unfinished batches: each claims the next
-// sample of the stream, so a batch's samples are filled in parallel and its
-// latency falls as workers are added. The transfer thread restores sampler
+// Workers cooperate on the oldest unfinished batches: each claims the next run
+// of samples of the stream, so a batch's samples are filled in parallel and its
+// latency falls as workers are added. Runs are guided: a claim takes a
+// 1 / (2 x workers) share of what is left of the batch, at least one sample, so
+// the shared counters are touched a few times per batch rather than per
+// sample, and a batch ends in single samples that keep the workers finishing
+// it together. The transfer thread restores sampler
 // order (or, with ordered = false, passes batches on as they complete within an
 // epoch) and runs the transfer function on each batch. Workers persist across
 // epochs and prefetch into the next one.
@@ -192,7 +196,7 @@ class Pipeline {
   struct OpenBatch;
   void worker_main(std::size_t w);
   void transfer_main();
-  bool claim(std::uint64_t& g, std::size_t& slot);
+  bool claim(std::uint64_t& g, std::size_t& slot, std::size_t& count);
   // `mark` is the worker's busy-time origin; each advances it past its waits.
   bool open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
   bool wait_open(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
@@ -217,8 +221,9 @@ class Pipeline {
   BoundedQueue<BatchHandle> device_queue_;
 
   // Work distribution: `cursor_` packs (batch position g, next slot); openers take
-  // buffers in g order; ring_[g % R] holds batch g while workers fill it.
-  std::atomic<std::uint64_t> cursor_{0};
+  // buffers in g order; ring_[g % R] holds batch g while workers fill it. The
+  // cursor has a cache line of its own: every claim by every worker writes it.
+  alignas(64) std::atomic<std::uint64_t> cursor_{0};
   std::unique_ptr<OpenBatch[]> ring_;
   std::size_t ring_size_;
   std::mutex mu_;               // guards next_open_, ring tags' transitions, stopping_

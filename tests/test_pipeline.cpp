@@ -154,25 +154,27 @@ TEST_CASE("pipeline: unordered delivery covers each epoch once, epochs in turn",
 }
 
 TEST_CASE("pipeline: workers cooperate on one batch's samples", "[pipeline]") {
-  // The first four samples of batch 0 wait for each other: that completes only if
-  // four workers fill samples of the same batch at once.
+  // Each worker's first sample of batch 0 waits until all four workers have
+  // one: that completes only if four workers fill samples of the same batch at
+  // once. With batch 64 a claim takes a run of samples; no worker may take the
+  // whole batch.
+  const auto batch = GENERATE(8, 64);
   Config c = small_config();
   c.workers = 4;
-  c.batch_size = 8;
+  c.batch_size = std::size_t(batch);
   c.shuffle = false;
   c.epochs = 1;
   std::mutex mu;
   std::condition_variable cv;
-  int arrived = 0;
+  std::set<std::size_t> arrived;
   std::atomic<bool> timed_out{false};
-  Pipeline p(c, 64, {[&](Sample& s) {
+  Pipeline p(c, 8 * c.batch_size, {[&](Sample& s) {
                fill_pattern(s);
-               if (s.index < 4) {
-                 std::unique_lock lk(mu);
-                 ++arrived;
-                 cv.notify_all();
-                 if (!cv.wait_for(lk, std::chrono::seconds(20), [&] { return arrived == 4; })) timed_out = true;
-               }
+               if (s.index >= c.batch_size) return;
+               std::unique_lock lk(mu);
+               if (!arrived.insert(s.worker).second) return;
+               cv.notify_all();
+               if (!cv.wait_for(lk, std::chrono::seconds(20), [&] { return arrived.size() == 4; })) timed_out = true;
              }});
   std::size_t batches = 0;
   while (p.next()) ++batches;
