@@ -4,7 +4,8 @@
 //             time with the pipeline bound sum + (n - 1) * slowest and with the
 //             serial sum n * sum.
 //   overhead  a no-op filler and consumer: what the pipeline itself costs per
-//             batch and per sample.
+//             batch and per sample. --wait-yields 0,16 alternates the values
+//             run by run and gives each one's median and the ratio to the first.
 //
 // Each runs --runs times and prints every run and the median.
 #include <algorithm>
@@ -58,33 +59,45 @@ int overlap(const Config& base, std::size_t batches, const apps::SyntheticCosts&
   return 0;
 }
 
-int overhead(const Config& base, std::size_t batches, int runs) {
+int overhead(const Config& base, std::size_t batches, int runs, const std::vector<std::size_t>& yields,
+             bool show_stats) {
   Config c = base;
   c.epochs = 1;
   c.sample_bytes = 0;
   std::printf("overhead: no-op filler and consumer, %zu batches of %zu, %zu workers, host queue %zu, device queue %zu\n",
               batches, c.batch_size, c.workers, c.host_queue_depth, c.device_queue_depth);
-  std::vector<double> per_batch_us, samples_per_s;
+  // One column per wait_yields value; the values take turns within each run so
+  // that a noisy moment on a shared machine falls on all of them alike.
+  std::vector<std::vector<double>> per_batch_us(yields.size()), samples_per_s(yields.size());
   for (int r = 0; r < runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    Pipeline p(c, batches * c.batch_size, Stages{[](Sample&) {}});
-    std::size_t got = 0, samples = 0;
-    while (auto b = p.next()) {
-      ++got;
-      samples += (*b)->size();
+    for (std::size_t v = 0; v < yields.size(); ++v) {
+      c.wait_yields = yields[v];
+      const auto t0 = std::chrono::steady_clock::now();
+      Pipeline p(c, batches * c.batch_size, Stages{[](Sample&) {}});
+      std::size_t got = 0, samples = 0;
+      while (auto b = p.next()) {
+        ++got;
+        samples += (*b)->size();
+      }
+      const double wall = apps::seconds_since(t0);
+      if (got != batches) {
+        std::fprintf(stderr, "overhead: expected %zu batches, got %zu\n", batches, got);
+        return 1;
+      }
+      per_batch_us[v].push_back(wall * 1e6 / double(got));
+      samples_per_s[v].push_back(double(samples) / wall);
+      std::printf("run %d, wait_yields %zu: %.3f s, %.0f batches/s, %.0f samples/s, %.2f us/batch\n", r + 1, yields[v],
+                  wall, double(got) / wall, double(samples) / wall, wall * 1e6 / double(got));
+      if (show_stats && r + 1 == runs) std::printf("%s\n", p.stats().table().c_str());
     }
-    const double wall = apps::seconds_since(t0);
-    if (got != batches) {
-      std::fprintf(stderr, "overhead: expected %zu batches, got %zu\n", batches, got);
-      return 1;
-    }
-    per_batch_us.push_back(wall * 1e6 / double(got));
-    samples_per_s.push_back(double(samples) / wall);
-    std::printf("run %d: %.3f s, %.0f batches/s, %.0f samples/s, %.2f us/batch\n", r + 1, wall, double(got) / wall,
-                double(samples) / wall, wall * 1e6 / double(got));
   }
-  const double us = median(per_batch_us);
-  std::printf("median of %d: %.0f batches/s, %.0f samples/s, %.2f us/batch\n", runs, 1e6 / us, median(samples_per_s), us);
+  for (std::size_t v = 0; v < yields.size(); ++v) {
+    const double us = median(per_batch_us[v]);
+    std::printf("median of %d, wait_yields %zu: %.0f batches/s, %.0f samples/s, %.2f us/batch", runs, yields[v],
+                1e6 / us, median(samples_per_s[v]), us);
+    if (v > 0) std::printf(" (%.2fx the first's time)", us / median(per_batch_us[0]));
+    std::printf("\n");
+  }
   return 0;
 }
 
@@ -119,6 +132,12 @@ int main(int argc, char** argv) {
   oh->add_option("--batches", h_batches)->capture_default_str();
   oh->add_option("--host-queue", hc.host_queue_depth)->capture_default_str();
   oh->add_option("--device-queue", hc.device_queue_depth)->capture_default_str();
+  std::vector<std::size_t> yields{hc.wait_yields};
+  oh->add_option("--wait-yields", yields, "Config::wait_yields; a comma list alternates the values run by run")
+      ->delimiter(',')
+      ->capture_default_str();
+  bool show_stats = false;
+  oh->add_flag("--stats", show_stats, "print the last run's stage and queue table");
 
   try {
     app.parse(argc, argv);
@@ -129,7 +148,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (ov->parsed()) return overlap(oc, o_batches, costs, runs);
-    return overhead(hc, h_batches, runs);
+    return overhead(hc, h_batches, runs, yields, show_stats);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conveyor-bench-core: %s\n", e.what());
     return 1;

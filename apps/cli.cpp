@@ -54,6 +54,9 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   app.add_option("--batch", o.batch, "samples per batch")->check(CLI::Range(1, 1 << 24));
   app.add_option("--host-queue", o.host_queue, "finished batches waiting for the transfer thread")->check(CLI::Range(1, 4096));
   app.add_option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(CLI::Range(1, 4096));
+  app.add_option("--wait-yields", o.wait_yields,
+                 "times a waiting thread yields its core before it sleeps (0: sleep at once)")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--epochs", o.epochs, "epochs to run")->check(CLI::Range(1, 1 << 30));
   app.add_option("--seed", o.seed, "seed of the order and of every augmentation");
   app.add_option("--crop", o.crop, "output size of RandomResizedCrop (default 64 on the embedded dataset, else 224)")
@@ -143,6 +146,7 @@ Config pipeline_config(const Options& o) {
   cfg.workers = o.workers;
   cfg.host_queue_depth = o.host_queue;
   cfg.device_queue_depth = o.device_queue;
+  cfg.wait_yields = o.wait_yields;
   cfg.seed = o.seed;
   cfg.epochs = o.epochs;
   cfg.rank = o.rank;

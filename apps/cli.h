@@ -37,6 +37,7 @@ struct Options {
   std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
   std::size_t batch = 64;
   std::size_t host_queue = 2, device_queue = 2;
+  std::size_t wait_yields = Config{}.wait_yields;
   std::size_t epochs = 1;
   std::uint64_t seed = 0;
   int crop = 0;  // 0: 64 for the embedded dataset, else 224

@@ -414,7 +414,8 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   if (!out) throw UsageError("--json: cannot write " + file);
   out << "{\n  \"device\": \"" << json_escape(r.device) << "\",\n";
   out << "  \"workers\": " << o.workers << ", \"batch\": " << o.batch << ", \"host_queue\": " << o.host_queue
-      << ", \"device_queue\": " << o.device_queue << ", \"epochs\": " << o.epochs << ",\n";
+      << ", \"device_queue\": " << o.device_queue << ", \"wait_yields\": " << o.wait_yields
+      << ", \"epochs\": " << o.epochs << ",\n";
   out << "  \"images\": " << images << ", \"batches\": " << batches << ", \"seconds\": " << seconds << ",\n";
   out << "  \"images_per_s\": " << (seconds > 0 ? double(images) / seconds : 0)
       << ", \"batches_per_s\": " << (seconds > 0 ? double(batches) / seconds : 0) << ",\n";

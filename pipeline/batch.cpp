@@ -16,7 +16,8 @@ struct BatchHandle::Core {
   std::vector<std::unique_ptr<Batch>> batches;
   BoundedQueue<Batch*> free;
 
-  Core(std::size_t count, Allocator a) : allocator(std::move(a)), free(count) {}
+  Core(std::size_t count, Allocator a, std::size_t wait_yields)
+      : allocator(std::move(a)), free(count, wait_yields) {}
   ~Core() {
     for (auto& b : batches) {
       if (b->data) allocator.deallocate(b->data, bytes_per_batch);
@@ -93,13 +94,14 @@ void BatchHandle::reset() {
   core_.reset();
 }
 
-BatchPool::BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator) {
+BatchPool::BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator,
+                     std::size_t wait_yields) {
   if (count == 0) throw std::invalid_argument("batch pool: count must be >= 1");
   if (batch_capacity == 0) throw std::invalid_argument("batch pool: batch capacity must be >= 1");
   if (!allocator.allocate || !allocator.deallocate) {
     throw std::invalid_argument("batch pool: allocator '" + allocator.name + "' lacks allocate or deallocate");
   }
-  core_ = std::make_shared<BatchHandle::Core>(count, std::move(allocator));
+  core_ = std::make_shared<BatchHandle::Core>(count, std::move(allocator), wait_yields);
   core_->bytes_per_batch = batch_capacity * sample_bytes;
   core_->batches.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {

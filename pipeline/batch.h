@@ -117,8 +117,10 @@ class BatchPool {
  public:
   // Allocates count batches of batch_capacity * sample_bytes bytes each.
   // Throws std::invalid_argument for count 0 or batch_capacity 0, and whatever
-  // the allocator throws (having freed what it had allocated).
-  BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator);
+  // the allocator throws (having freed what it had allocated). wait_yields: how
+  // acquire() waits for a free batch, as in BoundedQueue.
+  BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator,
+            std::size_t wait_yields = kDefaultWaitYields);
   ~BatchPool();
   BatchPool(const BatchPool&) = delete;
   BatchPool& operator=(const BatchPool&) = delete;

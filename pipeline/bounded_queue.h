@@ -10,6 +10,15 @@
 // moodycamel::LightweightSemaphore (free slots and ready items), which bound the
 // queue and let threads block without spinning a core. The queue records how full
 // it is and how long producers were blocked and consumers starved (QueueStats).
+//
+// Waiting: a thread that finds the queue full (push) or empty (pop) first
+// yields its core up to `wait_yields` times, looking again after each, and only
+// then sleeps in the semaphore. Waking a sleeping thread costs a system call on
+// the waker's side and a context switch on the sleeper's, 5-10 us on a VM; when
+// a pipeline runs more threads than there are cores, the yield hands the core
+// to the thread being waited for instead, and the hand-off costs neither (see
+// docs/benchmarks.md, "Overhead"). A pure spin would hold the core that thread
+// needs, so the semaphore's own spin comes after the yields, not instead.
 #pragma once
 
 #include <algorithm>
@@ -42,6 +51,9 @@
 
 namespace conveyor {
 
+// Config::wait_yields's default, here so that a queue built alone waits alike.
+inline constexpr std::size_t kDefaultWaitYields = 16;
+
 // A snapshot of a queue's counters. Times are totals over all threads.
 struct QueueStats {
   std::size_t capacity = 0;
@@ -56,10 +68,12 @@ struct QueueStats {
 template <typename T>
 class BoundedQueue {
  public:
-  // Throws std::invalid_argument if capacity is 0.
-  explicit BoundedQueue(std::size_t capacity)
+  // Throws std::invalid_argument if capacity is 0. wait_yields: as
+  // Config::wait_yields (0: sleep at once).
+  explicit BoundedQueue(std::size_t capacity, std::size_t wait_yields = kDefaultWaitYields)
       : capacity_(capacity == 0 ? throw std::invalid_argument("BoundedQueue: capacity must be >= 1")
                                 : capacity),
+        wait_yields_(wait_yields),
         queue_(capacity),
         free_slots_(static_cast<moodycamel::LightweightSemaphore::ssize_t>(capacity)) {}
 
@@ -149,7 +163,7 @@ class BoundedQueue {
       bool have_slot = free_slots_.tryWait();
       if (!have_slot && block) {
         const auto t0 = Clock::now();
-        have_slot = free_slots_.wait();
+        have_slot = wait_for(free_slots_);
         blocked_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
       }
       // A slot token handed out by close() is no slot: refuse the item.
@@ -173,7 +187,7 @@ class BoundedQueue {
     if (!have_item) {
       if (!block) return std::nullopt;  // taking an item without its token would desync the count
       const auto t0 = Clock::now();
-      have_item = ready_items_.wait();
+      have_item = wait_for(ready_items_);
       starved_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
     }
     for (;;) {
@@ -185,6 +199,15 @@ class BoundedQueue {
       }
       std::this_thread::yield();  // a push is between its check and enqueue: microseconds
     }
+  }
+
+  // A token from `s`: yield-and-look wait_yields_ times, then sleep (see the top).
+  bool wait_for(Sema& s) {
+    for (std::size_t i = 0; i < wait_yields_; ++i) {
+      std::this_thread::yield();
+      if (s.tryWait()) return true;
+    }
+    return s.wait();
   }
 
   std::optional<T> take_if_any() {
@@ -201,6 +224,7 @@ class BoundedQueue {
   }
 
   const std::size_t capacity_;
+  const std::size_t wait_yields_;
   moodycamel::ConcurrentQueue<T> queue_;
   Sema free_slots_;
   Sema ready_items_{0};

@@ -8,6 +8,7 @@ void require_at_least_1(const char* field, std::size_t value) {
 }
 constexpr std::size_t kMaxBatch = std::size_t{1} << 24;  // the slot field of a work ticket
 constexpr std::size_t kMaxThreads = 1024;
+constexpr std::size_t kMaxWaitYields = 1000000;
 }  // namespace
 
 void Config::validate() const {
@@ -24,6 +25,9 @@ void Config::validate() const {
   require_at_least_1("world_size", world_size);
   if (rank >= world_size) {
     throw ConfigError("rank", "must be < world_size " + std::to_string(world_size) + " (got " + std::to_string(rank) + ")");
+  }
+  if (wait_yields > kMaxWaitYields) {
+    throw ConfigError("wait_yields", "must be <= " + std::to_string(kMaxWaitYields) + " (got " + std::to_string(wait_yields) + ")");
   }
   if (sample_bytes != 0 && batch_size > SIZE_MAX / sample_bytes) {
     throw ConfigError("sample_bytes", "times batch_size overflows");

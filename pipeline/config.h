@@ -68,6 +68,15 @@ struct Config {
   std::size_t world_size = 1;
   ShardPolicy shard_policy = ShardPolicy::pad;  // Default: pad.
 
+  // How a thread waits on a full or empty queue or an empty buffer pool: it
+  // yields its core up to this many times, looking again after each, before it
+  // sleeps. With more pipeline threads than cores this hands the core to the
+  // thread being waited for and saves a kernel wake-up per hand-off (halves the
+  // per-batch overhead on a 2-core VM; docs/benchmarks.md). 0 sleeps at once,
+  // which suits a machine whose other processes need every spare cycle.
+  // Default: 16. At most 1000000.
+  std::size_t wait_yields = 16;
+
   // Epochs to produce, counted from epoch 0; the stream ends after the last.
   // Default: 0, meaning no end (workers keep prefetching until stopped).
   std::uint64_t epochs = 0;

@@ -152,6 +152,7 @@ namespace {
 constexpr unsigned kSlotBits = 24;  // Config::validate caps batch_size at 2^24
 constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
 constexpr std::uint64_t kFree = 0;  // ring tag of an entry holding no batch
+static_assert(Config{}.wait_yields == kDefaultWaitYields, "one default for Config and a queue built alone");
 
 const Config& validated(const Config& c) {
   c.validate();
@@ -241,9 +242,10 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, Stages stages
       position_(checked_start(config_, sampler_, dataset_size, resume)),
       plan_(make_plan(config_, sampler_, position_)),
       start_(Clock::now()),
-      pool_(config_.host_buffer_count(), config_.batch_size, config_.sample_bytes, stages_.allocator),
-      host_queue_(config_.host_queue_depth),
-      device_queue_(config_.device_queue_depth),
+      pool_(config_.host_buffer_count(), config_.batch_size, config_.sample_bytes, stages_.allocator,
+            config_.wait_yields),
+      host_queue_(config_.host_queue_depth, config_.wait_yields),
+      device_queue_(config_.device_queue_depth, config_.wait_yields),
       ring_(std::make_unique<OpenBatch[]>(config_.host_buffer_count())),
       ring_size_(config_.host_buffer_count()),
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {

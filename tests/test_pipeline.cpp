@@ -63,7 +63,8 @@ TEST_CASE("pipeline grid: every index once per epoch, in order, right bytes", "[
   c.host_queue_depth = std::size_t(host_q);
   c.device_queue_depth = std::size_t(device_q);
   c.batch_size = std::size_t(batch);
-  CAPTURE(workers, host_q, device_q, batch, n);
+  c.wait_yields = device_q == 1 ? 0 : kDefaultWaitYields;  // both ways of waiting, half the grid each
+  CAPTURE(workers, host_q, device_q, batch, n, c.wait_yields);
   Pipeline p(c, std::size_t(n), {fill_pattern});
   const std::size_t per_epoch = (std::size_t(n) + c.batch_size - 1) / c.batch_size;
   REQUIRE(p.batches_per_epoch() == per_epoch);
@@ -201,6 +202,7 @@ TEST_CASE("pipeline: invalid config names the field", "[pipeline][config]") {
   rejects([](Config& c) { c.device_queue_depth = 0; }, "device_queue_depth");
   rejects([](Config& c) { c.world_size = 0; }, "world_size");
   rejects([](Config& c) { c.rank = 4, c.world_size = 4; }, "rank");
+  rejects([](Config& c) { c.wait_yields = 1000001; }, "wait_yields");
   REQUIRE_THROWS_WITH(Pipeline(small_config(), 10, Stages{}), Catch::Contains("fill"));
 }
 

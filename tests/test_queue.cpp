@@ -45,8 +45,10 @@ TEST_CASE("queue: capacity 1 holds one item and keeps FIFO order", "[queue]") {
 TEST_CASE("queue: many producers and consumers deliver every item exactly once", "[queue]") {
   auto [capacity, producers, consumers] = GENERATE(table<std::size_t, int, int>({
       {1, 4, 4}, {2, 1, 3}, {3, 4, 1}, {8, 3, 3}, {64, 8, 2}}));
+  const std::size_t yields = GENERATE(std::size_t{0}, conveyor::kDefaultWaitYields);  // sleep at once, or yield first
+  CAPTURE(capacity, producers, consumers, yields);
   constexpr int kPerProducer = 5000;
-  BoundedQueue<int> q(capacity);
+  BoundedQueue<int> q(capacity, yields);
   std::vector<std::atomic<int>> seen(std::size_t(producers) * kPerProducer);
   std::atomic<int> producers_left{producers};
   std::atomic<int> refused{0}, out_of_order{0};  // Catch2 assertions are not thread-safe
@@ -98,8 +100,9 @@ TEST_CASE("queue: close ends the stream after the queued items", "[queue]") {
 
 TEST_CASE("queue: close wakes every blocked consumer and producer", "[queue]") {
   constexpr int kWaiters = 6;
-  BoundedQueue<int> empty(2);
-  BoundedQueue<int> full(1);
+  const std::size_t yields = GENERATE(std::size_t{0}, conveyor::kDefaultWaitYields);
+  BoundedQueue<int> empty(2, yields);
+  BoundedQueue<int> full(1, yields);
   REQUIRE(full.push(0));
   std::latch started(2 * kWaiters);
   std::atomic<int> pops_ended{0}, pushes_refused{0};
