@@ -42,6 +42,36 @@ std::size_t bad_samples(const Config& c, const Batch& b, const std::vector<std::
   return bad;
 }
 
+// Yields until `ready()` holds and returns true, or false after `limit_s`.
+// Tests wait this way for a state the threads reach on their own (every thread
+// blocked, queues full) instead of sleeping and hoping they got there.
+template <typename Ready>
+bool eventually(Ready ready, double limit_s = 60.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// The consumer holds a batch and takes no more. Once the device queue is full
+// and the pool has no free buffer, both stay so, and every thread ends up
+// blocked: the transfer thread pushing into the device queue, the workers
+// pushing into the host queue or waiting for a buffer. (Whether the host queue
+// fills too depends on how many batches the transfer thread holds back to
+// restore order.) Counts come from the snapshot's push and pop totals.
+bool consumer_away_filled_everything(const PipelineStats& s) {
+  const auto items = [](const NamedQueueStats& q) { return q.stats.pushes - q.stats.pops; };
+  return items(s.queues[1]) == s.queues[1].stats.capacity && items(s.queues[2]) == 0;
+}
+
+double seconds_to_stop(Pipeline& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  p.stop();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Digests of every batch of the run, by (epoch, batch index).
 std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> run_digests(const Config& c, std::size_t n) {
   Pipeline p(c, n, {fill_pattern});
@@ -380,20 +410,35 @@ TEST_CASE("pipeline: epoch() must name the consumer's epoch", "[pipeline]") {
   REQUIRE(p.epoch(2).size() == 0);  // past the configured epochs
 }
 
-TEST_CASE("pipeline: stop returns promptly with threads blocked on full queues", "[pipeline][stop]") {
+TEST_CASE("pipeline: stop returns promptly with threads blocked on full or empty queues", "[pipeline][stop]") {
   Config c = small_config();
-  c.epochs = 0;  // endless: workers fill until every buffer is in flight
+  c.epochs = 0;  // endless: nothing ends on its own
   c.workers = 4;
-  c.host_buffers = 3;
-  Pipeline p(c, 1000, {fill_pattern});
-  auto held = p.next();  // the consumer holds one batch and stops consuming
-  REQUIRE(held);
-  const auto t0 = std::chrono::steady_clock::now();
-  p.stop();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  REQUIRE(s < 0.5);
-  REQUIRE_FALSE(p.next());  // stopped: the stream ends
-  REQUIRE((*held)->size() == 7);  // the held batch outlives the stop
+  SECTION("the consumer stays away: every queue fills and every thread blocks") {
+    // The consumer holds one batch and takes no more: the device queue fills,
+    // the transfer thread blocks pushing into it, and the workers block pushing
+    // into the host queue or waiting for a buffer.
+    Pipeline p(c, 1000, {fill_pattern});
+    auto held = p.next();
+    REQUIRE(held);
+    REQUIRE(eventually([&] { return consumer_away_filled_everything(p.stats()); }));
+    REQUIRE(seconds_to_stop(p) < 0.5);
+    REQUIRE_FALSE(p.next());        // stopped: the stream ends
+    REQUIRE((*held)->size() == 7);  // the held batch outlives the stop
+  }
+  SECTION("the workers are stuck in the filler: the transfer thread waits on an empty queue") {
+    // A filler that waits until the pipeline stops, as a stalled read does:
+    // nothing reaches the host queue, so the transfer thread is starved.
+    std::atomic<std::size_t> inside{0};
+    Pipeline p(c, 1000, {[&](Sample& s) {
+                 ++inside;
+                 while (!s.stop_requested()) std::this_thread::yield();
+               }});
+    REQUIRE(eventually([&] { return inside.load() == c.workers; }));
+    REQUIRE(eventually([&] { return p.stats().stages[1].starved_s > 0; }));  // the wait under way shows
+    REQUIRE(seconds_to_stop(p) < 0.5);
+    REQUIRE_FALSE(p.next());
+  }
 }
 
 TEST_CASE("pipeline: buffers are allocated once, bounded, and all freed", "[pipeline][buffers]") {
@@ -458,22 +503,24 @@ TEST_CASE("pipeline: a wait under way counts in the snapshot taken during it", "
   // The consumer takes one batch and then stays away: the workers fill every
   // buffer and block, the transfer thread blocks on the full device queue.
   // Snapshots taken during those waits must show them (not only once they end),
-  // so an interval between two snapshots holds the waits it spans.
+  // so an interval between two snapshots holds the waits it spans. Were a wait
+  // counted only when it ends, the blocked times below would stay flat and the
+  // checks would give up after eventually()'s limit.
   Config c = small_config();
   c.workers = 2;
   c.epochs = 1;
   Pipeline p(c, 200, {fill_pattern});
   auto first = p.next();
   REQUIRE(first);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // everything is blocked by now
+  REQUIRE(eventually([&] { return consumer_away_filled_everything(p.stats()); }));
   const auto a = p.stats();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const auto b = p.stats();
-  const auto d = b.since(a);
+  PipelineStats d;
+  REQUIRE(eventually([&] {
+    d = p.stats().since(a);
+    return d.stages[0].blocked_s > 2 * 0.15 && d.stages[1].blocked_s > 0.15;  // both workers, and the transfer
+  }));
   REQUIRE(d.stages[0].name == "workers");
-  REQUIRE(d.stages[0].blocked_s > 2 * 0.15);  // both workers, most of the 200 ms
   REQUIRE(d.stages[1].name == "transfer");
-  REQUIRE(d.stages[1].blocked_s > 0.15);
   REQUIRE(d.stages[0].blocked_fraction() <= 1.0 + 1e-6);
   first.reset();
   while (p.next()) {
