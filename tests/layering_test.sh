@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Layers only point downwards: a file in one layer includes headers of its own
+# layer and of the layers below it, never above. From the bottom up:
+#
+#   pipeline/   the generic core: threads, queues, buffers, sampler, stats
+#   stages/     datasets, decode, augment (images enter here)
+#   cuda/       the device interface, its CUDA and host backends
+#   libtorch/   tensors and models
+#   apps/       the conveyor command, benchmarks, examples
+#
+# pipeline/ also names no image or CUDA library: it knows nothing of either.
+# Prints every offending line and exits 1 if there is one.
+# Usage: layering_test.sh SOURCE_ROOT
+set -euo pipefail
+cd "$1"
+layers=(pipeline stages cuda libtorch apps)
+bad=0
+for ((i = 0; i < ${#layers[@]}; i++)); do
+  layer=${layers[i]}
+  above=("${layers[@]:i+1}")
+  ((${#above[@]})) || continue
+  pattern="^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]($(IFS='|'; echo "${above[*]}"))/"
+  if hits=$(grep -rnE "$pattern" "$layer" --include='*.h' --include='*.cpp' --include='*.cu'); then
+    echo "$layer/ includes a layer above it:"
+    echo "$hits"
+    bad=1
+  fi
+done
+if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cuda_runtime|cuda_runtime_api|nvtx3/[^>"]*|turbojpeg|jpeglib|stb_image[^>"]*|stb/[^>"]*|torch/[^>"]*)(\.h)?[>"]' pipeline); then
+  echo "pipeline/ includes an image or CUDA library:"
+  echo "$hits"
+  bad=1
+fi
+if ((bad)); then exit 1; fi
+echo "layering: ${layers[*]}: every include points down"
