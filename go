@@ -54,7 +54,9 @@ build() {
   say "build/$name: configure and build ($*)"
   cmake -S . -B "build/$name" -G Ninja -DCONVEYOR_WERROR=ON "$@" >"build/$name.configure.log" 2>&1 \
     || { cat "build/$name.configure.log"; exit 1; }
+  local t0=$SECONDS
   cmake --build "build/$name" -j "$JOBS"
+  say "build/$name: built in $((SECONDS - t0)) s"
 }
 
 # fuzz SECONDS: builds the libFuzzer targets (clang, ASan+UBSan), writes the
@@ -86,10 +88,31 @@ fuzz() {
   done
 }
 
+# check_cu_compiled BUILD: every tracked .cu file has a compile command in
+# BUILD/compile_commands.json for sm_90, and the object it names was built. A
+# .cu file that no target lists would otherwise pass unnoticed.
+check_cu_compiled() {
+  local dir=$1 f cmd obj n=0 root
+  root=$(pwd -P)  # the physical path, as CMake writes it
+  local files=()
+  mapfile -t files < <(git ls-files '*.cu' 2>/dev/null || find . -name '*.cu' -not -path './build/*' | sed 's|^\./||')
+  for f in "${files[@]}"; do
+    cmd=$(grep -F -- "-c $root/$f -o " "$dir/compile_commands.json" || true)
+    if [ -z "$cmd" ]; then say "CUDA: $f is not compiled by any target (no command in $dir/compile_commands.json)"; exit 1; fi
+    if ! grep -q "sm_90" <<<"$cmd"; then say "CUDA: $f is not compiled for sm_90: $cmd"; exit 1; fi
+    obj=$(sed -E 's/.* -o ([^ "]+).*/\1/' <<<"$cmd")
+    if [ ! -s "$dir/$obj" ]; then say "CUDA: $f: its object $dir/$obj was not built"; exit 1; fi
+    n=$((n + 1))
+  done
+  say "CUDA: nvcc found; all $n tracked .cu files compiled for sm_90 in $dir (checked against compile_commands.json)"
+}
+
 run_tests() {
   local name=$1
   say "build/$name: running the tests"
+  local t0=$SECONDS
   ctest --test-dir "build/$name" --output-on-failure -j "$JOBS"
+  say "build/$name: tests passed in $((SECONDS - t0)) s"
 }
 
 cmd=${1:-}
@@ -114,7 +137,7 @@ case "$cmd" in
     build tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=thread -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
     run_tests tsan
     if grep -q "CONVEYOR_HAVE_CUDA:INTERNAL=ON" build/debug/CMakeCache.txt 2>/dev/null; then
-      say "CUDA: nvcc found; every .cu file ($(git ls-files '*.cu' 2>/dev/null | wc -l) tracked) was compiled in build/debug"
+      check_cu_compiled build/debug
     else
       say "CUDA: no nvcc found; the CUDA sources were not compiled"
     fi
