@@ -429,9 +429,29 @@ void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_poin
   }
 }
 
+// The filler's exceptions are caught per sample, where they name the sample.
+// The thread functions catch the rest (memory for an epoch's order, a batch's
+// indices, a skip reason, the reorder map), so that the pipeline stops with the
+// error at the consumer instead of the process ending in std::terminate.
 void Pipeline::worker_main(std::size_t w) {
-  StageCounters& counters = worker_counters_[w];
   std::uint64_t g = 0;
+  try {
+    worker_loop(w, g);
+  } catch (...) {
+    worker_counters_[w].busy_since.store(0, std::memory_order_relaxed);
+    worker_counters_[w].blocked_since.store(0, std::memory_order_relaxed);
+    const std::string what = what_of(std::current_exception());
+    if (g >= plan_.total()) {
+      fail("worker", 0, PipelineError::kNoSample, what);
+    } else {
+      const Plan::Pos pos = plan_.at(g);
+      fail("worker", pos.epoch, PipelineError::kNoSample, "batch " + std::to_string(pos.batch) + ": " + what);
+    }
+  }
+}
+
+void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
+  StageCounters& counters = worker_counters_[w];
   std::size_t first = 0, count = 0;
   // One clock read per sample: busy time runs from `mark` (the end of the last
   // sample or wait) to the end of this sample, so claiming counts as work.
@@ -473,10 +493,21 @@ void Pipeline::worker_main(std::size_t w) {
 // ---- transfer
 
 void Pipeline::transfer_main() {
+  std::uint64_t delivered = 0;
+  try {
+    transfer_loop(delivered);
+  } catch (...) {  // see worker_main
+    transfer_counters_.blocked_since.store(0, std::memory_order_relaxed);
+    transfer_counters_.starved_since.store(0, std::memory_order_relaxed);
+    fail("transfer", delivered < plan_.total() ? plan_.at(delivered).epoch : 0, PipelineError::kNoSample,
+         what_of(std::current_exception()));
+  }
+}
+
+void Pipeline::transfer_loop(std::uint64_t& delivered) {
   // Batches that completed ahead of their turn, by position.
   std::map<std::uint64_t, BatchHandle> early;
   const std::uint64_t total = plan_.total();
-  std::uint64_t delivered = 0;
   std::uint64_t epoch_end = total ? plan_.epoch_end(0) : 0;
   while (delivered < total) {
     auto t0 = Clock::now();

@@ -194,8 +194,10 @@ class Pipeline {
 
  private:
   struct OpenBatch;
-  void worker_main(std::size_t w);
-  void transfer_main();
+  void worker_main(std::size_t w);  // worker_loop, its errors turned into fail()
+  void worker_loop(std::size_t w, std::uint64_t& g);  // g: the batch position under way
+  void transfer_main();             // transfer_loop, likewise
+  void transfer_loop(std::uint64_t& delivered);
   bool claim(std::uint64_t& g, std::size_t& slot, std::size_t& count);
   // `mark` is the worker's busy-time origin; each advances it past its waits.
   bool open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
