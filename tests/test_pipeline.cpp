@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -182,6 +183,26 @@ TEST_CASE("pipeline: unordered delivery covers each epoch once, epochs in turn",
     REQUIRE(samples.size() == 200);
   }
   REQUIRE_FALSE(p.next());
+}
+
+TEST_CASE("pipeline: workers prefetch into the next epoch before the consumer asks for it", "[pipeline]") {
+  // The consumer takes every batch of epoch 0 and asks for nothing more. The
+  // workers, which persist across epochs, go on filling epoch 1: samples
+  // filled beyond epoch 0's count can only be epoch 1's.
+  Config c = small_config();
+  c.epochs = 2;
+  const std::size_t n = 100;
+  Pipeline p(c, n, {fill_pattern});
+  std::size_t samples = 0;
+  for (auto& b : p.epoch(0)) samples += b->size();
+  REQUIRE(samples == n);
+  REQUIRE(eventually([&] { return p.stats().stages[0].items >= n + c.batch_size; }));  // a whole batch of epoch 1
+  REQUIRE(p.stats().batches == p.batches_per_epoch());  // and the consumer has not taken it
+  const std::vector<std::uint64_t> order = p.sampler().epoch_order(1);
+  auto first = p.next();
+  REQUIRE(first);
+  REQUIRE((*first)->epoch == 1);
+  REQUIRE(bad_samples(c, **first, order) == 0);
 }
 
 TEST_CASE("pipeline: workers cooperate on one batch's samples", "[pipeline]") {
