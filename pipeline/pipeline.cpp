@@ -440,13 +440,10 @@ void Pipeline::worker_main(std::size_t w) {
   } catch (...) {
     worker_counters_[w].busy_since.store(0, std::memory_order_relaxed);
     worker_counters_[w].blocked_since.store(0, std::memory_order_relaxed);
-    const std::string what = what_of(std::current_exception());
-    if (g >= plan_.total()) {
-      fail("worker", 0, PipelineError::kNoSample, what);
-    } else {
-      const Plan::Pos pos = plan_.at(g);
-      fail("worker", pos.epoch, PipelineError::kNoSample, "batch " + std::to_string(pos.batch) + ": " + what);
-    }
+    // Only the loop body throws, after claim() set g to a batch of the plan.
+    const Plan::Pos pos = plan_.at(g);
+    fail("worker", pos.epoch, PipelineError::kNoSample,
+         "batch " + std::to_string(pos.batch) + ": " + what_of(std::current_exception()));
   }
 }
 
@@ -499,8 +496,8 @@ void Pipeline::transfer_main() {
   } catch (...) {  // see worker_main
     transfer_counters_.blocked_since.store(0, std::memory_order_relaxed);
     transfer_counters_.starved_since.store(0, std::memory_order_relaxed);
-    fail("transfer", delivered < plan_.total() ? plan_.at(delivered).epoch : 0, PipelineError::kNoSample,
-         what_of(std::current_exception()));
+    // Only the loop body throws, while batch `delivered` of the plan is awaited.
+    fail("transfer", plan_.at(delivered).epoch, PipelineError::kNoSample, what_of(std::current_exception()));
   }
 }
 
