@@ -2,9 +2,11 @@
 // index) alone (batch_digest() in pipeline/batch.h compares whole streams).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "pipeline/pipeline.h"
@@ -27,6 +29,19 @@ inline void fill_pattern(Sample& s) {
     std::memcpy(s.data.data() + i, &v, std::min<std::size_t>(8, s.data.size() - i));
   }
   s.label = std::int64_t(s.index * 3);
+}
+
+// Yields until `ready()` holds and returns true, or false after `limit_s`.
+// Tests wait this way for a state the threads reach on their own (every thread
+// blocked, queues full, a read stalled) instead of sleeping and hoping they got there.
+template <typename Ready>
+bool eventually(Ready ready, double limit_s = 60.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 }  // namespace conveyor::test

@@ -23,6 +23,7 @@
 #include "stages/dataset.h"
 #include "stages/file_system.h"
 #include "stages/image_source.h"
+#include "support.h"
 #include "temp_dir.h"
 
 using namespace conveyor;
@@ -312,7 +313,7 @@ TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consum
     for (int i = 0; i < 3; ++i) REQUIRE(p.next());
     bool got = false;
     std::thread consumer([&] { got = p.next().has_value(); });
-    while (!faulty->stalled) std::this_thread::yield();
+    REQUIRE(conveyor::test::eventually([&] { return faulty->stalled.load(); }));
     const PipelineStats before = p.stats();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // measuring an interval, not ordering threads
     const PipelineStats during = p.stats().since(before);
@@ -331,7 +332,7 @@ TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consum
   std::optional<Pipeline> p;
   p.emplace(config_for(src, 1), 12, Stages{src.filler()});
   for (int i = 0; i < 3; ++i) REQUIRE(p->next());
-  while (!faulty->stalled) std::this_thread::yield();
+  REQUIRE(conveyor::test::eventually([&] { return faulty->stalled.load(); }));
   const auto t0 = std::chrono::steady_clock::now();
   p.reset();
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));

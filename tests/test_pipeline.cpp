@@ -14,6 +14,7 @@
 #include "support.h"
 
 using namespace conveyor;
+using conveyor::test::eventually;
 using conveyor::test::expected_bytes;
 using conveyor::test::fill_pattern;
 
@@ -41,19 +42,6 @@ std::size_t bad_samples(const Config& c, const Batch& b, const std::vector<std::
            b.labels[j] != std::int64_t(b.indices[j] * 3);
   }
   return bad;
-}
-
-// Yields until `ready()` holds and returns true, or false after `limit_s`.
-// Tests wait this way for a state the threads reach on their own (every thread
-// blocked, queues full) instead of sleeping and hoping they got there.
-template <typename Ready>
-bool eventually(Ready ready, double limit_s = 60.0) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
-  while (!ready()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 // The consumer holds a batch and takes no more. Once the device queue is full
