@@ -14,6 +14,16 @@ namespace {
 
 std::string errno_reason(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// What a non-regular file is, for the error that refuses it.
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a regular file";
+}
+
 class PosixFile final : public File {
  public:
   explicit PosixFile(int fd) : fd_(fd) {
@@ -23,17 +33,17 @@ class PosixFile final : public File {
       ::close(fd_);
       throw std::runtime_error(reason);
     }
-    regular_ = S_ISREG(st.st_mode);
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw std::runtime_error(std::string("not a regular file (") + file_kind(st.st_mode) + ")");
+    }
     size_ = std::uint64_t(st.st_size);
   }
   ~PosixFile() override { ::close(fd_); }
   PosixFile(const PosixFile&) = delete;
   PosixFile& operator=(const PosixFile&) = delete;
 
-  std::uint64_t size() const override {
-    if (!regular_) throw std::runtime_error("not a regular file");
-    return size_;
-  }
+  std::uint64_t size() const override { return size_; }
   std::size_t read(void* buf, std::size_t n) override {
     for (;;) {
       const ssize_t got = ::read(fd_, buf, n);
@@ -44,7 +54,6 @@ class PosixFile final : public File {
 
  private:
   int fd_;
-  bool regular_ = false;
   std::uint64_t size_ = 0;
 };
 
@@ -53,7 +62,10 @@ class PosixFileSystem final : public FileSystem {
   std::unique_ptr<File> open(const std::filesystem::path& path) override {
     int fd;
     do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      // O_NONBLOCK: opening a FIFO with no writer would otherwise block forever
+      // (and SA_RESTART would restart it after Ctrl-C); PosixFile refuses it
+      // once fstat says what it is. Regular files ignore the flag.
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) throw std::runtime_error(errno_reason("cannot open"));
     return std::make_unique<PosixFile>(fd);

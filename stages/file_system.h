@@ -11,6 +11,9 @@
 //   only ("cannot open: No such file or directory"); the caller names the path.
 // - File::read may return fewer bytes than asked at any point (a short read);
 //   0 means end of file.
+// - posix_file_system()'s open never blocks on what is not a regular file (a
+//   FIFO with no writer, a tty): it opens non-blocking and refuses it by kind
+//   ("not a regular file (a FIFO)").
 // - read_whole_file refuses non-regular files and files over max_bytes before
 //   reading, reads in chunks until the size fstat gave or end of file (a file
 //   that shrank meanwhile comes back short, and its decoder reports it
