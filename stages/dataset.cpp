@@ -190,6 +190,9 @@ Dataset Dataset::from_list(const fs::path& list_file) {
   if (st.type() == fs::file_type::not_found) throw DatasetError(name + ": list file not found");
   if (ec) throw DatasetError(name + ": cannot stat list file: " + ec.message());
   if (fs::is_directory(st)) throw DatasetError(name + ": list file is a directory");
+  // A FIFO would block the open until a writer comes (forever, for a stray
+  // mkfifo) and a device never ends: a list is a regular file.
+  if (!fs::is_regular_file(st)) throw DatasetError(name + ": list file is not a regular file");
 
   errno = 0;
   std::ifstream in(list_file, std::ios::binary);  // binary: CRLF is trimmed below, never translated
@@ -217,6 +220,8 @@ Dataset Dataset::from_list(const fs::path& list_file) {
     const auto fail = [&](const std::string& reason) {
       throw DatasetError(name + ":" + std::to_string(line_no) + ": " + reason);
     };
+    // No path holds a NUL; kept, it would cut the path (and every message naming it) short.
+    if (s.find('\0') != std::string_view::npos) fail("the line holds a NUL byte");
     const auto cut = s.find_last_of(kBlank);
     const std::string_view label_text = cut == std::string_view::npos ? s : s.substr(cut + 1);
     const std::string_view path_text = cut == std::string_view::npos ? std::string_view() : trim(s.substr(0, cut));

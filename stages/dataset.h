@@ -38,8 +38,9 @@ class Dataset {
   // whose first non-blank char is '#' are skipped; CRLF endings and a UTF-8 BOM are accepted.
   // A list with no samples gives size 0. Does not open or stat the images.
   // Throws DatasetError "file:line: reason" for a malformed line (no label, a label that is not a
-  // non-negative integer or overflows int64, an empty path), and "file: reason" for a list file that
-  // is missing, a directory, unreadable or fails mid-read.
+  // non-negative integer or overflows int64, an empty path, a NUL byte), and "file: reason" for a
+  // list file that is missing, a directory or anything else that is not a regular file (a FIFO, a
+  // device), unreadable or fails mid-read.
   static Dataset from_list(const std::filesystem::path& list_file);
 
   // torchvision ImageFolder: root/<class>/.../<image>. Class directories (symlinks followed), sorted
