@@ -144,4 +144,24 @@ void check_container(ImageFormat format, Bytes bytes) {
   }
 }
 
+std::optional<Dimensions> container_dimensions(ImageFormat format, Bytes b) {
+  switch (format) {
+    case ImageFormat::png:  // signature (8), IHDR's length (4) and type (4), then width and height
+      if (b.size() < 24 || b[12] != 'I' || b[13] != 'H' || b[14] != 'D' || b[15] != 'R') return std::nullopt;
+      return Dimensions{be32(b, 16), be32(b, 20)};
+    case ImageFormat::bmp:
+      if (b.size() < 26) return std::nullopt;
+      if (le32(b, 14) == 12) return Dimensions{le16(b, 18), le16(b, 20)};  // OS/2 BITMAPCOREHEADER
+      return Dimensions{le32(b, 18), std::uint64_t(std::abs(std::int64_t(std::int32_t(le32(b, 22)))))};
+    case ImageFormat::gif:  // the logical screen
+      if (b.size() < 10) return std::nullopt;
+      return Dimensions{le16(b, 6), le16(b, 8)};
+    case ImageFormat::tga:
+      if (b.size() < 16) return std::nullopt;
+      return Dimensions{le16(b, 12), le16(b, 14)};
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace conveyor

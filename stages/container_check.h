@@ -13,6 +13,8 @@
 // whose LZW data stops early still decodes partially.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <span>
 
 #include "stages/decode.h"
@@ -23,5 +25,15 @@ namespace conveyor {
 // file ends before the data its headers describe (or inside a header). Formats
 // other than PNG, BMP, TGA and GIF pass unchecked.
 void check_container(ImageFormat format, std::span<const unsigned char> bytes);
+
+// The width and height a PNG, BMP, GIF or TGA header states, read by hand: when
+// stb_image's own size limit refuses a header, stbi_info goes on to try every
+// other format and reports the last one's failure ("unknown image type"), so
+// the decoder checks its pixel limit on these figures first. nullopt for other
+// formats and for a header too short to hold them. Throws nothing.
+struct Dimensions {
+  std::uint64_t width = 0, height = 0;
+};
+std::optional<Dimensions> container_dimensions(ImageFormat format, std::span<const unsigned char> bytes);
 
 }  // namespace conveyor

@@ -259,6 +259,15 @@ ImageDecoder::ImageDecoder(DecodeLimits limits, std::vector<int> jpeg_scales)
 
 ImageDecoder::~ImageDecoder() = default;
 
+void ImageDecoder::check_pixel_limit(ImageFormat format, std::uint64_t width, std::uint64_t height) const {
+  const std::uint64_t pixels = width * height;  // each below 2^32: no overflow
+  if (pixels > limits_.max_pixels) {
+    throw DecodeError(std::string(format_name(format)) + " header claims " + std::to_string(width) + "x" +
+                      std::to_string(height) + " = " + std::to_string(pixels) + " pixels, over the limit of " +
+                      std::to_string(limits_.max_pixels) + " (max_pixels)");
+  }
+}
+
 ImageInfo ImageDecoder::open(std::span<const unsigned char> bytes) {
   stb_pixels_.reset();
   jpeg_abort_decompress(&jpeg_->cinfo);
@@ -295,18 +304,14 @@ ImageInfo ImageDecoder::open(std::span<const unsigned char> bytes) {
       break;
     }
     default:
+      if (const auto d = container_dimensions(info.format, bytes)) check_pixel_limit(info.format, d->width, d->height);
       if (bytes.size() > std::size_t(INT32_MAX) ||
           !stbi_info_from_memory(bytes.data(), int(bytes.size()), &info.width, &info.height, &info.components)) {
         throw DecodeError(std::string(format_name(info.format)) + " header: " + stbi_failure_reason());
       }
   }
   if (info.width < 1 || info.height < 1) throw DecodeError("image has no pixels");
-  const std::uint64_t pixels = std::uint64_t(info.width) * std::uint64_t(info.height);
-  if (pixels > limits_.max_pixels) {
-    throw DecodeError(std::string(format_name(info.format)) + " header claims " + std::to_string(info.width) + "x" +
-                      std::to_string(info.height) + " = " + std::to_string(pixels) + " pixels, over the limit of " +
-                      std::to_string(limits_.max_pixels) + " (max_pixels)");
-  }
+  check_pixel_limit(info.format, std::uint64_t(info.width), std::uint64_t(info.height));
   info_ = info;
   return info;
 }

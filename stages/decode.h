@@ -97,6 +97,8 @@ class ImageDecoder {
   DecodedView decode_jpeg(Rect region, double min_scale);
   DecodedView decode_pnm();
   DecodedView decode_stb();
+  // Throws DecodeError naming the format and size when width x height is over max_pixels.
+  void check_pixel_limit(ImageFormat format, std::uint64_t width, std::uint64_t height) const;
 
   DecodeLimits limits_;
   std::vector<int> scales_;  // sorted ascending, includes 8
