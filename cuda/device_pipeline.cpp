@@ -229,6 +229,13 @@ void validate_normalization(const TransferConfig::Normalization& n, std::size_t 
   }
 }
 
+std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device) {
+  const auto mul = [](std::size_t a, std::size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; };
+  const std::size_t raw = device.hands_over() ? 0 : mul(config.batch_size, config.sample_bytes);
+  const std::size_t out = transfer.normalize ? mul(config.batch_size, transfer.normalize->output_bytes()) : 0;
+  return mul(config.device_buffer_count(), raw > SIZE_MAX - out ? SIZE_MAX : raw + out);
+}
+
 DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,
                                std::shared_ptr<Device> device, std::optional<PipelineState> resume) {
   if (!device) throw std::invalid_argument("device pipeline: device is required");
@@ -246,8 +253,15 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   for (std::size_t i = 0; i < core_->slots.size(); ++i) {
     DeviceSlot& s = core_->slots[i];
     s.id = i;
-    if (!device->hands_over()) s.raw = device->allocate(config.batch_size * config.sample_bytes);
-    if (transfer.normalize) s.out = device->allocate(config.batch_size * transfer.normalize->output_bytes());
+    try {
+      if (!device->hands_over()) s.raw = device->allocate(config.batch_size * config.sample_bytes);
+      if (transfer.normalize) s.out = device->allocate(config.batch_size * transfer.normalize->output_bytes());
+    } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
+      throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
+                                std::to_string(core_->slots.size()) + " (" +
+                                std::to_string(device_pool_bytes(config, transfer, *device) / core_->slots.size()) +
+                                " bytes each)");
+    }
     s.copied = device->create_event(EventKind::sync);
     s.consumed = device->create_event(EventKind::sync);
     (void)core_->free_slots.try_push(i);

@@ -129,6 +129,12 @@ class DeviceBatch {
   DType dtype_ = DType::uint8;
 };
 
+// Bytes of device memory a DevicePipeline with these settings allocates for
+// its slots (on the host backend, host memory standing in for it): raw uint8
+// batches unless the device hands buffers over, plus normalized ones.
+// Saturates at SIZE_MAX. Throws nothing.
+std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device);
+
 class DevicePipeline {
  public:
   // Allocates every buffer, stream and event now (protocol point 1). Throws

@@ -106,12 +106,24 @@ BatchPool::BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t 
   core_->batches.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
     auto b = std::make_unique<Batch>();
-    b->indices.reserve(batch_capacity);
-    b->labels.reserve(batch_capacity);
+    try {
+      b->indices.reserve(batch_capacity);
+      b->labels.reserve(batch_capacity);
+    } catch (const std::bad_alloc&) {
+      throw PoolAllocationError("batch pool: out of memory allocating the index and label slots of buffer " +
+                                std::to_string(i + 1) + " of " + std::to_string(count) + " (" +
+                                std::to_string(batch_capacity) + " samples)");
+    }
     b->sample_bytes = sample_bytes;
     b->batch_capacity = batch_capacity;
     if (core_->bytes_per_batch > 0) {
-      b->data = static_cast<std::byte*>(core_->allocator.allocate(core_->bytes_per_batch));
+      try {
+        b->data = static_cast<std::byte*>(core_->allocator.allocate(core_->bytes_per_batch));
+      } catch (const std::bad_alloc&) {
+        throw PoolAllocationError("batch pool: out of memory allocating buffer " + std::to_string(i + 1) + " of " +
+                                  std::to_string(count) + " (" + std::to_string(core_->bytes_per_batch) +
+                                  " bytes each, " + core_->allocator.name + " memory)");
+      }
     }
     core_->batches.push_back(std::move(b));  // owned before anything else can throw
     if (!core_->free.try_push(core_->batches.back().get())) throw std::logic_error("batch pool: free list full");

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -113,11 +114,19 @@ class BatchHandle {
   Batch* batch_ = nullptr;
 };
 
+// Memory ran out while a pool was being allocated; what() names what was being
+// allocated, which buffer of how many, and its size.
+class PoolAllocationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class BatchPool {
  public:
   // Allocates count batches of batch_capacity * sample_bytes bytes each.
-  // Throws std::invalid_argument for count 0 or batch_capacity 0, and whatever
-  // the allocator throws (having freed what it had allocated). wait_yields: how
+  // Throws std::invalid_argument for count 0 or batch_capacity 0,
+  // PoolAllocationError when an allocation throws std::bad_alloc, and whatever
+  // else the allocator throws (having freed, in every case, what it had allocated). wait_yields: how
   // acquire() waits for a free batch, as in BoundedQueue.
   BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator,
             std::size_t wait_yields = kDefaultWaitYields);

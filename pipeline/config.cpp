@@ -6,9 +6,12 @@ namespace {
 void require_at_least_1(const char* field, std::size_t value) {
   if (value < 1) throw ConfigError(field, "must be >= 1 (got " + std::to_string(value) + ")");
 }
-constexpr std::size_t kMaxBatch = std::size_t{1} << 24;  // the slot field of a work ticket
-constexpr std::size_t kMaxThreads = 1024;
-constexpr std::size_t kMaxWaitYields = 1000000;
+constexpr std::size_t kMaxBatch = Config::kMaxBatchSize;
+constexpr std::size_t kMaxThreads = Config::kMaxWorkers;
+constexpr std::size_t kMaxWaitYields = Config::kMaxWaitYields;
+
+// a * b, or SIZE_MAX when it overflows.
+std::size_t saturating_mul(std::size_t a, std::size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
 }  // namespace
 
 void Config::validate() const {
@@ -36,6 +39,13 @@ void Config::validate() const {
 
 std::size_t Config::host_buffer_count() const {
   return host_buffers ? host_buffers : workers + host_queue_depth + device_queue_depth + 2;
+}
+
+std::size_t Config::host_pool_bytes() const {
+  // Each buffer: the pixels, plus an index and a label per slot.
+  const std::size_t per_batch = saturating_mul(batch_size, sample_bytes);
+  const std::size_t bookkeeping = saturating_mul(batch_size, 2 * sizeof(std::uint64_t));
+  return saturating_mul(host_buffer_count(), per_batch > SIZE_MAX - bookkeeping ? SIZE_MAX : per_batch + bookkeeping);
 }
 
 std::size_t Config::device_buffer_count() const { return device_buffers ? device_buffers : device_queue_depth + 2; }

@@ -23,6 +23,12 @@ class ConfigError : public std::invalid_argument {
 };
 
 struct Config {
+  // The upper limits validate() enforces, for callers that check earlier (a
+  // command line's parser).
+  static constexpr std::size_t kMaxBatchSize = std::size_t{1} << 24;  // the slot field of a work ticket
+  static constexpr std::size_t kMaxWorkers = 1024;
+  static constexpr std::size_t kMaxWaitYields = 1000000;
+
   // Samples per batch; an epoch's last batch may be shorter unless drop_last.
   // Default: 32. Range 1 .. 2^24.
   std::size_t batch_size = 32;
@@ -31,7 +37,7 @@ struct Config {
   // Default: 0.
   std::size_t sample_bytes = 0;
 
-  // Worker threads running the filler. Default: 2. At least 1.
+  // Worker threads running the filler. Default: 2. Range 1 .. kMaxWorkers.
   std::size_t workers = 2;
 
   // Finished batches waiting for the transfer thread. Default: 2. At least 1.
@@ -87,6 +93,11 @@ struct Config {
   // host_buffers and device_buffers with 0 replaced by their defaults.
   std::size_t host_buffer_count() const;
   std::size_t device_buffer_count() const;
+  // Bytes the host batch pool allocates at construction: host_buffer_count()
+  // buffers of batch_size * sample_bytes, with their per-slot index and label.
+  // Saturates at SIZE_MAX instead of overflowing, so a caller can compare it
+  // with a memory budget before anything is allocated. Throws nothing.
+  std::size_t host_pool_bytes() const;
 };
 
 }  // namespace conveyor
