@@ -18,7 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(cmake ninja-build g++ pkg-config
-          libconcurrentqueue-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev catch2 libcli11-dev)
+          libconcurrentqueue-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev catch2 libcli11-dev
+          libtomlplusplus-dev)
 # The test command also builds and tests the LibTorch parts (conveyor train),
 # launches ranks with Open MPI's mpirun for the sharding check, and builds the
 # libFuzzer targets with clang (libclang-rt-14-dev holds libFuzzer).

@@ -28,9 +28,10 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The first of `names` set in the environment, as a non-negative integer;
-// fallback when none is set. Throws UsageError naming a variable that is not one.
-std::size_t env_size(std::initializer_list<const char*> names, std::size_t fallback);
+// The first of `names` set in the environment, as a decimal integer in
+// [0, max]; fallback when none is set. Throws UsageError naming the variable
+// when its value is not one (a sign, a space, a suffix, out of range).
+std::size_t env_size(std::initializer_list<const char*> names, std::size_t fallback, std::size_t max);
 
 struct Options {
   std::string list, folder;
@@ -63,11 +64,20 @@ struct Options {
   bool resident = false;
   double budget_mb = 1024;
   std::size_t images_per_class = 300;
+  // --max-memory-mb: the most the batch pools (host and device) may take.
+  // 0: default_max_memory_mb(), a quarter of physical memory.
+  double max_memory_mb = 0;
 };
+
+// A quarter of physical memory, MiB: what the batch pools may take unless --max-memory-mb says otherwise.
+double default_max_memory_mb();
+
 
 // The dataset, pipeline and device flags (--list, --folder, --workers, --batch,
 // queues, --epochs, --seed, --crop, --augment, --device, --link-gbps,
-// --host-transfer, --on-error, --rank, --world-size).
+// --host-transfer, --on-error, --rank, --world-size, --max-memory-mb). A flag
+// app already has (a sweep axis of the same name) is left as it is. Ranges are
+// checked at parse time, with the library's own limits (Config::kMaxWorkers).
 void add_pipeline_flags(CLI::App& app, Options& o);
 // What `conveyor run` adds: the synthetic consumer, teaching modes, resident
 // mode, normalize (--normalize, --normalize-in) and tracing.
@@ -85,8 +95,28 @@ int interrupt_signal();
 void shard_from_environment(Options& o);
 
 // --list, --folder, or the embedded default dataset (made on first use; says
-// which on stderr when announce or when it was just made). Throws UsageError.
+// which on stderr when announce or when it was just made). Throws UsageError,
+// also for a dataset with no samples (an empty list).
 Dataset open_dataset(const Options& o, bool& embedded, bool announce = true);
+// The classes a dataset holds: its class folders, or for a list the distinct labels.
+std::size_t class_count(const Dataset& d);
+
+// The batch pools' bytes (host: cfg.host_pool_bytes(); device:
+// device_pool_bytes()) against --max-memory-mb, before anything is allocated.
+// Throws UsageError naming the flags and the figures when they exceed it.
+void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc, const Device& device);
+
+// An output file the run will write (`flag` names it): fails now, with
+// UsageError naming flag, file and reason, when it cannot be created or
+// written (a directory, a missing folder, no permission), not after the run.
+// Leaves no file behind where none was.
+void check_writable(const std::string& flag, const std::string& file);
+// Writes text to file, checking every write and the close: throws
+// std::runtime_error "FLAG: cannot write FILE: reason" (a full disk, /dev/full).
+void write_text_file(const std::string& flag, const std::string& file, const std::string& text);
+// Flushes standard output; on failure (a full disk, /dev/full) prints one line
+// on stderr and returns 1, else returns status.
+int finish_stdout(const char* program, int status);
 
 // Peak resident set size of this process, KiB.
 long peak_rss_kib();
@@ -112,7 +142,9 @@ void check_normalize_flags(const Options& o);
 
 // Renders a gnuplot script to `output` (PNG or SVG by its extension): writes
 // output + ".gp" and runs gnuplot. Prints a one-line note and returns false
-// when gnuplot is not installed or fails; `data` names the file with the figures.
+// when gnuplot is not installed; `data` names the file with the figures.
+// Throws std::runtime_error when the script cannot be written or gnuplot
+// fails (it could not write `output`, say).
 bool gnuplot(const std::string& output, const std::string& script_body, const std::string& data);
 // s as a gnuplot single-quoted string ('it''s'), for file names in scripts.
 std::string gnuplot_quote(const std::string& s);

@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -36,6 +37,8 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/cli.h"
+#include "apps/toml_config.h"
+#include "apps/trace.h"
 #include "cuda/device_pipeline.h"
 #include "cuda/resident.h"
 #include "stages/dataset.h"
@@ -58,48 +61,6 @@ void step(const Options& o) {
     }
   }
 }
-
-// Chrome Trace Event JSON (opens in Perfetto and chrome://tracing): a span per
-// sample decode on each worker thread, per transfer, per consumer step, and a
-// counter track per queue's depth sampled every 2 ms.
-class Tracer {
- public:
-  explicit Tracer(std::string file) : file_(std::move(file)), origin_(Clock::now()) {}
-  void thread(int tid, const std::string& name) {
-    add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":" + std::to_string(tid) +
-        ",\"args\":{\"name\":\"" + name + "\"}}");
-  }
-  void span(const char* name, int tid, Clock::time_point a, Clock::time_point b, const std::string& args = "") {
-    add(std::string("{\"ph\":\"X\",\"name\":\"") + name + "\",\"pid\":1,\"tid\":" + std::to_string(tid) +
-        ",\"ts\":" + us(a) + ",\"dur\":" + std::to_string(std::chrono::duration<double, std::micro>(b - a).count()) +
-        (args.empty() ? "" : ",\"args\":{" + args + "}") + "}");
-  }
-  void counter(const char* name, Clock::time_point t, double value) {
-    add(std::string("{\"ph\":\"C\",\"name\":\"") + name + "\",\"pid\":1,\"ts\":" + us(t) +
-        ",\"args\":{\"depth\":" + std::to_string(value) + "}}");
-  }
-  void write() {
-    std::ofstream out(file_);
-    if (!out) throw UsageError("--trace: cannot write " + file_);
-    std::lock_guard lk(mu_);
-    out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-    for (std::size_t i = 0; i < events_.size(); ++i) out << events_[i] << (i + 1 < events_.size() ? ",\n" : "\n");
-    out << "]}\n";
-  }
-
- private:
-  std::string us(Clock::time_point t) const {
-    return std::to_string(std::chrono::duration<double, std::micro>(t - origin_).count());
-  }
-  void add(std::string e) {
-    std::lock_guard lk(mu_);
-    events_.push_back(std::move(e));
-  }
-  std::string file_;
-  Clock::time_point origin_;
-  std::mutex mu_;
-  std::vector<std::string> events_;
-};
 
 // A sample's contribution to an epoch's digest: SplitMix64 of its dataset index.
 // The digest is the sum over the samples a rank delivered or skipped, so the
@@ -188,7 +149,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
     }
     if (result.interrupted) break;
   }
-  if (tracer) tracer->write();
+  if (tracer) tracer->finish();
   return result;
 }
 
@@ -211,10 +172,11 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   auto device = open_device_for(o);
   TransferConfig tc;
   tc.normalize = normalization_for(o, crop);
+  check_memory(o, cfg, tc, *device);  // before the pools are allocated
   RunResult result;
   result.device = device->describe();
   if (print_epochs) {
-    std::printf("dataset: %zu images, %zu classes; rank %zu of %zu\n%s\n", dataset.size(), dataset.classes().size(),
+    std::printf("dataset: %zu images, %zu classes; rank %zu of %zu\n%s\n", dataset.size(), class_count(dataset),
                 o.rank, o.world_size, result.device.c_str());
     if (o.normalize != "off") {
       std::printf("normalize: %s %s\n", o.normalize.c_str(),
@@ -317,7 +279,7 @@ RunResult run_pipeline(const Options& o, bool print_epochs) {
   if (tracer) {
     sampling = false;
     sampler.join();
-    tracer->write();
+    tracer->finish();
     if (print_epochs) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
   }
   return result;
@@ -333,6 +295,11 @@ RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_e
     throw UsageError("--resident: the decoded set needs " + std::to_string(std::size_t(need_mb + 1)) +
                      " MiB, over --budget-mb " + std::to_string(std::size_t(o.budget_mb)) +
                      "; raise it, use a smaller --crop, or drop --resident to stream");
+  }
+  const double limit_mb = o.max_memory_mb > 0 ? o.max_memory_mb : default_max_memory_mb();
+  if (need_mb > limit_mb) {  // the decoded set is held in host memory too, while it uploads
+    throw UsageError("--resident: the decoded set needs " + std::to_string(std::size_t(need_mb + 1)) +
+                     " MiB of host memory, over --max-memory-mb " + std::to_string(std::size_t(limit_mb)));
   }
   Config load;
   load.batch_size = 64;
@@ -351,10 +318,17 @@ RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_e
       std::memcpy(pixels.data() + at * row, (*b)->data, (*b)->bytes().size());
       labels.insert(labels.end(), (*b)->labels.begin(), (*b)->labels.end());
       at += (*b)->size();
+      if (interrupt_signal() != 0) break;  // the loader stops its workers as it goes out of scope
     }
     pixels.resize(at * row);
   }
   const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (const int sig = interrupt_signal(); sig != 0) {
+    if (print_epochs) std::printf("interrupted while decoding the set once: %zu of %zu images decoded\n", labels.size(), dataset.size());
+    RunResult stopped;
+    stopped.interrupted = sig;
+    return stopped;
+  }
 
   auto device = open_device_for(o);
   HostSamples samples{pixels.data(), DType::uint8, labels.size(), {std::size_t(crop), std::size_t(crop), 3}};
@@ -379,14 +353,16 @@ RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_e
       f.images += b->size();
       ++f.batches;
       step(o);
+      if ((result.interrupted = interrupt_signal()) != 0) break;  // after this step, as run does
     }
     f.seconds = std::chrono::duration<double>(Clock::now() - e0).count();
     result.epochs.push_back(f);
     if (print_epochs) {
-      std::printf("epoch %llu: %llu images in %llu batches, %.3f s, %.0f images/s (resident: one gather per batch)\n",
-                  (unsigned long long)e, (unsigned long long)f.images, (unsigned long long)f.batches, f.seconds,
-                  f.images_per_s());
+      std::printf("epoch %llu%s: %llu images in %llu batches, %.3f s, %.0f images/s (resident: one gather per batch)\n",
+                  (unsigned long long)e, result.interrupted ? " (interrupted)" : "", (unsigned long long)f.images,
+                  (unsigned long long)f.batches, f.seconds, f.images_per_s());
     }
+    if (result.interrupted) break;
   }
   return result;
 }
@@ -410,8 +386,7 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   const EpochFigures t = r.total();
   const std::uint64_t images = t.images, batches = t.batches;
   const double seconds = t.seconds;
-  std::ofstream out(file);
-  if (!out) throw UsageError("--json: cannot write " + file);
+  std::ostringstream out;
   out << "{\n  \"device\": \"" << json_escape(r.device) << "\",\n";
   out << "  \"workers\": " << o.workers << ", \"batch\": " << o.batch << ", \"host_queue\": " << o.host_queue
       << ", \"device_queue\": " << o.device_queue << ", \"wait_yields\": " << o.wait_yields
@@ -440,7 +415,27 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   out << "  \"consumer_idle\": " << consumer_idle(r.stats) << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0
       << ",\n  \"epoch_rss_mib\": [";
   for (std::size_t i = 0; i < r.epochs.size(); ++i) out << (i ? ", " : "") << r.epochs[i].rss_mib;
-  out << "]\n}\n";
+  out << "],\n  \"skipped\": [";  // every sample --on-error skip left out, with its reason (which names the file)
+  for (std::size_t i = 0; i < r.skipped.size(); ++i) {
+    const SkippedSample& k = r.skipped[i];
+    out << (i ? ",\n    " : "\n    ") << "{\"epoch\": " << k.epoch << ", \"index\": " << k.index << ", \"reason\": \""
+        << json_escape(k.reason) << "\"}";
+  }
+  out << (r.skipped.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  write_text_file("--json", file, out.str());
+}
+
+// --on-error skip: the samples left out, in the terminal the first few and the count.
+void report_skipped(const RunResult& r) {
+  if (r.skipped.empty()) return;
+  constexpr std::size_t kShown = 5;
+  std::printf("skipped %zu sample(s) (--on-error skip):\n", r.skipped.size());
+  for (std::size_t i = 0; i < std::min(kShown, r.skipped.size()); ++i) {
+    std::printf("  epoch %llu: %s\n", (unsigned long long)r.skipped[i].epoch, r.skipped[i].reason.c_str());
+  }
+  if (r.skipped.size() > kShown) {
+    std::printf("  ... and %zu more (bench --json FILE lists every one)\n", r.skipped.size() - kShown);
+  }
 }
 
 struct SweepPoint {
@@ -522,16 +517,14 @@ int sweep(Options o) {
               std::fflush(stdout);
             }
   if (!o.csv.empty()) {
-    std::ofstream out(o.csv);
-    if (!out) throw UsageError("--csv: cannot write " + o.csv);
+    std::ostringstream out;
     out << "workers,host_queue,device_queue,batch,link_gbps,compute_ms,images_per_s,consumer_idle_pct,peak_rss_mib,ok\n";
     for (auto& p : points) {
       out << p.workers << ',' << p.host_queue << ',' << p.device_queue << ',' << p.batch << ',' << p.link_gbps << ','
           << p.compute_ms << ',' << p.images_per_s << ',' << 100 * p.consumer_idle << ',' << p.peak_rss_mib << ','
           << (p.ok ? 1 : 0) << '\n';
     }
-    out.close();  // flushed before gnuplot reads it
-    if (!out) throw UsageError("--csv: cannot write " + o.csv);
+    write_text_file("--csv", o.csv, out.str());  // whole before gnuplot reads it
     std::printf("wrote %s\n", o.csv.c_str());
     if (!o.plot.empty()) {
       // images/s against workers, one line per host queue depth (other axes at their first value).
@@ -634,15 +627,48 @@ int exec_train(int argc, char** argv) {
   return 1;
 }
 
+
+constexpr const char* kSubcommands = "run, bench, sweep, inspect, make-dataset, train";
+
+// argv[1] when it is neither a flag nor a subcommand: named, with the valid ones.
+void check_subcommand(int argc, char** argv, const CLI::App& app) {
+  if (argc < 2) throw UsageError(std::string("no subcommand: give one of ") + kSubcommands + " (conveyor --help)");
+  const std::string first = argv[1];
+  if (first.starts_with("-")) return;  // --help, --version: CLI11's
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == first) return;
+  }
+  throw UsageError("unknown subcommand '" + first + "': give one of " + kSubcommands + " (conveyor --help)");
+}
+
+// A run: flags and outputs checked, the pipeline run, its figures reported.
+int run_command(const Options& o, bool bench) {
+  // Ctrl-C or SIGTERM: the step in progress finishes, the pipeline stops,
+  // the figures so far are printed and the trace written; exit 128 + signal.
+  catch_interrupts();
+  const RunResult r = run_pipeline(o, true);
+  report_skipped(r);
+  if (bench) {
+    std::printf("bench: %.0f images/s over %zu epoch(s)%s, peak RSS %.0f MiB\n", r.total().images_per_s(),
+                r.epochs.size(), r.interrupted ? " (interrupted)" : "", double(peak_rss_kib()) / 1024.0);
+  }
+  if (!o.json.empty()) write_json(o.json, o, r);
+  if (r.interrupted) {
+    std::printf("interrupted by %s\n", r.interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+    return 128 + r.interrupted;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "train") return exec_train(argc, argv);
   CLI::App app{"conveyor: an input pipeline for C++ training code (decode workers -> transfer thread -> your step)"};
+  app.option_defaults()->always_capture_default();  // every subcommand's --help shows each flag's default
   app.require_subcommand(1);
-  app.set_config("--config", "", "TOML file of flags (`workers = 8`); flags on the command line override it");
-  app.allow_config_extras(CLI::config_extras_mode::error);
   app.footer(
+      "Each subcommand lists its own flags: conveyor run --help\n"
       "Examples:\n"
       "  conveyor run                                      embedded default dataset\n"
       "  conveyor run --folder train/ --workers 8 --batch 256 --compute-ms 40\n"
@@ -652,32 +678,37 @@ int main(int argc, char** argv) {
       "  conveyor train --model lenet --epochs 5 --checkpoint lenet.pt\n"
       "  conveyor make-dataset --out /tmp/shapes");
   Options o;
-  add_pipeline_flags(app, o);
-  add_run_flags(app, o);
-  app.fallthrough();
-
   auto* run = app.add_subcommand("run", "run the pipeline with a consumer for --epochs; per-epoch stats");
   auto* bench = app.add_subcommand("bench", "throughput only: a table, and --json FILE with the figures");
-  bench->add_option("--json", o.json, "write the figures as JSON");
   auto* sw = app.add_subcommand("sweep", "a grid of runs: one row per point (images/s, consumer idle %, peak RSS)");
-  sw->add_option("--workers", o.sw_workers, "comma list, e.g. 1,2,4")->delimiter(',')->check(CLI::Range(1, 4096));
+  auto* insp = app.add_subcommand("inspect", "decode every sample once; counts by format, size, colour; unreadable files");
+  auto* make = app.add_subcommand("make-dataset", "write the embedded default dataset to --out DIR");
+  app.add_subcommand("train", "train LeNet-5 or a small ResNet on the batches with LibTorch (conveyor train --help)");
+  // Sweep's axes first: add_pipeline_flags leaves a flag sweep already has alone.
+  sw->add_option("--workers", o.sw_workers, "comma list, e.g. 1,2,4")->delimiter(',')->check(CLI::Range(std::size_t(1), Config::kMaxWorkers));
   sw->add_option("--host-queue", o.sw_host_queue, "comma list")->delimiter(',')->check(CLI::Range(1, 4096));
   sw->add_option("--device-queue", o.sw_device_queue, "comma list")->delimiter(',')->check(CLI::Range(1, 4096));
-  sw->add_option("--batch", o.sw_batch, "comma list")->delimiter(',')->check(CLI::Range(1, 1 << 24));
+  sw->add_option("--batch", o.sw_batch, "comma list")->delimiter(',')->check(CLI::Range(std::size_t(1), Config::kMaxBatchSize));
   sw->add_option("--link-gbps", o.sw_link, "comma list (host backend)")->delimiter(',')->check(CLI::Range(0.0, 1e6));
   sw->add_option("--compute-ms", o.sw_compute, "comma list")->delimiter(',')->check(CLI::Range(0.0, 1e6));
   sw->add_option("--csv", o.csv, "write the rows as CSV");
   sw->add_option("--plot", o.plot, "draw images/s by workers to FILE.png or FILE.svg with gnuplot (needs --csv)");
-  auto* insp = app.add_subcommand("inspect", "decode every sample once; counts by format, size, colour; unreadable files");
-  auto* make = app.add_subcommand("make-dataset", "write the embedded default dataset to --out DIR");
+  for (auto* sub : {run, bench, sw}) {
+    add_pipeline_flags(*sub, o);
+    add_run_flags(*sub, o);
+  }
+  for (auto* sub : {run, bench}) sub->add_option("--json", o.json, "write the figures (and every skipped sample) as JSON");
+  add_pipeline_flags(*insp, o);
+  // --config is the program's (CLI11 reads config files for the top-level app
+  // only); its keys set the flags of the subcommand named first.
+  const std::string section = argc > 1 ? argv[1] : "";
+  add_config_option(app, section, section);
+  for (auto* sub : {run, bench, sw, insp, make}) sub->fallthrough();  // `conveyor run --config F`
   make->add_option("--out", o.out, "folder to write (must not exist)")->required();
   make->add_option("--images-per-class", o.images_per_class, "images in each of the 10 classes")->check(CLI::Range(1, 1000000));
-  auto* train = app.add_subcommand("train", "train LeNet-5 or a small ResNet on the batches with LibTorch "
-                                           "(first argument only; `conveyor train --help`)");
-  train->allow_extras();
-  for (auto* s : {run, bench, sw, insp, make}) s->fallthrough();
 
   try {
+    check_subcommand(argc, argv, app);
     shard_from_environment(o);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -685,7 +716,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ConfigError& e) {
-    std::fprintf(stderr, "conveyor: --config: %s (not a conveyor flag, or a bad value)\n", e.what());
+    std::fprintf(stderr, "conveyor: %s\n", config_error_line(app, section, e).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "conveyor: %s\n", e.what());
@@ -697,35 +728,29 @@ int main(int argc, char** argv) {
 
   try {
     if (o.rank >= o.world_size) throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
-    if (*train) throw UsageError("train: put it first, `conveyor train [flags]`");
     if (*make) {
       if (std::filesystem::exists(o.out)) throw UsageError("--out " + o.out + ": already exists");
       DefaultDatasetOptions d;
       d.images_per_class = o.images_per_class;
       write_default_dataset(o.out, d);
       std::printf("wrote the default dataset (%zu classes) to %s\n", default_dataset_classes().size(), o.out.c_str());
-      return 0;
+      return finish_stdout("conveyor", 0);
     }
-    if (*insp) return inspect(o);
-    if (*sw) return sweep(o);
-    // Ctrl-C or SIGTERM: the step in progress finishes, the pipeline stops,
-    // the figures so far are printed and the trace written; exit 128 + signal.
-    catch_interrupts();
-    const RunResult r = run_pipeline(o, true);
-    if (*bench) {
-      std::printf("bench: %.0f images/s over %zu epoch(s)%s, peak RSS %.0f MiB\n", r.total().images_per_s(),
-                  r.epochs.size(), r.interrupted ? " (interrupted)" : "", double(peak_rss_kib()) / 1024.0);
-      if (!o.json.empty()) write_json(o.json, o, r);
-    }
-    if (r.interrupted) {
-      std::printf("interrupted by %s\n", r.interrupted == SIGINT ? "SIGINT" : "SIGTERM");
-      return 128 + r.interrupted;
-    }
-    return 0;
+    // Every output is checked before the run, not found unwritable after it.
+    check_writable("--trace", o.trace);
+    check_writable("--json", o.json);
+    check_writable("--csv", o.csv);
+    check_writable("--plot", o.plot);
+    check_normalize_flags(o);
+    if (*insp) return finish_stdout("conveyor", inspect(o));
+    if (*sw) return finish_stdout("conveyor", sweep(o));
+    return finish_stdout("conveyor", run_command(o, bench->parsed()));
   } catch (const UsageError& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "conveyor: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "conveyor: %s\n", e.what());
     return 1;
   }

@@ -38,6 +38,7 @@
 #include <torch/utils.h>
 
 #include "apps/cli.h"
+#include "apps/toml_config.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
 #include "pipeline/fnv1a.h"
@@ -220,11 +221,7 @@ void save_checkpoint(const std::string& file, Net& model, torch::optim::SGD& opt
 
 void plot(const std::string& file, const std::vector<EpochRow>& rows) {
   const std::string csv = file + ".csv";
-  {
-    std::ofstream out(csv);
-    out << history_csv(rows);
-    if (!out) throw UsageError("--plot: cannot write " + csv);
-  }
+  write_text_file("--plot", csv, history_csv(rows));
   // Two panels over the same epochs (1-based, as printed), with equal margins so the x axes line up.
   const std::string body =
       "set multiplot layout 2,1 title 'conveyor train'\nset lmargin 10\nset rmargin 30\nset key outside right\n"
@@ -291,24 +288,12 @@ std::string per_rank(const std::string& file, const Options& o) {
   return file.empty() || o.world_size == 1 ? file : file + ".rank" + std::to_string(o.rank);
 }
 
-// An output path that cannot be written fails now, not after the first epoch.
-void check_writable(const std::string& flag, const std::string& file) {
-  if (file.empty()) return;
-  const std::string probe = file + ".tmp";
-  const bool existed = std::filesystem::exists(probe);
-  {
-    std::ofstream f(probe, std::ios::app);
-    if (!f) throw UsageError(flag + " " + file + ": cannot write there");
-  }
-  if (!existed) std::filesystem::remove(probe);
-}
-
 int train(Options& o, TrainOptions t) {
   if (o.rank >= o.world_size) throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
   t.checkpoint = per_rank(t.checkpoint, o);
   t.resume = per_rank(t.resume, o);
   if (!t.resume.empty() && !std::filesystem::is_regular_file(t.resume)) throw UsageError("--resume " + t.resume + ": no such file");
-  check_writable("--checkpoint", t.checkpoint);
+  check_writable("--checkpoint", t.checkpoint + ".tmp");  // written there, then renamed over it
   check_writable("--plot", t.plot);
   bool embedded = false;
   const Dataset all = open_dataset(o, embedded, false);
@@ -511,8 +496,8 @@ void clear_progress() {
 
 int main(int argc, char** argv) {
   CLI::App app{"conveyor train: train LeNet-5 or a small ResNet with LibTorch on Conveyor's batches"};
-  app.set_config("--config", "", "TOML file of flags; flags on the command line override it");
-  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.option_defaults()->always_capture_default();  // --help shows each flag's default
+  add_config_option(app, "", "train");
   app.footer(
       "Examples:\n"
       "  conveyor train                                   LeNet-5 on the embedded dataset, 5 epochs\n"
@@ -548,14 +533,14 @@ int main(int argc, char** argv) {
     shard_from_environment(o);
     app.parse(argc, argv);
     catch_interrupts();
-    return train(o, t);
+    return finish_stdout("conveyor train", train(o, t));
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ConfigError& e) {
     clear_progress();
-    std::fprintf(stderr, "conveyor train: --config: %s (not a flag of conveyor train, or a bad value)\n", e.what());
+    std::fprintf(stderr, "conveyor train: %s\n", config_error_line(app, "", e).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {
     clear_progress();

@@ -1,0 +1,57 @@
+// TomlConfig: CLI11's --config files read by a real TOML parser (toml++ from
+// Debian's libtomlplusplus-dev), because CLI11 2.1's own reader is an INI
+// reader that accepts malformed TOML (a file holding only `[[` loaded as no
+// settings at all).
+//
+//   workers = 8              ->  --workers 8
+//   compute-ms = 1.5         ->  --compute-ms 1.5
+//   resident = true          ->  --resident
+//   [sweep]                  ->  the section named after the subcommand reading
+//   workers = [1, 2, 4]          the file is that subcommand's own: --workers 1,2,4
+//
+// Contract.
+// - CLI11 2.1 reads a config file only for the top-level app, so the file
+//   belongs to the program, and its keys are given to the subcommand being
+//   run: a key at the top, or in the table named after that subcommand
+//   (`[sweep]`), becomes that subcommand's flag of the same name. Any other
+//   table becomes a dotted name (`run.workers` read by sweep), which is
+//   reported as an unknown key. Values: strings, integers, floats, booleans,
+//   and arrays of those.
+// - Malformed TOML throws CLI::ConfigError "line L, column C: <what toml++
+//   says>"; an array of tables or a nested array throws naming the key.
+//   config_error_line() adds the file name.
+// - Unknown keys and values of the wrong type are CLI11's to report, naming
+//   the key (`--workers: Value x not in range`); config_error_line() words the
+//   unknown-key message.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace conveyor::apps {
+
+class TomlConfig final : public CLI::Config {
+ public:
+  // section: the subcommand whose flags the keys set ("" for a program without
+  // subcommands, whose own flags they set); own_table: the table name that
+  // means the same ("sweep"; the program's name when section is "").
+  TomlConfig(std::string section, std::string own_table)
+      : section_(std::move(section)), own_table_(std::move(own_table)) {}
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override;
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
+
+ private:
+  std::string section_, own_table_;
+};
+
+// Gives the top-level app a --config FILE option read by TomlConfig, for the
+// subcommand `section` ("" for none), with unknown keys an error.
+void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table);
+
+// The one-line message for a CLI::ConfigError raised while app read its --config
+// file: "--config FILE: <what>".
+std::string config_error_line(const CLI::App& app, const std::string& section, const CLI::ConfigError& e);
+
+}  // namespace conveyor::apps

@@ -1,0 +1,62 @@
+#include "apps/trace.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "apps/cli.h"
+
+namespace conveyor::apps {
+
+Tracer::Tracer(std::string file) : file_(std::move(file)), origin_(Clock::now()) {
+  out_ = std::fopen(file_.c_str(), "w");
+  if (!out_) throw UsageError("--trace " + file_ + ": cannot write there: " + std::strerror(errno));
+  if (std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out_) < 0) error_ = errno;
+}
+
+Tracer::~Tracer() { (void)close_file(); }
+
+void Tracer::thread(int tid, const std::string& name) {
+  add("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":\"" +
+      name + "\"}}");
+}
+
+void Tracer::span(const char* name, int tid, Clock::time_point a, Clock::time_point b, const std::string& args) {
+  add(std::string("{\"ph\":\"X\",\"name\":\"") + name + "\",\"pid\":1,\"tid\":" + std::to_string(tid) +
+      ",\"ts\":" + us(a) + ",\"dur\":" + std::to_string(std::chrono::duration<double, std::micro>(b - a).count()) +
+      (args.empty() ? "" : ",\"args\":{" + args + "}") + "}");
+}
+
+void Tracer::counter(const char* name, Clock::time_point t, double value) {
+  add(std::string("{\"ph\":\"C\",\"name\":\"") + name + "\",\"pid\":1,\"ts\":" + us(t) +
+      ",\"args\":{\"depth\":" + std::to_string(value) + "}}");
+}
+
+void Tracer::finish() {
+  if (const int err = close_file(); err != 0) {
+    throw std::runtime_error("--trace: cannot write " + file_ + ": " + std::strerror(err));
+  }
+}
+
+std::string Tracer::us(Clock::time_point t) const {
+  return std::to_string(std::chrono::duration<double, std::micro>(t - origin_).count());
+}
+
+void Tracer::add(const std::string& event) {
+  std::lock_guard lk(mu_);
+  if (!out_ || error_ != 0) return;  // closed, or a write failed: finish() reports it
+  if ((!first_ && std::fputs(",\n", out_) < 0) || std::fputs(event.c_str(), out_) < 0) error_ = errno;
+  first_ = false;
+}
+
+int Tracer::close_file() {
+  std::lock_guard lk(mu_);
+  if (!out_) return error_;
+  if (std::fputs("\n]}\n", out_) < 0 && error_ == 0) error_ = errno;
+  if (std::fclose(out_) != 0 && error_ == 0) error_ = errno;
+  out_ = nullptr;
+  return error_;
+}
+
+}  // namespace conveyor::apps
