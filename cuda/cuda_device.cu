@@ -8,7 +8,7 @@
 // and nothing is issued on stream 0 by us (2); bind_thread() is cudaSetDevice
 // (3); sync events are cudaEventDisableTiming | cudaEventBlockingSync, so a
 // waiting host thread sleeps instead of spinning (8); every call is checked and
-// every launch followed by cudaGetLastError (9).
+// every launch goes through CONVEYOR_CUDA_LAUNCH, which checks cudaGetLastError (9).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -164,30 +164,16 @@ class CudaDevice final : public Device {
   }
 
   void normalize(const NormalizeJob& job, Stream& s) override {
-    const std::size_t hw = job.height * job.width, total = job.samples * hw;
-    if (total == 0) return;
+    const std::size_t hw = job.height * job.width;
+    if (job.samples * hw == 0) return;
     Affines affines{};
     for (int c = 0; c < 4; ++c) affines.a[c] = job.affine[c];
-    const unsigned grid = grid_for(total), channels = static_cast<unsigned>(job.channels);
     switch (job.out_type) {
-      case DType::float32:
-        normalize_kernel<DType::float32><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples,
-                                                                         hw, channels, affines);
-        break;
-      case DType::float16:
-        normalize_kernel<DType::float16><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples,
-                                                                         hw, channels, affines);
-        break;
-      case DType::bfloat16:
-        normalize_kernel<DType::bfloat16><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices,
-                                                                          job.samples, hw, channels, affines);
-        break;
-      case DType::uint8:
-        normalize_kernel<DType::uint8><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples, hw,
-                                                                       channels, affines);
-        break;
+      case DType::float32: return launch_normalize<DType::float32>(job, hw, affines, s);
+      case DType::float16: return launch_normalize<DType::float16>(job, hw, affines, s);
+      case DType::bfloat16: return launch_normalize<DType::bfloat16>(job, hw, affines, s);
+      case DType::uint8: return launch_normalize<DType::uint8>(job, hw, affines, s);
     }
-    CONVEYOR_CUDA_CHECK_LAUNCH("normalize_kernel");
   }
 
   void gather(const GatherJob& job, Stream& s) override {
@@ -207,8 +193,8 @@ class CudaDevice final : public Device {
 
   void busy(double microseconds, Stream& s) override {
     if (!(microseconds > 0)) return;  // NaN and negatives included
-    busy_kernel<<<1, 1, 0, native(s)>>>(static_cast<unsigned long long>(microseconds * 1000.0));
-    CONVEYOR_CUDA_CHECK_LAUNCH("busy_kernel");
+    CONVEYOR_CUDA_LAUNCH("busy_kernel",
+                         busy_kernel<<<1, 1, 0, native(s)>>>(static_cast<unsigned long long>(microseconds * 1000.0)));
   }
 
   void record(Event& e, Stream& s) override { CONVEYOR_CUDA_CHECK(cudaEventRecord(native(e), native(s))); }
@@ -222,12 +208,18 @@ class CudaDevice final : public Device {
   }
 
  private:
+  template <DType T>
+  void launch_normalize(const NormalizeJob& job, std::size_t hw, const Affines& affines, Stream& s) {
+    CONVEYOR_CUDA_LAUNCH("normalize_kernel",
+                         normalize_kernel<T><<<grid_for(job.samples * hw), kBlock, 0, native(s)>>>(
+                             job.src, job.dst, job.indices, job.samples, hw, static_cast<unsigned>(job.channels), affines));
+  }
   template <typename Word>
   void launch_gather(const GatherJob& job, Stream& s) {
     const std::size_t row_words = job.row_bytes / sizeof(Word);
-    gather_kernel<Word><<<grid_for(job.rows * row_words), kBlock, 0, native(s)>>>(
-        reinterpret_cast<const Word*>(job.src), reinterpret_cast<Word*>(job.dst), job.indices, job.rows, row_words);
-    CONVEYOR_CUDA_CHECK_LAUNCH("gather_kernel");
+    CONVEYOR_CUDA_LAUNCH("gather_kernel", gather_kernel<Word><<<grid_for(job.rows * row_words), kBlock, 0, native(s)>>>(
+                                              reinterpret_cast<const Word*>(job.src), reinterpret_cast<Word*>(job.dst),
+                                              job.indices, job.rows, row_words));
   }
 
   int ordinal_;
