@@ -59,7 +59,6 @@ struct TransferCore {
     // events: wait for the last release of each slot before anything is freed.
     if (!device) return;
     try {
-      device->bind_thread();
       for (auto& s : slots) {
         if (s.consumed) device->synchronize(*s.consumed);
       }
@@ -83,7 +82,7 @@ struct TransferCore {
     NvtxRange range("conveyor.transfer");
     const auto start = std::chrono::steady_clock::now();
     if (!thread_bound) {
-      device->bind_thread();  // 3: first, on this thread
+      device->bind_thread();  // 3: first, on this thread (the calls guard themselves too)
       thread_bound = true;
     }
     auto id = free_slots.pop();  // blocks while the consumer holds every slot; empty once stopped
@@ -129,7 +128,6 @@ struct TransferCore {
         throw std::logic_error("device slot " + std::to_string(s.id) + " released for generation " +
                                std::to_string(generation) + " but holds " + std::to_string(s.copied_generation));
       }
-      device->bind_thread();
       Stream& consumer = *consumer_stream;
       if (device->poisons_released()) {
         if (s.raw) device->fill(s.raw->data(), kPoison, s.raw->bytes(), consumer);
@@ -237,7 +235,6 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   if (transfer.normalize) validate_normalization(*transfer.normalize, config.sample_bytes);
 
   // 1: every buffer, stream and event now, none in the steady state.
-  device->bind_thread();
   core_ = std::make_shared<TransferCore>(config.device_buffer_count());
   core_->device = device;
   core_->config = transfer;
@@ -321,7 +318,6 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   } else {
     batch.data_ = slot->source;
   }
-  core_->device->bind_thread();
   core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
   return batch;
 }

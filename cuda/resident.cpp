@@ -81,8 +81,8 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
                                 mib(resident_.budget_bytes) + "); stream the dataset with DevicePipeline instead");
   }
 
-  // Everything allocated now, nothing in the steady state.
-  device_->bind_thread();
+  // Everything allocated now, nothing in the steady state. Each device call
+  // runs on the device without changing the caller's current one.
   stream_ = device_->wrap_stream(resident_.consumer_stream);
   samples_ = device_->allocate(samples.rows * row_bytes);
   labels_ = device_->allocate(samples.rows * sizeof(std::int64_t));
@@ -110,7 +110,6 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
 
 ResidentDataset::~ResidentDataset() {
   try {
-    device_->bind_thread();
     device_->synchronize(*stream_);  // our gathers are done before their buffers go
   } catch (...) {
     // A device in error has nothing left to run.
@@ -148,7 +147,6 @@ std::optional<ResidentBatch> ResidentDataset::next() {
     throw std::logic_error("resident dataset: all " + std::to_string(slots_.size()) +
                            " output buffers are held; release a batch before taking another (or raise buffers)");
   }
-  device_->bind_thread();
   if (!epoch_started_) start_epoch(epoch_);
 
   const std::size_t offset = batch_ * config_.batch_size, count = sampler_.batch_length(batch_);
