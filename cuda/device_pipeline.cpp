@@ -97,25 +97,42 @@ struct TransferCore {
       throw std::logic_error("device slot " + std::to_string(s.id) + " reused before its release was recorded");
     }
     Stream& copy = *copy_stream;
-    device->wait(copy, *s.consumed);  // 4, checklist 5: D[i]/O[i] are free on the device's timeline
-    const std::size_t bytes = batch.size() * sample_bytes;
-    if (device->hands_over()) {
-      s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
-    } else {
-      s.source = static_cast<std::byte*>(s.raw->data());
-      device->copy_to_device(s.source, batch.data, bytes, copy);  // one contiguous copy per batch (checklist 11)
+    try {
+      device->wait(copy, *s.consumed);  // 4, checklist 5: D[i]/O[i] are free on the device's timeline
+      const std::size_t bytes = batch.size() * sample_bytes;
+      if (device->hands_over()) {
+        s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
+      } else {
+        s.source = static_cast<std::byte*>(s.raw->data());
+        device->copy_to_device(s.source, batch.data, bytes, copy);  // one contiguous copy per batch (checklist 11)
+      }
+      if (config.normalize) {  // on the copy stream: uint8 crossed the bus (10, checklist 12)
+        device->normalize(
+            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()), copy);
+      }
+      device->record(*s.copied, copy);  // 4: recorded before the slot is published
+      ++s.copied_generation;
+      // 5: the host sees the copy done before H can go back to the workers. H goes
+      // back only when the consumer releases the batch, which is later still.
+      device->synchronize(*s.copied);
+    } catch (...) {
+      // The core recycles H (poisoning it, if asked) or frees it as soon as this
+      // throws, while the copy enqueued above may still be reading it: wait for
+      // the copy stream first, whatever it reports.
+      drain_copy_stream();
+      throw;
     }
-    if (config.normalize) {  // on the copy stream: uint8 crossed the bus (10, checklist 12)
-      device->normalize(config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()),
-                        copy);
-    }
-    device->record(*s.copied, copy);  // 4: recorded before the slot is published
-    ++s.copied_generation;
-    // 5: the host sees the copy done before H can go back to the workers. H goes
-    // back only when the consumer releases the batch, which is later still.
-    device->synchronize(*s.copied);
     batch.user = &s;  // published when this returns: the core queues it for the consumer
     if (config.on_transfer) config.on_transfer(batch, start, std::chrono::steady_clock::now());
+  }
+
+  // Waits for everything enqueued on the copy stream; never throws (a device in
+  // error has nothing left to run, and the caller is already failing).
+  void drain_copy_stream() noexcept {
+    try {
+      device->synchronize(*copy_stream);
+    } catch (...) {
+    }
   }
 
   // The consumer's release of one slot (protocol point 7). Returns false when
