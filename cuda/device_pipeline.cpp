@@ -35,13 +35,15 @@ struct TransferCore {
   // names the slots' events and buffers) finishes before those die.
   std::unique_ptr<Stream> copy_stream;
   std::unique_ptr<Stream> consumer_stream;
-  bool thread_bound = false;  // the transfer thread's cudaSetDevice, done once
+  bool thread_bound = false;  // the transfer thread (ours alone) is bound to the device once
   // Slots the consumer holds: next() counts up on the consumer's thread; a
   // release may count down on another (a tensor deleter, see DeviceBatch).
   std::atomic<std::size_t> held{0};
 
   std::mutex error_mu;
-  std::string release_error;  // the first error from a release, for the next next()
+  // The first error on the consumer's side (a release, or next()'s own device
+  // calls), with what failed: thrown by every later next().
+  std::string consumer_error;
   std::vector<BatchHandle> quarantined;  // host buffers whose release failed, kept until the end
 
   void quarantine(BatchHandle h) noexcept {
@@ -68,13 +70,16 @@ struct TransferCore {
     }
   }
 
-  void keep_error(const char* what) noexcept {
+  // Keeps the first consumer-side error and closes the free slots, so the
+  // transfer thread stops rather than waiting for a slot that may never return.
+  void fail(const char* doing, const char* what) noexcept {
     try {
       std::lock_guard lk(error_mu);
-      if (release_error.empty()) release_error = what;
+      if (consumer_error.empty()) consumer_error = std::string(doing) + ": " + what;
     } catch (...) {
-      // Out of memory while keeping an error: the caller closes the free slots regardless.
+      // Out of memory while keeping an error: the free slots close regardless.
     }
+    free_slots.close();
   }
 
   // The transfer thread's step for one finished batch (protocol points 4 and 5).
@@ -89,8 +94,8 @@ struct TransferCore {
     if (!id) {
       // Closed by stop() (the core ignores errors while stopping) or by a failed release.
       std::lock_guard lk(error_mu);
-      throw std::runtime_error(release_error.empty() ? "stopped while waiting for a free device slot"
-                                                     : "a batch release failed: " + release_error);
+      throw std::runtime_error(consumer_error.empty() ? "stopped while waiting for a free device slot"
+                                                      : "the consumer failed: " + consumer_error);
     }
     DeviceSlot& s = slots[*id];
     if (s.consumed_generation != s.copied_generation) {  // checklist 3
@@ -155,12 +160,10 @@ struct TransferCore {
       // workers only once that work is done (instant for a consumer on the CPU).
       if (device->hands_over()) device->synchronize(*s.consumed);
     } catch (const std::exception& e) {
-      keep_error(e.what());
-      free_slots.close();  // the transfer thread must not wait for this slot
+      fail("releasing a batch", e.what());  // the transfer thread must not wait for this slot
       return false;
     } catch (...) {
-      keep_error("unknown error");
-      free_slots.close();
+      fail("releasing a batch", "unknown error");
       return false;
     }
     s.consumed_generation = generation;
@@ -307,9 +310,8 @@ std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
 std::optional<DeviceBatch> DevicePipeline::next() {
   {
     std::lock_guard lk(core_->error_mu);
-    if (!core_->release_error.empty()) {
-      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample,
-                          "releasing a batch: " + core_->release_error);
+    if (!core_->consumer_error.empty()) {
+      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample, core_->consumer_error);
     }
   }
   NvtxRange range("conveyor.next");
@@ -335,7 +337,14 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   } else {
     batch.data_ = slot->source;
   }
-  core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
+  try {
+    core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
+  } catch (const std::exception& e) {
+    // As promised, PipelineError, and it sticks. `batch` is released after the
+    // error is kept, so its own release, likely failing too, does not replace it.
+    core_->fail("taking a batch", e.what());
+    throw PipelineError("consumer", batch.host().epoch, PipelineError::kNoSample, "taking a batch: " + std::string(e.what()));
+  }
   return batch;
 }
 

@@ -307,6 +307,7 @@ class FaultyDevice final : public Device {
   explicit FaultyDevice(std::shared_ptr<Device> inner) : inner_(std::move(inner)) {}
   std::atomic<int> copies_before_error{-1};   // copy_to_device throws when this reaches 0
   std::atomic<bool> fail_cpu_records{false};  // record on the CPU consumer's stream throws
+  std::atomic<bool> fail_cpu_waits{false};    // wait on the CPU consumer's stream throws
   std::atomic<bool> skip_waits{false};
   std::atomic<int> waits_on_cpu_stream{0};  // wait() calls on the CPU consumer's (inline) stream
   // A transfer step that fails after its copy was enqueued: this call throws, once.
@@ -355,6 +356,7 @@ class FaultyDevice final : public Device {
   }
   void wait(Stream& st, Event& e) override {
     if (st.native() == nullptr) ++waits_on_cpu_stream;
+    if (fail_cpu_waits && st.native() == nullptr) throw DeviceError("cudaStreamWaitEvent(...) at cuda/fake.cu:4: injected failure");
     if (!skip_waits) inner_->wait(st, e);
   }
   void synchronize(Event& e) override {
@@ -572,6 +574,24 @@ TEST_CASE("an error while releasing a batch is reported by the next call", "[dev
   faulty->fail_cpu_records = true;  // the consumer's release fails; the transfer thread's records go on
   b->reset();
   REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
+}
+
+TEST_CASE("a device error in next() itself is a PipelineError, and it sticks", "[device][pipeline][errors]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Config cfg = small_config(2, 1, 2);
+  cfg.epochs = 0;  // endless: the transfer thread would go on were it not stopped
+  DevicePipeline dp(cfg, 40, test::fill_pattern, {}, faulty);
+  REQUIRE(dp.next());
+  faulty->fail_cpu_waits = true;  // the consumer stream's wait on copied fails
+  try {
+    (void)dp.next();
+    FAIL("no error");
+  } catch (const PipelineError& e) {  // not a bare DeviceError: the header promises PipelineError
+    REQUIRE(e.stage() == "consumer");
+    REQUIRE_THAT(e.what(), Catch::Contains("taking a batch: cudaStreamWaitEvent(...) at cuda/fake.cu:4"));
+  }
+  faulty->fail_cpu_waits = false;  // not sticky on the device: the pipeline must remember it
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("taking a batch: cudaStreamWaitEvent"));
 }
 
 TEST_CASE("stop returns while the consumer holds every device slot", "[device][pipeline][stop]") {
