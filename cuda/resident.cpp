@@ -132,6 +132,7 @@ void ResidentDataset::start_epoch(std::uint64_t epoch) {
 
 std::optional<ResidentBatch> ResidentDataset::next() {
   NvtxRange range("conveyor.resident.next");
+  if (!release_error_.empty()) throw DeviceError("resident dataset: releasing a batch: " + release_error_);
   const std::size_t per_epoch = sampler_.batches_per_epoch();
   if (per_epoch == 0) return std::nullopt;
   if (batch_ == per_epoch) {
@@ -190,13 +191,21 @@ std::optional<ResidentBatch> ResidentDataset::next() {
 
 void ResidentDataset::release(std::size_t slot) noexcept {
   Slot& s = slots_[slot];
+  --held_;
   try {
     device_->record(*s.consumed, *stream_);
-  } catch (...) {
-    // The device is in error: its next call fails the same way and reports it.
+  } catch (const std::exception& e) {
+    // Not recorded: the consumer's work may still read the slot, so it stays out
+    // of rotation, and the error (perhaps not sticky: later calls may succeed)
+    // is kept for next() to throw.
+    try {
+      if (release_error_.empty()) release_error_ = e.what();
+    } catch (...) {
+      release_error_ = "unknown error";  // out of memory: short enough for SSO
+    }
+    return;
   }
   s.held = false;
-  --held_;
 }
 
 ResidentBatch& ResidentBatch::operator=(ResidentBatch&& other) noexcept {

@@ -931,3 +931,19 @@ TEST_CASE("batches released on other threads, as tensor deleters do, keep every 
     }
   }
 }
+
+TEST_CASE("resident dataset: a failed release keeps its slot out and is thrown by the next call",
+          "[device][resident][errors]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Tensor t = make_tensor(12, {4}, DType::uint8);
+  Config cfg;
+  cfg.batch_size = 2;
+  ResidentDataset ds(faulty, t.samples, t.labels, cfg);
+  auto b = ds.next();
+  REQUIRE(b);
+  faulty->fail_cpu_records = true;  // the release's record on the consumer's (CPU) stream fails
+  b->reset();
+  faulty->fail_cpu_records = false;  // not sticky: later calls would succeed, and must not hide it
+  REQUIRE_THROWS_WITH(ds.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
+  REQUIRE_THROWS_AS(ds.next(), DeviceError);
+}
