@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numbers>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -247,28 +248,44 @@ struct ValResult {
   std::size_t images = 0, skipped = 0;
 };
 
-// One pass over the validation split: Resize + CenterCrop, no shuffle, no gradients.
-ValResult validate(Net& model, const Dataset& val, const Options& o, int crop, const std::shared_ptr<Device>& device,
-                   const TransferConfig& tc) {
+// The validation split's pipeline, built once for the run, so its pool is
+// allocated (pinned, on CUDA) once rather than at every pass: one epoch of it
+// per pass. Between passes its workers prefetch the next pass, as far as the
+// pool allows. Resize + CenterCrop, no shuffle; every rank scores the whole split.
+struct Validation {
+  ImageSource images;     // before the pipeline, whose filler refers to it
+  DevicePipeline pipeline;
+  std::uint64_t passes = 0;  // epochs of `pipeline` read so far
+
+  Validation(const Dataset& val, const Options& o, int crop, std::size_t passes_this_run,
+             const std::shared_ptr<Device>& device, const TransferConfig& tc)
+      : images(val, image_config(o, "center", crop), o.workers),
+        pipeline(config(o, images, passes_this_run), val.size(), images.filler(), tc, device) {}
+
+  static Config config(const Options& o, const ImageSource& images, std::size_t passes) {
+    Config cfg = pipeline_config(o);
+    cfg.sample_bytes = images.sample_bytes();
+    cfg.shuffle = false;
+    cfg.epochs = passes;
+    cfg.rank = 0;
+    cfg.world_size = 1;
+    return cfg;
+  }
+};
+
+// One pass over the validation split, with no gradients; none without a split
+// (`val` null).
+ValResult validate(Net& model, Validation* val, const torch::Device& where) {
   ValResult r;
-  if (val.size() == 0) return r;
-  ImageSource images(val, image_config(o, "center", crop), o.workers);
-  Config cfg = pipeline_config(o);
-  cfg.sample_bytes = images.sample_bytes();
-  cfg.shuffle = false;
-  cfg.epochs = 1;
-  cfg.rank = 0;  // every rank scores the whole split
-  cfg.world_size = 1;
-  DevicePipeline pipeline(cfg, val.size(), images.filler(), tc, device);
+  if (!val) return r;
   torch::NoGradGuard no_grad;
   model.eval();
-  const torch::Device where = torch_device(*device);
   double loss = 0;
   std::uint64_t correct = 0;
-  while (auto b = pipeline.next()) {
-    r.skipped += b->host().skipped.size();
-    if (b->size() == 0) continue;
-    TensorBatch t = to_tensors(std::move(*b));
+  for (auto& b : val->pipeline.epoch(val->passes++)) {
+    r.skipped += b.host().skipped.size();
+    if (b.size() == 0) continue;
+    TensorBatch t = to_tensors(std::move(b));
     const torch::Tensor labels = t.labels.to(where);
     const torch::Tensor out = model.forward(t.images);
     loss += torch::nll_loss(out, labels, {}, at::Reduction::Sum).item<double>();
@@ -376,6 +393,8 @@ int train(Options& o, TrainOptions t) {
     throw UsageError(e.what());
   }
   DevicePipeline pipeline(cfg, train_set.size(), images.filler(), tc, device, resume_state);
+  std::optional<Validation> validation;  // one pass after each epoch of this run
+  if (val_set.size()) validation.emplace(val_set, o, crop, o.epochs - first_epoch, device, tc);
   std::int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
   std::printf("dataset: %s; %zu training and %zu validation images, %lld classes (chance %.1f%%); rank %zu of %zu\n"
@@ -443,7 +462,7 @@ int train(Options& o, TrainOptions t) {
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     pipeline.consumer_away();
     const PipelineStats epoch_stats = pipeline.stats().since(before);
-    const ValResult v = validate(*model, val_set, o, crop, device, tc);
+    const ValResult v = validate(*model, validation ? &*validation : nullptr, where);
     EpochRow row;
     row.epoch = e + 1;
     row.train_loss = sums.count ? sums.loss / double(sums.count) : 0;

@@ -6,6 +6,14 @@
 // The transfer stage turns it into the pipeline's sticky error, so it reaches
 // the consumer. Destructors use CONVEYOR_CUDA_CHECK_NOTHROW, which cannot throw
 // and stays quiet when the runtime is already unloading at process exit.
+//
+// The thread's last error: a failed runtime call also leaves its error there,
+// and cudaGetLastError() after a launch would report it again, as the launch's.
+// So a failure is cleared (cudaGetLastError) before it is thrown or printed,
+// and kernels launch through CONVEYOR_CUDA_LAUNCH, which clears whatever an
+// earlier call left (one that bypassed this check: the caller's, LibTorch's)
+// before launching. A sticky error (the context is lost) cannot be cleared; it
+// fails every later call, and so is still reported.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +33,7 @@ inline const char* short_path(const char* file) {
 }
 
 [[noreturn]] inline void throw_error(cudaError_t e, const char* call, const char* file, int line) {
+  (void)cudaGetLastError();  // reported here: not again by the next launch check
   throw DeviceError(std::string(call) + " at " + short_path(file) + ":" + std::to_string(line) + ": " +
                     cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
@@ -35,6 +44,7 @@ inline void check(cudaError_t e, const char* call, const char* file, int line) {
 
 inline void check_nothrow(cudaError_t e, const char* call, const char* file, int line) noexcept {
   if (e == cudaSuccess || e == cudaErrorCudartUnloading) return;
+  (void)cudaGetLastError();
   std::fprintf(stderr, "conveyor: %s at %s:%d: %s (in a destructor; ignored)\n", call, short_path(file), line,
                cudaGetErrorString(e));
 }
@@ -43,5 +53,12 @@ inline void check_nothrow(cudaError_t e, const char* call, const char* file, int
 
 #define CONVEYOR_CUDA_CHECK(call) ::conveyor::cuda::check((call), #call, __FILE__, __LINE__)
 #define CONVEYOR_CUDA_CHECK_NOTHROW(call) ::conveyor::cuda::check_nothrow((call), #call, __FILE__, __LINE__)
-// After every kernel launch: launch errors surface here, not at some later call.
-#define CONVEYOR_CUDA_CHECK_LAUNCH(name) ::conveyor::cuda::check(cudaGetLastError(), name " launch", __FILE__, __LINE__)
+// Every kernel launch: CONVEYOR_CUDA_LAUNCH("busy_kernel", busy_kernel<<<1, 1, 0, s>>>(ns));
+// A stale last error is dropped first, so the check after the launch reports
+// this launch's error only, here rather than at some later call.
+#define CONVEYOR_CUDA_LAUNCH(name, ...)                                                \
+  do {                                                                               \
+    (void)cudaGetLastError();                                                        \
+    __VA_ARGS__;                                                                     \
+    ::conveyor::cuda::check(cudaGetLastError(), name " launch", __FILE__, __LINE__); \
+  } while (0)

@@ -5,15 +5,17 @@
 // docs/cuda.md for the checklist walk-through.
 //
 // Protocol points this file holds: streams are created cudaStreamNonBlocking
-// and nothing is issued on stream 0 by us (2); bind_thread() is cudaSetDevice
-// (3); sync events are cudaEventDisableTiming | cudaEventBlockingSync, so a
+// and nothing is issued on stream 0 by us (2); every call and every handle's
+// destructor runs under a ScopedDevice, so it reaches the configured GPU from
+// any thread and leaves the thread's current device as it found it (3); sync events are cudaEventDisableTiming | cudaEventBlockingSync, so a
 // waiting host thread sleeps instead of spinning (8); every call is checked and
-// every launch followed by cudaGetLastError (9).
+// every launch goes through CONVEYOR_CUDA_LAUNCH, which checks cudaGetLastError (9).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "cuda/backends.h"
@@ -71,12 +73,50 @@ __global__ void busy_kernel(unsigned long long ns) {
   } while (now - start < ns);
 }
 
+// Makes `ordinal` the calling thread's current device for one scope and then
+// restores the thread's previous device (taskflow's cudaScopedDevice). The
+// current device is per host thread and belongs to the caller (its LibTorch
+// work runs on it): a bare cudaSetDevice in next() or a release would change it
+// under them, and a call made without one would go to whatever device the
+// thread happens to be on. On a thread already on `ordinal` it costs one
+// cudaGetDevice.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int ordinal) {
+    CONVEYOR_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != ordinal) {
+      CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal));
+      switched_ = true;
+    }
+  }
+  // For destructors: a failure is printed (see check_nothrow), not thrown.
+  ScopedDevice(int ordinal, std::nothrow_t) noexcept {
+    const cudaError_t e = cudaGetDevice(&previous_);
+    CONVEYOR_CUDA_CHECK_NOTHROW(e);
+    if (e == cudaSuccess && previous_ != ordinal) {
+      const cudaError_t set = cudaSetDevice(ordinal);
+      CONVEYOR_CUDA_CHECK_NOTHROW(set);
+      switched_ = set == cudaSuccess;
+    }
+  }
+  ~ScopedDevice() {
+    if (switched_) CONVEYOR_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
 class CudaBuffer final : public Buffer {
  public:
-  explicit CudaBuffer(std::size_t bytes) : bytes_(bytes) {
+  CudaBuffer(std::size_t bytes, int ordinal) : bytes_(bytes), ordinal_(ordinal) {
     if (bytes) CONVEYOR_CUDA_CHECK(cudaMalloc(&data_, bytes));
   }
   ~CudaBuffer() override {
+    const ScopedDevice on(ordinal_, std::nothrow);
     if (data_) CONVEYOR_CUDA_CHECK_NOTHROW(cudaFree(data_));
   }
   void* data() const override { return data_; }
@@ -84,17 +124,22 @@ class CudaBuffer final : public Buffer {
 
  private:
   std::size_t bytes_;
+  int ordinal_;
   void* data_ = nullptr;
 };
 
 class CudaStream final : public Stream {
  public:
   // Owning: a new non-blocking stream. Never the legacy default stream (protocol 2).
-  CudaStream() { CONVEYOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); owned_ = true; }
+  explicit CudaStream(int ordinal) : ordinal_(ordinal) {
+    CONVEYOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    owned_ = true;
+  }
   // Not owning: the caller's stream, e.g. the training step's.
-  explicit CudaStream(cudaStream_t s) : stream_(s), owned_(false) {}
+  CudaStream(cudaStream_t s, int ordinal) : stream_(s), owned_(false), ordinal_(ordinal) {}
   ~CudaStream() override {
     if (!owned_) return;
+    const ScopedDevice on(ordinal_, std::nothrow);
     CONVEYOR_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));  // as documented: its work finishes first
     CONVEYOR_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
   }
@@ -104,19 +149,24 @@ class CudaStream final : public Stream {
  private:
   cudaStream_t stream_ = nullptr;
   bool owned_ = false;
+  int ordinal_;
 };
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(EventKind kind) {
+  CudaEvent(EventKind kind, int ordinal) : ordinal_(ordinal) {
     const unsigned flags = kind == EventKind::sync ? cudaEventDisableTiming | cudaEventBlockingSync
                                                    : cudaEventBlockingSync;
     CONVEYOR_CUDA_CHECK(cudaEventCreateWithFlags(&event_, flags));
   }
-  ~CudaEvent() override { CONVEYOR_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_)); }
+  ~CudaEvent() override {
+    const ScopedDevice on(ordinal_, std::nothrow);
+    CONVEYOR_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_));
+  }
   cudaEvent_t get() const { return event_; }
 
  private:
+  int ordinal_;
   cudaEvent_t event_ = nullptr;
 };
 
@@ -126,7 +176,7 @@ cudaEvent_t native(Event& e) { return static_cast<CudaEvent&>(e).get(); }
 class CudaDevice final : public Device {
  public:
   explicit CudaDevice(const DeviceConfig& config) : ordinal_(config.cuda_device), poison_(config.poison_released) {
-    CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const ScopedDevice on(ordinal_);  // the caller's thread: its device is left as it was
     cudaDeviceProp prop{};
     CONVEYOR_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
     name_ = std::string("cuda backend: device ") + std::to_string(ordinal_) + " " + prop.name + ", sm_" +
@@ -138,56 +188,67 @@ class CudaDevice final : public Device {
   std::string describe() const override { return name_; }
   bool poisons_released() const override { return poison_; }
   int ordinal() const override { return ordinal_; }
+  // Optional now that every call guards itself: a thread of our own (the
+  // transfer thread) binds once, so each guard finds it on this device and
+  // switches nothing. Not undone: never for a caller's thread.
   void bind_thread() override { CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal_)); }
 
+  // Each call below opens with `on`: it runs on this device, whichever the
+  // calling thread's current one is, and leaves that as it was.
   void* allocate_host(std::size_t bytes) override {
+    const ScopedDevice on(ordinal_);
     void* p = nullptr;
     CONVEYOR_CUDA_CHECK(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), cudaHostAllocDefault));
     return p;
   }
-  void free_host(void* p) noexcept override { CONVEYOR_CUDA_CHECK_NOTHROW(cudaFreeHost(p)); }
-  std::unique_ptr<Buffer> allocate(std::size_t bytes) override { return std::make_unique<CudaBuffer>(bytes); }
-  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(); }
-  std::unique_ptr<Event> create_event(EventKind kind) override { return std::make_unique<CudaEvent>(kind); }
+  void free_host(void* p) noexcept override {
+    const ScopedDevice on(ordinal_, std::nothrow);
+    CONVEYOR_CUDA_CHECK_NOTHROW(cudaFreeHost(p));
+  }
+  std::unique_ptr<Buffer> allocate(std::size_t bytes) override {
+    const ScopedDevice on(ordinal_);
+    return std::make_unique<CudaBuffer>(bytes, ordinal_);
+  }
+  std::unique_ptr<Stream> create_stream() override {
+    const ScopedDevice on(ordinal_);
+    return std::make_unique<CudaStream>(ordinal_);
+  }
+  std::unique_ptr<Event> create_event(EventKind kind) override {
+    const ScopedDevice on(ordinal_);
+    return std::make_unique<CudaEvent>(kind, ordinal_);
+  }
   std::unique_ptr<Stream> wrap_stream(void* s) override {
-    return std::make_unique<CudaStream>(static_cast<cudaStream_t>(s));
+    return std::make_unique<CudaStream>(static_cast<cudaStream_t>(s), ordinal_);
   }
 
   void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream& s) override {
-    if (bytes) CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(s)));
+    if (!bytes) return;
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(s)));
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream& s) override {
-    if (bytes) CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(s)));
+    if (!bytes) return;
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(s)));
   }
   void fill(void* dst, unsigned char value, std::size_t bytes, Stream& s) override {
-    if (bytes) CONVEYOR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native(s)));
+    if (!bytes) return;
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native(s)));
   }
 
   void normalize(const NormalizeJob& job, Stream& s) override {
-    const std::size_t hw = job.height * job.width, total = job.samples * hw;
-    if (total == 0) return;
+    const std::size_t hw = job.height * job.width;
+    if (job.samples * hw == 0) return;
     Affines affines{};
     for (int c = 0; c < 4; ++c) affines.a[c] = job.affine[c];
-    const unsigned grid = grid_for(total), channels = static_cast<unsigned>(job.channels);
+    const ScopedDevice on(ordinal_);
     switch (job.out_type) {
-      case DType::float32:
-        normalize_kernel<DType::float32><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples,
-                                                                         hw, channels, affines);
-        break;
-      case DType::float16:
-        normalize_kernel<DType::float16><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples,
-                                                                         hw, channels, affines);
-        break;
-      case DType::bfloat16:
-        normalize_kernel<DType::bfloat16><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices,
-                                                                          job.samples, hw, channels, affines);
-        break;
-      case DType::uint8:
-        normalize_kernel<DType::uint8><<<grid, kBlock, 0, native(s)>>>(job.src, job.dst, job.indices, job.samples, hw,
-                                                                       channels, affines);
-        break;
+      case DType::float32: return launch_normalize<DType::float32>(job, hw, affines, s);
+      case DType::float16: return launch_normalize<DType::float16>(job, hw, affines, s);
+      case DType::bfloat16: return launch_normalize<DType::bfloat16>(job, hw, affines, s);
+      case DType::uint8: return launch_normalize<DType::uint8>(job, hw, affines, s);
     }
-    CONVEYOR_CUDA_CHECK_LAUNCH("normalize_kernel");
   }
 
   void gather(const GatherJob& job, Stream& s) override {
@@ -196,6 +257,7 @@ class CudaDevice final : public Device {
       return job.row_bytes % a == 0 && reinterpret_cast<std::uintptr_t>(job.src) % a == 0 &&
              reinterpret_cast<std::uintptr_t>(job.dst) % a == 0;
     };
+    const ScopedDevice on(ordinal_);
     if (aligned(16)) {
       launch_gather<uint4>(job, s);
     } else if (aligned(4)) {
@@ -207,27 +269,47 @@ class CudaDevice final : public Device {
 
   void busy(double microseconds, Stream& s) override {
     if (!(microseconds > 0)) return;  // NaN and negatives included
-    busy_kernel<<<1, 1, 0, native(s)>>>(static_cast<unsigned long long>(microseconds * 1000.0));
-    CONVEYOR_CUDA_CHECK_LAUNCH("busy_kernel");
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_LAUNCH("busy_kernel",
+                         busy_kernel<<<1, 1, 0, native(s)>>>(static_cast<unsigned long long>(microseconds * 1000.0)));
   }
 
-  void record(Event& e, Stream& s) override { CONVEYOR_CUDA_CHECK(cudaEventRecord(native(e), native(s))); }
-  void wait(Stream& s, Event& e) override { CONVEYOR_CUDA_CHECK(cudaStreamWaitEvent(native(s), native(e), 0)); }
-  void synchronize(Event& e) override { CONVEYOR_CUDA_CHECK(cudaEventSynchronize(native(e))); }
-  void synchronize(Stream& s) override { CONVEYOR_CUDA_CHECK(cudaStreamSynchronize(native(s))); }
+  void record(Event& e, Stream& s) override {
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_CHECK(cudaEventRecord(native(e), native(s)));
+  }
+  void wait(Stream& s, Event& e) override {
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_CHECK(cudaStreamWaitEvent(native(s), native(e), 0));
+  }
+  void synchronize(Event& e) override {
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_CHECK(cudaEventSynchronize(native(e)));
+  }
+  void synchronize(Stream& s) override {
+    const ScopedDevice on(ordinal_);
+    CONVEYOR_CUDA_CHECK(cudaStreamSynchronize(native(s)));
+  }
   double elapsed_ms(Event& start, Event& end) override {
+    const ScopedDevice on(ordinal_);
     float ms = 0;
     CONVEYOR_CUDA_CHECK(cudaEventElapsedTime(&ms, native(start), native(end)));
     return ms;
   }
 
  private:
+  template <DType T>
+  void launch_normalize(const NormalizeJob& job, std::size_t hw, const Affines& affines, Stream& s) {
+    CONVEYOR_CUDA_LAUNCH("normalize_kernel",
+                         normalize_kernel<T><<<grid_for(job.samples * hw), kBlock, 0, native(s)>>>(
+                             job.src, job.dst, job.indices, job.samples, hw, static_cast<unsigned>(job.channels), affines));
+  }
   template <typename Word>
   void launch_gather(const GatherJob& job, Stream& s) {
     const std::size_t row_words = job.row_bytes / sizeof(Word);
-    gather_kernel<Word><<<grid_for(job.rows * row_words), kBlock, 0, native(s)>>>(
-        reinterpret_cast<const Word*>(job.src), reinterpret_cast<Word*>(job.dst), job.indices, job.rows, row_words);
-    CONVEYOR_CUDA_CHECK_LAUNCH("gather_kernel");
+    CONVEYOR_CUDA_LAUNCH("gather_kernel", gather_kernel<Word><<<grid_for(job.rows * row_words), kBlock, 0, native(s)>>>(
+                                              reinterpret_cast<const Word*>(job.src), reinterpret_cast<Word*>(job.dst),
+                                              job.indices, job.rows, row_words));
   }
 
   int ordinal_;

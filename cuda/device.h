@@ -138,8 +138,12 @@ class Device {
   // The CUDA device ordinal; -1 on the host backend.
   virtual int ordinal() const = 0;
 
-  // Makes this device current for the calling thread (cudaSetDevice). Every
-  // thread calls it before its first other call. Cheap; never allocates.
+  // Every call of a Device runs on that device from any thread and leaves the
+  // thread's current device as it found it (on CUDA, a scoped cudaGetDevice /
+  // cudaSetDevice pair). bind_thread() makes this device current for good
+  // (cudaSetDevice, not undone): only for a thread the caller owns outright,
+  // such as the transfer thread, where it spares each later call the switch.
+  // Cheap; never allocates.
   virtual void bind_thread() = 0;
 
   // ---- start-up only: these allocate and may synchronize the whole device

@@ -35,13 +35,15 @@ struct TransferCore {
   // names the slots' events and buffers) finishes before those die.
   std::unique_ptr<Stream> copy_stream;
   std::unique_ptr<Stream> consumer_stream;
-  bool thread_bound = false;  // the transfer thread's cudaSetDevice, done once
+  bool thread_bound = false;  // the transfer thread (ours alone) is bound to the device once
   // Slots the consumer holds: next() counts up on the consumer's thread; a
   // release may count down on another (a tensor deleter, see DeviceBatch).
   std::atomic<std::size_t> held{0};
 
   std::mutex error_mu;
-  std::string release_error;  // the first error from a release, for the next next()
+  // The first error on the consumer's side (a release, or next()'s own device
+  // calls), with what failed: thrown by every later next().
+  std::string consumer_error;
   std::vector<BatchHandle> quarantined;  // host buffers whose release failed, kept until the end
 
   void quarantine(BatchHandle h) noexcept {
@@ -59,7 +61,6 @@ struct TransferCore {
     // events: wait for the last release of each slot before anything is freed.
     if (!device) return;
     try {
-      device->bind_thread();
       for (auto& s : slots) {
         if (s.consumed) device->synchronize(*s.consumed);
       }
@@ -69,13 +70,16 @@ struct TransferCore {
     }
   }
 
-  void keep_error(const char* what) noexcept {
+  // Keeps the first consumer-side error and closes the free slots, so the
+  // transfer thread stops rather than waiting for a slot that may never return.
+  void fail(const char* doing, const char* what) noexcept {
     try {
       std::lock_guard lk(error_mu);
-      if (release_error.empty()) release_error = what;
+      if (consumer_error.empty()) consumer_error = std::string(doing) + ": " + what;
     } catch (...) {
-      // Out of memory while keeping an error: the caller closes the free slots regardless.
+      // Out of memory while keeping an error: the free slots close regardless.
     }
+    free_slots.close();
   }
 
   // The transfer thread's step for one finished batch (protocol points 4 and 5).
@@ -83,40 +87,57 @@ struct TransferCore {
     NvtxRange range("conveyor.transfer");
     const auto start = std::chrono::steady_clock::now();
     if (!thread_bound) {
-      device->bind_thread();  // 3: first, on this thread
+      device->bind_thread();  // 3: first, on this thread (the calls guard themselves too)
       thread_bound = true;
     }
     auto id = free_slots.pop();  // blocks while the consumer holds every slot; empty once stopped
     if (!id) {
       // Closed by stop() (the core ignores errors while stopping) or by a failed release.
       std::lock_guard lk(error_mu);
-      throw std::runtime_error(release_error.empty() ? "stopped while waiting for a free device slot"
-                                                     : "a batch release failed: " + release_error);
+      throw std::runtime_error(consumer_error.empty() ? "stopped while waiting for a free device slot"
+                                                      : "the consumer failed: " + consumer_error);
     }
     DeviceSlot& s = slots[*id];
     if (s.consumed_generation != s.copied_generation) {  // checklist 3
       throw std::logic_error("device slot " + std::to_string(s.id) + " reused before its release was recorded");
     }
     Stream& copy = *copy_stream;
-    device->wait(copy, *s.consumed);  // 4, checklist 5: D[i]/O[i] are free on the device's timeline
-    const std::size_t bytes = batch.size() * sample_bytes;
-    if (device->hands_over()) {
-      s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
-    } else {
-      s.source = static_cast<std::byte*>(s.raw->data());
-      device->copy_to_device(s.source, batch.data, bytes, copy);  // one contiguous copy per batch (checklist 11)
+    try {
+      device->wait(copy, *s.consumed);  // 4, checklist 5: D[i]/O[i] are free on the device's timeline
+      const std::size_t bytes = batch.size() * sample_bytes;
+      if (device->hands_over()) {
+        s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
+      } else {
+        s.source = static_cast<std::byte*>(s.raw->data());
+        device->copy_to_device(s.source, batch.data, bytes, copy);  // one contiguous copy per batch (checklist 11)
+      }
+      if (config.normalize) {  // on the copy stream: uint8 crossed the bus (10, checklist 12)
+        device->normalize(
+            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()), copy);
+      }
+      device->record(*s.copied, copy);  // 4: recorded before the slot is published
+      ++s.copied_generation;
+      // 5: the host sees the copy done before H can go back to the workers. H goes
+      // back only when the consumer releases the batch, which is later still.
+      device->synchronize(*s.copied);
+    } catch (...) {
+      // The core recycles H (poisoning it, if asked) or frees it as soon as this
+      // throws, while the copy enqueued above may still be reading it: wait for
+      // the copy stream first, whatever it reports.
+      drain_copy_stream();
+      throw;
     }
-    if (config.normalize) {  // on the copy stream: uint8 crossed the bus (10, checklist 12)
-      device->normalize(config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()),
-                        copy);
-    }
-    device->record(*s.copied, copy);  // 4: recorded before the slot is published
-    ++s.copied_generation;
-    // 5: the host sees the copy done before H can go back to the workers. H goes
-    // back only when the consumer releases the batch, which is later still.
-    device->synchronize(*s.copied);
     batch.user = &s;  // published when this returns: the core queues it for the consumer
     if (config.on_transfer) config.on_transfer(batch, start, std::chrono::steady_clock::now());
+  }
+
+  // Waits for everything enqueued on the copy stream; never throws (a device in
+  // error has nothing left to run, and the caller is already failing).
+  void drain_copy_stream() noexcept {
+    try {
+      device->synchronize(*copy_stream);
+    } catch (...) {
+    }
   }
 
   // The consumer's release of one slot (protocol point 7). Returns false when
@@ -129,7 +150,6 @@ struct TransferCore {
         throw std::logic_error("device slot " + std::to_string(s.id) + " released for generation " +
                                std::to_string(generation) + " but holds " + std::to_string(s.copied_generation));
       }
-      device->bind_thread();
       Stream& consumer = *consumer_stream;
       if (device->poisons_released()) {
         if (s.raw) device->fill(s.raw->data(), kPoison, s.raw->bytes(), consumer);
@@ -140,12 +160,10 @@ struct TransferCore {
       // workers only once that work is done (instant for a consumer on the CPU).
       if (device->hands_over()) device->synchronize(*s.consumed);
     } catch (const std::exception& e) {
-      keep_error(e.what());
-      free_slots.close();  // the transfer thread must not wait for this slot
+      fail("releasing a batch", e.what());  // the transfer thread must not wait for this slot
       return false;
     } catch (...) {
-      keep_error("unknown error");
-      free_slots.close();
+      fail("releasing a batch", "unknown error");
       return false;
     }
     s.consumed_generation = generation;
@@ -244,7 +262,6 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   if (transfer.normalize) validate_normalization(*transfer.normalize, config.sample_bytes);
 
   // 1: every buffer, stream and event now, none in the steady state.
-  device->bind_thread();
   core_ = std::make_shared<TransferCore>(config.device_buffer_count());
   core_->device = device;
   core_->config = transfer;
@@ -307,9 +324,8 @@ std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
 std::optional<DeviceBatch> DevicePipeline::next() {
   {
     std::lock_guard lk(core_->error_mu);
-    if (!core_->release_error.empty()) {
-      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample,
-                          "releasing a batch: " + core_->release_error);
+    if (!core_->consumer_error.empty()) {
+      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample, core_->consumer_error);
     }
   }
   NvtxRange range("conveyor.next");
@@ -335,8 +351,14 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   } else {
     batch.data_ = slot->source;
   }
-  core_->device->bind_thread();
-  core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
+  try {
+    core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
+  } catch (const std::exception& e) {
+    // As promised, PipelineError, and it sticks. `batch` is released after the
+    // error is kept, so its own release, likely failing too, does not replace it.
+    core_->fail("taking a batch", e.what());
+    throw PipelineError("consumer", batch.host().epoch, PipelineError::kNoSample, "taking a batch: " + std::string(e.what()));
+  }
   return batch;
 }
 

@@ -28,8 +28,8 @@
 // call, file:line and message; an error while releasing a batch is kept and
 // thrown by the next call to next(), and it closes the free slots, so a
 // transfer waiting for one stops and a next() already waiting wakes with an
-// error instead of waiting forever. A release binds the releasing thread to
-// the batch's device (cudaSetDevice on CUDA).
+// error instead of waiting forever. Every device call runs on the pipeline's
+// device and leaves the calling thread's current device (cudaGetDevice) as it was.
 #pragma once
 
 #include <array>

@@ -81,8 +81,8 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
                                 mib(resident_.budget_bytes) + "); stream the dataset with DevicePipeline instead");
   }
 
-  // Everything allocated now, nothing in the steady state.
-  device_->bind_thread();
+  // Everything allocated now, nothing in the steady state. Each device call
+  // runs on the device without changing the caller's current one.
   stream_ = device_->wrap_stream(resident_.consumer_stream);
   samples_ = device_->allocate(samples.rows * row_bytes);
   labels_ = device_->allocate(samples.rows * sizeof(std::int64_t));
@@ -110,7 +110,6 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
 
 ResidentDataset::~ResidentDataset() {
   try {
-    device_->bind_thread();
     device_->synchronize(*stream_);  // our gathers are done before their buffers go
   } catch (...) {
     // A device in error has nothing left to run.
@@ -133,6 +132,7 @@ void ResidentDataset::start_epoch(std::uint64_t epoch) {
 
 std::optional<ResidentBatch> ResidentDataset::next() {
   NvtxRange range("conveyor.resident.next");
+  if (!release_error_.empty()) throw DeviceError("resident dataset: releasing a batch: " + release_error_);
   const std::size_t per_epoch = sampler_.batches_per_epoch();
   if (per_epoch == 0) return std::nullopt;
   if (batch_ == per_epoch) {
@@ -148,7 +148,6 @@ std::optional<ResidentBatch> ResidentDataset::next() {
     throw std::logic_error("resident dataset: all " + std::to_string(slots_.size()) +
                            " output buffers are held; release a batch before taking another (or raise buffers)");
   }
-  device_->bind_thread();
   if (!epoch_started_) start_epoch(epoch_);
 
   const std::size_t offset = batch_ * config_.batch_size, count = sampler_.batch_length(batch_);
@@ -192,13 +191,21 @@ std::optional<ResidentBatch> ResidentDataset::next() {
 
 void ResidentDataset::release(std::size_t slot) noexcept {
   Slot& s = slots_[slot];
+  --held_;
   try {
     device_->record(*s.consumed, *stream_);
-  } catch (...) {
-    // The device is in error: its next call fails the same way and reports it.
+  } catch (const std::exception& e) {
+    // Not recorded: the consumer's work may still read the slot, so it stays out
+    // of rotation, and the error (perhaps not sticky: later calls may succeed)
+    // is kept for next() to throw.
+    try {
+      if (release_error_.empty()) release_error_ = e.what();
+    } catch (...) {
+      release_error_ = "unknown error";  // out of memory: short enough for SSO
+    }
+    return;
   }
   s.held = false;
-  --held_;
 }
 
 ResidentBatch& ResidentBatch::operator=(ResidentBatch&& other) noexcept {

@@ -17,8 +17,10 @@
 // are allocated in the constructor.
 // Release every batch before destroying the dataset: a batch released after it
 // gives nothing back and its memory is gone (the destructor says so on stderr).
-// Thread safety: one consumer thread. Errors: DeviceError from the device;
-// std::invalid_argument (naming the field) for bad input or a budget overrun.
+// Thread safety: one consumer thread. Errors: DeviceError from the device (a
+// failed release is kept, and thrown by every later next()); std::invalid_argument
+// (naming the field) for bad input or a budget overrun. Every device call runs
+// on the dataset's device and leaves the thread's current device as it was.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cuda/device.h"
@@ -155,6 +158,7 @@ class ResidentDataset {
   std::vector<std::uint64_t> order_;
   std::size_t next_slot_ = 0;
   std::size_t held_ = 0;
+  std::string release_error_;  // the first failed release, thrown by next()
   std::shared_ptr<void> alive_ = std::make_shared<int>(0);  // batches hold a weak_ptr to it
 };
 

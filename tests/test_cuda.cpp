@@ -7,6 +7,9 @@
 // line saying why and exits 77, which CTest reports as "Skipped".
 #include <catch2/catch.hpp>
 #include <cstdio>
+#if __has_include(<cuda_runtime.h>)
+#include <cuda_runtime.h>  // to leave an error behind as a caller's own call would
+#endif
 #include <cstring>
 #include <map>
 
@@ -212,4 +215,22 @@ TEST_CASE("the busy kernel lasts as long as asked, by timing events", "[cuda][bu
   g->record(*t1, *stream);
   g->synchronize(*t1);
   REQUIRE(g->elapsed_ms(*t0, *t1) >= 2.0);
+}
+
+TEST_CASE("an error already reported, or left by the caller, is not reported again by a launch", "[cuda][errors]") {
+  auto g = gpu();
+  auto stream = g->create_stream();
+  std::vector<std::byte> host(64);
+  SECTION("a failed call the check threw for") {
+    REQUIRE_THROWS_AS(g->copy_to_device(nullptr, host.data(), host.size(), *stream), DeviceError);
+  }
+#if __has_include(<cuda_runtime.h>)
+  SECTION("a failed call that bypassed the check (the caller's own)") {
+    REQUIRE(cudaMemcpyAsync(nullptr, host.data(), host.size(), cudaMemcpyHostToDevice,
+                            static_cast<cudaStream_t>(stream->native())) == cudaErrorInvalidValue);
+  }
+#endif
+  // Either way the error was not sticky: this launch is fine and must say so.
+  REQUIRE_NOTHROW(g->busy(10, *stream));
+  REQUIRE_NOTHROW(g->synchronize(*stream));
 }

@@ -307,8 +307,19 @@ class FaultyDevice final : public Device {
   explicit FaultyDevice(std::shared_ptr<Device> inner) : inner_(std::move(inner)) {}
   std::atomic<int> copies_before_error{-1};   // copy_to_device throws when this reaches 0
   std::atomic<bool> fail_cpu_records{false};  // record on the CPU consumer's stream throws
+  std::atomic<bool> fail_cpu_waits{false};    // wait on the CPU consumer's stream throws
   std::atomic<bool> skip_waits{false};
   std::atomic<int> waits_on_cpu_stream{0};  // wait() calls on the CPU consumer's (inline) stream
+  // A transfer step that fails after its copy was enqueued: this call throws, once.
+  enum class AfterCopy { none, normalize, record, synchronize };
+  std::atomic<AfterCopy> fail_after_copy{AfterCopy::none};
+  // Each copy first waits this long on its stream: a slow DMA, still reading its source.
+  std::atomic<double> copy_delay_us{0};
+  // The last copy_to_device (on the transfer thread; read once the pipeline failed):
+  // its destination, the bytes its source held when it was enqueued, its stream.
+  void* copy_dst = nullptr;
+  std::vector<std::byte> copy_source;
+  Stream* copy_stream = nullptr;
 
   Backend backend() const override { return inner_->backend(); }
   std::string describe() const override { return "faulty " + inner_->describe(); }
@@ -324,26 +335,45 @@ class FaultyDevice final : public Device {
   std::unique_ptr<Stream> wrap_stream(void* s) override { return inner_->wrap_stream(s); }
   void copy_to_device(void* d, const void* s, std::size_t n, Stream& st) override {
     if (copies_before_error-- == 0) throw DeviceError("cudaMemcpyAsync(...) at cuda/fake.cu:1: injected failure");
+    inner_->busy(copy_delay_us, st);
     inner_->copy_to_device(d, s, n, st);
+    copy_dst = d;
+    copy_source.assign(static_cast<const std::byte*>(s), static_cast<const std::byte*>(s) + n);
+    copy_stream = &st;
   }
   void copy_to_host(void* d, const void* s, std::size_t n, Stream& st) override { inner_->copy_to_host(d, s, n, st); }
   void fill(void* d, unsigned char v, std::size_t n, Stream& st) override { inner_->fill(d, v, n, st); }
-  void normalize(const NormalizeJob& j, Stream& st) override { inner_->normalize(j, st); }
+  void normalize(const NormalizeJob& j, Stream& st) override {
+    fail_once(AfterCopy::normalize, "normalize_kernel launch");
+    inner_->normalize(j, st);
+  }
   void gather(const GatherJob& j, Stream& st) override { inner_->gather(j, st); }
   void busy(double us, Stream& st) override { inner_->busy(us, st); }
   void record(Event& e, Stream& st) override {
     if (fail_cpu_records && st.native() == nullptr) throw DeviceError("cudaEventRecord(...) at cuda/fake.cu:2: injected failure");
+    if (st.native() != nullptr) fail_once(AfterCopy::record, "cudaEventRecord(...)");
     inner_->record(e, st);
   }
   void wait(Stream& st, Event& e) override {
     if (st.native() == nullptr) ++waits_on_cpu_stream;
+    if (fail_cpu_waits && st.native() == nullptr) throw DeviceError("cudaStreamWaitEvent(...) at cuda/fake.cu:4: injected failure");
     if (!skip_waits) inner_->wait(st, e);
   }
-  void synchronize(Event& e) override { inner_->synchronize(e); }
+  void synchronize(Event& e) override {
+    fail_once(AfterCopy::synchronize, "cudaEventSynchronize(...)");
+    inner_->synchronize(e);
+  }
   void synchronize(Stream& st) override { inner_->synchronize(st); }
   double elapsed_ms(Event& a, Event& b) override { return inner_->elapsed_ms(a, b); }
 
  private:
+  void fail_once(AfterCopy call, const char* what) {
+    AfterCopy armed = call;
+    if (fail_after_copy.compare_exchange_strong(armed, AfterCopy::none)) {
+      throw DeviceError(std::string(what) + " at cuda/fake.cu:3: injected failure after the copy");
+    }
+  }
+
   std::shared_ptr<Device> inner_;
 };
 
@@ -511,6 +541,30 @@ TEST_CASE("a device error on the transfer thread reaches the consumer with the c
   REQUIRE_THROWS_AS(dp.next(), PipelineError);  // and it sticks
 }
 
+TEST_CASE("a transfer that fails after its copy was enqueued lets the copy finish before the host buffer is recycled",
+          "[device][pipeline][errors]") {
+  using AfterCopy = FaultyDevice::AfterCopy;
+  for (AfterCopy fault : {AfterCopy::normalize, AfterCopy::record, AfterCopy::synchronize}) {
+    DYNAMIC_SECTION("failing call " << int(fault)) {
+      DeviceConfig dc;
+      dc.poison_released = true;  // a host buffer back in the pool is overwritten with 0xA5 at once
+      auto faulty = std::make_shared<FaultyDevice>(host_device(dc));
+      faulty->copy_delay_us = 30'000;  // the copy still reads the host buffer 30 ms after the step failed
+      faulty->fail_after_copy = fault;
+      Config cfg = small_config(1, 1, 1);
+      TransferConfig tc;
+      tc.normalize = TransferConfig::Normalization{4, 4, 3, Normalize{}, DType::float32};
+      DevicePipeline dp(cfg, 8, test::fill_pattern, tc, faulty);
+      REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("injected failure after the copy"));
+      REQUIRE(faulty->copy_stream);
+      faulty->synchronize(*faulty->copy_stream);  // the copy has run now, fix or no fix
+      // It copied the batch, not the poison (or the next batch) the buffer held after its recycling.
+      REQUIRE(faulty->copy_source.size() == cfg.batch_size * cfg.sample_bytes);
+      REQUIRE(std::memcmp(faulty->copy_dst, faulty->copy_source.data(), faulty->copy_source.size()) == 0);
+    }
+  }
+}
+
 TEST_CASE("an error while releasing a batch is reported by the next call", "[device][pipeline][errors]") {
   auto faulty = std::make_shared<FaultyDevice>(host_device());
   Config cfg = small_config(1, 1, 2);
@@ -520,6 +574,24 @@ TEST_CASE("an error while releasing a batch is reported by the next call", "[dev
   faulty->fail_cpu_records = true;  // the consumer's release fails; the transfer thread's records go on
   b->reset();
   REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
+}
+
+TEST_CASE("a device error in next() itself is a PipelineError, and it sticks", "[device][pipeline][errors]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Config cfg = small_config(2, 1, 2);
+  cfg.epochs = 0;  // endless: the transfer thread would go on were it not stopped
+  DevicePipeline dp(cfg, 40, test::fill_pattern, {}, faulty);
+  REQUIRE(dp.next());
+  faulty->fail_cpu_waits = true;  // the consumer stream's wait on copied fails
+  try {
+    (void)dp.next();
+    FAIL("no error");
+  } catch (const PipelineError& e) {  // not a bare DeviceError: the header promises PipelineError
+    REQUIRE(e.stage() == "consumer");
+    REQUIRE_THAT(e.what(), Catch::Contains("taking a batch: cudaStreamWaitEvent(...) at cuda/fake.cu:4"));
+  }
+  faulty->fail_cpu_waits = false;  // not sticky on the device: the pipeline must remember it
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("taking a batch: cudaStreamWaitEvent"));
 }
 
 TEST_CASE("stop returns while the consumer holds every device slot", "[device][pipeline][stop]") {
@@ -858,4 +930,20 @@ TEST_CASE("batches released on other threads, as tensor deleters do, keep every 
       }
     }
   }
+}
+
+TEST_CASE("resident dataset: a failed release keeps its slot out and is thrown by the next call",
+          "[device][resident][errors]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Tensor t = make_tensor(12, {4}, DType::uint8);
+  Config cfg;
+  cfg.batch_size = 2;
+  ResidentDataset ds(faulty, t.samples, t.labels, cfg);
+  auto b = ds.next();
+  REQUIRE(b);
+  faulty->fail_cpu_records = true;  // the release's record on the consumer's (CPU) stream fails
+  b->reset();
+  faulty->fail_cpu_records = false;  // not sticky: later calls would succeed, and must not hide it
+  REQUIRE_THROWS_WITH(ds.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
+  REQUIRE_THROWS_AS(ds.next(), DeviceError);
 }
