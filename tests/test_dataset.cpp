@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 
 #include "stages/dataset.h"
@@ -409,4 +411,15 @@ TEST_CASE("dataset vectors: bad input throws std::invalid_argument", "[dataset]"
   CHECK_THROWS_AS(Dataset({"/a"}, {INT64_MAX}), std::invalid_argument);
   CHECK_THROWS_AS(Dataset({"/a", "/b"}, {0, 2}, {"x", "y"}), std::invalid_argument);
   CHECK_NOTHROW(Dataset({"/a", "/b"}, {0, 1}, {"x", "y"}));
+}
+
+TEST_CASE("dataset list: a list that is not a regular file, and a NUL byte, are refused by name", "[dataset]") {
+  TempDir t;
+  // A FIFO would block the open until a writer came; a device never ends.
+  const fs::path fifo = t.root() / "fifo.txt";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  CHECK(dataset_error([&] { Dataset::from_list(fifo); }) == fifo.string() + ": list file is not a regular file");
+  CHECK(dataset_error([&] { Dataset::from_list("/dev/null"); }) == "/dev/null: list file is not a regular file");
+  const fs::path nul = t.write("nul.txt", std::string("/d/a.jpg 0\n/d/b\0c.jpg 1\n", 24));
+  CHECK(dataset_error([&] { Dataset::from_list(nul); }) == nul.string() + ":2: the line holds a NUL byte");
 }

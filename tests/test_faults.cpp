@@ -4,6 +4,8 @@
 // and, through a FileSystem that injects them, EIO, short reads, truncation
 // and a read that stalls. Each fails with an error naming the file, or under
 // ErrorPolicy::skip is counted and listed, and never hangs.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -336,4 +338,24 @@ TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consum
   const auto t0 = std::chrono::steady_clock::now();
   p.reset();
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+}
+
+TEST_CASE("faults: a FIFO and a device among the images are refused by kind, without blocking", "[faults]") {
+  // A FIFO with no writer used to block open() forever (and SIGINT restarted it).
+  TempDir dir;
+  write_images(dir.path(), 2);
+  REQUIRE(::mkfifo((dir.path() / "pipe.jpg").c_str(), 0644) == 0);
+  {
+    std::ofstream list(dir.path() / "list.txt", std::ios::binary);
+    list << "img0.jpg 0\npipe.jpg 1\n/dev/zero 1\nimg1.jpg 0\n";
+  }
+  const Dataset ds = Dataset::from_list(dir.path() / "list.txt");
+  ImageSource skip(ds, small(ErrorPolicy::skip), 2);
+  std::vector<SkippedSample> skipped;
+  std::string error;
+  REQUIRE(run_epoch(skip, 2, skipped, error) == 2);
+  REQUIRE(error.empty());
+  REQUIRE(skipped.size() == 2);
+  REQUIRE_THAT(skipped[0].reason, Catch::Contains("pipe.jpg: not a regular file (a FIFO)"));
+  REQUIRE_THAT(skipped[1].reason, Catch::Contains("/dev/zero: not a regular file (a character device)"));
 }

@@ -151,6 +151,34 @@ TEST_CASE("images: a PNG chunk longer than the file is an error, not a huge buff
                       "PNG: chunk 'IDAT' claims 2139062143 bytes, the file holds " + std::to_string(left) + " more");
 }
 
+TEST_CASE("images: a PNG, BMP, GIF or TGA header over the pixel limit says so, not 'unknown image type'",
+          "[images][errors]") {
+  // stbi_info refuses a 20000 x 20000 PNG itself, then tries the other formats
+  // and reports the last one's failure: the decoder reads the header first.
+  const auto set_be32 = [](std::vector<unsigned char>& b, std::size_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) b[at + std::size_t(i)] = (unsigned char)(v >> (24 - 8 * i));
+  };
+  std::vector<unsigned char> png = t::png(t::gradient(16, 9), t::PngKind::rgb8);
+  set_be32(png, 16, 20000);
+  set_be32(png, 20, 20000);
+  ImageDecoder dec;
+  CHECK(error_of([&] { dec.open(png); }) ==
+        "PNG header claims 20000x20000 = 400000000 pixels, over the limit of 64000000 (max_pixels)");
+
+  std::vector<unsigned char> bmp = t::bmp(t::gradient(16, 9));
+  for (std::size_t at : {std::size_t(18), std::size_t(22)}) {  // width and height, little-endian
+    bmp[at] = 0x20;  // 20000 = 0x4E20
+    bmp[at + 1] = 0x4E;
+  }
+  CHECK(error_of([&] { dec.open(bmp); }) ==
+        "BMP header claims 20000x20000 = 400000000 pixels, over the limit of 64000000 (max_pixels)");
+
+  // Within the limit, the image still opens: the hand-read figures agree with stb's.
+  const std::vector<unsigned char> ok = t::png(t::gradient(16, 9), t::PngKind::rgb8);
+  const ImageInfo info = dec.open(ok);
+  CHECK((info.width == 16 && info.height == 9));
+}
+
 namespace {
 
 // "" when the whole file decodes, else the decoder's error.

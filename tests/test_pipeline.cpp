@@ -537,3 +537,37 @@ TEST_CASE("pipeline: a wait under way counts in the snapshot taken during it", "
   const auto end = p.stats();
   for (const auto& s : end.stages) REQUIRE(s.busy_s + s.blocked_s + s.starved_s <= s.wall_s * double(s.threads) * 1.01 + 1e-3);
 }
+
+TEST_CASE("batch pool: running out of memory names the buffer, its size and the allocator, and frees the rest",
+          "[pipeline][error]") {
+  std::size_t live = 0, calls = 0;
+  Allocator a;
+  a.name = "test";
+  a.allocate = [&](std::size_t bytes) -> void* {
+    if (++calls == 3) throw std::bad_alloc();
+    ++live;
+    return ::operator new(bytes);
+  };
+  a.deallocate = [&](void* p, std::size_t) {
+    --live;
+    ::operator delete(p);
+  };
+  try {
+    BatchPool pool(5, 4, 100, a);
+    FAIL("no error");
+  } catch (const PoolAllocationError& e) {
+    CHECK(std::string(e.what()) == "batch pool: out of memory allocating buffer 3 of 5 (400 bytes each, test memory)");
+  }
+  CHECK(live == 0);
+}
+
+TEST_CASE("config: the host pool's bytes, saturating instead of overflowing", "[pipeline][config]") {
+  Config c;
+  c.batch_size = 64;
+  c.sample_bytes = 150528;
+  c.workers = 4;
+  CHECK(c.host_buffer_count() == 10);
+  CHECK(c.host_pool_bytes() == 10 * 64 * (150528 + 16));
+  c.sample_bytes = SIZE_MAX / 2;
+  CHECK(c.host_pool_bytes() == SIZE_MAX);
+}

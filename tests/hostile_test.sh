@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# What an outside tester broke (issue 17), one case per CTest test: each case
+# reproduces the input or the careless operation and checks the behaviour the
+# issue asks for. Usage: hostile_test.sh CONVEYOR_BINARY CASE
+# Cases: fifo memory trace resident write-errors outputs empty skip-list classes
+#        big-png workers toml subcommands nul env
+set -uo pipefail
+bin=$1 case=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export CONVEYOR_CACHE=$work/cache
+failures=0
+fail() { echo "FAIL [$case]: $*"; failures=$((failures + 1)); }
+train_built() { [ -x "$(dirname "$bin")/conveyor-train" ]; }
+
+# expect STATUS WHAT -- ARGS: runs the command (30 s at most), checks the status,
+# one line on stderr, and leaves it in $work/err (stdout in $work/out).
+expect() {
+  local want=$1 what=$2; shift 3
+  timeout 30 "$bin" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  [ $rc -eq "$want" ] || fail "$what: status $rc, not $want: $(head -c 400 "$work/err")"
+  [ "$(wc -l <"$work/err")" -eq 1 ] || fail "$what: stderr is not one line: $(head -c 400 "$work/err")"
+}
+err_has() { grep -q -- "$1" "$work/err" || fail "$2: stderr lacks '$1': $(cat "$work/err")"; }
+
+"$bin" make-dataset --out "$work/ds" --images-per-class 3 >/dev/null || { echo "make-dataset failed"; exit 1; }
+first=$(find "$work/ds/0-disk" -name '*.jpg' | sort | head -1)
+
+case $case in
+fifo)  # 17.1: a FIFO among the images is refused by name without blocking, in a folder and in a list
+  mkfifo "$work/ds/0-disk/p.jpg"
+  expect 1 "run over a folder with a FIFO" -- run --folder "$work/ds" --batch 4
+  err_has "p.jpg: not a regular file (a FIFO)" "run, FIFO"
+  timeout 30 "$bin" run --folder "$work/ds" --batch 4 --on-error skip >"$work/out" 2>&1 || fail "run --on-error skip with a FIFO: $(tail -2 "$work/out")"
+  grep -q "p.jpg: not a regular file (a FIFO)" "$work/out" || fail "skip does not name the FIFO: $(tail -3 "$work/out")"
+  timeout 30 "$bin" inspect --folder "$work/ds" >"$work/out" 2>&1
+  [ $? -eq 1 ] || fail "inspect with a FIFO: status not 1"
+  grep -q "unreadable: .*p.jpg: not a regular file (a FIFO)" "$work/out" || fail "inspect does not name the FIFO"
+  printf '%s 0\n%s 1\n' "$first" "$work/ds/0-disk/p.jpg" >"$work/list.txt"
+  expect 1 "run over a list naming a FIFO" -- run --list "$work/list.txt" --batch 2
+  err_has "p.jpg: not a regular file (a FIFO)" "list, FIFO"
+  mkfifo "$work/fifo-list.txt"
+  expect 2 "a FIFO as the list file" -- run --list "$work/fifo-list.txt"
+  err_has "not a regular file" "FIFO list"
+  ;;
+memory)  # 17.2: the pools' bytes are checked against a budget before anything is allocated
+  for flags in "--host-queue 4096 --device-queue 4096 --crop 224" "--workers 1024 --crop 224" "--crop 16384 --batch 1" \
+               "--batch 16777216"; do
+    # shellcheck disable=SC2086
+    expect 2 "run $flags" -- run --folder "$work/ds" $flags
+    err_has "over --max-memory-mb" "run $flags"
+  done
+  expect 2 "a budget below a small run's pools" -- run --folder "$work/ds" --max-memory-mb 1
+  err_has "the batch pools need" "--max-memory-mb 1"
+  "$bin" run --folder "$work/ds" --batch 4 --max-memory-mb 64 >/dev/null 2>&1 || fail "a run within --max-memory-mb 64 failed"
+  "$bin" run --help >"$work/help" 2>&1
+  grep -q -- "--max-memory-mb" "$work/help" || fail "run --help does not list --max-memory-mb"
+  ;;
+trace)  # 17.3: the trace is streamed (memory flat while the file grows) and stays valid JSON after SIGTERM
+  set -m
+  "$bin" run --folder "$work/ds" --batch 4 --workers 2 --epochs 1000000 --trace "$work/t.json" >"$work/out" 2>&1 &
+  pid=$!
+  set +m
+  sleep 1
+  rss0=$(awk '/VmRSS/ {print $2}' /proc/$pid/status); size0=$(stat -c %s "$work/t.json")
+  sleep 3
+  rss1=$(awk '/VmRSS/ {print $2}' /proc/$pid/status); size1=$(stat -c %s "$work/t.json")
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ $rc -eq 143 ] || fail "SIGTERM: status $rc, not 143"
+  grown_kib=$(( (size1 - size0) / 1024 ))
+  echo "trace grew by $grown_kib KiB in 3 s while RSS went from $rss0 to $rss1 KiB"
+  [ $grown_kib -gt 256 ] || fail "the trace file grew by $grown_kib KiB only: not streamed as the run goes"
+  # Kept in memory, the events would grow the RSS at least as much as the file.
+  # Under ASan the quarantine holds freed memory, so the RSS tells nothing there.
+  if [ -z "${CONVEYOR_SANITIZED:-}" ]; then
+    [ $((rss1 - rss0)) -lt $((grown_kib / 2)) ] || fail "RSS grew by $((rss1 - rss0)) KiB with the trace's $grown_kib KiB: events kept in memory"
+  fi
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(e["name"] == "decode" for e in d["traceEvents"])' \
+    "$work/t.json" || fail "the trace is not valid JSON after SIGTERM"
+  ;;
+resident)  # 17.4: --resident stops on SIGINT/SIGTERM, while decoding the set once and during its epochs
+  # 100000 samples of one small image: the decode-once phase lasts long enough to be interrupted in.
+  yes "$first 0" | head -100000 >"$work/big.txt"
+  for phase in decode epochs; do
+    set -m
+    if [ $phase = decode ]; then
+      "$bin" run --resident --list "$work/big.txt" --crop 32 --workers 1 --epochs 1000000 --compute-ms 1 >"$work/out" 2>&1 &
+    else
+      "$bin" run --resident --folder "$work/ds" --batch 4 --epochs 1000000 --compute-ms 1 >"$work/out" 2>&1 &
+    fi
+    pid=$!
+    set +m
+    if [ $phase = decode ]; then sleep 0.3; else for _ in $(seq 200); do grep -q "^epoch 1" "$work/out" && break; sleep 0.05; done; fi
+    t0=$(date +%s%N)
+    kill -INT $pid
+    wait $pid
+    rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ $rc -eq 130 ] || fail "$phase: SIGINT gave status $rc, not 130: $(tail -2 "$work/out")"
+    [ $ms -lt 3000 ] || fail "$phase: exit took $ms ms"
+    if [ $phase = decode ]; then
+      grep -q "^interrupted while decoding the set once" "$work/out" || fail "decode: not stopped while decoding: $(tail -3 "$work/out")"
+    else
+      grep -Eq "^epoch [0-9]+ \(interrupted\)" "$work/out" || fail "epochs: no interrupted epoch line: $(tail -3 "$work/out")"
+    fi
+  done
+  ;;
+write-errors)  # 17.5: a failed write of any output is a one-line error and a non-zero exit
+  [ -w /dev/full ] || { echo "note: no /dev/full here"; exit 0; }
+  expect 1 "run --trace /dev/full" -- run --folder "$work/ds" --batch 4 --trace /dev/full
+  err_has "cannot write /dev/full" "--trace /dev/full"
+  expect 1 "bench --json /dev/full" -- bench --folder "$work/ds" --batch 4 --json /dev/full
+  err_has "cannot write /dev/full" "--json /dev/full"
+  expect 1 "sweep --csv /dev/full" -- sweep --folder "$work/ds" --batch 4 --workers 1 --csv /dev/full
+  err_has "cannot write /dev/full" "--csv /dev/full"
+  "$bin" run --folder "$work/ds" --batch 4 >/dev/full 2>"$work/err"
+  rc=$?
+  [ $rc -ne 0 ] || fail "run > /dev/full exits 0"
+  err_has "cannot write standard output" "run > /dev/full"
+  if train_built; then
+    "$bin" train --folder "$work/ds" --epochs 1 --batch 8 >/dev/full 2>"$work/err"
+    [ $? -ne 0 ] || fail "train > /dev/full exits 0"
+    err_has "cannot write standard output" "train > /dev/full"
+  fi
+  ;;
+outputs)  # 17.6: an output that cannot be written fails before the run, not after it
+  mkdir "$work/adir"
+  for flag in --trace --json; do
+    for path in "$work/adir" "$work/missing/x.json"; do
+      t0=$(date +%s%N)
+      expect 2 "bench $flag $path" -- bench --folder "$work/ds" --batch 4 --epochs 1000000 --compute-ms 10 "$flag" "$path"
+      ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+      err_has "$flag $path: cannot write there" "$flag $path"
+      [ $ms -lt 5000 ] || fail "$flag $path: refused after $ms ms, not before the run"
+    done
+  done
+  expect 2 "sweep --csv into a missing folder" -- sweep --folder "$work/ds" --workers 1 --csv "$work/missing/s.csv"
+  # The check leaves nothing behind, and an existing output keeps its bytes until the run writes it.
+  expect 2 "a failing run with an output named" -- bench --folder "$work/ds" --json "$work/new.json" --workers 0
+  [ ! -e "$work/new.json" ] || fail "the check left $work/new.json behind"
+  ;;
+empty)  # 17.7: an empty dataset is a usage error for every subcommand
+  : >"$work/empty.txt"
+  printf '# only a comment\n\n' >"$work/comments.txt"
+  subs="run bench sweep inspect"
+  if train_built; then subs="$subs train"; fi
+  for sub in $subs; do
+    for list in "$work/empty.txt" "$work/comments.txt" /dev/null; do
+      expect 2 "$sub --list $list" -- "$sub" --list "$list"
+    done
+  done
+  ;;
+skip-list)  # 17.8: --on-error skip names what it skipped: the first few in the terminal, all in --json
+  for i in 1 2 3 4 5 6 7; do printf 'not an image %d' $i >"$work/ds/1-square/zz-broken-$i.jpg"; done
+  "$bin" run --folder "$work/ds" --batch 4 --on-error skip >"$work/out" 2>&1 || fail "run --on-error skip failed"
+  grep -q "^skipped 7 sample(s)" "$work/out" || fail "no count of the skipped samples: $(tail -8 "$work/out")"
+  [ "$(grep -c "zz-broken-[0-9].jpg: " "$work/out")" -eq 5 ] || fail "the terminal does not show the first 5: $(tail -8 "$work/out")"
+  grep -q "and 2 more" "$work/out" || fail "the terminal does not count the rest"
+  "$bin" bench --folder "$work/ds" --batch 4 --on-error skip --json "$work/b.json" >/dev/null 2>&1 || fail "bench --json"
+  python3 - "$work/b.json" <<'PY' || fail "--json does not list every skipped sample with its path and reason"
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = sorted(s["reason"].split(": ")[0].rsplit("/", 1)[1] for s in d["skipped"])
+assert names == [f"zz-broken-{i}.jpg" for i in range(1, 8)], names
+assert all("not an image" in s["reason"] for s in d["skipped"]), d["skipped"]
+PY
+  ;;
+classes)  # 17.9: a list dataset reports its distinct labels as classes
+  for i in $(seq 0 999); do echo "$first $i"; done >"$work/labels.txt"
+  "$bin" run --list "$work/labels.txt" --batch 50 >"$work/out" 2>&1 || fail "run over a 1000-label list"
+  grep -q "^dataset: 1000 images, 1000 classes" "$work/out" || fail "classes: $(head -1 "$work/out")"
+  printf '%s 3\n%s 3\n%s 7\n' "$first" "$first" "$first" >"$work/two.txt"
+  "$bin" run --list "$work/two.txt" >"$work/out" 2>&1 || fail "run over a 2-label list"
+  grep -q "^dataset: 3 images, 2 classes" "$work/out" || fail "classes: $(head -1 "$work/out")"
+  ;;
+big-png)  # 17.10: a 20000 x 20000 PNG is over the pixel limit, and is called that
+  python3 - "$work/big.png" <<'PY'
+import struct, sys, zlib
+def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+ihdr = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+PY
+  printf '%s 0\n' "$work/big.png" >"$work/big.txt"
+  "$bin" inspect --list "$work/big.txt" >"$work/out" 2>&1
+  grep -q "PNG header claims 20000x20000 = 400000000 pixels, over the limit" "$work/out" || fail "inspect: $(cat "$work/out")"
+  expect 1 "run over a pixel bomb" -- run --list "$work/big.txt"
+  err_has "over the limit" "run, PNG bomb"
+  ;;
+workers)  # 17.11: one worker limit, stated in every help and checked at parse time (exit 2) by every subcommand
+  subs="run bench sweep inspect"
+  if train_built; then subs="$subs train"; fi
+  for sub in $subs; do
+    expect 2 "$sub --workers 1025" -- "$sub" --folder "$work/ds" --workers 1025
+    err_has "1024" "$sub --workers 1025"
+    "$bin" "$sub" --help >"$work/out" 2>&1
+    grep -q -- "--workers .*1 - 1024" "$work/out" || fail "$sub --help does not state the limit: $(grep -- --workers "$work/out")"
+    ! grep -- "--workers" "$work/out" | grep -q 4096 || fail "$sub --help still says 4096"
+  done
+  expect 2 "sweep --workers 1,1025" -- sweep --folder "$work/ds" --workers 1,1025
+  ;;
+toml)  # 17.12: malformed TOML is an error with the file and line; unknown keys and wrong types name the key
+  printf '[[\n' >"$work/a.toml"
+  expect 2 "a config of only [[" -- run --config "$work/a.toml"
+  err_has "a.toml: line 1" "[["
+  printf 'workers = 2\nbatch = [1,\n' >"$work/b.toml"
+  expect 2 "an unclosed array" -- run --config "$work/b.toml"
+  err_has "b.toml: line 2" "unclosed array"
+  printf 'workers = 2\nbogus-key = 3\n' >"$work/c.toml"
+  expect 2 "an unknown key" -- run --config "$work/c.toml"
+  err_has "'bogus-key' is not a flag of run" "unknown key"
+  printf 'workers = "many"\n' >"$work/d.toml"
+  expect 2 "a string for an integer" -- run --config "$work/d.toml"
+  err_has "--workers" "wrong type"
+  printf 'batch = 1.5\n' >"$work/e.toml"
+  expect 2 "a float for an integer" -- run --config "$work/e.toml"
+  err_has "--batch" "wrong type"
+  printf '[[workers]]\nx = 1\n' >"$work/f.toml"
+  expect 2 "an array of tables" -- run --config "$work/f.toml"
+  printf 'workers = 2\nbatch = 4\nepochs = 1\n' >"$work/ok.toml"
+  "$bin" run --config "$work/ok.toml" --folder "$work/ds" >"$work/out" 2>&1 || fail "a valid config: $(tail -2 "$work/out")"
+  grep -q "^epoch 0: 30 images in 8 batches" "$work/out" || fail "a valid config's values were not used"
+  ;;
+subcommands)  # 17.13: an unknown subcommand is named with the valid ones; each subcommand's help lists its flags with defaults
+  expect 2 "conveyor frobnicate" -- frobnicate
+  err_has "unknown subcommand 'frobnicate'" "frobnicate"
+  err_has "run, bench, sweep, inspect, make-dataset, train" "frobnicate"
+  expect 2 "no subcommand" --
+  for sub in run bench sweep inspect; do
+    "$bin" "$sub" --help >"$work/out" 2>&1 || fail "$sub --help: status $?"
+    for flag in --folder --list --batch --seed; do grep -q -- "$flag" "$work/out" || fail "$sub --help lacks $flag"; done
+    grep -Eq -- "--batch .*=64" "$work/out" || grep -Eq -- "--batch .*=\[\]" "$work/out" || fail "$sub --help shows no default for --batch"
+  done
+  "$bin" run --help >"$work/out" 2>&1
+  grep -Eq -- "--compute-ms .*=0" "$work/out" || fail "run --help shows no default for --compute-ms"
+  "$bin" make-dataset --help >"$work/out" 2>&1
+  grep -q -- "--images-per-class" "$work/out" || fail "make-dataset --help lacks its flags"
+  ;;
+nul)  # 17.14: a NUL byte in a list path is refused at parse time with file:line
+  printf '%s 0\n%s\0x.jpg 1\n' "$first" "$work/ds/0-disk/a" >"$work/nul.txt"
+  expect 2 "a NUL in a list path" -- run --list "$work/nul.txt"
+  err_has "nul.txt:2: the line holds a NUL byte" "NUL"
+  ;;
+env)  # 17.15: RANK / WORLD_SIZE must be decimal integers in range; anything else names the variable
+  for v in -1 +1 " 1" 1x 18446744073709551617 99999999999999999999999 1048576; do
+    RANK=$v expect 2 "RANK='$v'" -- run --folder "$work/ds"
+    err_has "RANK='$v'" "RANK='$v'"
+  done
+  for v in -1 0 1048577; do
+    WORLD_SIZE=$v expect 2 "WORLD_SIZE='$v'" -- run --folder "$work/ds"
+    err_has "WORLD_SIZE" "WORLD_SIZE='$v'"
+  done
+  OMPI_COMM_WORLD_SIZE=-3 expect 2 "OMPI_COMM_WORLD_SIZE=-3" -- inspect --folder "$work/ds"
+  err_has "OMPI_COMM_WORLD_SIZE='-3'" "OMPI"
+  RANK=1 WORLD_SIZE=2 "$bin" run --folder "$work/ds" --batch 4 >"$work/out" 2>&1 || fail "RANK=1 WORLD_SIZE=2 refused"
+  ;;
+*)
+  echo "unknown case $case"; exit 2 ;;
+esac
+
+if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "hostile $case: all checks passed"
