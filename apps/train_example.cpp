@@ -42,7 +42,7 @@ int main() {
     std::int64_t seen = 0;
     for (auto& batch : pipeline.epoch(e)) {
       conveyor::TensorBatch t = conveyor::to_tensors(std::move(batch));  // no copy
-      const torch::Tensor labels = t.labels.to(t.images.device());
+      const torch::Tensor& labels = t.labels;  // on the images' device already
       sgd.zero_grad();
       const torch::Tensor loss = torch::nll_loss(model->forward(t.images), labels);
       loss.backward();

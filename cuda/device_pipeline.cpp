@@ -11,6 +11,20 @@
 
 namespace conveyor {
 
+// Labels travel with the pixels (issue 16.3): the transfer thread writes a
+// batch's n labels into its host buffer at label_offset(n), right after the
+// pixels and 8-byte aligned, and one copy moves both, so the labels arrive on
+// the device with the images and the consumer needs no pageable copy (which
+// synchronises) to move them. Each host buffer and raw slot holds this tail
+// beyond the pixels.
+std::size_t label_offset(std::size_t n, std::size_t sample_bytes) {
+  return (n * sample_bytes + alignof(std::int64_t) - 1) / alignof(std::int64_t) * alignof(std::int64_t);
+}
+std::size_t label_tail_bytes(std::size_t capacity) {
+  return alignof(std::int64_t) - 1 + capacity * sizeof(std::int64_t);
+}
+
+
 constexpr unsigned char kPoison = 0xA5;
 
 struct DeviceSlot {
@@ -104,7 +118,9 @@ struct TransferCore {
     Stream& copy = *copy_stream;
     try {
       device->wait(copy, *s.consumed);  // 4, checklist 5: D[i]/O[i] are free on the device's timeline
-      const std::size_t bytes = batch.size() * sample_bytes;
+      const std::size_t at = label_offset(batch.size(), sample_bytes);
+      std::memcpy(batch.data + at, batch.labels.data(), batch.size() * sizeof(std::int64_t));
+      const std::size_t bytes = at + batch.size() * sizeof(std::int64_t);  // pixels, then labels
       if (device->hands_over()) {
         s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
       } else {
@@ -195,6 +211,7 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
     slot_ = std::exchange(other.slot_, nullptr);
     generation_ = other.generation_;
     data_ = std::exchange(other.data_, nullptr);
+    labels_ = std::exchange(other.labels_, nullptr);
     dtype_ = other.dtype_;
   }
   return *this;
@@ -211,6 +228,7 @@ void DeviceBatch::reset() noexcept {
   }
   slot_ = nullptr;
   data_ = nullptr;
+  labels_ = nullptr;
   core_.reset();
 }
 
@@ -249,7 +267,9 @@ void validate_normalization(const TransferConfig::Normalization& n, std::size_t 
 
 std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device) {
   const auto mul = [](std::size_t a, std::size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; };
-  const std::size_t raw = device.hands_over() ? 0 : mul(config.batch_size, config.sample_bytes);
+  const std::size_t pixels = mul(config.batch_size, config.sample_bytes);
+  const std::size_t tail = label_tail_bytes(config.batch_size);
+  const std::size_t raw = device.hands_over() ? 0 : (pixels > SIZE_MAX - tail ? SIZE_MAX : pixels + tail);
   const std::size_t out = transfer.normalize ? mul(config.batch_size, transfer.normalize->output_bytes()) : 0;
   return mul(config.device_buffer_count(), raw > SIZE_MAX - out ? SIZE_MAX : raw + out);
 }
@@ -271,7 +291,9 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
     DeviceSlot& s = core_->slots[i];
     s.id = i;
     try {
-      if (!device->hands_over()) s.raw = device->allocate(config.batch_size * config.sample_bytes);
+      if (!device->hands_over()) {
+        s.raw = device->allocate(config.batch_size * config.sample_bytes + label_tail_bytes(config.batch_size));
+      }
       if (transfer.normalize) s.out = device->allocate(config.batch_size * transfer.normalize->output_bytes());
     } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
       throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
@@ -301,7 +323,8 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   stages.on_stop = [core] { core->free_slots.close(); };  // wakes a transfer thread waiting for a slot
   // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
   stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
-  stages.allocator.allocate = [device](std::size_t bytes) { return device->allocate_host(bytes); };
+  const std::size_t tail = label_tail_bytes(config.batch_size);  // room for the labels after the pixels
+  stages.allocator.allocate = [device, tail](std::size_t bytes) { return device->allocate_host(bytes + tail); };
   stages.allocator.deallocate = [device](void* p, std::size_t) { device->free_host(p); };
   if (device->poisons_released()) {
     stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };
@@ -351,6 +374,7 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   } else {
     batch.data_ = slot->source;
   }
+  batch.labels_ = reinterpret_cast<const std::int64_t*>(slot->source + label_offset(batch.size(), core_->sample_bytes));
   try {
     core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
   } catch (const std::exception& e) {

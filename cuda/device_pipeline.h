@@ -109,6 +109,10 @@ class DeviceBatch {
   // Device memory (host memory on the host backend), ready on the consumer
   // stream: uint8 [size, sample_bytes] as filled, or out_type [size, C, H, W].
   void* data() const { return data_; }
+  // The labels, int64 [size()], in the same memory as data() and ready with it
+  // on the consumer stream: they crossed the bus in the batch's one copy (host
+  // memory on the host backend). host().labels holds the same values on the host.
+  const std::int64_t* labels() const { return labels_; }
   DType dtype() const { return dtype_; }
   std::vector<std::int64_t> shape() const;
   std::size_t bytes() const;
@@ -126,12 +130,14 @@ class DeviceBatch {
   DeviceSlot* slot_ = nullptr;
   std::uint64_t generation_ = 0;
   void* data_ = nullptr;
+  const std::int64_t* labels_ = nullptr;
   DType dtype_ = DType::uint8;
 };
 
 // Bytes of device memory a DevicePipeline with these settings allocates for
 // its slots (on the host backend, host memory standing in for it): raw uint8
-// batches unless the device hands buffers over, plus normalized ones.
+// batches with their labels unless the device hands buffers over, plus
+// normalized ones.
 // Saturates at SIZE_MAX. Throws nothing.
 std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device);
 

@@ -79,7 +79,7 @@ TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   t.skipped = host.skipped.size();
   t.last_in_epoch = host.last_in_epoch;
   void* images = batch.data();
-  void* labels = const_cast<std::int64_t*>(host.labels.data());
+  void* labels = const_cast<std::int64_t*>(batch.labels());  // on the device, with the images
   const torch::Device where = torch_device(device);
 
   // One owner for both tensors: the deleter of the last one to die drops it,
@@ -87,7 +87,7 @@ TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   auto owner = std::make_shared<DeviceBatch>(std::move(batch));
   auto release = [owner](void*) mutable { owner.reset(); };
   t.images = torch::from_blob(images, sizes, release, torch::TensorOptions().dtype(type).device(where));
-  t.labels = torch::from_blob(labels, {n}, release, torch::TensorOptions().dtype(torch::kInt64));
+  t.labels = torch::from_blob(labels, {n}, release, torch::TensorOptions().dtype(torch::kInt64).device(where));
   return t;
 }
 

@@ -3,15 +3,15 @@
 //   DevicePipeline pipeline(config, dataset.size(), images.filler(), transfer, device);
 //   while (auto batch = pipeline.next()) {
 //     TensorBatch t = to_tensors(std::move(*batch));   // t.images: [N, 3, H, W] float, zero-copy
-//     auto loss = torch::nll_loss(model->forward(t.images), t.labels.to(t.images.device()));
+//     auto loss = torch::nll_loss(model->forward(t.images), t.labels);
 //     ...
 //   }   // the batch goes back to the pipeline when the last tensor over it dies
 //
 // Contract.
 // - Zero copy: images is torch::from_blob over DeviceBatch::data() (the device
 //   slot on CUDA; the normalized slot or, handed over, the host batch buffer on
-//   the host backend) and labels over the batch's own label vector: data_ptr()
-//   is that memory.
+//   the host backend) and labels over DeviceBatch::labels(), which crossed the
+//   bus in the same copy as the pixels: data_ptr() is that memory.
 // - Ownership: both tensors (and every view, slice or autograd copy of them)
 //   share the batch; it is released -- its device slot and host buffer go back
 //   to the pipeline -- by the deleter of the last of them to die, on whichever
@@ -23,9 +23,9 @@
 // - Devices: on the CUDA backend images are a CUDA tensor on the batch's device
 //   and the pipeline has made TransferConfig::consumer_stream wait for the
 //   batch's copy; compute on that stream (torch_consumer_stream() gives the one
-//   LibTorch computes on). labels stay a CPU tensor (the label vector is host
-//   memory); move them with labels.to(device), 8 bytes a sample. On the host
-//   backend both are CPU tensors.
+//   LibTorch computes on). labels are a CUDA int64 tensor on the same device,
+//   ready on the same stream: no labels.to(device), which would be a pageable
+//   copy that synchronises every step. On the host backend both are CPU tensors.
 // - Layout: normalized batches are [N, C, H, W] of the normalize dtype (float32,
 //   float16 or bfloat16). Un-normalized batches are uint8 [N, H, W, C] as the
 //   workers wrote them (pass `shape`); permute({0, 3, 1, 2}) is a view in NCHW.
@@ -50,7 +50,7 @@ namespace conveyor {
 
 struct TensorBatch {
   torch::Tensor images;  // see Layout above
-  torch::Tensor labels;  // int64 [N], CPU
+  torch::Tensor labels;  // int64 [N], on the images' device
   std::uint64_t epoch = 0, index = 0;  // the batch's identity (Batch::epoch, Batch::index)
   std::size_t skipped = 0;             // samples of this batch the workers skipped
   bool last_in_epoch = false;

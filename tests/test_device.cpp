@@ -400,6 +400,7 @@ std::size_t run_stream_consumer(DevicePipeline& dp, Device& device, Stream& stre
     std::uint64_t epoch;
     std::vector<std::uint64_t> indices;
     std::vector<std::byte> bytes;
+    std::vector<std::int64_t> labels;
   };
   std::vector<std::unique_ptr<Read>> reads;  // allocated before the copy is enqueued
   while (auto b = dp.next()) {
@@ -409,6 +410,8 @@ std::size_t run_stream_consumer(DevicePipeline& dp, Device& device, Stream& stre
     r->bytes.resize(b->bytes());
     device.busy(step_us, stream);  // the step takes a while on the device
     device.copy_to_host(r->bytes.data(), b->data(), b->bytes(), stream);
+    r->labels.resize(b->size());  // the labels on the device, read by the step as the pixels are
+    device.copy_to_host(r->labels.data(), b->labels(), b->size() * sizeof(std::int64_t), stream);
     reads.push_back(std::move(r));
     b->reset();  // released right away: consumed is recorded after the copy above
   }
@@ -419,6 +422,7 @@ std::size_t run_stream_consumer(DevicePipeline& dp, Device& device, Stream& stre
     for (std::size_t j = 0; j < r->indices.size(); ++j) {
       if (seen) ++(*seen)[{r->epoch, r->indices[j]}];
       if (!sample_matches(seed, r->epoch, r->indices[j], r->bytes.data() + j * sb, sb)) ++wrong;
+      if (r->labels[j] != std::int64_t(r->indices[j] * 3)) ++wrong;  // fill_pattern's label
     }
   }
   return wrong;
@@ -559,7 +563,7 @@ TEST_CASE("a transfer that fails after its copy was enqueued lets the copy finis
       REQUIRE(faulty->copy_stream);
       faulty->synchronize(*faulty->copy_stream);  // the copy has run now, fix or no fix
       // It copied the batch, not the poison (or the next batch) the buffer held after its recycling.
-      REQUIRE(faulty->copy_source.size() == cfg.batch_size * cfg.sample_bytes);
+      REQUIRE(faulty->copy_source.size() == cfg.batch_size * (cfg.sample_bytes + sizeof(std::int64_t)));  // pixels, labels
       REQUIRE(std::memcmp(faulty->copy_dst, faulty->copy_source.data(), faulty->copy_source.size()) == 0);
     }
   }
@@ -946,4 +950,45 @@ TEST_CASE("resident dataset: a failed release keeps its slot out and is thrown b
   faulty->fail_cpu_records = false;  // not sticky: later calls would succeed, and must not hide it
   REQUIRE_THROWS_WITH(ds.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
   REQUIRE_THROWS_AS(ds.next(), DeviceError);
+}
+
+TEST_CASE("labels cross the bus in the batch's one copy, 8-byte aligned after the pixels", "[device][pipeline][labels]") {
+  // Issue 16.3: a pageable labels.to(device) synchronised every step; now the
+  // transfer thread writes the labels after the pixels in the pinned buffer
+  // and the one copy moves both.
+  for (std::size_t sample_bytes : {std::size_t(13), std::size_t(48)}) {  // 13: the labels need padding to align
+    for (HostTransfer mode : {HostTransfer::copy, HostTransfer::handover}) {
+      DYNAMIC_SECTION("sample_bytes " << sample_bytes << " mode " << int(mode)) {
+        DeviceConfig dc;
+        dc.host_transfer = mode;
+        dc.poison_released = true;
+        auto faulty = std::make_shared<FaultyDevice>(host_device(dc));
+        Config cfg = small_config(2, 2, 1);  // one slot: the copy seen is the held batch's
+        cfg.batch_size = 5;
+        cfg.sample_bytes = sample_bytes;
+        const auto fill = [](Sample& s) {
+          if (s.index % 7 == 3) return s.skip("skipped on purpose");  // short, compacted batches too
+          test::fill_pattern(s);
+        };
+        DevicePipeline dp(cfg, 23, fill, TransferConfig{}, faulty);
+        std::size_t seen = 0;
+        while (auto b = dp.next()) {
+          const Batch& h = b->host();
+          const std::size_t n = b->size();
+          const std::size_t at = (n * sample_bytes + 7) / 8 * 8;
+          REQUIRE(reinterpret_cast<std::uintptr_t>(b->labels()) % alignof(std::int64_t) == 0);
+          REQUIRE(reinterpret_cast<const std::byte*>(b->labels()) == static_cast<const std::byte*>(b->data()) + at);
+          for (std::size_t j = 0; j < n; ++j) REQUIRE(b->labels()[j] == std::int64_t(h.indices[j] * 3));
+          if (mode == HostTransfer::copy) {
+            REQUIRE(b->labels() != h.labels.data());
+            REQUIRE(faulty->copy_dst == b->data());  // one copy per batch: pixels and labels
+            REQUIRE(faulty->copy_source.size() == at + n * sizeof(std::int64_t));
+            REQUIRE(std::memcmp(faulty->copy_source.data() + at, h.labels.data(), n * sizeof(std::int64_t)) == 0);
+          }
+          seen += n + h.skipped.size();
+        }
+        REQUIRE(seen == 2 * 23);
+      }
+    }
+  }
 }

@@ -71,7 +71,8 @@ TEST_CASE("to_tensors wraps a normalized batch without a copy, with the right va
     std::size_t seen = 0;
     while (auto b = p.next()) {
       void* data = b->data();
-      const std::int64_t* labels = b->host().labels.data();
+      const std::int64_t* labels = b->labels();  // what crossed with the pixels, not the host vector
+      REQUIRE(labels != b->host().labels.data());
       const std::vector<std::uint64_t> indices = b->host().indices;
       const std::uint64_t batch_index = b->host().index;
       TensorBatch t = to_tensors(std::move(*b));
