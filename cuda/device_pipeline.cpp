@@ -37,6 +37,10 @@ struct DeviceSlot {
   std::uint64_t copied_generation = 0;    // copies recorded into this slot
   std::uint64_t consumed_generation = 0;  // releases recorded for those copies
   std::byte* source = nullptr;            // what the consumer reads: D[i] or, handed over, H
+  // One event per stream the consumer named with DeviceBatch::record_stream,
+  // made on first use and reused by later generations (an event's wait binds
+  // to the record before it, so re-recording is safe).
+  std::vector<std::unique_ptr<Event>> side_done;
 };
 
 struct TransferCore {
@@ -159,14 +163,23 @@ struct TransferCore {
   // The consumer's release of one slot (protocol point 7). Returns false when
   // the release could not be recorded: the slot then stays out of the free list
   // (its memory may still be in use on the device) and the error is kept.
-  bool release(DeviceSlot& s, std::uint64_t generation) noexcept {
+  // `stream`: the stream the batch was taken on (nullptr: consumer_stream);
+  // `also`: the other streams the consumer said use it (record_stream).
+  bool release(DeviceSlot& s, std::uint64_t generation, Stream* stream,
+               const std::vector<std::unique_ptr<Stream>>& also) noexcept {
     --held;
     try {
       if (generation != s.copied_generation) {
         throw std::logic_error("device slot " + std::to_string(s.id) + " released for generation " +
                                std::to_string(generation) + " but holds " + std::to_string(s.copied_generation));
       }
-      Stream& consumer = *consumer_stream;
+      Stream& consumer = stream ? *stream : *consumer_stream;
+      // Each other stream's work so far comes before "consumed": chained through an event.
+      while (s.side_done.size() < also.size()) s.side_done.push_back(device->create_event(EventKind::sync));
+      for (std::size_t i = 0; i < also.size(); ++i) {
+        device->record(*s.side_done[i], *also[i]);
+        device->wait(consumer, *s.side_done[i]);
+      }
       if (device->poisons_released()) {
         if (s.raw) device->fill(s.raw->data(), kPoison, s.raw->bytes(), consumer);
         if (s.out) device->fill(s.out->data(), kPoison, s.out->bytes(), consumer);
@@ -212,14 +225,24 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
     generation_ = other.generation_;
     data_ = std::exchange(other.data_, nullptr);
     labels_ = std::exchange(other.labels_, nullptr);
+    stream_ = std::move(other.stream_);
+    also_used_on_ = std::move(other.also_used_on_);
     dtype_ = other.dtype_;
   }
   return *this;
 }
 
+void DeviceBatch::record_stream(void* stream) {
+  if (!core_) throw std::logic_error("DeviceBatch::record_stream on an empty batch");
+  also_used_on_.push_back(core_->device->wrap_stream(stream));
+}
+
 void DeviceBatch::reset() noexcept {
   if (!core_) return;
-  if (core_->release(*slot_, generation_)) {
+  const bool released = core_->release(*slot_, generation_, stream_.get(), also_used_on_);
+  also_used_on_.clear();
+  stream_.reset();
+  if (released) {
     host_.reset();  // H back to the workers (with its poison, if asked) after the slot is recorded free
   } else if (!core_->device->hands_over()) {
     host_.reset();  // its copy finished before the batch was published: H is safe to refill
@@ -376,7 +399,12 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   }
   batch.labels_ = reinterpret_cast<const std::int64_t*>(slot->source + label_offset(batch.size(), core_->sample_bytes));
   try {
-    core_->device->wait(*core_->consumer_stream, *slot->copied);  // 6: the consumer's stream waits, not the host
+    // The stream the consumer computes on now, when it says so at each call (LibTorch's current stream).
+    if (core_->config.current_consumer_stream) {
+      batch.stream_ = core_->device->wrap_stream(core_->config.current_consumer_stream());
+    }
+    Stream& consumer = batch.stream_ ? *batch.stream_ : *core_->consumer_stream;
+    core_->device->wait(consumer, *slot->copied);  // 6: the consumer's stream waits, not the host
   } catch (const std::exception& e) {
     // As promised, PipelineError, and it sticks. `batch` is released after the
     // error is kept, so its own release, likely failing too, does not replace it.

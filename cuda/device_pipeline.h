@@ -75,6 +75,13 @@ struct TransferConfig {
   // empty). Default: nullptr.
   void* consumer_stream = nullptr;
 
+  // Optional: asked at each next() for the stream the consumer computes on at
+  // that moment (LibTorch's current stream: libtorch/tensors.h's
+  // torch_current_stream); the batch is made ready on it and its release is
+  // recorded on it, so a caller that switches streams between steps stays
+  // correct. Overrides consumer_stream. Default: none.
+  std::function<void*()> current_consumer_stream;
+
   // Optional: called on the transfer thread after each batch is transferred,
   // with the step's start and end (for tracing). Must not block. Default: none.
   std::function<void(const Batch&, std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point)>
@@ -119,8 +126,18 @@ class DeviceBatch {
   // The device the data lives on (its backend and ordinal).
   const Device& device() const;
 
-  // Records consumed on the consumer stream and gives the slot and host buffer
-  // back. Never throws (an error is kept for the pipeline's next call). Idempotent.
+  // The batch is also used on `stream` (a side stream, a communication
+  // stream: same device, native handle), as PyTorch's Tensor::record_stream:
+  // its release then waits for the work enqueued on that stream so far as
+  // well, so the slot is not refilled under it. Call it after enqueueing that
+  // work and before the release; not concurrently with reset(). The first call
+  // for a slot makes one event, reused afterwards. Throws std::logic_error on
+  // an empty batch.
+  void record_stream(void* stream);
+
+  // Records consumed on the consumer stream (after the streams given to
+  // record_stream) and gives the slot and host buffer back. Never throws (an
+  // error is kept for the pipeline's next call). Idempotent.
   void reset() noexcept;
 
  private:
@@ -132,6 +149,8 @@ class DeviceBatch {
   void* data_ = nullptr;
   const std::int64_t* labels_ = nullptr;
   DType dtype_ = DType::uint8;
+  std::unique_ptr<Stream> stream_;                    // TransferConfig::current_consumer_stream's, if any
+  std::vector<std::unique_ptr<Stream>> also_used_on_;  // record_stream's
 };
 
 // Bytes of device memory a DevicePipeline with these settings allocates for

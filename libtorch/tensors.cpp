@@ -45,6 +45,40 @@ void* torch_consumer_stream(const Device& device) {
   return nullptr;  // the default stream is the legacy stream 0
 }
 
+namespace {
+// c10::Stream::native_handle() arrived in LibTorch 2.1: use it where it exists.
+template <typename S>
+void* native_stream(const S& stream, const c10::impl::DeviceGuardImplInterface& guard, const torch::Device& d) {
+  if constexpr (requires { stream.native_handle(); }) {
+    (void)guard;
+    (void)d;
+    return stream.native_handle();
+  } else {
+    if (stream != guard.getDefaultStream(d)) {
+      throw std::invalid_argument(
+          "torch_current_stream: LibTorch's current CUDA stream is not its default stream, and this LibTorch "
+          "(before 2.1) cannot name it; pass at::cuda::getCurrentCUDAStream().stream() as "
+          "TransferConfig::consumer_stream");
+    }
+    return nullptr;  // the default stream is the legacy stream 0
+  }
+}
+}  // namespace
+
+std::function<void*()> torch_current_stream(const Device& device) {
+  if (device.backend() == Backend::host) return {};
+  if (!torch::cuda::is_available()) {
+    throw std::invalid_argument("torch_current_stream: this LibTorch was built without CUDA; use the host backend");
+  }
+  const torch::Device d = torch_device(device);
+  const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  return [guard, d] { return native_stream(guard->getStream(d), *guard, d); };
+}
+
+void TensorBatch::record_stream(void* stream) const {
+  if (auto batch = owner.lock()) batch->record_stream(stream);
+}
+
 TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   if (!batch) throw std::invalid_argument("to_tensors: empty batch");
   const Device& device = batch.device();
@@ -85,6 +119,7 @@ TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   // One owner for both tensors: the deleter of the last one to die drops it,
   // and DeviceBatch's destructor releases the slot (protocol point 7).
   auto owner = std::make_shared<DeviceBatch>(std::move(batch));
+  t.owner = owner;
   auto release = [owner](void*) mutable { owner.reset(); };
   t.images = torch::from_blob(images, sizes, release, torch::TensorOptions().dtype(type).device(where));
   t.labels = torch::from_blob(labels, {n}, release, torch::TensorOptions().dtype(torch::kInt64).device(where));

@@ -41,6 +41,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include <torch/types.h>
 
@@ -54,6 +56,15 @@ struct TensorBatch {
   std::uint64_t epoch = 0, index = 0;  // the batch's identity (Batch::epoch, Batch::index)
   std::size_t skipped = 0;             // samples of this batch the workers skipped
   bool last_in_epoch = false;
+
+  // The tensors are also used on `stream` (a cudaStream_t: a side stream, a
+  // communication stream): the batch's release waits for what that stream has
+  // enqueued by then too, as Tensor::record_stream does for PyTorch's caching
+  // allocator. Call it after enqueueing that work, while a tensor is alive.
+  // Does nothing once the batch is released.
+  void record_stream(void* stream) const;
+
+  std::weak_ptr<DeviceBatch> owner;  // the batch both tensors share (set by to_tensors)
 };
 
 // The layout of one un-normalized sample: height x width x channels bytes, or
@@ -77,5 +88,14 @@ torch::Device torch_device(const Device& device);
 // when the caller switched LibTorch to another stream: pass that stream's
 // at::cuda::CUDAStream::stream() yourself.
 void* torch_consumer_stream(const Device& device);
+
+// LibTorch's current stream for `device`, asked at each call: give it to
+// TransferConfig::current_consumer_stream so each batch is made ready on, and
+// released from, the stream the training step is using at that moment (not
+// stream 0). Empty for the host backend (a CPU consumer). With a LibTorch
+// whose c10::Stream has no native_handle() (before 2.1: Debian 12's 1.13), the
+// function returns nullptr while LibTorch is on its default stream and throws
+// std::invalid_argument, as torch_consumer_stream does, when it is not.
+std::function<void*()> torch_current_stream(const Device& device);
 
 }  // namespace conveyor
