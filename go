@@ -9,6 +9,11 @@
 #                       the CUDA sources compiled when nvcc is present),
 #                       ASan+UBSan, TSan; then 30 s of each fuzz target
 #   ./go fuzz [SECONDS] the fuzz targets alone, SECONDS each (default 600)
+#   ./go gpu-bundle     here: .gpu/ for a GPU machine without a registry (../shared's
+#                       gpu-bundle.sh plus toml++), then there: bash .gpu/build.sh && ./go gpu
+#   ./go gpu            on a machine with an NVIDIA GPU: test_cuda, compute-sanitizer
+#                       memcheck and synccheck, the H2D and pipeline benchmarks,
+#                       conveyor train --device cuda --deterministic resumed; a summary
 #   ./go peers ARGS     Conveyor against PyTorch's DataLoader and the Python
 #                       two-queue pipeline (apps/peers/compare.py ARGS)
 #
@@ -116,6 +121,52 @@ run_tests() {
   say "build/$name: tests passed in $((SECONDS - t0)) s"
 }
 
+# gpu_checks: test_cuda plain and under compute-sanitizer (memcheck, synccheck),
+# the H2D and transfer-bound pipeline benchmarks, and conveyor train --device
+# cuda --deterministic interrupted and resumed against an uninterrupted run.
+# Prints a summary; with $OUT set, writes gpu-summary.txt and the logs there.
+gpu_checks() {
+  local b=${CONVEYOR_GPU_BUILD:-/tmp/b} out=${OUT:-build/gpu-report} rows=() rc=0
+  if ! nvidia-smi -L >/dev/null 2>&1; then say "gpu: no NVIDIA GPU here (nvidia-smi -L failed)"; exit 1; fi
+  if [ ! -x "$b/apps/conveyor" ]; then
+    install_missing "${TEST_PACKAGES[@]}"
+    mkdir -p build
+    build gpu -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_CUDA=ON -DCONVEYOR_TORCH=AUTO
+    b=build/gpu
+  fi
+  mkdir -p "$out"
+  local gpu; gpu=$(nvidia-smi -L | head -1)
+  say "gpu: $gpu; build $b; logs in $out"
+  step() {  # step NAME COMMAND...: runs it, logs it, records pass/fail
+    local name=$1; shift
+    if "$@" >"$out/$name.log" 2>&1; then rows+=("pass  $name"); else rows+=("FAIL  $name (see $out/$name.log)"); rc=1; fi
+  }
+  step test_cuda "$b/tests/test_cuda"
+  local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step memcheck "$cs" --tool memcheck --error-exitcode 1 "$b/tests/test_cuda"
+  step synccheck "$cs" --tool synccheck --error-exitcode 1 "$b/tests/test_cuda"
+  step h2d "$b/apps/conveyor-bench-device" --device cuda h2d
+  local w; w=$(nproc)
+  step pipeline-uint8 "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 --step-us 1
+  step pipeline-float16 "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 --step-us 1 --normalize float16
+  if [ -x "$b/apps/conveyor-train" ]; then
+    local t=("$b/apps/conveyor" train --device cuda --deterministic --epochs 3 --seed 7 --workers "$w")
+    step train-straight "${t[@]}"
+    step train-part1 "${t[@]}" --stop-after 50 --checkpoint "$out/resume.pt"
+    step train-part2 "${t[@]}" --resume "$out/resume.pt" --checkpoint "$out/resume.pt"
+    if [ "$(grep '^final:' "$out/train-straight.log")" = "$(grep '^final:' "$out/train-part2.log")" ]; then
+      rows+=("pass  train resume equals the uninterrupted run: $(grep '^final:' "$out/train-straight.log")")
+    else
+      rows+=("FAIL  train resume differs from the uninterrupted run"); rc=1
+    fi
+  else
+    rows+=("skip  train (no LibTorch in this build)")
+  fi
+  { echo "./go gpu on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
+    grep -h -E "GB/s|batches/s|utilisation" "$out"/h2d.log "$out"/pipeline-*.log 2>/dev/null; } | tee "$out/gpu-summary.txt"
+  return $rc
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -145,6 +196,21 @@ case "$cmd" in
     fuzz 30
     say "all tests passed in 3 builds, and 30 s of each fuzz target ($((SECONDS - start)) s)"
     ;;
+  gpu-bundle)
+    # Here, before lending the checkout to a GPU machine without a package
+    # registry: ../shared/tools/gpu-bundle.sh's .gpu/, plus what it does not
+    # carry (toml++'s headers) unpacked into its sysroot.
+    [ -x ../shared/tools/gpu-bundle.sh ] || { say "gpu-bundle: ../shared/tools/gpu-bundle.sh not found"; exit 1; }
+    ../shared/tools/gpu-bundle.sh
+    (cd .gpu && apt-get download -q libtomlplusplus-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
+      || { say "gpu-bundle: apt-get download libtomlplusplus-dev failed"; exit 1; }
+    say "gpu-bundle: .gpu/ ready, toml++ added; on the GPU machine: bash .gpu/build.sh && ./go gpu"
+    ;;
+  gpu)
+    # The GPU machine's checks (issue 16), from a build with CUDA and LibTorch:
+    # .gpu/build.sh's /tmp/b there (no package registry), else build/gpu here.
+    gpu_checks
+    ;;
   peers)
     # The side-by-side comparison of docs/benchmarks.md (issue 7): PyTorch's
     # DataLoader and the Python two-queue pipeline from Debian's packages.
@@ -159,7 +225,7 @@ case "$cmd" in
     fuzz "${1:-600}"
     ;;
   *)
-    echo "usage: ./go demo [flags] | ./go test | ./go fuzz [SECONDS per target, default 600] | ./go peers [compare.py flags]" >&2
+    echo "usage: ./go demo [flags] | ./go test | ./go gpu | ./go fuzz [SECONDS per target, default 600] | ./go peers [compare.py flags]" >&2
     exit 2
     ;;
 esac
