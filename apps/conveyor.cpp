@@ -302,7 +302,7 @@ RunResult run_resident(const Options& o, Dataset dataset, int crop, bool print_e
                      " MiB of host memory, over --max-memory-mb " + std::to_string(std::size_t(limit_mb)));
   }
   Config load;
-  load.batch_size = 64;
+  load.batch_size = 16;  // small: an interrupt waits for the batch being decoded
   load.sample_bytes = row;
   load.workers = o.workers;
   load.shuffle = false;

@@ -99,7 +99,9 @@ resident)  # 17.4: --resident stops on SIGINT/SIGTERM, while decoding the set on
     wait $pid
     rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     [ $rc -eq 130 ] || fail "$phase: SIGINT gave status $rc, not 130: $(tail -2 "$work/out")"
-    [ $ms -lt 3000 ] || fail "$phase: exit took $ms ms"
+    limit=3000
+    if [ -n "${CONVEYOR_SANITIZED:-}" ]; then limit=10000; fi  # TSan runs the decode 5-15x slower
+    [ $ms -lt $limit ] || fail "$phase: exit took $ms ms"
     if [ $phase = decode ]; then
       grep -q "^interrupted while decoding the set once" "$work/out" || fail "decode: not stopped while decoding: $(tail -3 "$work/out")"
     else

@@ -1000,6 +1000,9 @@ TEST_CASE("a batch also used on a side stream is not refilled until that stream 
   // release run) too early: with record_stream the side stream's reads all see
   // the batch; without it (the canary) they see the poison.
   for (bool record : {true, false}) {
+#if defined(__SANITIZE_THREAD__)
+    if (!record) continue;  // the canary is a real data race, which TSan reports as such
+#endif
     DYNAMIC_SECTION("record_stream " << record) {
       DeviceConfig dc;
       dc.poison_released = true;
