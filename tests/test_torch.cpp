@@ -3,11 +3,14 @@
 // has no CUDA).
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include <torch/torch.h>
 
+#include "libtorch/determinism.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
 #include "support.h"
@@ -210,4 +213,21 @@ TEST_CASE("models: LeNet-5 and the small ResNet give log-probabilities per class
   REQUIRE_THROWS_AS(make_model({"lenet", 3, 10, 64}), std::invalid_argument);
   REQUIRE_THROWS_AS(make_model({"vgg", 3, 10, 32}), std::invalid_argument);
   REQUIRE_THROWS_AS(make_model({"resnet", 3, 1, 64}), std::invalid_argument);
+}
+
+TEST_CASE("make_deterministic switches LibTorch's deterministic settings on", "[torch][determinism]") {
+  const std::string said = make_deterministic();
+  CHECK(at::globalContext().deterministicAlgorithms());
+  CHECK(at::globalContext().deterministicCuDNN());
+  CHECK_FALSE(at::globalContext().benchmarkCuDNN());
+  REQUIRE(std::getenv("CUBLAS_WORKSPACE_CONFIG") != nullptr);
+  CHECK(std::string(std::getenv("CUBLAS_WORKSPACE_CONFIG")) == ":4096:8");
+  CHECK(said.find("CUBLAS_WORKSPACE_CONFIG=:4096:8") != std::string::npos);
+  // A model's forward and backward still run (every op used has a deterministic kernel).
+  torch::manual_seed(3);
+  auto model = make_model({"lenet", 3, 10, 32});
+  auto x = torch::randn({4, 3, 32, 32});
+  auto loss = torch::nll_loss(model->forward(x), torch::tensor({1, 2, 3, 4}));
+  loss.backward();
+  CHECK(std::isfinite(loss.item<double>()));
 }
