@@ -563,7 +563,7 @@ int inspect(const Options& o) {
   cfg.workers = o.workers;
   cfg.shuffle = false;
   cfg.epochs = 1;
-  Stages stages;
+  StageFunctions stages;
   stages.fill = [&](Sample& s) {
     Counts& c = per_worker[s.worker];
     const std::string path = dataset.path(s.index).string();

@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     const std::size_t base_fds = count_open_fds(), base_threads = count_threads();
     std::size_t stopped_checks = 0, stopped_off = 0;
     std::optional<Pipeline> p;
-    p.emplace(cfg, n, Stages{src.filler()});
+    p.emplace(cfg, n, StageFunctions{src.filler()});
     std::size_t k = 0, mismatches = 0, resumes = 0, next_stop = 0;
     while (auto b = p->next()) {
       const Batch& batch_ref = **b;
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
         p.reset();  // stop mid-epoch: threads joined, buffers freed
         ++stopped_checks;
         if (count_open_fds() != base_fds || count_threads() != base_threads) ++stopped_off;
-        p.emplace(cfg, n, Stages{src.filler()}, state);
+        p.emplace(cfg, n, StageFunctions{src.filler()}, state);
         ++next_stop;
         ++resumes;
       }
