@@ -73,7 +73,7 @@ int overhead(const Config& base, std::size_t batches, int runs, const std::vecto
     for (std::size_t v = 0; v < yields.size(); ++v) {
       c.wait_yields = yields[v];
       const auto t0 = std::chrono::steady_clock::now();
-      Pipeline p(c, batches * c.batch_size, Stages{[](Sample&) {}});
+      Pipeline p(c, batches * c.batch_size, StageFunctions{[](Sample&) {}});
       std::size_t got = 0, samples = 0;
       while (auto b = p.next()) {
         ++got;

@@ -167,7 +167,7 @@ double run_copy_in_consumer(Device& device, const Config& cfg, std::size_t batch
   auto inline_stream = device.wrap_stream(nullptr);
   Config c = cfg;
   c.epochs = 0;
-  Stages stages;
+  StageFunctions stages;
   stages.fill = light_filler(k.sample_us);
   Pipeline p(c, (batches + kWarmup) * c.batch_size, std::move(stages));
   Clock::time_point t0;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "apps/toml_config.h"
 #include "stages/default_dataset.h"
 
 namespace conveyor::apps {
@@ -57,88 +58,8 @@ void catch_interrupts() {
 
 int interrupt_signal() { return g_signal.load(); }
 
-namespace {
-// Adds a flag unless the subcommand already has one of that name (sweep's
-// axes), which then keeps its own meaning; returns whichever it has.
-template <typename T>
-CLI::Option* add_or_keep(CLI::App& app, const std::string& name, T& value, const std::string& help) {
-  if (CLI::Option* existing = app.get_option_no_throw(name)) return existing;
-  return app.add_option(name, value, help);
-}
-}  // namespace
-
-void add_pipeline_flags(CLI::App& app, Options& o) {
-  const auto option = [&](const std::string& name, auto& value, const std::string& help) {
-    return add_or_keep(app, name, value, help);
-  };
-  const auto range = [](std::size_t lo, std::size_t hi) { return CLI::Range(lo, hi); };
-  option("--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
-  option("--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
-  option("--workers", o.workers, "decode/augment worker threads (default: the core count)")
-      ->check(range(1, Config::kMaxWorkers));
-  option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));
-  option("--host-queue", o.host_queue, "finished batches waiting for the transfer thread")->check(range(1, 4096));
-  option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(range(1, 4096));
-  option("--wait-yields", o.wait_yields, "times a waiting thread yields its core before it sleeps (0: sleep at once)")
-      ->check(range(0, Config::kMaxWaitYields));
-  option("--epochs", o.epochs, "epochs to run")->check(range(1, std::size_t(1) << 30));
-  option("--seed", o.seed, "seed of the order and of every augmentation");
-  option("--crop", o.crop, "output size of RandomResizedCrop (default 0: 64 on the embedded dataset, else 224)")
-      ->check(CLI::Range(1, 16384));
-  option("--augment", o.augment,
-         "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop")
-      ->check(CLI::IsMember({"rrc", "crop", "center"}));
-  option("--device", o.device, "auto | cuda | host")->check(CLI::IsMember({"auto", "cuda", "host"}));
-  option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s (0: as fast as memcpy)")
-      ->check(CLI::Range(0.0, 1e6));
-  option("--host-transfer", o.host_transfer,
-         "host backend: copy (each batch into a separate buffer, as a GPU copy would) or handover "
-         "(the consumer gets the worker's buffer: CPU training)")
-      ->check(CLI::IsMember({"copy", "handover"}));
-  option("--on-error", o.on_error, "a bad image: fail (stop) or skip (count and list it)")
-      ->check(CLI::IsMember({"fail", "skip"}));
-  option("--rank", o.rank, "this process's shard (default: $RANK or $OMPI_COMM_WORLD_RANK, else 0)")
-      ->check(range(0, (std::size_t(1) << 20) - 1));
-  option("--world-size", o.world_size, "number of shards (default: $WORLD_SIZE or $OMPI_COMM_WORLD_SIZE, else 1)")
-      ->check(range(1, std::size_t(1) << 20));
-  option("--max-memory-mb", o.max_memory_mb,
-         "the most the batch pools (host and device) may take, MiB (0: a quarter of physical memory, " +
-             std::to_string(std::size_t(default_max_memory_mb())) + " here)")
-      ->check(CLI::Range(0.0, 1e12));
-}
-
-void add_run_flags(CLI::App& app, Options& o) {
-  app.add_flag("--resident", o.resident,
-               "decode every image once (Resize + CenterCrop), upload, and batch on the device by gather");
-  add_or_keep(app, "--budget-mb", o.budget_mb, "--resident: device memory the decoded set may take, MiB")
-      ->check(CLI::Range(1.0, 1e9));
-  add_or_keep(app, "--normalize", o.normalize, "normalized output (CHW), where --normalize-in says: off (uint8 HWC) | float32 | float16 | bfloat16")
-      ->check(CLI::IsMember({"off", "float32", "float16", "bfloat16"}));
-  add_or_keep(app, "--normalize-in", o.normalize_in,
-                 "device: after the transfer (the GPU's kernel; the transfer thread on the host backend) | "
-                 "workers: each worker writes float32 (a consumer on the CPU)")
-      ->check(CLI::IsMember({"device", "workers"}));
-  add_or_keep(app, "--compute", o.compute, "the consumer's synthetic step: sleep (frees the CPU, like a GPU) or spin")
-      ->check(CLI::IsMember({"sleep", "spin"}));
-  add_or_keep(app, "--compute-ms", o.compute_ms, "milliseconds of synthetic step per batch; 0: no step")
-      ->check(CLI::Range(0.0, 1e6));
-  add_or_keep(app, "--synthetic-ms", o.synthetic_ms,
-                 "teaching: workers sleep this long per sample instead of decoding (known stage costs)")
-      ->check(CLI::Range(0.0, 1e6));
-  app.add_flag("--serial", o.serial, "teaching: fill, copy and step one after another on one thread (no overlap)");
-  add_or_keep(app, "--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
-}
-
-void shard_from_environment(Options& o) {
-  constexpr std::size_t kMaxRanks = std::size_t(1) << 20;  // as --world-size
-  o.rank = env_size({"RANK", "OMPI_COMM_WORLD_RANK"}, 0, kMaxRanks - 1);
-  o.world_size = env_size({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"}, 1, kMaxRanks);
-  if (o.world_size == 0) throw UsageError("environment: WORLD_SIZE (or OMPI_COMM_WORLD_SIZE) must be at least 1");
-}
-
-Dataset open_dataset(const Options& o, bool& embedded, bool announce) {
+Dataset open_dataset(const Options& o, Announce announce) {
   if (!o.list.empty() && !o.folder.empty()) throw UsageError("--list and --folder: give one dataset, not both");
-  embedded = o.list.empty() && o.folder.empty();
   try {
     if (!o.list.empty()) {
       Dataset d = Dataset::from_list(o.list);
@@ -151,7 +72,7 @@ Dataset open_dataset(const Options& o, bool& embedded, bool announce) {
   }
   bool made = false;
   const auto dir = ensure_default_dataset({}, &made);
-  if (announce || made) std::fprintf(stderr, "%s the embedded default dataset: %s\n", made ? "made" : "using", dir.c_str());
+  if (announce == Announce::always || made) std::fprintf(stderr, "%s the embedded default dataset: %s\n", made ? "made" : "using", dir.c_str());
   return Dataset::from_folder(dir);
 }
 
@@ -214,6 +135,34 @@ void write_text_file(const std::string& flag, const std::string& file, const std
   }
 }
 
+int exit_status(const char* program, const CLI::App& app, const std::string& section) {
+  std::fflush(stdout);
+  wipe_progress_line();
+  const auto say = [program](const std::string& line, int status) {
+    std::fprintf(stderr, "%s: %s\n", program, line.c_str());
+    return status;
+  };
+  try {
+    throw;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ConfigError& e) {
+    return say(config_error_line(app, section, e), 2);
+  } catch (const CLI::ParseError& e) {
+    return say(e.what(), 2);
+  } catch (const UsageError& e) {
+    return say(e.what(), 2);
+  } catch (const std::exception& e) {
+    return say(e.what(), 1);
+  }
+}
+
+void wipe_progress_line(std::size_t width) {
+  if (::isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%*s\r", int(width), "");
+}
+
 int finish_stdout(const char* program, int status) {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
   std::fprintf(stderr, "%s: cannot write standard output: %s\n", program, std::strerror(errno));
@@ -240,41 +189,6 @@ double consumer_idle(const PipelineStats& s) {
   return 0;
 }
 
-Config pipeline_config(const Options& o) {
-  Config cfg;
-  cfg.batch_size = o.batch;
-  cfg.workers = o.workers;
-  cfg.host_queue_depth = o.host_queue;
-  cfg.device_queue_depth = o.device_queue;
-  cfg.wait_yields = o.wait_yields;
-  cfg.seed = o.seed;
-  cfg.epochs = o.epochs;
-  cfg.rank = o.rank;
-  cfg.world_size = o.world_size;
-  return cfg;
-}
-
-std::shared_ptr<Device> open_device_for(const Options& o) {
-  DeviceConfig dc;
-  dc.backend = *parse_backend(o.device);
-  dc.link_gbps = o.link_gbps;
-  dc.host_transfer = o.host_transfer == "handover" ? HostTransfer::handover : HostTransfer::copy;
-  return open_device(dc);
-}
-
-std::optional<TransferConfig::Normalization> normalization_for(const Options& o, int crop) {
-  if (o.normalize == "off" || o.normalize_in == "workers") return std::nullopt;
-  return TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *parse_dtype(o.normalize)};
-}
-
-std::vector<Transform> transforms(const std::string& augment, int crop) {
-  if (augment == "crop") {
-    return {Resize{crop, {}}, RandomCrop{{crop, crop}, 4, 4, 4, 4, false}, RandomHorizontalFlip{}};
-  }
-  if (augment == "center") return {Resize{crop * 8 / 7, {}}, CenterCrop{{crop, crop}}};
-  return {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
-}
-
 std::string gnuplot_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
@@ -289,21 +203,6 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 }  // namespace
-
-void check_normalize_flags(const Options& o) {
-  if (o.normalize_in != "workers") return;
-  if (o.normalize != "float32") throw UsageError("--normalize-in workers: needs --normalize float32 (what the workers write)");
-  if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
-}
-
-ImageConfig image_config(const Options& o, const std::string& augment, int crop) {
-  ImageConfig ic;
-  ic.transforms = transforms(augment, crop);
-  ic.on_error = o.on_error == "skip" ? ErrorPolicy::skip : ErrorPolicy::fail;
-  check_normalize_flags(o);
-  if (o.normalize_in == "workers") ic.normalize = Normalize{};
-  return ic;
-}
 
 bool gnuplot(const std::string& output, const std::string& script_body, const std::string& data) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {

@@ -1,7 +1,9 @@
-// What the command-line programs share: the flags that describe a dataset and a
-// pipeline, how they become a Dataset, a Config and a Device, and the one-line
-// usage error (exit status 2) every program reports bad input with.
-// Used by `conveyor` (apps/conveyor.cpp) and `conveyor-train` (apps/train.cpp).
+// What the command-line programs share besides their options (apps/options.h):
+// the one-line usage error (exit status 2) every program reports bad input
+// with, and the one ladder from an exception to an exit status; signals; the
+// dataset the flags name; output files checked before a run and written with
+// every write checked; memory figures; gnuplot.
+// Used by `conveyor` (apps/conveyor.cpp and its parts) and `conveyor-train`.
 #pragma once
 
 #include <cstddef>
@@ -16,10 +18,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/options.h"
 #include "cuda/device_pipeline.h"
 #include "stages/dataset.h"
-#include "stages/augment.h"
-#include "stages/image_source.h"
 
 namespace conveyor::apps {
 
@@ -33,55 +34,10 @@ struct UsageError : std::runtime_error {
 // when its value is not one (a sign, a space, a suffix, out of range).
 std::size_t env_size(std::initializer_list<const char*> names, std::size_t fallback, std::size_t max);
 
-struct Options {
-  std::string list, folder;
-  std::size_t workers = std::max(1u, std::thread::hardware_concurrency());
-  std::size_t batch = 64;
-  std::size_t host_queue = 2, device_queue = 2;
-  std::size_t wait_yields = Config{}.wait_yields;
-  std::size_t epochs = 1;
-  std::uint64_t seed = 0;
-  int crop = 0;  // 0: 64 for the embedded dataset, else 224
-  std::string device = "auto";
-  double link_gbps = 0;
-  std::string host_transfer = "copy";
-  std::string on_error = "fail";
-  std::string normalize = "off";
-  std::string normalize_in = "device";
-  std::string compute = "sleep";
-  double compute_ms = 0;
-  std::size_t rank = 0, world_size = 1;
-  std::string json;
-  std::string out;
-  // sweep axes
-  std::vector<std::size_t> sw_workers, sw_host_queue, sw_device_queue, sw_batch;
-  std::vector<double> sw_link, sw_compute;
-  std::string csv, plot;
-  std::string augment = "rrc";
-  std::string trace;
-  double synthetic_ms = 0;
-  bool serial = false;
-  bool resident = false;
-  double budget_mb = 1024;
-  std::size_t images_per_class = 300;
-  // --max-memory-mb: the most the batch pools (host and device) may take.
-  // 0: default_max_memory_mb(), a quarter of physical memory.
-  double max_memory_mb = 0;
-};
-
 // A quarter of physical memory, MiB: what the batch pools may take unless --max-memory-mb says otherwise.
 double default_max_memory_mb();
 
 
-// The dataset, pipeline and device flags (--list, --folder, --workers, --batch,
-// queues, --epochs, --seed, --crop, --augment, --device, --link-gbps,
-// --host-transfer, --on-error, --rank, --world-size, --max-memory-mb). A flag
-// app already has (a sweep axis of the same name) is left as it is. Ranges are
-// checked at parse time, with the library's own limits (Config::kMaxWorkers).
-void add_pipeline_flags(CLI::App& app, Options& o);
-// What `conveyor run` adds: the synthetic consumer, teaching modes, resident
-// mode, normalize (--normalize, --normalize-in) and tracing.
-void add_run_flags(CLI::App& app, Options& o);
 // SIGINT and SIGTERM set a flag instead of ending the program, so the caller
 // can finish its step, report and save, then exit 128 + the signal. The
 // handler resets itself: a second Ctrl-C ends the program at once. A signal
@@ -90,14 +46,12 @@ void catch_interrupts();
 // The signal caught since catch_interrupts(), or 0.
 int interrupt_signal();
 
-// Reads RANK/WORLD_SIZE (torchrun) or OMPI_COMM_WORLD_RANK/SIZE (Open MPI)
-// into o as the defaults the flags override. Throws UsageError.
-void shard_from_environment(Options& o);
-
+// Whether open_dataset says on stderr which embedded dataset it uses.
+enum class Announce { always, when_made };
 // --list, --folder, or the embedded default dataset (made on first use; says
-// which on stderr when announce or when it was just made). Throws UsageError,
-// also for a dataset with no samples (an empty list).
-Dataset open_dataset(const Options& o, bool& embedded, bool announce = true);
+// which on stderr per `announce`, and always when it was just made). Throws
+// UsageError, also for a dataset with no samples (an empty list).
+Dataset open_dataset(const Options& o, Announce announce);
 // The classes a dataset holds: its class folders, or for a list the distinct labels.
 std::size_t class_count(const Dataset& d);
 
@@ -114,6 +68,16 @@ void check_writable(const std::string& flag, const std::string& file);
 // Writes text to file, checking every write and the close: throws
 // std::runtime_error "FLAG: cannot write FILE: reason" (a full disk, /dev/full).
 void write_text_file(const std::string& flag, const std::string& file, const std::string& text);
+// The exit status for the exception being handled (call it in a catch block),
+// the same ladder for every program: --help is CLI11's (0); a bad flag, a bad
+// --config file (named with `section`'s reading of it) or a UsageError is one
+// line on stderr and 2; any other std::exception one line and 1. Standard
+// output is flushed and a progress line wiped first, so the line stands alone.
+// Anything else is rethrown.
+int exit_status(const char* program, const CLI::App& app, const std::string& section);
+// Wipes a progress line from a terminal's stderr (nothing when it is not one).
+void wipe_progress_line(std::size_t width = 80);
+
 // Flushes standard output; on failure (a full disk, /dev/full) prints one line
 // on stderr and returns 1, else returns status.
 int finish_stdout(const char* program, int status);
@@ -125,20 +89,6 @@ long current_rss_kib();
 
 // The consumer's starved fraction: the share of the time the training step waited for data.
 double consumer_idle(const PipelineStats& s);
-
-// The pipeline settings the flags give; callers add sample_bytes.
-Config pipeline_config(const Options& o);
-std::shared_ptr<Device> open_device_for(const Options& o);
-std::optional<TransferConfig::Normalization> normalization_for(const Options& o, int crop);
-// --augment's transforms at output size crop x crop.
-std::vector<Transform> transforms(const std::string& augment, int crop);
-// The image stage's settings: `augment`'s transforms (an --augment value) at
-// crop x crop, --on-error's policy, and with --normalize-in workers the
-// workers' normalize. Throws UsageError (check_normalize_flags).
-ImageConfig image_config(const Options& o, const std::string& augment, int crop);
-// --normalize-in workers needs --normalize float32 and no --resident: throws
-// UsageError otherwise. Cheap, so callers run it before opening the dataset.
-void check_normalize_flags(const Options& o);
 
 // Renders a gnuplot script to `output` (PNG or SVG by its extension): writes
 // output + ".gp" and runs gnuplot. Prints a one-line note and returns false

@@ -22,8 +22,8 @@ inline void sleep_ms(double ms) {
 }
 
 // A filler that writes the sample's bytes from its Rng, then waits sample_ms.
-inline Stages synthetic_stages(const SyntheticCosts& costs) {
-  Stages s;
+inline StageFunctions synthetic_stages(const SyntheticCosts& costs) {
+  StageFunctions s;
   s.fill = [ms = costs.sample_ms](Sample& sample) {
     for (std::size_t i = 0; i < sample.data.size(); i += 8) {
       const std::uint64_t v = sample.rng.next_u64();

@@ -59,4 +59,55 @@ int Tracer::close_file() {
   return error_;
 }
 
+PipelineTrace::PipelineTrace(const std::string& file, std::size_t workers) : tracer_(file) {
+  tracer_.thread(1, "consumer");
+  tracer_.thread(2, "transfer");
+  for (std::size_t w = 0; w < workers; ++w) tracer_.thread(int(10 + w), "worker " + std::to_string(w));
+}
+
+PipelineTrace::~PipelineTrace() { stop_sampling(); }
+
+Filler PipelineTrace::traced(Filler fill) {
+  return [inner = std::move(fill), t = &tracer_](Sample& s) {
+    const auto a = Clock::now();
+    inner(s);
+    t->span("decode", int(10 + s.worker), a, Clock::now(),
+            "\"sample\":" + std::to_string(s.index) + ",\"epoch\":" + std::to_string(s.epoch));
+  };
+}
+
+void PipelineTrace::trace_transfers(TransferConfig& tc) {
+  tc.on_transfer = [t = &tracer_](const Batch& b, Clock::time_point a, Clock::time_point z) {
+    t->span("transfer", 2, a, z, "\"batch\":" + std::to_string(b.index) + ",\"epoch\":" + std::to_string(b.epoch));
+  };
+}
+
+void PipelineTrace::step(std::uint64_t batch, Clock::time_point a, Clock::time_point b) {
+  tracer_.span("step", 1, a, b, "\"batch\":" + std::to_string(batch));
+}
+
+void PipelineTrace::start_sampling(const DevicePipeline& pipeline) {
+  sampling_ = true;
+  // Queue depths: pushes - pops of each queue.
+  sampler_ = std::thread([this, &pipeline] {
+    while (sampling_.load()) {
+      const auto now = Clock::now();
+      for (const auto& q : pipeline.stats().queues) {
+        tracer_.counter(q.name.c_str(), now, double(q.stats.pushes) - double(q.stats.pops));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+}
+
+void PipelineTrace::stop_sampling() {
+  sampling_ = false;
+  if (sampler_.joinable()) sampler_.join();
+}
+
+void PipelineTrace::finish() {
+  stop_sampling();
+  tracer_.finish();
+}
+
 }  // namespace conveyor::apps

@@ -13,10 +13,14 @@
 // Thread safety: span(), counter() and thread() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
+#include "cuda/device_pipeline.h"
 #include "pipeline/stats.h"
 
 namespace conveyor::apps {
@@ -49,6 +53,55 @@ class Tracer {
   std::FILE* out_ = nullptr;  // guarded by mu_
   bool first_ = true;         // guarded by mu_
   int error_ = 0;             // guarded by mu_: errno of the first failed write
+};
+
+// The trace of a streaming run (`conveyor run --trace FILE`): the consumer
+// (thread 1), the transfer thread (2) and each worker (10 + w) named; a span
+// per sample's decode, per transfer and per step; and the depth of each queue
+// every 2 ms, read by a sampler thread this object owns: a Sampling spawns it;
+// the Sampling's destructor, finish() and the destructor join it.
+// Declare the trace before the pipeline (the workers' filler refers to it) and
+// keep the Sampling after it (the sampler reads the pipeline's stats).
+class PipelineTrace {
+ public:
+  // Throws UsageError when file cannot be opened.
+  PipelineTrace(const std::string& file, std::size_t workers);
+  ~PipelineTrace();
+  PipelineTrace(const PipelineTrace&) = delete;
+  PipelineTrace& operator=(const PipelineTrace&) = delete;
+
+  // fill with a "decode" span around each call.
+  Filler traced(Filler fill);
+  // Sets tc.on_transfer to record a "transfer" span per batch.
+  void trace_transfers(TransferConfig& tc);
+  // A "step" span of the consumer for batch `batch`.
+  void step(std::uint64_t batch, Clock::time_point a, Clock::time_point b);
+  // Reads the queues' depths from `pipeline` every 2 ms while in scope (with
+  // `trace` null: nothing).
+  class Sampling {
+   public:
+    Sampling(PipelineTrace* trace, const DevicePipeline& pipeline) : t_(trace) {
+      if (t_) t_->start_sampling(pipeline);
+    }
+    ~Sampling() {
+      if (t_) t_->stop_sampling();
+    }
+    Sampling(const Sampling&) = delete;
+    Sampling& operator=(const Sampling&) = delete;
+
+   private:
+    PipelineTrace* t_;
+  };
+  // Joins the sampler and closes the file; throws as Tracer::finish.
+  void finish();
+
+ private:
+  void start_sampling(const DevicePipeline& pipeline);
+  void stop_sampling();
+
+  Tracer tracer_;
+  std::atomic<bool> sampling_{false};
+  std::thread sampler_;
 };
 
 }  // namespace conveyor::apps

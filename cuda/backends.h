@@ -14,7 +14,7 @@ std::shared_ptr<Device> open_host_device(const DeviceConfig& config, std::string
 
 #if defined(CONVEYOR_WITH_CUDA)
 // Defined in cuda/cuda_device.cu.
-CudaProbe cuda_probe();
+CudaProbe probe_cuda_runtime();
 std::shared_ptr<Device> open_cuda_device(const DeviceConfig& config);
 #endif
 

@@ -1,8 +1,8 @@
 // The CUDA backend of Device: thin wrappers, one RAII handle per CUDA object,
 // every call through CONVEYOR_CUDA_CHECK, and the kernels (normalize, gather,
 // busy). The ordering logic lives above, in cuda/device_pipeline.cpp, shared
-// with the host backend. Reviewed against ../shared/docs/cuda-protocol.md; see
-// docs/cuda.md for the checklist walk-through.
+// with the host backend. The numbers below are the protocol points of
+// docs/cuda.md ("One slot's life"); its last section is the review.
 //
 // Protocol points this file holds: streams are created cudaStreamNonBlocking
 // and nothing is issued on stream 0 by us (2); every call and every handle's
@@ -231,7 +231,7 @@ class CudaDevice final : public Device {
     const ScopedDevice on(ordinal_);
     CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(s)));
   }
-  void fill(void* dst, unsigned char value, std::size_t bytes, Stream& s) override {
+  void set_bytes(void* dst, unsigned char value, std::size_t bytes, Stream& s) override {
     if (!bytes) return;
     const ScopedDevice on(ordinal_);
     CONVEYOR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native(s)));
@@ -319,7 +319,7 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
-CudaProbe cuda_probe() {
+CudaProbe probe_cuda_runtime() {
   CudaProbe p;
   p.built_with_cuda = true;
   int count = 0;  // left unwritten when there is no driver (error 35)

@@ -15,7 +15,6 @@ std::optional<BackendChoice> parse_backend(std::string_view s) {
   return std::nullopt;
 }
 
-const char* backend_name(Backend b) { return b == Backend::cuda ? "cuda" : "host"; }
 
 std::string CudaProbe::explain() const {
   if (!built_with_cuda) return "built without CUDA (CONVEYOR_CUDA=OFF or no nvcc at build time)";
@@ -28,7 +27,7 @@ std::string CudaProbe::explain() const {
 
 CudaProbe probe_cuda() {
 #if defined(CONVEYOR_WITH_CUDA)
-  return cuda_probe();
+  return probe_cuda_runtime();
 #else
   return CudaProbe{};
 #endif

@@ -45,7 +45,6 @@ enum class BackendChoice { automatic, cuda, host };
 enum class Backend { cuda, host };
 // "auto", "cuda", "host"; empty for anything else.
 std::optional<BackendChoice> parse_backend(std::string_view s);
-const char* backend_name(Backend b);
 
 // What the host backend does with a batch that reaches the transfer stage.
 enum class HostTransfer {
@@ -159,7 +158,8 @@ class Device {
   // ---- steady state: enqueue on `stream` and return; never allocate
   virtual void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
-  virtual void fill(void* dst, unsigned char value, std::size_t bytes, Stream& stream) = 0;
+  // A memset on the stream: bytes of dst set to value.
+  virtual void set_bytes(void* dst, unsigned char value, std::size_t bytes, Stream& stream) = 0;
   virtual void normalize(const NormalizeJob& job, Stream& stream) = 0;
   virtual void gather(const GatherJob& job, Stream& stream) = 0;
   // A kernel that keeps the device busy for `microseconds` (benchmarks: a fixed training step).

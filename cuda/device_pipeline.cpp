@@ -1,5 +1,6 @@
 // The transfer stage's ordering logic, written once for both backends. Every
-// step below names the protocol point (../shared/docs/cuda-protocol.md) it holds.
+// step below names the protocol point it holds, as numbered in docs/cuda.md
+// ("One slot's life").
 #include "cuda/device_pipeline.h"
 
 #include <atomic>
@@ -62,6 +63,7 @@ struct TransferCore {
   // The first error on the consumer's side (a release, or next()'s own device
   // calls), with what failed: thrown by every later next().
   std::string consumer_error;
+  std::exception_ptr consumer_cause;  // what was thrown, for PipelineError::cause()
   std::vector<BatchHandle> quarantined;  // host buffers whose release failed, kept until the end
 
   void quarantine(BatchHandle h) noexcept {
@@ -90,10 +92,13 @@ struct TransferCore {
 
   // Keeps the first consumer-side error and closes the free slots, so the
   // transfer thread stops rather than waiting for a slot that may never return.
-  void fail(const char* doing, const char* what) noexcept {
+  void fail(const char* doing, const char* what, std::exception_ptr cause = nullptr) noexcept {
     try {
       std::lock_guard lk(error_mu);
-      if (consumer_error.empty()) consumer_error = std::string(doing) + ": " + what;
+      if (consumer_error.empty()) {
+        consumer_error = std::string(doing) + ": " + what;
+        consumer_cause = std::move(cause);
+      }
     } catch (...) {
       // Out of memory while keeping an error: the free slots close regardless.
     }
@@ -116,22 +121,22 @@ struct TransferCore {
                                                       : "the consumer failed: " + consumer_error);
     }
     DeviceSlot& s = slots[*id];
-    if (s.consumed_generation != s.copied_generation) {  // checklist 3
+    if (s.consumed_generation != s.copied_generation) {  // 4: generations
       throw std::logic_error("device slot " + std::to_string(s.id) + " reused before its release was recorded");
     }
     Stream& copy = *copy_stream;
     try {
-      device->wait(copy, *s.consumed);  // 4, checklist 5: D[i]/O[i] are free on the device's timeline
+      device->wait(copy, *s.consumed);  // 4: D[i]/O[i] are free on the device's timeline
       const std::size_t at = label_offset(batch.size(), sample_bytes);
       std::memcpy(batch.data + at, batch.labels.data(), batch.size() * sizeof(std::int64_t));
-      const std::size_t bytes = at + batch.size() * sizeof(std::int64_t);  // pixels, then labels
+      const std::size_t bytes = at + batch.size() * sizeof(std::int64_t);  // 12: pixels, then labels
       if (device->hands_over()) {
         s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
       } else {
         s.source = static_cast<std::byte*>(s.raw->data());
-        device->copy_to_device(s.source, batch.data, bytes, copy);  // one contiguous copy per batch (checklist 11)
+        device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
       }
-      if (config.normalize) {  // on the copy stream: uint8 crossed the bus (10, checklist 12)
+      if (config.normalize) {  // 10: on the copy stream; uint8 crossed the bus
         device->normalize(
             config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()), copy);
       }
@@ -181,18 +186,18 @@ struct TransferCore {
         device->wait(consumer, *s.side_done[i]);
       }
       if (device->poisons_released()) {
-        if (s.raw) device->fill(s.raw->data(), kPoison, s.raw->bytes(), consumer);
-        if (s.out) device->fill(s.out->data(), kPoison, s.out->bytes(), consumer);
+        if (s.raw) device->set_bytes(s.raw->data(), kPoison, s.raw->bytes(), consumer);
+        if (s.out) device->set_bytes(s.out->data(), kPoison, s.out->bytes(), consumer);
       }
       device->record(*s.consumed, consumer);  // 7: on the consumer's stream, after its work on the batch
       // Handed over, the consumer's stream reads H itself: H may go back to the
       // workers only once that work is done (instant for a consumer on the CPU).
       if (device->hands_over()) device->synchronize(*s.consumed);
     } catch (const std::exception& e) {
-      fail("releasing a batch", e.what());  // the transfer thread must not wait for this slot
+      fail("releasing a batch", e.what(), std::current_exception());  // the transfer thread must not wait for this slot
       return false;
     } catch (...) {
-      fail("releasing a batch", "unknown error");
+      fail("releasing a batch", "unknown error", std::current_exception());
       return false;
     }
     s.consumed_generation = generation;
@@ -212,7 +217,7 @@ NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* d
   j.width = width;
   j.channels = channels;
   j.out_type = out_type;
-  for (std::size_t c = 0; c < channels; ++c) j.affine[c] = channel_affine(stats.mean[c], stats.std[c]);
+  for (std::size_t c = 0; c < channels; ++c) j.affine[c] = channel_affine(mean_std.mean[c], mean_std.std[c]);
   return j;
 }
 
@@ -284,7 +289,7 @@ void validate_normalization(const TransferConfig::Normalization& n, std::size_t 
   }
   if (n.out_type == DType::uint8) throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
   for (std::size_t c = 0; c < n.channels; ++c) {
-    if (!(n.stats.std[c] > 0)) throw ConfigError("normalize.std", "must be > 0 for every channel");
+    if (!(n.mean_std.std[c] > 0)) throw ConfigError("normalize.std", "must be > 0 for every channel");
   }
 }
 
@@ -331,7 +336,7 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   core_->copy_stream = device->create_stream();  // 2: its own non-blocking stream
   core_->consumer_stream = device->wrap_stream(transfer.consumer_stream);
 
-  Stages stages;
+  StageFunctions stages;
 #if defined(CONVEYOR_WITH_NVTX)
   stages.fill = [fill = std::move(fill)](Sample& s) {
     NvtxRange range("conveyor.fill");
@@ -371,7 +376,8 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   {
     std::lock_guard lk(core_->error_mu);
     if (!core_->consumer_error.empty()) {
-      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample, core_->consumer_error);
+      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample, core_->consumer_error,
+                          core_->consumer_cause);
     }
   }
   NvtxRange range("conveyor.next");
@@ -408,8 +414,9 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   } catch (const std::exception& e) {
     // As promised, PipelineError, and it sticks. `batch` is released after the
     // error is kept, so its own release, likely failing too, does not replace it.
-    core_->fail("taking a batch", e.what());
-    throw PipelineError("consumer", batch.host().epoch, PipelineError::kNoSample, "taking a batch: " + std::string(e.what()));
+    core_->fail("taking a batch", e.what(), std::current_exception());
+    throw PipelineError("consumer", batch.host().epoch, PipelineError::kNoSample, "taking a batch: " + std::string(e.what()),
+                        std::current_exception());
   }
   return batch;
 }

@@ -4,7 +4,8 @@
 // stream while the workers fill the next batches and the consumer's stream
 // trains on the previous one.
 //
-// The slot protocol (../shared/docs/cuda-protocol.md; diagram in docs/cuda.md).
+// The slot protocol (docs/cuda.md, "One slot's life": the diagram, and the
+// numbered points the code cites).
 // Device slot i holds D[i] (uint8 samples), O[i] (the normalized tensor, when
 // normalizing) and events copied[i], consumed[i]:
 //   transfer thread: take a free slot -> copy stream waits consumed[i] -> one
@@ -54,7 +55,7 @@ struct TransferConfig {
   struct Normalization {
     std::size_t height = 0, width = 0;
     std::size_t channels = 3;  // 1 .. 3; channel c uses mean[c], std[c]
-    Normalize stats;           // Default: ImageNet mean and std
+    Normalize mean_std;        // Default: ImageNet mean and std
     DType out_type = DType::float32;  // float32, float16 or bfloat16
 
     // Bytes of one normalized sample: channels x height x width of out_type.

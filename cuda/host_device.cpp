@@ -277,7 +277,7 @@ class HostDevice final : public Device {
       if (bytes) std::memcpy(dst, src, bytes);
     });
   }
-  void fill(void* dst, unsigned char value, std::size_t bytes, Stream& s) override {
+  void set_bytes(void* dst, unsigned char value, std::size_t bytes, Stream& s) override {
     host_stream(s).enqueue([dst, value, bytes] {
       if (bytes) std::memset(dst, value, bytes);
     });

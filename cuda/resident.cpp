@@ -46,8 +46,7 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
     : device_(std::move(device)),
       config_(config),
       resident_(std::move(resident)),
-      sampler_(SamplerOptions{samples.rows, config.batch_size, config.seed, config.shuffle, config.drop_last,
-                              config.rank, config.world_size, config.shard_policy}),
+      sampler_(config.sampler_options(samples.rows)),
       layout_(samples) {
   if (!device_) throw std::invalid_argument("resident dataset: device is required");
   if (samples.dtype != DType::uint8 && samples.dtype != DType::float32) {

@@ -139,16 +139,8 @@ std::optional<BatchHandle> BatchPool::acquire() {
   return BatchHandle(core_, *b);
 }
 
-std::optional<BatchHandle> BatchPool::try_acquire() {
-  if (core_->free.closed()) return std::nullopt;
-  auto b = core_->free.try_pop();
-  if (!b) return std::nullopt;
-  return BatchHandle(core_, *b);
-}
-
 void BatchPool::close() { core_->free.close(); }
 std::size_t BatchPool::count() const { return core_->batches.size(); }
-std::size_t BatchPool::available() const { return core_->free.size(); }
 QueueStats BatchPool::stats() const { return core_->free.stats(); }
 
 std::uint64_t batch_digest(const Batch& b) {

@@ -136,13 +136,10 @@ class BatchPool {
 
   // Blocks until a batch is free. Returns an empty optional once the pool is closed.
   std::optional<BatchHandle> acquire();
-  // Never blocks. Empty if none is free or the pool is closed.
-  std::optional<BatchHandle> try_acquire();
   // Wakes every thread blocked in acquire(); later acquires return empty. Idempotent.
   void close();
 
   std::size_t count() const;
-  std::size_t available() const;  // approximate, for stats
   QueueStats stats() const;       // the free list: consumers starved = waits for a buffer
 
  private:

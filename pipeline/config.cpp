@@ -48,6 +48,10 @@ std::size_t Config::host_pool_bytes() const {
   return saturating_mul(host_buffer_count(), per_batch > SIZE_MAX - bookkeeping ? SIZE_MAX : per_batch + bookkeeping);
 }
 
+SamplerOptions Config::sampler_options(std::size_t dataset_size) const {
+  return SamplerOptions{dataset_size, batch_size, seed, shuffle, drop_last, rank, world_size, shard_policy};
+}
+
 std::size_t Config::device_buffer_count() const { return device_buffers ? device_buffers : device_queue_depth + 2; }
 
 }  // namespace conveyor

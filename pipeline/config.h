@@ -90,6 +90,11 @@ struct Config {
   // Throws ConfigError naming the first invalid field.
   void validate() const;
 
+  // The sampler's settings for a dataset of dataset_size samples: batch_size,
+  // seed, shuffle, drop_last and the shard. The one place a Config becomes
+  // SamplerOptions (Pipeline, ResidentDataset and `conveyor run --serial` use it).
+  SamplerOptions sampler_options(std::size_t dataset_size) const;
+
   // host_buffers and device_buffers with 0 replaced by their defaults.
   std::size_t host_buffer_count() const;
   std::size_t device_buffer_count() const;

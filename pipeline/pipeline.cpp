@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <sstream>
 
 namespace conveyor {
 
@@ -17,133 +16,18 @@ std::string describe(const std::string& stage, std::uint64_t epoch, std::uint64_
 }
 }  // namespace
 
-PipelineError::PipelineError(std::string stage, std::uint64_t epoch, std::uint64_t sample, std::string message)
+PipelineError::PipelineError(std::string stage, std::uint64_t epoch, std::uint64_t sample, std::string message,
+                             std::exception_ptr cause)
     : std::runtime_error(describe(stage, epoch, sample, message)),
       stage_(std::move(stage)),
       epoch_(epoch),
       sample_(sample),
-      message_(std::move(message)) {}
+      message_(std::move(message)),
+      cause_(std::move(cause)) {}
 
-// ---------------------------------------------------------------- PipelineState
-
-namespace {
-// "0-41,43,45-46": sorted indices as ranges.
-std::string format_ranges(const std::vector<std::uint64_t>& v) {
-  std::string out;
-  for (std::size_t i = 0; i < v.size();) {
-    std::size_t j = i;
-    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(v[i]);
-    if (j > i) out += '-' + std::to_string(v[j]);
-    i = j + 1;
-  }
-  return out.empty() ? "-" : out;
-}
-
-std::uint64_t parse_u64(const std::string& field, const std::string& text) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 20) {
-    throw std::invalid_argument("state: field '" + field + "' is not a non-negative integer: '" + text + "'");
-  }
-  try {
-    return std::stoull(text);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("state: field '" + field + "' is out of range: '" + text + "'");
-  }
-}
-
-std::vector<std::uint64_t> parse_ranges(const std::string& text) {
-  std::vector<std::uint64_t> out;
-  if (text == "-") return out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    const auto dash = part.find('-');
-    const std::uint64_t lo = parse_u64("delivered", part.substr(0, dash));
-    const std::uint64_t hi = dash == std::string::npos ? lo : parse_u64("delivered", part.substr(dash + 1));
-    if (hi < lo || (!out.empty() && lo <= out.back()) || hi - lo > (std::uint64_t{1} << 32)) {
-      throw std::invalid_argument("state: field 'delivered' is not sorted disjoint ranges: '" + text + "'");
-    }
-    for (std::uint64_t i = lo; i <= hi; ++i) out.push_back(i);
-  }
-  return out;
-}
-}  // namespace
-
-std::string PipelineState::serialize() const {
-  std::ostringstream o;
-  o << "conveyor-state 1 epoch=" << epoch << " delivered=" << format_ranges(delivered) << " seed=" << seed
-    << " dataset_size=" << dataset_size << " batch_size=" << batch_size << " shuffle=" << int(shuffle)
-    << " drop_last=" << int(drop_last) << " rank=" << rank << " world_size=" << world_size
-    << " shard_policy=" << (shard_policy == ShardPolicy::pad ? "pad" : "drop");
-  return o.str();
-}
-
-PipelineState PipelineState::parse(const std::string& text) {
-  std::istringstream in(text);
-  std::string magic, version;
-  in >> magic >> version;
-  if (magic != "conveyor-state" || version != "1") {
-    throw std::invalid_argument("state: not a conveyor-state version 1 line");
-  }
-  PipelineState s;
-  std::map<std::string, std::string> kv;
-  for (std::string tok; in >> tok;) {
-    const auto eq = tok.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("state: token '" + tok + "' is not key=value");
-    kv[tok.substr(0, eq)] = tok.substr(eq + 1);
-  }
-  auto take = [&](const char* key) -> std::string {
-    auto it = kv.find(key);
-    if (it == kv.end()) throw std::invalid_argument(std::string("state: field '") + key + "' is missing");
-    std::string v = it->second;
-    kv.erase(it);
-    return v;
-  };
-  auto take_bool = [&](const char* key) {
-    const std::string v = take(key);
-    if (v != "0" && v != "1") throw std::invalid_argument(std::string("state: field '") + key + "' must be 0 or 1");
-    return v == "1";
-  };
-  s.epoch = parse_u64("epoch", take("epoch"));
-  s.delivered = parse_ranges(take("delivered"));
-  s.seed = parse_u64("seed", take("seed"));
-  s.dataset_size = parse_u64("dataset_size", take("dataset_size"));
-  s.batch_size = parse_u64("batch_size", take("batch_size"));
-  s.shuffle = take_bool("shuffle");
-  s.drop_last = take_bool("drop_last");
-  s.rank = parse_u64("rank", take("rank"));
-  s.world_size = parse_u64("world_size", take("world_size"));
-  const std::string policy = take("shard_policy");
-  if (policy != "pad" && policy != "drop") throw std::invalid_argument("state: field 'shard_policy' must be pad or drop");
-  s.shard_policy = policy == "pad" ? ShardPolicy::pad : ShardPolicy::drop;
-  if (!kv.empty()) throw std::invalid_argument("state: unknown field '" + kv.begin()->first + "'");
-  return s;
-}
-
-// ---------------------------------------------------------------- Plan
-
-Plan::Plan(std::uint64_t batches_per_epoch, std::uint64_t first_epoch, std::vector<std::uint64_t> first_epoch_batches,
-           std::uint64_t end_epoch)
-    : per_epoch_(batches_per_epoch), first_epoch_(first_epoch), first_(std::move(first_epoch_batches)) {
-  if (per_epoch_ == 0 || (end_epoch != kUnbounded && first_epoch_ >= end_epoch)) {
-    total_ = 0;
-  } else if (end_epoch == kUnbounded) {
-    total_ = kUnbounded;
-  } else {
-    total_ = first_.size() + (end_epoch - first_epoch_ - 1) * per_epoch_;
-  }
-}
-
-Plan::Pos Plan::at(std::uint64_t g) const {
-  if (g < first_.size()) return {first_epoch_, first_[g]};
-  const std::uint64_t rest = g - first_.size();
-  return {first_epoch_ + 1 + rest / per_epoch_, rest % per_epoch_};
-}
-
-std::uint64_t Plan::epoch_end(std::uint64_t g) const {
-  if (g < first_.size()) return first_.size();
-  return first_.size() + ((g - first_.size()) / per_epoch_ + 1) * per_epoch_;
+void PipelineError::rethrow_cause() const {
+  if (cause_) std::rethrow_exception(cause_);
+  throw *this;
 }
 
 // ---------------------------------------------------------------- Pipeline
@@ -157,11 +41,6 @@ static_assert(Config{}.wait_yields == kDefaultWaitYields, "one default for Confi
 const Config& validated(const Config& c) {
   c.validate();
   return c;
-}
-
-SamplerOptions sampler_options(const Config& c, std::size_t dataset_size) {
-  return SamplerOptions{dataset_size, c.batch_size, c.seed, c.shuffle, c.drop_last, c.rank, c.world_size,
-                        c.shard_policy};
 }
 
 PipelineState initial_position(const Config& c, std::size_t dataset_size) {
@@ -235,9 +114,9 @@ struct Pipeline::OpenBatch {
   std::vector<std::optional<std::string>> skips;
 };
 
-Pipeline::Pipeline(const Config& config, std::size_t dataset_size, Stages stages, std::optional<PipelineState> resume)
+Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunctions stages, std::optional<PipelineState> resume)
     : config_(validated(config)),
-      sampler_(sampler_options(config_, dataset_size)),
+      sampler_(config_.sampler_options(dataset_size)),
       stages_(std::move(stages)),
       position_(checked_start(config_, sampler_, dataset_size, resume)),
       plan_(make_plan(config_, sampler_, position_)),
@@ -285,10 +164,11 @@ void Pipeline::stop() {
   if (transfer_.joinable()) transfer_.join();
 }
 
-void Pipeline::fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, const std::string& message) {
+void Pipeline::fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, std::exception_ptr cause,
+                    const std::string& context) {
   {
     std::lock_guard lk(error_mu_);
-    if (!error_) error_ = std::make_shared<const PipelineError>(stage, epoch, sample, message);
+    if (!error_) error_ = std::make_shared<const PipelineError>(stage, epoch, sample, context + what_of(cause), cause);
   }
   request_stop();
 }
@@ -442,8 +322,8 @@ void Pipeline::worker_main(std::size_t w) {
     worker_counters_[w].blocked_since.store(0, std::memory_order_relaxed);
     // Only the loop body throws, after claim() set g to a batch of the plan.
     const Plan::Pos pos = plan_.at(g);
-    fail("worker", pos.epoch, PipelineError::kNoSample,
-         "batch " + std::to_string(pos.batch) + ": " + what_of(std::current_exception()));
+    fail("worker", pos.epoch, PipelineError::kNoSample, std::current_exception(),
+         "batch " + std::to_string(pos.batch) + ": ");
   }
 }
 
@@ -465,7 +345,7 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
         stages_.fill(s);
       } catch (...) {
         counters.busy_since.store(0, std::memory_order_relaxed);
-        fail("worker", s.epoch, s.index, what_of(std::current_exception()));
+        fail("worker", s.epoch, s.index, std::current_exception());
         return;
       }
       const auto now = Clock::now();
@@ -497,7 +377,7 @@ void Pipeline::transfer_main() {
     transfer_counters_.blocked_since.store(0, std::memory_order_relaxed);
     transfer_counters_.starved_since.store(0, std::memory_order_relaxed);
     // Only the loop body throws, while batch `delivered` of the plan is awaited.
-    fail("transfer", plan_.at(delivered).epoch, PipelineError::kNoSample, what_of(std::current_exception()));
+    fail("transfer", plan_.at(delivered).epoch, PipelineError::kNoSample, std::current_exception());
   }
 }
 
@@ -526,8 +406,8 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
         } catch (...) {
           // A transfer function woken by on_stop throws to get out: not an error.
           if (stopping_flag()) return;
-          fail("transfer", batch->epoch, PipelineError::kNoSample,
-               "batch " + std::to_string(batch->index) + ": " + what_of(std::current_exception()));
+          fail("transfer", batch->epoch, PipelineError::kNoSample, std::current_exception(),
+               "batch " + std::to_string(batch->index) + ": ");
           return;
         }
       }

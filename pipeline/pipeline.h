@@ -22,7 +22,8 @@
 //
 // Errors: the first exception in any stage stops the pipeline; the consumer's
 // next call throws PipelineError naming the stage, epoch, sample and the
-// original message, and every later call throws it again.
+// original message, with the original exception inside (cause()), and every
+// later call throws it again.
 //
 // Thread safety: next(), epoch(), state() and stop() belong to the consumer: call
 // them from one thread at a time. stats() may be called from any thread. The
@@ -47,8 +48,10 @@
 #include "pipeline/bounded_queue.h"
 #include "pipeline/config.h"
 #include "pipeline/epoch_range.h"
+#include "pipeline/plan.h"
 #include "pipeline/rng.h"
 #include "pipeline/sampler.h"
+#include "pipeline/state.h"
 #include "pipeline/stats.h"
 
 namespace conveyor {
@@ -82,7 +85,7 @@ using Filler = std::function<void(Sample&)>;
 // Runs on the transfer thread for each finished batch, in delivery order.
 using TransferFn = std::function<void(Batch&)>;
 
-struct Stages {
+struct StageFunctions {
   Filler fill;               // required
   TransferFn transfer;       // optional: identity when empty
   Allocator allocator = Allocator::host();
@@ -92,62 +95,30 @@ struct Stages {
   std::function<void()> on_stop;
 };
 
-// Thrown by the consumer's calls after any stage failed.
+// Thrown by the consumer's calls after any stage failed. It names where the
+// failure happened (stage, epoch, sample) and keeps what the stage threw, with
+// its type: rethrow_cause() throws that exception again, so a caller can catch
+// a DeviceError (or its own type) thrown in a filler as itself.
 class PipelineError : public std::runtime_error {
  public:
   static constexpr std::uint64_t kNoSample = ~std::uint64_t{0};
-  PipelineError(std::string stage, std::uint64_t epoch, std::uint64_t sample, std::string message);
+  // what(): "<stage> stage failed at epoch E[, sample S]: <message>".
+  PipelineError(std::string stage, std::uint64_t epoch, std::uint64_t sample, std::string message,
+                std::exception_ptr cause = nullptr);
   const std::string& stage() const { return stage_; }
   std::uint64_t epoch() const { return epoch_; }
   std::uint64_t sample() const { return sample_; }  // dataset index, or kNoSample
   const std::string& message() const { return message_; }
+  // The exception the stage threw; null for an error the pipeline made itself.
+  const std::exception_ptr& cause() const { return cause_; }
+  // Throws cause(), or this error where there is none.
+  [[noreturn]] void rethrow_cause() const;
 
  private:
   std::string stage_;
   std::uint64_t epoch_, sample_;
   std::string message_;
-};
-
-// Where a consumer stands: enough to resume with exactly the batches that follow.
-// Taken by Pipeline::state(); given to a new Pipeline with the same config.
-struct PipelineState {
-  std::uint64_t epoch = 0;                 // the epoch the next batch belongs to
-  std::vector<std::uint64_t> delivered;    // batch indices of that epoch already consumed, sorted
-  // The settings the order depends on; resuming under others is an error.
-  std::uint64_t seed = 0;
-  std::uint64_t dataset_size = 0;
-  std::uint64_t batch_size = 0;
-  bool shuffle = true, drop_last = false;
-  std::uint64_t rank = 0, world_size = 1;
-  ShardPolicy shard_policy = ShardPolicy::pad;
-
-  // One line of text, e.g. "conveyor-state 1 epoch=3 delivered=0-41,43 seed=7 ...".
-  std::string serialize() const;
-  // Throws std::invalid_argument naming the bad field.
-  static PipelineState parse(const std::string& text);
-  bool operator==(const PipelineState&) const = default;
-};
-
-// The run's batch sequence: position g -> (epoch, batch index), starting where a
-// resumed state left off. Pure arithmetic; exposed for tests.
-class Plan {
- public:
-  static constexpr std::uint64_t kUnbounded = ~std::uint64_t{0};
-  struct Pos {
-    std::uint64_t epoch, batch;
-  };
-  // end_epoch: first epoch not produced (kUnbounded for no end).
-  Plan(std::uint64_t batches_per_epoch, std::uint64_t first_epoch, std::vector<std::uint64_t> first_epoch_batches,
-       std::uint64_t end_epoch);
-  std::uint64_t total() const { return total_; }  // kUnbounded for no end
-  Pos at(std::uint64_t g) const;
-  // The first position of the epoch after the one holding g.
-  std::uint64_t epoch_end(std::uint64_t g) const;
-
- private:
-  std::uint64_t per_epoch_, first_epoch_;
-  std::vector<std::uint64_t> first_;
-  std::uint64_t total_;
+  std::exception_ptr cause_;
 };
 
 class Pipeline {
@@ -155,7 +126,7 @@ class Pipeline {
   // Starts the threads. Throws ConfigError for an invalid config,
   // std::invalid_argument for a missing filler or a resume state that does not
   // match the config, and whatever the allocator throws.
-  Pipeline(const Config& config, std::size_t dataset_size, Stages stages,
+  Pipeline(const Config& config, std::size_t dataset_size, StageFunctions stages,
            std::optional<PipelineState> resume = std::nullopt);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
@@ -203,7 +174,9 @@ class Pipeline {
   bool open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
   bool wait_open(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
   void complete(OpenBatch& ob, StageCounters& counters, Clock::time_point& mark);
-  void fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, const std::string& message);
+  // Keeps the first error (`cause`, what() prefixed by `context`) and stops.
+  void fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, std::exception_ptr cause,
+            const std::string& context = "");
   void request_stop();
   void throw_if_failed() const;
   void note_delivered(const Batch& b);
@@ -211,7 +184,7 @@ class Pipeline {
 
   Config config_;
   Sampler sampler_;
-  Stages stages_;
+  StageFunctions stages_;
   // The consumer's position (guarded by state_mu_); its start also fixes the plan.
   PipelineState position_;
   Plan plan_;

@@ -7,7 +7,7 @@
 // needs (at a reduced JPEG scale when it pays) and one resize writes the result
 // straight into the batch slot. Names and parameters follow torchvision, so a
 // user can switch: RandomResizedCrop(size, scale, ratio), Resize(shorter side or
-// h x w), CenterCrop (pads with the fill when larger than the image),
+// h x w), CenterCrop (pads with ImageConfig::pad_value when larger than the image),
 // RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p).
 //
 // Random parameters come from the sample's Rng, so results do not depend on the
@@ -63,7 +63,7 @@ class AugmentError : public std::runtime_error {
 
 // Where the output's pixels come from. Output column c (0 .. width-1, before the
 // flip) samples source x in [x0 + c * (x1 - x0) / width, ...). The box may reach
-// outside the image: those output pixels take the fill value (padding).
+// outside the image: those output pixels take ImageConfig::pad_value (padding).
 struct Geometry {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // source-pixel box, x1 > x0, y1 > y0
   Size out;

@@ -23,7 +23,7 @@ DecodeRequest decode_request(const Geometry& g, int image_width, int image_heigh
   return {{x0, y0, x1 - x0, y1 - y0}, std::max(g.out.width / (g.x1 - g.x0), g.out.height / (g.y1 - g.y0))};
 }
 
-void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char fill,
+void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char pad_value,
             std::span<unsigned char> dst, ResizeScratch& scratch) {
   const int ow = g.out.width, oh = g.out.height;
   // The part of the box inside the image, and where it lands in the output.
@@ -34,7 +34,7 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
   const int ox1 = std::clamp(int(std::lround((ix1 - g.x0) * sx)), 0, ow);
   const int oy0 = std::clamp(int(std::lround((iy0 - g.y0) * sy)), 0, oh);
   const int oy1 = std::clamp(int(std::lround((iy1 - g.y0) * sy)), 0, oh);
-  if (ox0 > 0 || oy0 > 0 || ox1 < ow || oy1 < oh) std::memset(dst.data(), fill, dst.size());  // padding
+  if (ox0 > 0 || oy0 > 0 || ox1 < ow || oy1 < oh) std::memset(dst.data(), pad_value, dst.size());  // padding
   bool mirrored = false;
   if (ox1 > ox0 && oy1 > oy0) {
     // The inside part in the decoded view's pixel coordinates.

@@ -29,9 +29,9 @@ DecodeRequest decode_request(const Geometry& g, int image_width, int image_heigh
 // Writes out.height x out.width RGB8 pixels (dst.size() == out.height * out.width * 3)
 // sampled from the geometry's box: resize_triangle() (bilinear, antialiased when
 // downscaling), or a plain copy when the box maps pixel for pixel. Output pixels
-// whose source lies outside the image_width x image_height image take `fill`
+// whose source lies outside the image_width x image_height image take `pad_value`
 // (padding). Mirrors when g.flip. Allocates only through `scratch`.
-void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char fill,
+void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char pad_value,
             std::span<unsigned char> dst, ResizeScratch& scratch);
 
 // Reverses the pixel order of every row: an exact horizontal flip.

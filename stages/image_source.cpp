@@ -61,9 +61,9 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
     const DecodeRequest want = decode_request(g, info.width, info.height);
     const DecodedView view = w.decoder.decode(want.region, want.min_scale);
     if (!w.normalize) {
-      render(view, g, info.width, info.height, config_.fill, out, w.resize);
+      render(view, g, info.width, info.height, config_.pad_value, out, w.resize);
     } else {
-      render(view, g, info.width, info.height, config_.fill, w.pixels, w.resize);
+      render(view, g, info.width, info.height, config_.pad_value, w.pixels, w.resize);
       to_float_chw(w.pixels, g.out.height, g.out.width, *w.normalize,
                    {reinterpret_cast<float*>(out.data()), out.size() / sizeof(float)});
     }

@@ -48,7 +48,7 @@ struct ImageConfig {
   // Default: fail.
   ErrorPolicy on_error = ErrorPolicy::fail;
   // Value of padded pixels (RandomCrop padding, CenterCrop larger than the image). Default: 0.
-  unsigned char fill = 0;
+  unsigned char pad_value = 0;
   // Normalize in the workers: each sample becomes float32 CHW, (x / 255 - mean)
   // / std per channel, bit for bit what the device's normalize computes. For a
   // consumer on the CPU (the host backend handing buffers over), where the

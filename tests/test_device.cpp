@@ -216,7 +216,7 @@ TEST_CASE("host streams keep CUDA event semantics", "[device][events]") {
     std::vector<unsigned char> seen(64);
     for (int round = 1; round <= 40; ++round) {
       device->busy(100, *a);
-      device->fill(buf->data(), static_cast<unsigned char>(round), 64, *a);
+      device->set_bytes(buf->data(), static_cast<unsigned char>(round), 64, *a);
       device->record(*e, *a);
       device->wait(*b, *e);
       device->copy_to_host(seen.data(), buf->data(), 64, *b);
@@ -342,7 +342,7 @@ class FaultyDevice final : public Device {
     copy_stream = &st;
   }
   void copy_to_host(void* d, const void* s, std::size_t n, Stream& st) override { inner_->copy_to_host(d, s, n, st); }
-  void fill(void* d, unsigned char v, std::size_t n, Stream& st) override { inner_->fill(d, v, n, st); }
+  void set_bytes(void* d, unsigned char v, std::size_t n, Stream& st) override { inner_->set_bytes(d, v, n, st); }
   void normalize(const NormalizeJob& j, Stream& st) override {
     fail_once(AfterCopy::normalize, "normalize_kernel launch");
     inner_->normalize(j, st);
@@ -540,6 +540,7 @@ TEST_CASE("a device error on the transfer thread reaches the consumer with the c
   } catch (const PipelineError& e) {
     REQUIRE(e.stage() == "transfer");
     REQUIRE_THAT(e.what(), Catch::Contains("cudaMemcpyAsync(...) at cuda/fake.cu:1: injected failure"));
+    REQUIRE_THROWS_AS(e.rethrow_cause(), DeviceError);  // the original type, for a caller that catches it
   }
   REQUIRE(delivered <= 2);  // the error may overtake batches already queued
   REQUIRE_THROWS_AS(dp.next(), PipelineError);  // and it sticks
@@ -580,6 +581,25 @@ TEST_CASE("an error while releasing a batch is reported by the next call", "[dev
   REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
 }
 
+TEST_CASE("a DeviceError thrown in a filler is recovered as a DeviceError at the consumer",
+          "[device][pipeline][errors]") {
+  Config cfg = small_config(2, 1, 2);
+  DevicePipeline dp(cfg, 30, [](Sample& s) {
+    test::fill_pattern(s);
+    if (s.index == 5) throw DeviceError("cudaMemcpy(...) at filler.cpp:9: device lost");
+  }, {}, host_device());
+  try {
+    while (dp.next()) {
+    }
+    FAIL("no error surfaced");
+  } catch (const PipelineError& e) {
+    REQUIRE(e.stage() == "worker");
+    REQUIRE(e.sample() == 5);
+    REQUIRE_THROWS_AS(e.rethrow_cause(), DeviceError);
+    REQUIRE_THROWS_WITH(e.rethrow_cause(), Catch::Contains("device lost"));
+  }
+}
+
 TEST_CASE("a device error in next() itself is a PipelineError, and it sticks", "[device][pipeline][errors]") {
   auto faulty = std::make_shared<FaultyDevice>(host_device());
   Config cfg = small_config(2, 1, 2);
@@ -592,6 +612,7 @@ TEST_CASE("a device error in next() itself is a PipelineError, and it sticks", "
     FAIL("no error");
   } catch (const PipelineError& e) {  // not a bare DeviceError: the header promises PipelineError
     REQUIRE(e.stage() == "consumer");
+    REQUIRE_THROWS_AS(e.rethrow_cause(), DeviceError);  // which keeps it inside
     REQUIRE_THAT(e.what(), Catch::Contains("taking a batch: cudaStreamWaitEvent(...) at cuda/fake.cu:4"));
   }
   faulty->fail_cpu_waits = false;  // not sticky on the device: the pipeline must remember it

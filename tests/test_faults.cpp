@@ -310,7 +310,7 @@ TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consum
   // 1. The stats while the read stalls and the consumer waits in next() (on
   // its own thread; this one only reads stats(), which any thread may).
   {
-    Pipeline p(config_for(src, 1), 12, Stages{src.filler()});
+    Pipeline p(config_for(src, 1), 12, StageFunctions{src.filler()});
     // Batches 0-2 hold samples 0-5; batch 3 waits on the stalled sample 6.
     for (int i = 0; i < 3; ++i) REQUIRE(p.next());
     bool got = false;
@@ -332,7 +332,7 @@ TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consum
   faulty->stalled = false;
   faulty->release = false;
   std::optional<Pipeline> p;
-  p.emplace(config_for(src, 1), 12, Stages{src.filler()});
+  p.emplace(config_for(src, 1), 12, StageFunctions{src.filler()});
   for (int i = 0; i < 3; ++i) REQUIRE(p->next());
   REQUIRE(conveyor::test::eventually([&] { return faulty->stalled.load(); }));
   const auto t0 = std::chrono::steady_clock::now();

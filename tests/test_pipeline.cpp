@@ -242,7 +242,7 @@ TEST_CASE("pipeline: invalid config names the field", "[pipeline][config]") {
   rejects([](Config& c) { c.world_size = 0; }, "world_size");
   rejects([](Config& c) { c.rank = 4, c.world_size = 4; }, "rank");
   rejects([](Config& c) { c.wait_yields = 1000001; }, "wait_yields");
-  REQUIRE_THROWS_WITH(Pipeline(small_config(), 10, Stages{}), Catch::Contains("fill"));
+  REQUIRE_THROWS_WITH(Pipeline(small_config(), 10, StageFunctions{}), Catch::Contains("fill"));
 }
 
 TEST_CASE("pipeline: a filler exception reaches the consumer with its sample", "[pipeline][error]") {
@@ -267,6 +267,40 @@ TEST_CASE("pipeline: a filler exception reaches the consumer with its sample", "
   }
   REQUIRE(batches <= 2 * p.batches_per_epoch());
   REQUIRE_THROWS_AS(p.next(), PipelineError);   // the error sticks
+}
+
+// A caller's own exception type, thrown in a filler.
+struct SensorFault : std::runtime_error {
+  int code;
+  explicit SensorFault(int c) : std::runtime_error("sensor fault " + std::to_string(c)), code(c) {}
+};
+
+TEST_CASE("pipeline: the filler's exception keeps its type, recoverable at the consumer", "[pipeline][error]") {
+  Config c = small_config();
+  Pipeline p(c, 50, {[](Sample& s) {
+               fill_pattern(s);
+               if (s.index == 17) throw SensorFault(7);
+             }});
+  try {
+    while (p.next()) {
+    }
+    FAIL("no error surfaced");
+  } catch (const PipelineError& e) {
+    REQUIRE(e.sample() == 17);
+    REQUIRE(e.cause());
+    REQUIRE_THROWS_AS(e.rethrow_cause(), SensorFault);
+    try {
+      e.rethrow_cause();
+    } catch (const SensorFault& f) {
+      REQUIRE(f.code == 7);
+    }
+  }
+  try {  // every later call throws the same error, its cause with it
+    (void)p.next();
+    FAIL("the error did not stick");
+  } catch (const PipelineError& e) {
+    REQUIRE_THROWS_AS(e.rethrow_cause(), SensorFault);
+  }
 }
 
 TEST_CASE("pipeline: skipped samples are listed and the rest stay dense and exact", "[pipeline][skip]") {
@@ -324,7 +358,7 @@ TEST_CASE("pipeline: non-standard exceptions and transfer failures surface too",
     REQUIRE_THROWS_WITH([&] { while (p.next()) {} }(), Catch::Contains("unknown exception"));
   }
   {
-    Stages st{fill_pattern};
+    StageFunctions st{fill_pattern};
     st.transfer = [](Batch& b) {
       if (b.index == 2) throw std::runtime_error("link down");
     };

@@ -32,7 +32,7 @@ TEST_CASE("stress: 1000 start/stop cycles at random points", "[stress]") {
     const std::size_t consume = rng.below(12);
     CAPTURE(cycle, c.workers, c.batch_size, c.host_buffers, n, consume);
 
-    auto p = std::make_unique<Pipeline>(c, n, Stages{[fail_at](Sample& s) {
+    auto p = std::make_unique<Pipeline>(c, n, StageFunctions{[fail_at](Sample& s) {
                                          conveyor::test::fill_pattern(s);
                                          if (s.index == fail_at) throw std::runtime_error("injected");
                                        }});

@@ -1,0 +1,66 @@
+// A conveyor-train checkpoint: the model, the optimizer (momentum), the
+// pipeline's position, the epoch's running sums and the history of epoch rows,
+// with the run's identity (every setting the batches and the model depend on),
+// so that --resume continues exactly where the run stopped, or refuses a
+// checkpoint of another run, naming what differs.
+//
+// Thread safety: the training thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/optim/sgd.h>
+
+#include "libtorch/models.h"
+#include "pipeline/state.h"
+#include "stages/dataset.h"
+
+namespace conveyor::apps {
+
+// One epoch of training as printed and plotted.
+struct EpochRow {
+  std::uint64_t epoch = 0;  // 1-based, as printed
+  double train_loss = 0, train_acc = 0, val_loss = 0, val_acc = 0, images_per_s = 0, consumer_idle = 0;
+};
+
+// Running sums over an epoch's training batches (kept in the checkpoint, so a
+// resumed epoch reports the same figures as an uninterrupted one).
+struct Sums {
+  double loss = 0;
+  std::uint64_t correct = 0, count = 0;
+  std::string serialize() const;
+  // Throws UsageError naming the field.
+  static Sums parse(const std::string& text);
+};
+
+// What a checkpoint holds besides the model's and the optimizer's tensors.
+struct CheckpointState {
+  PipelineState pipeline;
+  Sums sums;
+  std::vector<EpochRow> history;
+};
+
+// FNV-1a over every sample's path and label: the same dataset, not just the same size.
+std::string dataset_digest(const Dataset& d);
+// The settings two run identities ("key=value ...") disagree on: "batch=64 there, 32 here; ...".
+std::string differences(const std::string& there, const std::string& here);
+
+// Writes FILE.tmp and renames it over FILE, so a crash mid-write leaves the
+// previous checkpoint intact.
+void save_checkpoint(const std::string& file, Net& model, torch::optim::SGD& optimizer, const std::string& identity,
+                     const CheckpointState& state);
+// Reads FILE into model and optimizer (their tensors onto `where`). Throws
+// UsageError when it is no conveyor checkpoint, is malformed, or belongs to a
+// run of another identity.
+CheckpointState load_checkpoint(const std::string& file, Net& model, torch::optim::SGD& optimizer,
+                                const std::string& identity, const torch::Device& where);
+
+// The history as CSV (epoch,train_loss,...), as the checkpoint and --plot keep it.
+std::string history_csv(const std::vector<EpochRow>& rows);
+// --plot FILE: loss, validation accuracy and images/s per epoch, drawn by
+// gnuplot from FILE.csv (a note instead where gnuplot is not installed).
+void plot_history(const std::string& file, const std::vector<EpochRow>& rows);
+
+}  // namespace conveyor::apps

@@ -1,0 +1,167 @@
+#include "apps/options.h"
+
+#include "apps/cli.h"
+
+namespace conveyor::apps {
+
+namespace {
+// Adds a flag unless the subcommand already has one of that name (sweep's
+// axes), which then keeps its own meaning; returns whichever it has.
+template <typename T>
+CLI::Option* add_or_keep(CLI::App& app, const std::string& name, T& value, const std::string& help) {
+  if (CLI::Option* existing = app.get_option_no_throw(name)) return existing;
+  return app.add_option(name, value, help);
+}
+
+}  // namespace
+
+void add_pipeline_flags(CLI::App& app, Options& o) {
+  const auto option = [&](const std::string& name, auto& value, const std::string& help) {
+    return add_or_keep(app, name, value, help);
+  };
+  const auto range = [](std::size_t lo, std::size_t hi) { return CLI::Range(lo, hi); };
+  option("--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
+  option("--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
+  option("--workers", o.workers, "decode/augment worker threads (default: the core count)")
+      ->check(range(1, Config::kMaxWorkers));
+  option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));
+  option("--host-queue", o.host_queue, "finished batches waiting for the transfer thread")->check(range(1, 4096));
+  option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(range(1, 4096));
+  option("--wait-yields", o.wait_yields, "times a waiting thread yields its core before it sleeps (0: sleep at once)")
+      ->check(range(0, Config::kMaxWaitYields));
+  option("--epochs", o.epochs, "epochs to run")->check(range(1, std::size_t(1) << 30));
+  option("--seed", o.seed, "seed of the order and of every augmentation");
+  option("--crop", o.crop, "output size of RandomResizedCrop (default 0: 64 on the embedded dataset, else 224)")
+      ->check(CLI::Range(1, 16384));
+  add_choice(app, "--augment", o.augment, kAugments,
+             "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop");
+  add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");
+  option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s (0: as fast as memcpy)")
+      ->check(CLI::Range(0.0, 1e6));
+  add_choice(app, "--host-transfer", o.host_transfer, kHostTransfers,
+             "host backend: copy (each batch into a separate buffer, as a GPU copy would) or handover "
+             "(the consumer gets the worker's buffer: CPU training)");
+  add_choice(app, "--on-error", o.on_error, kErrorPolicies, "a bad image: fail (stop) or skip (count and list it)");
+  option("--rank", o.rank, "this process's shard (default: $RANK or $OMPI_COMM_WORLD_RANK, else 0)")
+      ->check(range(0, (std::size_t(1) << 20) - 1));
+  option("--world-size", o.world_size, "number of shards (default: $WORLD_SIZE or $OMPI_COMM_WORLD_SIZE, else 1)")
+      ->check(range(1, std::size_t(1) << 20));
+  option("--max-memory-mb", o.max_memory_mb,
+         "the most the batch pools (host and device) may take, MiB (0: a quarter of physical memory, " +
+             std::to_string(std::size_t(default_max_memory_mb())) + " here)")
+      ->check(CLI::Range(0.0, 1e12));
+}
+
+void add_run_flags(CLI::App& app, Options& o) {
+  app.add_flag("--resident", o.resident,
+               "decode every image once (Resize + CenterCrop), upload, and batch on the device by gather");
+  add_or_keep(app, "--budget-mb", o.budget_mb, "--resident: device memory the decoded set may take, MiB")
+      ->check(CLI::Range(1.0, 1e9));
+  add_choice(app, "--normalize", o.normalize, kNormalizes,
+             "normalized output (CHW), where --normalize-in says: off (uint8 HWC) | float32 | float16 | bfloat16");
+  add_choice(app, "--normalize-in", o.normalize_in, kNormalizeIns,
+             "device: after the transfer (the GPU's kernel; the transfer thread on the host backend) | "
+             "workers: each worker writes float32 (a consumer on the CPU)");
+  add_choice(app, "--compute", o.compute, kComputes,
+             "the consumer's synthetic step: sleep (frees the CPU, like a GPU) or spin");
+  add_or_keep(app, "--compute-ms", o.compute_ms, "milliseconds of synthetic step per batch; 0: no step")
+      ->check(CLI::Range(0.0, 1e6));
+  add_or_keep(app, "--synthetic-ms", o.synthetic_ms,
+              "teaching: workers sleep this long per sample instead of decoding (known stage costs)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--serial", o.serial, "teaching: fill, copy and step one after another on one thread (no overlap)");
+  add_or_keep(app, "--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
+}
+
+void add_sweep_flags(CLI::App& app, Options& o) {
+  const auto list = [&](const std::string& name, auto& values, const std::string& help) {
+    return app.add_option(name, values, help)->delimiter(',');
+  };
+  list("--workers", o.sw_workers, "comma list, e.g. 1,2,4")->check(CLI::Range(std::size_t(1), Config::kMaxWorkers));
+  list("--host-queue", o.sw_host_queue, "comma list")->check(CLI::Range(1, 4096));
+  list("--device-queue", o.sw_device_queue, "comma list")->check(CLI::Range(1, 4096));
+  list("--batch", o.sw_batch, "comma list")->check(CLI::Range(std::size_t(1), Config::kMaxBatchSize));
+  list("--link-gbps", o.sw_link, "comma list (host backend)")->check(CLI::Range(0.0, 1e6));
+  list("--compute-ms", o.sw_compute, "comma list")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--csv", o.csv, "write the rows as CSV");
+  app.add_option("--plot", o.plot, "draw images/s by workers to FILE.png or FILE.svg with gnuplot (needs --csv)");
+}
+
+void shard_from_environment(Options& o) {
+  constexpr std::size_t kMaxRanks = std::size_t(1) << 20;  // as --world-size
+  o.rank = env_size({"RANK", "OMPI_COMM_WORLD_RANK"}, 0, kMaxRanks - 1);
+  o.world_size = env_size({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"}, 1, kMaxRanks);
+  if (o.world_size == 0) throw UsageError("environment: WORLD_SIZE (or OMPI_COMM_WORLD_SIZE) must be at least 1");
+}
+
+void check_shard(const Options& o) {
+  if (o.rank >= o.world_size) {
+    throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
+  }
+}
+
+void check_normalize(const Options& o) {
+  if (o.normalize_in != NormalizeIn::workers) return;
+  if (o.normalize != DType::float32) throw UsageError("--normalize-in workers: needs --normalize float32 (what the workers write)");
+  if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
+}
+
+bool embedded_dataset(const Options& o) { return o.list.empty() && o.folder.empty(); }
+
+int crop_size(const Options& o) { return o.crop ? o.crop : (embedded_dataset(o) ? 64 : 224); }
+
+Config pipeline_config(const Options& o) {
+  Config cfg;
+  cfg.batch_size = o.batch;
+  cfg.workers = o.workers;
+  cfg.host_queue_depth = o.host_queue;
+  cfg.device_queue_depth = o.device_queue;
+  cfg.wait_yields = o.wait_yields;
+  cfg.seed = o.seed;
+  cfg.epochs = o.epochs;
+  cfg.rank = o.rank;
+  cfg.world_size = o.world_size;
+  return cfg;
+}
+
+DeviceConfig device_config(const Options& o) {
+  DeviceConfig dc;
+  dc.backend = o.device;
+  dc.link_gbps = o.link_gbps;
+  dc.host_transfer = o.host_transfer;
+  return dc;
+}
+
+std::vector<Transform> transforms(Augmentation augment, int crop) {
+  switch (augment) {
+    case Augmentation::crop:
+      return {Resize{crop, {}}, RandomCrop{{crop, crop}, 4, 4, 4, 4, false}, RandomHorizontalFlip{}};
+    case Augmentation::center:
+      return {Resize{crop * 8 / 7, {}}, CenterCrop{{crop, crop}}};
+    case Augmentation::rrc:
+      break;
+  }
+  return {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
+}
+
+ImageConfig image_config(const Options& o, Augmentation augment, int crop) {
+  ImageConfig ic;
+  ic.transforms = transforms(augment, crop);
+  ic.on_error = o.on_error;
+  if (o.normalize_in == NormalizeIn::workers) ic.normalize = Normalize{};
+  return ic;
+}
+
+std::optional<TransferConfig::Normalization> normalization(const Options& o, int crop) {
+  if (!o.normalize || o.normalize_in == NormalizeIn::workers) return std::nullopt;
+  return TransferConfig::Normalization{std::size_t(crop), std::size_t(crop), 3, Normalize{}, *o.normalize};
+}
+
+ResidentConfig resident_config(const Options& o, int crop) {
+  ResidentConfig rc;
+  rc.budget_bytes = std::size_t(o.budget_mb * double(1 << 20));
+  rc.normalize = normalization(o, crop);
+  return rc;
+}
+
+}  // namespace conveyor::apps

@@ -1,0 +1,181 @@
+// Options: the settings of `conveyor` and `conveyor-train`, typed. Each flag is
+// parsed once (by CLI11, from the command line or a --config file) into its
+// field here; a choice becomes an enum, never a string compared again later.
+// Every default is written here, once, and `--help` shows it.
+//
+// From Options the library's configs are built, one function each:
+// pipeline_config (Config), device_config (DeviceConfig), image_config
+// (ImageConfig), normalization (TransferConfig's normalize), resident_config.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cuda/device_pipeline.h"
+#include "cuda/resident.h"
+#include "stages/augment.h"
+#include "stages/image_source.h"
+
+namespace conveyor::apps {
+
+// --augment: the training transforms at the output size.
+enum class Augmentation {
+  rrc,     // RandomResizedCrop + flip
+  crop,    // Resize + RandomCrop (padding 4) + flip
+  center,  // Resize + CenterCrop (deterministic: validation, --resident)
+};
+// --compute: what the synthetic training step does for --compute-ms.
+enum class Compute {
+  sleep,  // frees the CPU, as a step on a GPU does
+  spin,   // holds a core
+};
+// --normalize-in: where --normalize happens.
+enum class NormalizeIn {
+  device,   // after the transfer (the GPU's kernel; the transfer thread on the host backend)
+  workers,  // each worker writes float32 (a consumer on the CPU)
+};
+
+struct Options {
+  // ---- dataset (neither --list nor --folder: the embedded default dataset)
+  std::string list;    // --list FILE: `path label` per line. Default: none.
+  std::string folder;  // --folder DIR: root/<class>/<image>. Default: none.
+
+  // ---- pipeline
+  std::size_t workers = std::max(1u, std::thread::hardware_concurrency());  // Default: the core count.
+  std::size_t batch = 64;                            // Default: 64.
+  std::size_t host_queue = 2, device_queue = 2;      // Default: 2 and 2.
+  std::size_t wait_yields = Config{}.wait_yields;    // Default: the library's (16).
+  std::size_t epochs = 1;                            // Default: 1 (train: 5).
+  std::uint64_t seed = 0;                            // Default: 0.
+  int crop = 0;                  // Default: 0, meaning 64 on the embedded dataset, else 224 (train: by model).
+  Augmentation augment = Augmentation::rrc;                    // Default: rrc (train: crop).
+  ErrorPolicy on_error = ErrorPolicy::fail;          // Default: fail.
+  std::size_t rank = 0, world_size = 1;              // Default: $RANK/$WORLD_SIZE, else 0 of 1.
+  double max_memory_mb = 0;  // the most the batch pools may take. Default: 0, a quarter of physical memory.
+
+  // ---- device
+  BackendChoice device = BackendChoice::automatic;   // Default: auto.
+  double link_gbps = 0;                              // host backend's simulated link. Default: 0, none.
+  HostTransfer host_transfer = HostTransfer::copy;   // Default: copy.
+
+  // ---- run, bench, sweep: the consumer and the teaching modes
+  std::optional<DType> normalize;                    // Default: off (uint8 HWC).
+  NormalizeIn normalize_in = NormalizeIn::device;    // Default: device.
+  Compute compute = Compute::sleep;                  // Default: sleep.
+  double compute_ms = 0;                             // Default: 0, no step.
+  double synthetic_ms = 0;                           // Default: 0, decode for real.
+  bool serial = false;                               // Default: off.
+  bool resident = false;                             // Default: off.
+  double budget_mb = 1024;                           // --resident's device memory. Default: 1024.
+  std::string trace;                                 // Default: none.
+  std::string json;                                  // run, bench. Default: none.
+
+  // ---- sweep: each axis a list; empty means the single-value flag's default
+  std::vector<std::size_t> sw_workers, sw_host_queue, sw_device_queue, sw_batch;
+  std::vector<double> sw_link, sw_compute;
+  std::string csv, plot;                             // Default: none.
+
+  // ---- make-dataset
+  std::string out;                                   // required
+  std::size_t images_per_class = 300;                // Default: 300.
+};
+
+// The names a choice has on the command line, in --help's order.
+template <typename E>
+struct Choice {
+  std::string_view name;
+  E value;
+};
+inline constexpr std::array<Choice<Augmentation>, 3> kAugments{{{"rrc", Augmentation::rrc}, {"crop", Augmentation::crop}, {"center", Augmentation::center}}};
+inline constexpr std::array<Choice<Compute>, 2> kComputes{{{"sleep", Compute::sleep}, {"spin", Compute::spin}}};
+inline constexpr std::array<Choice<NormalizeIn>, 2> kNormalizeIns{{{"device", NormalizeIn::device}, {"workers", NormalizeIn::workers}}};
+inline constexpr std::array<Choice<BackendChoice>, 3> kDevices{
+    {{"auto", BackendChoice::automatic}, {"cuda", BackendChoice::cuda}, {"host", BackendChoice::host}}};
+inline constexpr std::array<Choice<HostTransfer>, 2> kHostTransfers{{{"copy", HostTransfer::copy}, {"handover", HostTransfer::handover}}};
+inline constexpr std::array<Choice<ErrorPolicy>, 2> kErrorPolicies{{{"fail", ErrorPolicy::fail}, {"skip", ErrorPolicy::skip}}};
+inline constexpr std::array<Choice<std::optional<DType>>, 4> kNormalizes{{{"off", std::nullopt},
+                                                                          {"float32", DType::float32},
+                                                                          {"float16", DType::float16},
+                                                                          {"bfloat16", DType::bfloat16}}};
+
+template <typename E, std::size_t N>
+constexpr std::string_view name_of(const std::array<Choice<E>, N>& choices, const E& value) {
+  for (const auto& c : choices) {
+    if (c.value == value) return c.name;
+  }
+  return "?";
+}
+
+// Adds a choice flag to app (unless it has one of that name): its names are
+// checked and listed in --help as words, its default shown as value's name,
+// and the word given parsed into value once, here.
+template <typename E, std::size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& name, E& value, const std::array<Choice<E>, N>& choices,
+                        const std::string& help) {
+  if (CLI::Option* existing = app.get_option_no_throw(name)) return existing;
+  std::vector<std::string> names;
+  for (const auto& c : choices) names.emplace_back(c.name);
+  const auto parse = [&value, &choices](const std::string& word) {
+    for (const auto& c : choices) {
+      if (c.name == word) value = c.value;
+    }
+  };
+  return app.add_option_function<std::string>(name, parse, help)
+      ->check(CLI::IsMember(names))
+      ->default_str(std::string(name_of(choices, value)));
+}
+
+// The dataset, pipeline and device flags (--list, --folder, --workers, --batch,
+// queues, --epochs, --seed, --crop, --augment, --device, --link-gbps,
+// --host-transfer, --on-error, --rank, --world-size, --max-memory-mb), their
+// defaults taken from o. A flag app already has (a sweep axis of the same
+// name) is left as it is. Ranges are checked at parse time, with the library's
+// own limits (Config::kMaxWorkers).
+void add_pipeline_flags(CLI::App& app, Options& o);
+// What `conveyor run` adds: the synthetic consumer, teaching modes, resident
+// mode, normalize (--normalize, --normalize-in) and tracing.
+void add_run_flags(CLI::App& app, Options& o);
+// Sweep's axes (comma lists), --csv and --plot. Before add_pipeline_flags, whose
+// single-value flags of the same names they take the place of.
+void add_sweep_flags(CLI::App& app, Options& o);
+
+// Reads RANK/WORLD_SIZE (torchrun) or OMPI_COMM_WORLD_RANK/SIZE (Open MPI)
+// into o as the defaults the flags override. Throws UsageError.
+void shard_from_environment(Options& o);
+// What no single flag can check, each checked once after parsing. Throw UsageError.
+// --rank below --world-size.
+void check_shard(const Options& o);
+// --normalize-in workers: with --normalize float32, and not with --resident.
+void check_normalize(const Options& o);
+
+// True when neither --list nor --folder names a dataset.
+bool embedded_dataset(const Options& o);
+// --crop, or its default: 64 on the embedded dataset, else 224.
+int crop_size(const Options& o);
+
+// The pipeline settings the flags give; callers add sample_bytes.
+Config pipeline_config(const Options& o);
+// --device, --link-gbps, --host-transfer.
+DeviceConfig device_config(const Options& o);
+// --augment's transforms at output size crop x crop.
+std::vector<Transform> transforms(Augmentation augment, int crop);
+// The image stage's settings: `augment`'s transforms at crop x crop,
+// --on-error's policy, and with --normalize-in workers the workers' normalize.
+ImageConfig image_config(const Options& o, Augmentation augment, int crop);
+// --normalize after the transfer (none when off, or done in the workers).
+std::optional<TransferConfig::Normalization> normalization(const Options& o, int crop);
+// --resident: --budget-mb and --normalize.
+ResidentConfig resident_config(const Options& o, int crop);
+
+}  // namespace conveyor::apps

@@ -1,0 +1,38 @@
+// What a run of `conveyor run` or `bench` reports once it is over: its result
+// (the epochs' figures, the pipeline's stats, the samples skipped), the skipped
+// samples' summary, bench's line, and the --json file. The per-epoch lines and
+// the progress line are the epoch loop's (apps/epochs.h).
+//
+// Thread safety: the caller's thread only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "apps/epochs.h"
+#include "apps/options.h"
+#include "pipeline/stats.h"
+
+namespace conveyor::apps {
+
+struct RunResult {
+  std::vector<EpochFigures> epochs;
+  PipelineStats stats;
+  std::string device;  // Device::describe()
+  std::vector<SkippedSample> skipped;
+  int interrupted = 0;  // SIGINT or SIGTERM ended the run early (the last epoch is partial)
+
+  // Images, batches, skipped samples and seconds over every epoch.
+  EpochFigures total() const;
+};
+
+// --on-error skip: the samples left out; in the terminal the first few and the count.
+void report_skipped(const RunResult& r);
+// bench's summary line: images/s over the run and the peak resident set.
+void report_bench(const RunResult& r);
+// --json FILE: the settings, the figures, per-epoch counts and digests (for
+// checking shards across ranks) and every skipped sample. Throws
+// std::runtime_error when the file cannot be written.
+void write_json(const std::string& file, const Options& o, const RunResult& r);
+
+}  // namespace conveyor::apps

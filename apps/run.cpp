@@ -1,0 +1,161 @@
+#include "apps/run.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "apps/cli.h"
+#include "apps/trace.h"
+#include "stages/image_source.h"
+
+namespace conveyor::apps {
+
+namespace {
+
+// The streaming run's lines: a progress bar, and per epoch its figures with the
+// stage table of that epoch alone.
+class StreamingReporter final : public EpochReporter {
+ public:
+  StreamingReporter(Output output, const DevicePipeline& pipeline)
+      : output_(output), pipeline_(pipeline), before_(pipeline.stats()) {}
+
+  std::string progress(const EpochFigures& f, std::size_t done, std::size_t total) const override {
+    if (output_ == Output::quiet) return {};
+    const int width = 30, filled = int(double(done) / double(total) * width);
+    char line[160];
+    std::snprintf(line, sizeof line, "  epoch %llu [%s%s] %zu/%zu batches", (unsigned long long)f.epoch,
+                  std::string(std::size_t(filled), '#').c_str(), std::string(std::size_t(width - filled), '.').c_str(),
+                  done, total);
+    return line;
+  }
+
+  bool epoch_done(EpochFigures& f, int interrupted) override {
+    f.rss_mib = double(current_rss_kib()) / 1024.0;
+    const PipelineStats now = pipeline_.stats();
+    const PipelineStats epoch_stats = now.since(before_);  // this epoch's fractions, not the run's
+    before_ = now;
+    if (output_ == Output::quiet) return true;
+    std::printf("epoch %llu%s: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%, RSS %.1f MiB%s\n",
+                (unsigned long long)f.epoch, interrupted ? " (interrupted)" : "", (unsigned long long)f.images,
+                (unsigned long long)f.batches, f.seconds, f.images_per_s(), 100 * consumer_idle(epoch_stats), f.rss_mib,
+                f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
+    std::printf("%s", epoch_stats.table().c_str());
+    std::fflush(stdout);
+    return true;
+  }
+
+ private:
+  Output output_;
+  const DevicePipeline& pipeline_;
+  PipelineStats before_;
+};
+
+void print_header(const Options& o, const Dataset& dataset, const std::string& device) {
+  std::printf("dataset: %zu images, %zu classes; rank %zu of %zu\n%s\n", dataset.size(), class_count(dataset), o.rank,
+              o.world_size, device.c_str());
+  if (o.normalize) {
+    std::printf("normalize: %s %s\n", std::string(name_of(kNormalizes, o.normalize)).c_str(),
+                o.normalize_in == NormalizeIn::workers ? "in the workers" : "after the transfer");
+  }
+}
+
+// The streaming mode: the pipeline's batches, the step on this thread.
+RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& dataset, Filler fill, TransferConfig tc,
+                        const std::shared_ptr<Device>& device, Output output) {
+  RunResult result;
+  result.device = device->describe();
+  std::unique_ptr<PipelineTrace> trace;
+  if (!o.trace.empty()) {
+    trace = std::make_unique<PipelineTrace>(o.trace, o.workers);
+    fill = trace->traced(std::move(fill));
+    trace->trace_transfers(tc);
+  }
+  DevicePipeline pipeline(cfg, dataset.size(), std::move(fill), tc, device);
+  const PipelineTrace::Sampling sampling(trace.get(), pipeline);  // joined before the pipeline goes
+  StreamingReporter reporter(output, pipeline);
+  result.interrupted = for_each_epoch(
+      0, o.epochs, reporter, result.epochs, [&](std::uint64_t) { return pipeline.batches_per_epoch(); },
+      [](std::uint64_t) { return std::size_t{0}; },
+      [&](EpochTally& tally) {
+        for (auto& batch : pipeline.epoch(tally.epoch())) {
+          const auto a = Clock::now();
+          synthetic_step(o);
+          if (trace) trace->step(batch.host().index, a, Clock::now());
+          tally.add(batch.host());
+          if (!tally.go_on()) break;  // after this step: report what ran
+        }
+      });
+  result.stats = pipeline.stats();
+  result.skipped = pipeline.skipped();
+  if (trace) {
+    trace->finish();
+    if (output == Output::print) {
+      std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+void synthetic_step(const Options& o) {
+  if (o.compute_ms <= 0) return;
+  const auto d = std::chrono::duration<double, std::milli>(o.compute_ms);
+  if (o.compute == Compute::sleep) {
+    std::this_thread::sleep_for(d);
+  } else {
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(d);
+    while (Clock::now() < until) {
+    }
+  }
+}
+
+Filler synthetic_filler(double ms) {
+  return [ms](Sample& s) {
+    const std::uint64_t id[2] = {s.epoch, s.index};
+    std::memcpy(s.data.data(), id, std::min(s.data.size(), sizeof id));
+    s.label = 0;
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+  };
+}
+
+RunResult run_once(const Options& o, Output output) {
+  Dataset dataset = open_dataset(o, output == Output::print ? Announce::always : Announce::when_made);
+  if (o.resident) return run_resident(o, std::move(dataset), output);
+  const int crop = crop_size(o);
+  ImageSource images(dataset, image_config(o, o.augment, crop), o.workers);
+  Config cfg = pipeline_config(o);
+  cfg.sample_bytes = images.sample_bytes();
+  try {
+    cfg.validate();
+  } catch (const ConfigError& e) {
+    throw UsageError(e.what());
+  }
+  auto device = open_device(device_config(o));
+  TransferConfig tc;
+  tc.normalize = normalization(o, crop);
+  check_memory(o, cfg, tc, *device);  // before the pools are allocated
+  if (output == Output::print) print_header(o, dataset, device->describe());
+  const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : images.filler();
+  if (o.serial) return run_serial(o, cfg, dataset.size(), fill, device, output);
+  return run_streaming(o, cfg, dataset, fill, std::move(tc), device, output);
+}
+
+int run_command(const Options& o, RunKind kind) {
+  // Ctrl-C or SIGTERM: the step in progress finishes, the pipeline stops,
+  // the figures so far are printed and the trace written; exit 128 + signal.
+  catch_interrupts();
+  const RunResult r = run_once(o, Output::print);
+  report_skipped(r);
+  if (kind == RunKind::bench) report_bench(r);
+  if (!o.json.empty()) write_json(o.json, o, r);
+  if (r.interrupted) {
+    std::printf("interrupted by %s\n", r.interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+    return 128 + r.interrupted;
+  }
+  return 0;
+}
+
+}  // namespace conveyor::apps

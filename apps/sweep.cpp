@@ -1,0 +1,141 @@
+// `conveyor sweep`: a grid of runs over workers x host queue x device queue x
+// batch x link x compute, one child process per point (fork, wait4), so each
+// point's peak RSS is its own and a failing point cannot take the sweep down.
+#include "apps/sweep.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "apps/cli.h"
+#include "apps/run.h"
+
+namespace conveyor::apps {
+
+namespace {
+
+struct SweepPoint {
+  std::size_t workers, host_queue, device_queue, batch;
+  double link_gbps, compute_ms;
+  double images_per_s = 0, consumer_idle = 0, peak_rss_mib = 0;
+  bool ok = false;
+};
+
+// Runs one point in a child process, so its peak RSS is its own (wait4's rusage)
+// and a failing point cannot take the sweep down. The parent has no other
+// threads at the fork: each point's pipeline is gone before the next starts.
+SweepPoint run_point(Options o, SweepPoint p) {
+  o.workers = p.workers;
+  o.host_queue = p.host_queue;
+  o.device_queue = p.device_queue;
+  o.batch = p.batch;
+  o.link_gbps = p.link_gbps;
+  o.compute_ms = p.compute_ms;
+  int fd[2];
+  if (::pipe(fd) != 0) throw std::runtime_error("sweep: pipe failed");
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("sweep: fork failed");
+  if (pid == 0) {
+    ::close(fd[0]);
+    double figures[2] = {0, 0};
+    try {
+      const RunResult r = run_once(o, Output::quiet);
+      figures[0] = r.total().images_per_s();
+      figures[1] = consumer_idle(r.stats);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "conveyor sweep: point failed: %s\n", e.what());
+      ::_exit(1);
+    }
+    const bool wrote = ::write(fd[1], figures, sizeof figures) == ssize_t(sizeof figures);
+    ::_exit(wrote ? 0 : 1);
+  }
+  ::close(fd[1]);
+  double figures[2] = {0, 0};
+  const bool got = ::read(fd[0], figures, sizeof figures) == ssize_t(sizeof figures);
+  ::close(fd[0]);
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  p.ok = got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  p.images_per_s = figures[0];
+  p.consumer_idle = figures[1];
+  p.peak_rss_mib = double(usage.ru_maxrss) / 1024.0;
+  return p;
+}
+
+// --csv FILE (and --plot, drawn from it): the rows; the plot shows images/s
+// against workers, one line per host queue depth, the other axes at their
+// first value (device queue d0, batch b0).
+void write_csv(const Options& o, const std::vector<SweepPoint>& points, const std::vector<std::size_t>& H,
+               std::size_t d0, std::size_t b0) {
+  if (!o.csv.empty()) {
+    std::ostringstream out;
+    out << "workers,host_queue,device_queue,batch,link_gbps,compute_ms,images_per_s,consumer_idle_pct,peak_rss_mib,ok\n";
+    for (auto& p : points) {
+      out << p.workers << ',' << p.host_queue << ',' << p.device_queue << ',' << p.batch << ',' << p.link_gbps << ','
+          << p.compute_ms << ',' << p.images_per_s << ',' << 100 * p.consumer_idle << ',' << p.peak_rss_mib << ','
+          << (p.ok ? 1 : 0) << '\n';
+    }
+    write_text_file("--csv", o.csv, out.str());  // whole before gnuplot reads it
+    std::printf("wrote %s\n", o.csv.c_str());
+    if (!o.plot.empty()) {
+      // images/s against workers, one line per host queue depth (other axes at their first value).
+      std::string body =
+          "set key outside\nset xlabel 'workers'\nset ylabel 'images/s'\nset xtics 1\nset yrange [0:*]\n"
+          "set title 'conveyor sweep: images/s by workers and host queue depth'\nplot ";
+      for (std::size_t i = 0; i < H.size(); ++i) {
+        body += (i ? ", " : "") + gnuplot_quote(o.csv) + " using ($2==" + std::to_string(H[i]) + " && $3==" + std::to_string(d0) +
+                " && $4==" + std::to_string(b0) + " ? $1 : 1/0):7 with points pointsize 1.5 title 'host queue " +
+                std::to_string(H[i]) + "'";
+      }
+      (void)gnuplot(o.plot, body + "\n", o.csv);
+    }
+  } else if (!o.plot.empty()) {
+    throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
+  }
+}
+
+}  // namespace
+
+int sweep(const Options& o) {
+  auto axis = [](std::vector<std::size_t> v, std::size_t d) { return v.empty() ? std::vector<std::size_t>{d} : v; };
+  auto axisd = [](std::vector<double> v, double d) { return v.empty() ? std::vector<double>{d} : v; };
+  const auto W = axis(o.sw_workers, o.workers), H = axis(o.sw_host_queue, o.host_queue),
+             D = axis(o.sw_device_queue, o.device_queue), B = axis(o.sw_batch, o.batch);
+  const auto L = axisd(o.sw_link, o.link_gbps), C = axisd(o.sw_compute, o.compute_ms);
+  (void)open_dataset(o, Announce::always);  // make (or check) the dataset once, before the children
+  std::printf("%8s %10s %12s %6s %9s %10s %12s %10s %9s\n", "workers", "host_queue", "device_queue", "batch",
+              "link_gbps", "compute_ms", "images_per_s", "idle_pct", "rss_mib");
+  std::vector<SweepPoint> points;
+  for (auto w : W)
+    for (auto h : H)
+      for (auto d : D)
+        for (auto b : B)
+          for (auto l : L)
+            for (auto c : C) {
+              const SweepPoint p = run_point(o, SweepPoint{w, h, d, b, l, c});
+              points.push_back(p);
+              if (p.ok) {
+                std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12.0f %10.1f %9.0f\n", w, h, d, b, l, c, p.images_per_s,
+                            100 * p.consumer_idle, p.peak_rss_mib);
+              } else {
+                std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12s\n", w, h, d, b, l, c, "failed");
+              }
+              std::fflush(stdout);
+            }
+  write_csv(o, points, H, D[0], B[0]);
+  for (auto& p : points) {
+    if (!p.ok) return 1;
+  }
+  return 0;
+}
+
+
+}  // namespace conveyor::apps

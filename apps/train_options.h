@@ -1,0 +1,30 @@
+// TrainOptions: the flags of `conveyor train` itself, typed, with their
+// defaults; the pipeline's flags are Options (apps/options.h).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/options.h"
+
+namespace conveyor::apps {
+
+struct TrainOptions {
+  std::string model = "lenet";                 // Default: lenet.
+  double lr = 0.05, momentum = 0.9, weight_decay = 5e-4;  // Default: 0.05, 0.9, 5e-4 (SGD).
+  enum class Schedule { cosine, constant } schedule = Schedule::cosine;  // Default: cosine.
+  double val_fraction = 0.1;                   // Default: 0.1.
+  std::string checkpoint, resume, plot;        // Default: none.
+  std::size_t checkpoint_every = 0;            // batches; 0: at the end of each epoch only
+  std::size_t stop_after = 0;                  // batches this run, then checkpoint and exit; 0: none
+};
+inline constexpr std::array<Choice<TrainOptions::Schedule>, 2> kSchedules{
+    {{"cosine", TrainOptions::Schedule::cosine}, {"constant", TrainOptions::Schedule::constant}}};
+
+// The pipeline's flags (train's own descriptions of --crop and --augment) and training's.
+void add_train_flags(CLI::App& app, Options& o, TrainOptions& t);
+
+}  // namespace conveyor::apps

@@ -1,0 +1,37 @@
+// PipelineState: where a consumer stands in a pipeline's stream, as a value
+// that can be written to a checkpoint and read back. Pipeline::state() takes
+// it; a new Pipeline given it (with the same config) produces exactly the
+// batches that follow, bit-identical.
+//
+// Thread safety: a plain value; serialize() and parse() touch nothing shared.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipeline/sampler.h"
+
+namespace conveyor {
+
+// Where a consumer stands: enough to resume with exactly the batches that follow.
+// Taken by Pipeline::state(); given to a new Pipeline with the same config.
+struct PipelineState {
+  std::uint64_t epoch = 0;                 // the epoch the next batch belongs to
+  std::vector<std::uint64_t> delivered;    // batch indices of that epoch already consumed, sorted
+  // The settings the order depends on; resuming under others is an error.
+  std::uint64_t seed = 0;
+  std::uint64_t dataset_size = 0;
+  std::uint64_t batch_size = 0;
+  bool shuffle = true, drop_last = false;
+  std::uint64_t rank = 0, world_size = 1;
+  ShardPolicy shard_policy = ShardPolicy::pad;
+
+  // One line of text, e.g. "conveyor-state 1 epoch=3 delivered=0-41,43 seed=7 ...".
+  std::string serialize() const;
+  // Throws std::invalid_argument naming the bad field.
+  static PipelineState parse(const std::string& text);
+  bool operator==(const PipelineState&) const = default;
+};
+
+}  // namespace conveyor
