@@ -47,7 +47,7 @@ std::vector<EpochRow> parse_history(const std::string& csv) {
 std::string Sums::serialize() const {
   std::ostringstream s;
   s.precision(17);
-  s << loss << ' ' << correct << ' ' << count;
+  s << loss << ' ' << correct << ' ' << count << ' ' << batches;
   return s.str();
 }
 
@@ -58,6 +58,7 @@ Sums Sums::parse(const std::string& text) {
   if (!(s >> loss >> x.correct >> x.count) || !parse_double(loss, x.loss)) {
     throw UsageError("--resume: checkpoint field 'sums' is malformed");
   }
+  if (!(s >> x.batches)) x.batches = 0;  // a checkpoint from before the batch digest
   return x;
 }
 

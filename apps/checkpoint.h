@@ -30,6 +30,9 @@ struct EpochRow {
 struct Sums {
   double loss = 0;
   std::uint64_t correct = 0, count = 0;
+  // Sum of batch_digest() over the epoch's batches so far (mod 2^64): two runs
+  // that print the same value for an epoch received the same batches.
+  std::uint64_t batches = 0;
   std::string serialize() const;
   // Throws UsageError naming the field.
   static Sums parse(const std::string& text);

@@ -49,6 +49,7 @@
 #include "apps/toml_config.h"
 #include "apps/train_options.h"
 #include "apps/validation.h"
+#include "libtorch/determinism.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
 #include "stages/image_source.h"
@@ -147,6 +148,8 @@ void Trainer::check_outputs() {
 
 // The dataset and its split, the model, the device and the optimizer.
 void Trainer::prepare() {
+  // Before any CUDA work: cuBLAS reads its workspace setting when its handle is made.
+  if (t_.deterministic) std::printf("%s\n", make_deterministic().c_str());
   all_ = open_dataset(o_, Announce::when_made);
   if (all_.size() == 0) throw UsageError("dataset: no samples");
   if (all_.num_classes() < 2) throw UsageError("dataset: " + std::to_string(all_.num_classes()) + " class(es); training needs at least 2");
@@ -244,6 +247,7 @@ void Trainer::train_epoch(EpochTally& tally) {
   }
   for (auto& batch : pipeline_->epoch(tally.epoch())) {
     const std::uint64_t skipped = batch.host().skipped.size(), count_before = sums_.count;
+    sums_.batches += batch_digest(batch.host());
     if (batch.size() > 0) train_batch(std::move(batch));  // the batch goes back to the pipeline in there
     ++batches_this_run_;
     tally.add(sums_.count - count_before, skipped);
@@ -271,7 +275,7 @@ void Trainer::train_epoch(EpochTally& tally) {
 
 void Trainer::train_batch(DeviceBatch batch) {
   TensorBatch tb = to_tensors(std::move(batch));
-  const torch::Tensor labels = tb.labels.to(where_);
+  const torch::Tensor& labels = tb.labels;  // on where_ already: they crossed with the images
   optimizer_->zero_grad();
   const torch::Tensor out = model_->forward(tb.images);
   const torch::Tensor loss = torch::nll_loss(out, labels);
@@ -305,10 +309,11 @@ bool Trainer::epoch_done(EpochFigures& f, int) {
                   v.skipped ? (", " + std::to_string(v.skipped) + " skipped").c_str() : "");
   }
   std::printf("epoch %llu/%zu: train loss %.4f acc %.1f%% | %s | %llu images, "
-              "%.1f s, %.0f images/s, consumer idle %.0f%%%s\n",
+              "%.1f s, %.0f images/s, consumer idle %.0f%%%s | batches %016llx\n",
               (unsigned long long)e + 1, o_.epochs, row.train_loss, 100 * row.train_acc, val,
               (unsigned long long)f.images, f.seconds, row.images_per_s, 100 * row.consumer_idle,
-              f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
+              f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "",
+              (unsigned long long)sums_.batches);
   std::printf("%s", epoch_stats.table().c_str());
   std::fflush(stdout);
   sums_ = Sums{};

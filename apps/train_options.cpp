@@ -21,6 +21,9 @@ void add_train_flags(CLI::App& app, Options& o, TrainOptions& t) {
   app.add_option("--resume", t.resume, "continue from a checkpoint (same dataset and settings)");
   app.add_option("--stop-after", t.stop_after, "stop after N batches of this run, saving the checkpoint (an interruption)")
       ->check(CLI::Range(1, 1 << 30));
+  app.add_flag("--deterministic", t.deterministic,
+               "reproducible bits on CUDA too: LibTorch's deterministic algorithms and cuDNN, no cuDNN benchmark, "
+               "CUBLAS_WORKSPACE_CONFIG=:4096:8 (slower; docs/training.md)");
   app.add_option("--plot", t.plot, "draw loss, validation accuracy and images/s per epoch to FILE.png or FILE.svg");
 }
 

@@ -20,6 +20,7 @@ struct TrainOptions {
   std::string checkpoint, resume, plot;        // Default: none.
   std::size_t checkpoint_every = 0;            // batches; 0: at the end of each epoch only
   std::size_t stop_after = 0;                  // batches this run, then checkpoint and exit; 0: none
+  bool deterministic = false;                  // LibTorch's deterministic kernels (make_deterministic). Default: off.
 };
 inline constexpr std::array<Choice<TrainOptions::Schedule>, 2> kSchedules{
     {{"cosine", TrainOptions::Schedule::cosine}, {"constant", TrainOptions::Schedule::constant}}};
