@@ -188,7 +188,7 @@ void Trainer::start_pipelines() {
   cfg.sample_bytes = images_->sample_bytes();
   TransferConfig tc;
   tc.normalize = TransferConfig::Normalization{std::size_t(crop_), std::size_t(crop_), 3, Normalize{}, DType::float32};
-  tc.consumer_stream = torch_consumer_stream(*device_);
+  tc.current_consumer_stream = torch_current_stream(*device_);  // LibTorch's current stream, asked at each next()
   try {
     cfg.validate();
   } catch (const ConfigError& e) {

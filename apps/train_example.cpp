@@ -30,7 +30,7 @@ int main() {
   auto device = conveyor::open_device(device_cfg);
   conveyor::TransferConfig transfer;  // uint8 crosses the bus; float32 NCHW is made on the device
   transfer.normalize = conveyor::TransferConfig::Normalization{32, 32, 3, {}, conveyor::DType::float32};
-  transfer.consumer_stream = conveyor::torch_consumer_stream(*device);  // the stream LibTorch computes on
+  transfer.current_consumer_stream = conveyor::torch_current_stream(*device);  // LibTorch's stream, at each next()
   conveyor::DevicePipeline pipeline(config, dataset.size(), images.filler(), transfer, device);
 
   torch::manual_seed(0);
