@@ -45,36 +45,44 @@ Filler light_filler(double sample_us) {
   };
 }
 
+// Median GB/s of `runs` copies of `bytes` from src to a device buffer, timed by events on one stream.
+double copy_gbps(Device& device, const void* src, std::size_t bytes, int runs) {
+  auto stream = device.create_stream();
+  auto t0 = device.create_event(EventKind::timing), t1 = device.create_event(EventKind::timing);
+  auto dst = device.allocate(bytes);
+  device.copy_to_device(dst->data(), src, bytes, *stream);  // warm-up
+  device.synchronize(*stream);
+  std::vector<double> gbps;
+  for (int r = 0; r < runs; ++r) {
+    device.record(*t0, *stream);
+    device.copy_to_device(dst->data(), src, bytes, *stream);
+    device.record(*t1, *stream);
+    device.synchronize(*t1);
+    gbps.push_back(double(bytes) / (device.elapsed_ms(*t0, *t1) * 1e6));
+  }
+  return median(gbps);
+}
+
+// The same from pinned memory (the device's host allocation): what a batch's copy can reach.
+double pinned_gbps(Device& device, std::size_t bytes, int runs) {
+  void* pinned = device.allocate_host(bytes);
+  std::memset(pinned, 1, bytes);
+  const double g = copy_gbps(device, pinned, bytes, runs);
+  device.free_host(pinned);
+  return g;
+}
+
 int h2d(Device& device, const std::vector<double>& sizes_mb, int runs) {
   if (device.backend() != Backend::cuda) {
     std::fprintf(stderr, "h2d measures a GPU's copy engine; this run has the %s\n", device.describe().c_str());
     return 2;
   }
   std::printf("%s\n%-8s %12s %12s %8s\n", device.describe().c_str(), "MB", "pinned GB/s", "pageable GB/s", "ratio");
-  auto stream = device.create_stream();
-  auto t0 = device.create_event(EventKind::timing), t1 = device.create_event(EventKind::timing);
   for (double mb : sizes_mb) {
     const auto bytes = static_cast<std::size_t>(mb * 1e6);
-    void* pinned = device.allocate_host(bytes);
-    std::vector<std::byte> pageable(bytes, std::byte{1});
-    std::memset(pinned, 1, bytes);
-    auto dst = device.allocate(bytes);
-    auto measure = [&](const void* src) {
-      std::vector<double> gbps;
-      device.copy_to_device(dst->data(), src, bytes, *stream);  // warm-up
-      device.synchronize(*stream);
-      for (int r = 0; r < runs; ++r) {
-        device.record(*t0, *stream);
-        device.copy_to_device(dst->data(), src, bytes, *stream);
-        device.record(*t1, *stream);
-        device.synchronize(*t1);
-        gbps.push_back(double(bytes) / (device.elapsed_ms(*t0, *t1) * 1e6));
-      }
-      return median(gbps);
-    };
-    const double p = measure(pinned), q = measure(pageable.data());
+    const std::vector<std::byte> pageable(bytes, std::byte{1});
+    const double p = pinned_gbps(device, bytes, runs), q = copy_gbps(device, pageable.data(), bytes, runs);
     std::printf("%-8.0f %12.2f %12.2f %8.2f\n", mb, p, q, p / q);
-    device.free_host(pinned);
   }
   return 0;
 }
@@ -86,6 +94,11 @@ int pipeline(std::shared_ptr<Device> device, Config cfg, std::size_t batches, do
               "normalize %s\n",
               batches, cfg.batch_size, cfg.sample_bytes, double(cfg.batch_size * cfg.sample_bytes) / 1e6, cfg.workers,
               sample_us, step_us, normalize ? dtype_name(normalize->out_type) : "off");
+  // The link's reach at this copy's size (the pixels and the labels: one copy a
+  // batch), measured here, so the runs can say how much of it they use.
+  const std::size_t copy_bytes = cfg.batch_size * (cfg.sample_bytes + sizeof(std::int64_t));
+  const double link = pinned_gbps(*device, copy_bytes, std::max(runs, 5));
+  std::printf("pinned copy of %.1f MB: %.2f GB/s\n", double(copy_bytes) / 1e6, link);
   auto stream = device->create_stream();
   // Timing events for every batch, created before the run (none in the steady state).
   std::vector<std::unique_ptr<Event>> start(batches), end(batches);
@@ -122,10 +135,16 @@ int pipeline(std::shared_ptr<Device> device, Config cfg, std::size_t batches, do
     const double idle = 1.0 - busy_ms / span_ms;
     rates.push_back(double(batches) / wall);
     idles.push_back(idle);
-    std::printf("run %d: %.1f batches/s (bound by the step: %.1f), consumer idle %.1f%%; %s\n", r + 1,
-                double(batches) / wall, 1e6 / step_us, 100 * idle, dp.stats().bottleneck_summary().c_str());
+    const double gbps = double(batches) * double(copy_bytes) / wall / 1e9;
+    std::printf("run %d: %.1f batches/s = %.2f GB/s, link utilisation %.0f%% (bound by the step: %.1f), consumer idle "
+                "%.1f%%; %s\n",
+                r + 1, double(batches) / wall, gbps, 100 * gbps / link, 1e6 / step_us, 100 * idle,
+                dp.stats().bottleneck_summary().c_str());
   }
-  std::printf("median of %d: %.1f batches/s, consumer idle %.1f%%\n", runs, median(rates), 100 * median(idles));
+  const double rate = median(rates), gbps = rate * double(copy_bytes) / 1e9;
+  std::printf("median of %d: %.1f batches/s = %.2f GB/s, link utilisation %.0f%% of the pinned %.2f GB/s, consumer "
+              "idle %.1f%%\n",
+              runs, rate, gbps, 100 * gbps / link, link, 100 * median(idles));
   return 0;
 }
 
