@@ -1,8 +1,10 @@
 #include "apps/toml_config.h"
 
 #include <charconv>
+#include <cstdio>
 #include <iterator>
 #include <sstream>
+#include <string_view>
 
 #include <toml++/toml.h>
 
@@ -58,6 +60,91 @@ void collect(const toml::table& table, std::vector<std::string>& parents, const 
   }
 }
 
+// The file as pure ASCII, with the same meaning, before toml++ sees it.
+// Debian 12's toml++ 3.3.0 reaches __builtin_unreachable() -- undefined
+// behaviour -- when it asks whether some non-ASCII characters are whitespace
+// (U+00A1..U+0499, U+2D4E..U+3147, U+FB06..U+FEFE: fuzz_config found it with
+// U+FEDF, inside a string in a bad place too), so it is given none: comments
+// become spaces, each non-ASCII character of a "basic" string becomes its
+// \uXXXX or \UXXXXXXXX escape, and one anywhere else (a 'literal' string, a
+// bare key, which TOML keeps ASCII) is refused naming the line. Invalid UTF-8
+// is refused too. Whatever this scanner takes for a string, its output holds
+// no byte above 0x7F.
+std::string ascii_toml(std::string_view t) {
+  std::string out;
+  out.reserve(t.size());
+  std::size_t line = 1, i = 0;
+  const std::size_t n = t.size();
+  const auto refuse = [&](const char* what) { fail("line " + std::to_string(line) + ": " + what); };
+  // The code point of the UTF-8 sequence at t[i], advancing i; refuses invalid UTF-8.
+  const auto decode = [&]() -> char32_t {
+    const auto b0 = static_cast<unsigned char>(t[i]);
+    const int len = b0 >= 0xF0 && b0 <= 0xF4 ? 4 : b0 >= 0xE0 ? 3 : b0 >= 0xC2 && b0 <= 0xDF ? 2 : 0;
+    if (len == 0 || i + std::size_t(len) > n) refuse("invalid UTF-8");
+    char32_t cp = b0 & (0x7F >> len);
+    for (int k = 1; k < len; ++k) {
+      const auto bk = static_cast<unsigned char>(t[i + std::size_t(k)]);
+      if ((bk & 0xC0) != 0x80) refuse("invalid UTF-8");
+      cp = (cp << 6) | (bk & 0x3F);
+    }
+    const char32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) refuse("invalid UTF-8");
+    i += std::size_t(len);
+    return cp;
+  };
+  while (i < n) {
+    const char c = t[i];
+    if (c == '#') {  // a comment: its text never matters
+      while (i < n && t[i] != '\n') {
+        out += ' ';
+        ++i;
+      }
+    } else if (c == '"' || c == '\'') {
+      const bool triple = t.substr(i, 3) == std::string(3, c);
+      out.append(triple ? 3 : 1, c);
+      i += triple ? 3 : 1;
+      while (i < n) {
+        const char d = t[i];
+        if (c == '"' && d == '\\') {  // an escape: the backslash and the (ASCII) character after it
+          out += d;
+          ++i;
+          if (i < n && static_cast<unsigned char>(t[i]) >= 0x80) refuse("a non-ASCII character after a backslash");
+          if (i < n) {
+            if (t[i] == '\n') ++line;
+            out += t[i++];
+          }
+        } else if (triple ? t.substr(i, 3) == std::string(3, c) : d == c) {
+          std::size_t close = triple ? 3 : 1;
+          for (int extra = 0; triple && extra < 2 && i + close < n && t[i + close] == c; ++extra) ++close;
+          out.append(t.substr(i, close));
+          i += close;
+          break;
+        } else if (static_cast<unsigned char>(d) >= 0x80) {
+          if (c == '\'') refuse("a non-ASCII character in a 'literal' string (write it in a \"basic\" string)");
+          const char32_t cp = decode();
+          char esc[12];
+          std::snprintf(esc, sizeof esc, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", unsigned(cp));
+          out += esc;
+        } else {
+          if (d == '\n') {
+            ++line;
+            if (!triple) break;  // an unterminated string: toml++ reports it
+          }
+          out += d;
+          ++i;
+        }
+      }
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      refuse("a non-ASCII character outside a string or comment");
+    } else {
+      if (c == '\n') ++line;
+      out += c;
+      ++i;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string TomlConfig::to_config(const CLI::App*, bool, bool, std::string) const {
@@ -67,9 +154,10 @@ std::string TomlConfig::to_config(const CLI::App*, bool, bool, std::string) cons
 std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const {
   const std::string text{std::istreambuf_iterator<char>(input), std::istreambuf_iterator<char>()};
   if (input.bad()) fail("cannot read it");
+  const std::string ascii = ascii_toml(text);
   toml::table root;
   try {
-    root = toml::parse(text);
+    root = toml::parse(ascii);
   } catch (const toml::parse_error& e) {
     fail(where(e.source()) + ": " + std::string(e.description()));
   }

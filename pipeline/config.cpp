@@ -6,9 +6,6 @@ namespace {
 void require_at_least_1(const char* field, std::size_t value) {
   if (value < 1) throw ConfigError(field, "must be >= 1 (got " + std::to_string(value) + ")");
 }
-constexpr std::size_t kMaxBatch = Config::kMaxBatchSize;
-constexpr std::size_t kMaxThreads = Config::kMaxWorkers;
-constexpr std::size_t kMaxWaitYields = Config::kMaxWaitYields;
 
 // a * b, or SIZE_MAX when it overflows.
 std::size_t saturating_mul(std::size_t a, std::size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
@@ -16,12 +13,12 @@ std::size_t saturating_mul(std::size_t a, std::size_t b) { return b != 0 && a > 
 
 void Config::validate() const {
   require_at_least_1("batch_size", batch_size);
-  if (batch_size > kMaxBatch) {
-    throw ConfigError("batch_size", "must be <= " + std::to_string(kMaxBatch) + " (got " + std::to_string(batch_size) + ")");
+  if (batch_size > kMaxBatchSize) {
+    throw ConfigError("batch_size", "must be <= " + std::to_string(kMaxBatchSize) + " (got " + std::to_string(batch_size) + ")");
   }
   require_at_least_1("workers", workers);
-  if (workers > kMaxThreads) {
-    throw ConfigError("workers", "must be <= " + std::to_string(kMaxThreads) + " (got " + std::to_string(workers) + ")");
+  if (workers > kMaxWorkers) {
+    throw ConfigError("workers", "must be <= " + std::to_string(kMaxWorkers) + " (got " + std::to_string(workers) + ")");
   }
   require_at_least_1("host_queue_depth", host_queue_depth);
   require_at_least_1("device_queue_depth", device_queue_depth);
