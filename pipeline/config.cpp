@@ -8,7 +8,7 @@ void require_at_least_1(const char* field, std::size_t value) {
 }
 constexpr std::size_t kMaxBatch = Config::kMaxBatchSize;
 constexpr std::size_t kMaxThreads = Config::kMaxWorkers;
-constexpr std::size_t kMaxWaitYields = Config::kMaxWaitYields;
+[[maybe_unused]] constexpr std::size_t kMaxWaitYields = Config::kMaxWaitYields;  // clang 14 calls it unused (-Wunused-const-variable)
 
 // a * b, or SIZE_MAX when it overflows.
 std::size_t saturating_mul(std::size_t a, std::size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; }

@@ -3,7 +3,8 @@
 // defines CONVEYOR_CATCH2_MAJOR from the Catch2 it found; the tests are written
 // against v2's names, which v3 spells differently:
 //   Approx             v3: Catch::Approx
-//   Catch::Contains    v3: Catch::Matchers::ContainsSubstring
+//   Catch::Contains,   v3: Catch::Matchers::ContainsSubstring
+//   Catch::Matchers::Contains (for strings)
 //   Catch::StartsWith  v3: Catch::Matchers::StartsWith (EndsWith likewise)
 // A program with its own main defines CATCH_CONFIG_RUNNER before including this
 // (v2 then compiles Catch2's implementation into it; v3 has Catch::Session in
@@ -18,10 +19,28 @@
 
 using Catch::Approx;
 
-namespace Catch {
-inline Matchers::StringContainsMatcher Contains(const std::string& text, CaseSensitive cs = CaseSensitive::Yes) {
-  return Matchers::ContainsSubstring(text, cs);
+// v2's Catch::Matchers::Contains(string) is v3's ContainsSubstring; v3's own
+// Contains(T&&) matches a range's element, and as a template it would win over a
+// plain Contains(const std::string&) for every argument but a const string. So
+// one non-template overload per kind of argument, each an exact match (where a
+// template and a non-template tie, the non-template wins).
+namespace Catch::Matchers {
+inline StringContainsMatcher Contains(const char* text, CaseSensitive cs = CaseSensitive::Yes) {
+  return ContainsSubstring(text, cs);
 }
+inline StringContainsMatcher Contains(const std::string& text, CaseSensitive cs = CaseSensitive::Yes) {
+  return ContainsSubstring(text, cs);
+}
+inline StringContainsMatcher Contains(std::string& text, CaseSensitive cs = CaseSensitive::Yes) {
+  return ContainsSubstring(text, cs);
+}
+inline StringContainsMatcher Contains(std::string&& text, CaseSensitive cs = CaseSensitive::Yes) {
+  return ContainsSubstring(text, cs);
+}
+}  // namespace Catch::Matchers
+
+namespace Catch {
+using Matchers::Contains;
 using Matchers::EndsWith;
 using Matchers::StartsWith;
 }  // namespace Catch

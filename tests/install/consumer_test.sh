@@ -54,7 +54,7 @@ case "$mode" in
       repl="include(FetchContent)\nFetchContent_Declare(Conveyor SOURCE_DIR \"$src\")\nFetchContent_MakeAvailable(Conveyor)"
     fi
     sed -i "s|^find_package(Conveyor 0.2 REQUIRED COMPONENTS cuda)\$|$repl|" "$work/consumer/CMakeLists.txt"
-    args+=(-DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF)
+    args+=(-DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF -DCMAKE_BUILD_TYPE=)  # unoptimised: compiles in half the time
     ;;
   *) echo "usage: consumer_test.sh package|subdirectory|fetchcontent SOURCE BUILD VERSION [cmake args...]" >&2; exit 2 ;;
 esac
