@@ -1,7 +1,7 @@
 // test_cuda's main: without a CUDA device, one line saying why and exit 77
 // (CTest: Skipped); with one, the Catch2 session.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <cstdio>
 
 #include "cuda/device.h"

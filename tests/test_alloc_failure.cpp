@@ -10,7 +10,7 @@
 #include <new>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "pipeline/pipeline.h"
 #include "support.h"

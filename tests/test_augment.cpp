@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "stages/augment.h"
 #include "stages/image_ops.h"

@@ -5,7 +5,7 @@
 //
 // Without a device the whole program skips (tests/cuda_main.cpp): it prints one
 // line saying why and exits 77, which CTest reports as "Skipped".
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <cstdio>
 #if __has_include(<cuda_runtime.h>)
 #include <cuda_runtime.h>  // to leave an error behind as a caller's own call would

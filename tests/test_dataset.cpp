@@ -11,7 +11,7 @@
 
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "stages/dataset.h"
 #include "temp_dir.h"

@@ -1,6 +1,6 @@
 // The embedded default dataset: deterministic, complete, decodable, and laid
 // out as an ImageFolder.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <cstdlib>
 #include <fstream>
 #include <iterator>

@@ -5,7 +5,7 @@
 // by the test command: a protocol slip is a checksum mismatch or a data race.
 #include <algorithm>
 #include <atomic>
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <chrono>
 #include <cmath>
 #include <cstring>

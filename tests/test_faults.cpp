@@ -6,7 +6,7 @@
 // ErrorPolicy::skip is counted and listed, and never hangs.
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <atomic>
 #include <cerrno>

@@ -3,7 +3,7 @@
 // with the documented expected RGB.
 #include "tests/image_writers.h"
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <stb/stb_image.h>
 

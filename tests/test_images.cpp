@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "image_writers.h"
 #include "pipeline/pipeline.h"

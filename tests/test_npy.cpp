@@ -10,7 +10,7 @@
 #include <system_error>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "stages/npy.h"
 #include "temp_dir.h"

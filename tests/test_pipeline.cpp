@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "pipeline/pipeline.h"
 #include "support.h"

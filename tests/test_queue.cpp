@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "pipeline/bounded_queue.h"
 

@@ -2,7 +2,7 @@
 #include <numeric>
 #include <set>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "pipeline/pipeline.h"
 #include "pipeline/rng.h"

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <chrono>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "pipeline/pipeline.h"
 #include "support.h"

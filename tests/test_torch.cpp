@@ -1,7 +1,7 @@
 // The LibTorch adapter (libtorch/tensors.h) and the models conveyor train uses.
 // Built only with CONVEYOR_TORCH; runs on the host backend (Debian's LibTorch
 // has no CUDA).
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <cstdlib>
