@@ -148,6 +148,8 @@ int exit_status(const char* program, const CLI::App& app, const std::string& sec
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);  // the version on stdout, status 0
   } catch (const CLI::ConfigError& e) {
     return say(config_error_line(app, section, e), 2);
   } catch (const CLI::ParseError& e) {

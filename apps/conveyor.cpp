@@ -32,6 +32,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/cli.h"
+#include "conveyor/version.h"
 #include "apps/inspect.h"
 #include "apps/options.h"
 #include "apps/run.h"
@@ -87,6 +88,7 @@ struct Subcommands {
 // Every subcommand with its flags, parsed into o.
 Subcommands add_subcommands(CLI::App& app, Options& o) {
   app.option_defaults()->always_capture_default();  // every subcommand's --help shows each flag's default
+  app.set_version_flag("--version", std::string("conveyor ") + CONVEYOR_VERSION_STRING);
   app.require_subcommand(1);
   app.footer(
       "Each subcommand lists its own flags: conveyor run --help\n"

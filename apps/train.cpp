@@ -44,6 +44,7 @@
 
 #include "apps/checkpoint.h"
 #include "apps/cli.h"
+#include "conveyor/version.h"
 #include "apps/epochs.h"
 #include "apps/options.h"
 #include "apps/toml_config.h"
@@ -351,6 +352,7 @@ int Trainer::finish() const {
 int main(int argc, char** argv) {
   CLI::App app{"conveyor train: train LeNet-5 or a small ResNet with LibTorch on Conveyor's batches"};
   app.option_defaults()->always_capture_default();  // --help shows each flag's default
+  app.set_version_flag("--version", std::string("conveyor train ") + CONVEYOR_VERSION_STRING);
   add_config_option(app, "", "train");
   app.footer(
       "Examples:\n"

@@ -244,6 +244,8 @@ subcommands)  # 17.13: an unknown subcommand is named with the valid ones; each 
   err_has "unknown subcommand 'frobnicate'" "frobnicate"
   err_has "run, bench, sweep, inspect, make-dataset, train" "frobnicate"
   expect 2 "no subcommand" --
+  "$bin" --version >"$work/out" 2>&1 || fail "--version: status $?"
+  grep -Eq "^conveyor [0-9]+\.[0-9]+\.[0-9]+$" "$work/out" || fail "--version: $(cat "$work/out")"
   for sub in run bench sweep inspect; do
     "$bin" "$sub" --help >"$work/out" 2>&1 || fail "$sub --help: status $?"
     for flag in --folder --list --batch --seed; do grep -q -- "$flag" "$work/out" || fail "$sub --help lacks $flag"; done
