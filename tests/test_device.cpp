@@ -29,11 +29,34 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// A float16's value, exactly (in double): sign, 5-bit exponent, 10-bit mantissa.
+double half_value(std::uint16_t b) {
+  const int e = (b >> 10) & 0x1f, m = b & 0x3ff;
+  const double v = e == 0 ? std::ldexp(double(m), -24)
+                   : e == 31 ? (m ? std::nan("") : HUGE_VAL)
+                             : std::ldexp(double(1024 + m), e - 25);
+  return (b & 0x8000) ? -v : v;
+}
+
+// float16 by the definition, as bfloat16 below (and not the compiler's own
+// _Float16, which Clang before 15 lacks on x86-64): of f's two neighbours,
+// the nearer in double arithmetic; a tie goes to the even mantissa; past the
+// largest finite value, 65504, the next step up is 65536, which overflows to
+// infinity. NaNs are the caller's.
 std::uint16_t half_bits_reference(float f) {
-  const _Float16 h = static_cast<_Float16>(f);  // GCC's own conversion: round to nearest even
-  std::uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
+  const std::uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  if (std::isinf(f)) return sign | 0x7c00;
+  const double a = std::fabs(double(f));
+  std::uint16_t lo = 0, hi = 0x7bff;  // the largest finite half at or below a, by bisection
+  while (lo < hi) {
+    const auto mid = static_cast<std::uint16_t>((lo + hi + 1) / 2);
+    if (half_value(mid) <= a) lo = mid; else hi = static_cast<std::uint16_t>(mid - 1);
+  }
+  const auto up = static_cast<std::uint16_t>(lo + 1);  // 0x7c00 after 0x7bff: infinity
+  const double d_lo = a - half_value(lo), d_up = (up == 0x7c00 ? 65536.0 : half_value(up)) - a;
+  if (d_lo < d_up) return sign | lo;
+  if (d_up < d_lo) return sign | up;
+  return sign | ((lo & 1) ? up : lo);
 }
 
 // bfloat16 by the definition: of the two neighbours of f, the nearer one in
@@ -59,11 +82,7 @@ std::uint16_t bfloat16_bits_reference(float f) {
   return (lo & 1) ? hi : lo;
 }
 
-float from_half(std::uint16_t b) {
-  _Float16 h;
-  std::memcpy(&h, &b, 2);
-  return float(h);
-}
+float from_half(std::uint16_t b) { return float(half_value(b)); }
 float from_bfloat16(std::uint16_t b) {
   const std::uint32_t w = std::uint32_t(b) << 16;
   float x;
