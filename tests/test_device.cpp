@@ -409,42 +409,56 @@ Config small_config(std::size_t workers, std::size_t depth, std::size_t device_b
   return c;
 }
 
+// What a consumer's stream read of one batch: a copy to host memory enqueued
+// on that stream, checked once the stream has run it.
+struct StreamRead {
+  std::uint64_t epoch = 0;
+  std::vector<std::uint64_t> indices;
+  std::vector<std::byte> bytes;
+  std::vector<std::int64_t> labels;
+};
+using StreamReads = std::vector<std::unique_ptr<StreamRead>>;  // each allocated before its copy is enqueued
+
+// Enqueues on `stream`, after `step_us` of work there, a copy of b's bytes and labels.
+void read_on(Device& device, Stream& stream, const DeviceBatch& b, double step_us, StreamReads& reads) {
+  auto r = std::make_unique<StreamRead>();
+  r->epoch = b.host().epoch;
+  r->indices = b.host().indices;
+  r->bytes.resize(b.bytes());
+  r->labels.resize(b.size());
+  device.busy(step_us, stream);  // the step takes a while on the device
+  device.copy_to_host(r->bytes.data(), b.data(), b.bytes(), stream);
+  device.copy_to_host(r->labels.data(), b.labels(), b.size() * sizeof(std::int64_t), stream);  // with the pixels
+  reads.push_back(std::move(r));
+}
+
+// The samples whose bytes or label are not what fill_pattern wrote; counts each sample into *seen.
+std::size_t wrong_samples(const StreamReads& reads, std::uint64_t seed, std::size_t sample_bytes,
+                          std::map<std::pair<std::uint64_t, std::uint64_t>, int>* seen = nullptr) {
+  std::size_t wrong = 0;
+  for (auto& r : reads) {
+    for (std::size_t j = 0; j < r->indices.size(); ++j) {
+      if (seen) ++(*seen)[{r->epoch, r->indices[j]}];
+      const bool bytes_ok = sample_matches(seed, r->epoch, r->indices[j], r->bytes.data() + j * sample_bytes, sample_bytes);
+      if (!bytes_ok || r->labels[j] != std::int64_t(r->indices[j] * 3)) ++wrong;
+    }
+  }
+  return wrong;
+}
+
 // A consumer whose "training step" runs on its own stream: for each batch it
 // enqueues a copy of the batch to a host vector and releases the batch at once,
 // so only the protocol's events keep the next copy off the slot until that
 // read has run. Returns the number of samples whose bytes were wrong.
 std::size_t run_stream_consumer(DevicePipeline& dp, Device& device, Stream& stream, std::uint64_t seed,
                                 std::map<std::pair<std::uint64_t, std::uint64_t>, int>* seen, double step_us = 50) {
-  struct Read {
-    std::uint64_t epoch;
-    std::vector<std::uint64_t> indices;
-    std::vector<std::byte> bytes;
-    std::vector<std::int64_t> labels;
-  };
-  std::vector<std::unique_ptr<Read>> reads;  // allocated before the copy is enqueued
+  StreamReads reads;
   while (auto b = dp.next()) {
-    auto r = std::make_unique<Read>();
-    r->epoch = b->host().epoch;
-    r->indices = b->host().indices;
-    r->bytes.resize(b->bytes());
-    device.busy(step_us, stream);  // the step takes a while on the device
-    device.copy_to_host(r->bytes.data(), b->data(), b->bytes(), stream);
-    r->labels.resize(b->size());  // the labels on the device, read by the step as the pixels are
-    device.copy_to_host(r->labels.data(), b->labels(), b->size() * sizeof(std::int64_t), stream);
-    reads.push_back(std::move(r));
+    read_on(device, stream, *b, step_us, reads);
     b->reset();  // released right away: consumed is recorded after the copy above
   }
   device.synchronize(stream);
-  std::size_t wrong = 0;
-  const std::size_t sb = 48;
-  for (auto& r : reads) {
-    for (std::size_t j = 0; j < r->indices.size(); ++j) {
-      if (seen) ++(*seen)[{r->epoch, r->indices[j]}];
-      if (!sample_matches(seed, r->epoch, r->indices[j], r->bytes.data() + j * sb, sb)) ++wrong;
-      if (r->labels[j] != std::int64_t(r->indices[j] * 3)) ++wrong;  // fill_pattern's label
-    }
-  }
-  return wrong;
+  return wrong_samples(reads, seed, 48, seen);
 }
 
 }  // namespace
@@ -1054,35 +1068,17 @@ TEST_CASE("a batch also used on a side stream is not refilled until that stream 
       Config cfg = small_config(2, 1, 1);
       DevicePipeline dp(cfg, 12, test::fill_pattern, tc, device);
       auto ready = device->create_event(EventKind::sync);
-      struct Read {
-        std::uint64_t epoch;
-        std::vector<std::uint64_t> indices;
-        std::vector<std::byte> bytes;
-      };
-      std::vector<std::unique_ptr<Read>> reads;
+      StreamReads reads;
       while (auto b = dp.next()) {
-        auto r = std::make_unique<Read>();
-        r->epoch = b->host().epoch;
-        r->indices = b->host().indices;
-        r->bytes.resize(b->bytes());
         device->record(*ready, *consumer);  // the batch is ready on the consumer stream: the side stream waits for it
         device->wait(*side, *ready);
-        device->busy(2000, *side);
-        device->copy_to_host(r->bytes.data(), b->data(), b->bytes(), *side);
+        read_on(*device, *side, *b, 2000, reads);
         if (record) b->record_stream(side->native());
-        reads.push_back(std::move(r));
         b->reset();
       }
       device->synchronize(*side);
       device->synchronize(*consumer);
-      std::size_t wrong = 0;
-      for (auto& r : reads) {
-        for (std::size_t j = 0; j < r->indices.size(); ++j) {
-          if (!sample_matches(cfg.seed, r->epoch, r->indices[j], r->bytes.data() + j * cfg.sample_bytes, cfg.sample_bytes)) {
-            ++wrong;
-          }
-        }
-      }
+      const std::size_t wrong = wrong_samples(reads, cfg.seed, cfg.sample_bytes);
       if (record) {
         REQUIRE(wrong == 0);
       } else {
@@ -1105,33 +1101,17 @@ TEST_CASE("current_consumer_stream: each batch is ready on, and released from, t
   tc.current_consumer_stream = [&] { return streams[asked++ % 2]->native(); };  // the step switches streams
   Config cfg = small_config(2, 2, 2);
   DevicePipeline dp(cfg, 14, test::fill_pattern, tc, device);
-  struct Read {
-    std::uint64_t epoch;
-    std::vector<std::uint64_t> indices;
-    std::vector<std::byte> bytes;
-  };
-  std::vector<std::unique_ptr<Read>> reads;
+  StreamReads reads;
   while (auto b = dp.next()) {
-    Stream& s = *streams[(asked - 1) % 2];  // the stream this batch was given
-    auto r = std::make_unique<Read>();
-    r->epoch = b->host().epoch;
-    r->indices = b->host().indices;
-    r->bytes.resize(b->bytes());
-    device->busy(500, s);
-    device->copy_to_host(r->bytes.data(), b->data(), b->bytes(), s);
-    reads.push_back(std::move(r));
-    b->reset();  // released at once: only consumed, recorded on s, keeps the slot
+    read_on(*device, *streams[(asked - 1) % 2], *b, 500, reads);  // on the stream this batch was given
+    b->reset();  // released at once: only consumed, recorded on that stream, keeps the slot
   }
   for (auto& s : streams) device->synchronize(*s);
   REQUIRE(asked == reads.size());  // asked once per batch
-  std::size_t wrong = 0, samples = 0;
-  for (auto& r : reads) {
-    for (std::size_t j = 0; j < r->indices.size(); ++j, ++samples) {
-      if (!sample_matches(cfg.seed, r->epoch, r->indices[j], r->bytes.data() + j * cfg.sample_bytes, cfg.sample_bytes)) {
-        ++wrong;
-      }
-    }
-  }
+  std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
+  const std::size_t wrong = wrong_samples(reads, cfg.seed, cfg.sample_bytes, &seen);
+  std::size_t samples = 0;
+  for (auto& [key, count] : seen) samples += std::size_t(count);
   REQUIRE(samples == 2 * 14);
   REQUIRE(wrong == 0);
 }
