@@ -92,10 +92,12 @@ double default_max_memory_mb() {
   return double(pages) * double(page) / double(1 << 20) / 4;
 }
 
+double memory_limit_mb(const Options& o) { return o.max_memory_mb > 0 ? o.max_memory_mb : default_max_memory_mb(); }
+
 void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc, const Device& device) {
   const double mib = double(1 << 20);
   const double host = double(cfg.host_pool_bytes()) / mib, dev = double(device_pool_bytes(cfg, tc, device)) / mib;
-  const double limit = o.max_memory_mb > 0 ? o.max_memory_mb : default_max_memory_mb();
+  const double limit = memory_limit_mb(o);
   if (host + dev <= limit) return;
   const auto whole = [](double x) { return std::to_string((unsigned long long)(x + 0.5)); };
   throw UsageError("the batch pools need " + whole(host + dev) + " MiB (host " + std::to_string(cfg.host_buffer_count()) +

@@ -36,6 +36,8 @@ std::size_t env_size(std::initializer_list<const char*> names, std::size_t fallb
 
 // A quarter of physical memory, MiB: what the batch pools may take unless --max-memory-mb says otherwise.
 double default_max_memory_mb();
+// --max-memory-mb, or its default where it is 0.
+double memory_limit_mb(const Options& o);
 
 
 // SIGINT and SIGTERM set a flag instead of ending the program, so the caller

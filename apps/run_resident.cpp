@@ -27,7 +27,7 @@ void check_budget(const Options& o, double need_mb) {
                      " MiB, over --budget-mb " + std::to_string(std::size_t(o.budget_mb)) +
                      "; raise it, use a smaller --crop, or drop --resident to stream");
   }
-  const double limit_mb = o.max_memory_mb > 0 ? o.max_memory_mb : default_max_memory_mb();
+  const double limit_mb = memory_limit_mb(o);
   if (need_mb > limit_mb) {
     throw UsageError("--resident: the decoded set needs " + std::to_string(std::size_t(need_mb + 1)) +
                      " MiB of host memory, over --max-memory-mb " + std::to_string(std::size_t(limit_mb)));

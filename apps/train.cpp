@@ -152,7 +152,6 @@ void Trainer::prepare() {
   // Before any CUDA work: cuBLAS reads its workspace setting when its handle is made.
   if (t_.deterministic) std::printf("%s\n", make_deterministic().c_str());
   all_ = open_dataset(o_, Announce::when_made);
-  if (all_.size() == 0) throw UsageError("dataset: no samples");
   if (all_.num_classes() < 2) throw UsageError("dataset: " + std::to_string(all_.num_classes()) + " class(es); training needs at least 2");
   crop_ = o_.crop ? o_.crop : int(default_input(t_.model));
   torch::manual_seed(o_.seed);  // the initial weights, like the batches, follow --seed

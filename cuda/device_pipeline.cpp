@@ -12,6 +12,8 @@
 
 namespace conveyor {
 
+namespace {
+
 // Labels travel with the pixels (issue 16.3): the transfer thread writes a
 // batch's n labels into its host buffer at label_offset(n), right after the
 // pixels and 8-byte aligned, and one copy moves both, so the labels arrive on
@@ -25,6 +27,7 @@ std::size_t label_tail_bytes(std::size_t capacity) {
   return alignof(std::int64_t) - 1 + capacity * sizeof(std::int64_t);
 }
 
+}  // namespace
 
 constexpr unsigned char kPoison = 0xA5;
 
@@ -294,12 +297,12 @@ void validate_normalization(const TransferConfig::Normalization& n, std::size_t 
 }
 
 std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device) {
-  const auto mul = [](std::size_t a, std::size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; };
-  const std::size_t pixels = mul(config.batch_size, config.sample_bytes);
-  const std::size_t tail = label_tail_bytes(config.batch_size);
-  const std::size_t raw = device.hands_over() ? 0 : (pixels > SIZE_MAX - tail ? SIZE_MAX : pixels + tail);
-  const std::size_t out = transfer.normalize ? mul(config.batch_size, transfer.normalize->output_bytes()) : 0;
-  return mul(config.device_buffer_count(), raw > SIZE_MAX - out ? SIZE_MAX : raw + out);
+  const std::size_t raw =
+      device.hands_over() ? 0
+                          : saturating_add(saturating_mul(config.batch_size, config.sample_bytes),
+                                           label_tail_bytes(config.batch_size));
+  const std::size_t out = transfer.normalize ? saturating_mul(config.batch_size, transfer.normalize->output_bytes()) : 0;
+  return saturating_mul(config.device_buffer_count(), saturating_add(raw, out));
 }
 
 DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,

@@ -6,9 +6,6 @@ namespace {
 void require_at_least_1(const char* field, std::size_t value) {
   if (value < 1) throw ConfigError(field, "must be >= 1 (got " + std::to_string(value) + ")");
 }
-
-// a * b, or SIZE_MAX when it overflows.
-std::size_t saturating_mul(std::size_t a, std::size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
 }  // namespace
 
 void Config::validate() const {
@@ -42,7 +39,7 @@ std::size_t Config::host_pool_bytes() const {
   // Each buffer: the pixels, plus an index and a label per slot.
   const std::size_t per_batch = saturating_mul(batch_size, sample_bytes);
   const std::size_t bookkeeping = saturating_mul(batch_size, 2 * sizeof(std::uint64_t));
-  return saturating_mul(host_buffer_count(), per_batch > SIZE_MAX - bookkeeping ? SIZE_MAX : per_batch + bookkeeping);
+  return saturating_mul(host_buffer_count(), saturating_add(per_batch, bookkeeping));
 }
 
 SamplerOptions Config::sampler_options(std::size_t dataset_size) const {

@@ -22,6 +22,13 @@ class ConfigError : public std::invalid_argument {
   std::string field_;
 };
 
+// Byte counts compared with a memory budget: a * b and a + b, SIZE_MAX where
+// they would wrap (a mistyped --batch must read as "too much", not as little).
+constexpr std::size_t saturating_mul(std::size_t a, std::size_t b) {
+  return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b;
+}
+constexpr std::size_t saturating_add(std::size_t a, std::size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
 struct Config {
   // The upper limits validate() enforces, for callers that check earlier (a
   // command line's parser).
