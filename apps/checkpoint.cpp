@@ -98,7 +98,7 @@ std::string history_csv(const std::vector<EpochRow>& rows) {
 
 void plot_history(const std::string& file, const std::vector<EpochRow>& rows) {
   const std::string csv = file + ".csv";
-  write_text_file("--plot", csv, history_csv(rows));
+  write_file("--plot", csv, history_csv(rows));
   // Two panels over the same epochs (1-based, as printed), with equal margins so the x axes line up.
   const std::string body =
       "set multiplot layout 2,1 title 'conveyor train'\nset lmargin 10\nset rmargin 30\nset key outside right\n"
@@ -135,8 +135,20 @@ void save_checkpoint(const std::string& file, Net& model, torch::optim::SGD& opt
   write_string(archive, "pipeline_state", state.pipeline.serialize());
   write_string(archive, "sums", state.sums.serialize());
   write_string(archive, "history", history_csv(state.history));
+  // Serialized in memory, then written by us: LibTorch's own file writer
+  // throws from a destructor when the disk fills, which ends the process in
+  // std::terminate; this way a full disk is a one-line error, and the
+  // previous checkpoint stays as it was.
+  std::ostringstream bytes;
+  archive.save_to(bytes);
   const std::string tmp = file + ".tmp";
-  archive.save_to(tmp);
+  try {
+    write_file("--checkpoint", tmp, bytes.str());
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
   std::filesystem::rename(tmp, file);
 }
 

@@ -51,7 +51,8 @@ std::string dataset_digest(const Dataset& d);
 std::string differences(const std::string& there, const std::string& here);
 
 // Writes FILE.tmp and renames it over FILE, so a crash mid-write leaves the
-// previous checkpoint intact.
+// previous checkpoint intact. Throws std::runtime_error naming the file when
+// the write fails (a full disk), having removed FILE.tmp.
 void save_checkpoint(const std::string& file, Net& model, torch::optim::SGD& optimizer, const std::string& identity,
                      const CheckpointState& state);
 // Reads FILE into model and optimizer (their tensors onto `where`). Throws

@@ -127,7 +127,7 @@ void check_writable(const std::string& flag, const std::string& file) {
   throw UsageError(flag + " " + file + ": cannot write there: " + std::strerror(errno));
 }
 
-void write_text_file(const std::string& flag, const std::string& file, const std::string& text) {
+void write_file(const std::string& flag, const std::string& file, const std::string& text) {
   std::FILE* f = std::fopen(file.c_str(), "w");
   if (!f) throw std::runtime_error(flag + ": cannot write " + file + ": " + std::strerror(errno));
   const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
@@ -215,7 +215,7 @@ bool gnuplot(const std::string& output, const std::string& script_body, const st
   }
   const std::string script = output + ".gp";
   const bool svg = output.size() > 4 && output.substr(output.size() - 4) == ".svg";
-  write_text_file("--plot", script,
+  write_file("--plot", script,
                   std::string("set terminal ") + (svg ? "svg" : "pngcairo") + " size 800,500\nset output " +
                       gnuplot_quote(output) + "\nset datafile separator ','\n" + script_body);
   const int rc = std::system(("gnuplot " + shell_quote(script) + " 2>&1").c_str());

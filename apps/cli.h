@@ -67,9 +67,9 @@ void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc,
 // written (a directory, a missing folder, no permission), not after the run.
 // Leaves no file behind where none was.
 void check_writable(const std::string& flag, const std::string& file);
-// Writes text to file, checking every write and the close: throws
+// Writes bytes to file, checking every write and the close: throws
 // std::runtime_error "FLAG: cannot write FILE: reason" (a full disk, /dev/full).
-void write_text_file(const std::string& flag, const std::string& file, const std::string& text);
+void write_file(const std::string& flag, const std::string& file, const std::string& text);
 // The exit status for the exception being handled (call it in a catch block),
 // the same ladder for every program: --help is CLI11's (0); a bad flag, a bad
 // --config file (named with `section`'s reading of it) or a UsageError is one

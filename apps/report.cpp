@@ -77,7 +77,7 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
         << json_escape(k.reason) << "\"}";
   }
   out << (r.skipped.empty() ? "]\n}\n" : "\n  ]\n}\n");
-  write_text_file("--json", file, out.str());
+  write_file("--json", file, out.str());
 }
 
 void report_skipped(const RunResult& r) {

@@ -83,7 +83,7 @@ void write_csv(const Options& o, const std::vector<SweepPoint>& points, const st
           << p.compute_ms << ',' << p.images_per_s << ',' << 100 * p.consumer_idle << ',' << p.peak_rss_mib << ','
           << (p.ok ? 1 : 0) << '\n';
     }
-    write_text_file("--csv", o.csv, out.str());  // whole before gnuplot reads it
+    write_file("--csv", o.csv, out.str());  // whole before gnuplot reads it
     std::printf("wrote %s\n", o.csv.c_str());
     if (!o.plot.empty()) {
       // images/s against workers, one line per host queue depth (other axes at their first value).
