@@ -132,21 +132,9 @@ DeviceConfig device_config(const Options& o) {
   return dc;
 }
 
-std::vector<Transform> transforms(Augmentation augment, int crop) {
-  switch (augment) {
-    case Augmentation::crop:
-      return {Resize{crop, {}}, RandomCrop{{crop, crop}, 4, 4, 4, 4, false}, RandomHorizontalFlip{}};
-    case Augmentation::center:
-      return {Resize{crop * 8 / 7, {}}, CenterCrop{{crop, crop}}};
-    case Augmentation::rrc:
-      break;
-  }
-  return {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
-}
-
 ImageConfig image_config(const Options& o, Augmentation augment, int crop) {
   ImageConfig ic;
-  ic.transforms = transforms(augment, crop);
+  ic.transforms = preset_transforms(augment, crop);
   ic.on_error = o.on_error;
   if (o.normalize_in == NormalizeIn::workers) ic.normalize = Normalize{};
   return ic;

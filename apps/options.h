@@ -29,12 +29,8 @@
 
 namespace conveyor::apps {
 
-// --augment: the training transforms at the output size.
-enum class Augmentation {
-  rrc,     // RandomResizedCrop + flip
-  crop,    // Resize + RandomCrop (padding 4) + flip
-  center,  // Resize + CenterCrop (deterministic: validation, --resident)
-};
+// --augment: the training transforms at the output size (stages/augment.h).
+using Augmentation = AugmentPreset;
 // --compute: what the synthetic training step does for --compute-ms.
 enum class Compute {
   sleep,  // frees the CPU, as a step on a GPU does
@@ -97,7 +93,9 @@ struct Choice {
   std::string_view name;
   E value;
 };
-inline constexpr std::array<Choice<Augmentation>, 3> kAugments{{{"rrc", Augmentation::rrc}, {"crop", Augmentation::crop}, {"center", Augmentation::center}}};
+inline constexpr std::array<Choice<Augmentation>, 3> kAugments{{{kAugmentPresets[0].name, kAugmentPresets[0].preset},
+                                                                  {kAugmentPresets[1].name, kAugmentPresets[1].preset},
+                                                                  {kAugmentPresets[2].name, kAugmentPresets[2].preset}}};
 inline constexpr std::array<Choice<Compute>, 2> kComputes{{{"sleep", Compute::sleep}, {"spin", Compute::spin}}};
 inline constexpr std::array<Choice<NormalizeIn>, 2> kNormalizeIns{{{"device", NormalizeIn::device}, {"workers", NormalizeIn::workers}}};
 inline constexpr std::array<Choice<BackendChoice>, 3> kDevices{
@@ -168,8 +166,6 @@ int crop_size(const Options& o);
 Config pipeline_config(const Options& o);
 // --device, --link-gbps, --host-transfer.
 DeviceConfig device_config(const Options& o);
-// --augment's transforms at output size crop x crop.
-std::vector<Transform> transforms(Augmentation augment, int crop);
 // The image stage's settings: `augment`'s transforms at crop x crop,
 // --on-error's policy, and with --normalize-in workers the workers' normalize.
 ImageConfig image_config(const Options& o, Augmentation augment, int crop);

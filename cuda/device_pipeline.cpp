@@ -245,6 +245,13 @@ void DeviceBatch::record_stream(void* stream) {
   also_used_on_.push_back(core_->device->wrap_stream(stream));
 }
 
+void DeviceBatch::use_on(void* stream) {
+  if (!core_) throw std::logic_error("DeviceBatch::use_on on an empty batch");
+  auto s = core_->device->wrap_stream(stream);
+  core_->device->wait(*s, *slot_->copied);  // as next() does for the consumer stream (protocol point 6)
+  also_used_on_.push_back(std::move(s));
+}
+
 void DeviceBatch::reset() noexcept {
   if (!core_) return;
   const bool released = core_->release(*slot_, generation_, stream_.get(), also_used_on_);
@@ -374,6 +381,15 @@ void DevicePipeline::stop() {
 
 Device& DevicePipeline::device() const { return *core_->device; }
 std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
+
+bool DevicePipeline::wait_ready(std::chrono::microseconds timeout) {
+  if (stopped_ || core_->held.load() == core_->slots.size()) return true;
+  {
+    std::lock_guard lk(core_->error_mu);
+    if (!core_->consumer_error.empty()) return true;
+  }
+  return pipeline_->wait_ready(timeout);
+}
 
 std::optional<DeviceBatch> DevicePipeline::next() {
   {

@@ -136,6 +136,14 @@ class DeviceBatch {
   // an empty batch.
   void record_stream(void* stream);
 
+  // The batch is read on `stream` (same device, native handle), which need not
+  // be the consumer stream next() made it ready on: `stream` waits for the
+  // batch's copy (on the device; the host does not block), and the release then
+  // waits for that stream's work as with record_stream. For hand-offs that name
+  // their stream late, as DLPack's __dlpack__(stream=...) does. Throws
+  // std::logic_error on an empty batch, DeviceError from the device.
+  void use_on(void* stream);
+
   // Records consumed on the consumer stream (after the streams given to
   // record_stream) and gives the slot and host buffer back. Never throws (an
   // error is kept for the pipeline's next call). Idempotent.
@@ -184,6 +192,10 @@ class DevicePipeline {
   using EpochRange = EpochRangeOf<DevicePipeline, DeviceBatch>;
   // The remaining batches of epoch e, as Pipeline::epoch.
   EpochRange epoch(std::uint64_t e);
+
+  // As Pipeline::wait_ready: true once next() would not wait for the workers,
+  // including when it would throw (the consumer holds every device slot).
+  bool wait_ready(std::chrono::microseconds timeout);
 
   // As Pipeline::consumer_away.
   void consumer_away() { pipeline_->consumer_away(); }

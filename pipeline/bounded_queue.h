@@ -97,6 +97,19 @@ class BoundedQueue {
   // (check closed() to tell "empty" from "ended"). Thread-safe.
   std::optional<T> try_pop() { return pop_impl(/*block=*/false); }
 
+  // Blocks up to `timeout` until pop() would return at once: an item is
+  // queued or the queue is closed. Returns true then, false on timeout. Takes
+  // nothing, so it suits a single consumer that must stay interruptible (a
+  // Python caller checks for Ctrl-C between waits); with several consumers
+  // another may take the item first. Thread-safe.
+  bool wait_ready_for(std::chrono::microseconds timeout) {
+    if (closed()) return true;
+    // Borrow a token and give it back: the count stays that of the items.
+    if (!ready_items_.tryWait() && !ready_items_.wait(std::int64_t(timeout.count()))) return closed();
+    ready_items_.signal();
+    return true;
+  }
+
   // Ends the stream: later pushes fail, items already queued can still be
   // popped, and every thread blocked in push() or pop() wakes. Idempotent.
   void close() {

@@ -43,23 +43,11 @@ const Config& validated(const Config& c) {
   return c;
 }
 
-PipelineState initial_position(const Config& c, std::size_t dataset_size) {
-  PipelineState s;
-  s.seed = c.seed;
-  s.dataset_size = dataset_size;
-  s.batch_size = c.batch_size;
-  s.shuffle = c.shuffle;
-  s.drop_last = c.drop_last;
-  s.rank = c.rank;
-  s.world_size = c.world_size;
-  s.shard_policy = c.shard_policy;
-  return s;
-}
 
 // Checks a resume state against the config; returns it, or the fresh start.
 PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t n,
                             const std::optional<PipelineState>& resume) {
-  PipelineState fresh = initial_position(c, n);
+  PipelineState fresh = initial_state(c, n);
   if (!resume) return fresh;
   PipelineState expect = fresh;
   expect.epoch = resume->epoch;
@@ -445,6 +433,11 @@ std::optional<BatchHandle> Pipeline::next() {
   return batch;
 }
 
+bool Pipeline::wait_ready(std::chrono::microseconds timeout) {
+  if (stopping_flag()) return true;
+  return device_queue_.wait_ready_for(timeout) || stopping_flag();
+}
+
 void Pipeline::consumer_away() {
   const auto now = Clock::now();
   std::lock_guard lk(state_mu_);
@@ -516,6 +509,21 @@ PipelineStats Pipeline::stats() const {
   s.queues.push_back({"host queue", host_queue_.stats()});
   s.queues.push_back({"device queue", device_queue_.stats()});
   s.queues.push_back({"buffer pool", pool_.stats()});
+  return s;
+}
+
+// ---------------------------------------------------------------- state
+
+PipelineState initial_state(const Config& c, std::size_t dataset_size) {
+  PipelineState s;
+  s.seed = c.seed;
+  s.dataset_size = dataset_size;
+  s.batch_size = c.batch_size;
+  s.shuffle = c.shuffle;
+  s.drop_last = c.drop_last;
+  s.rank = c.rank;
+  s.world_size = c.world_size;
+  s.shard_policy = c.shard_policy;
   return s;
 }
 

@@ -25,12 +25,13 @@
 // original message, with the original exception inside (cause()), and every
 // later call throws it again.
 //
-// Thread safety: next(), epoch(), state() and stop() belong to the consumer: call
-// them from one thread at a time. stats() may be called from any thread. The
+// Thread safety: next(), wait_ready(), epoch(), state() and stop() belong to the
+// consumer: call them from one thread at a time. stats() may be called from any thread. The
 // destructor stops and joins every thread it started.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -121,6 +122,10 @@ class PipelineError : public std::runtime_error {
   std::exception_ptr cause_;
 };
 
+// The state of a consumer that has taken nothing yet: epoch 0 with the
+// config's order settings. A resume state for epoch e is this with epoch = e.
+PipelineState initial_state(const Config& config, std::size_t dataset_size);
+
 class Pipeline {
  public:
   // Starts the threads. Throws ConfigError for an invalid config,
@@ -136,6 +141,12 @@ class Pipeline {
   // configured epochs are done or the pipeline was stopped. Throws PipelineError
   // once any stage failed. Release (destroy or reset) the handle to recycle the buffer.
   std::optional<BatchHandle> next();
+
+  // Blocks up to `timeout` until next() would return without waiting for the
+  // workers: a batch is ready, the run is over, stopped or failed. True then,
+  // false on timeout. For a consumer that must stay interruptible (the Python
+  // module waits in slices and checks for Ctrl-C between them).
+  bool wait_ready(std::chrono::microseconds timeout);
 
   // The consumer turns to other work (evaluation, a checkpoint) until its next
   // call: that time counts as neither busy nor starved in the consumer's stats,

@@ -230,4 +230,16 @@ std::string Augment::describe() const {
   return out;
 }
 
+std::vector<Transform> preset_transforms(AugmentPreset preset, int crop) {
+  switch (preset) {
+    case AugmentPreset::crop:
+      return {Resize{crop, {}}, RandomCrop{{crop, crop}, 4, 4, 4, 4, false}, RandomHorizontalFlip{}};
+    case AugmentPreset::center:
+      return {Resize{crop * 8 / 7, {}}, CenterCrop{{crop, crop}}};
+    case AugmentPreset::rrc:
+      break;
+  }
+  return {RandomResizedCrop{{crop, crop}}, RandomHorizontalFlip{}};
+}
+
 }  // namespace conveyor

@@ -15,9 +15,11 @@
 // thread-safe. Stateless: no allocation in plan().
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -54,6 +56,22 @@ struct RandomHorizontalFlip {
 };
 
 using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip>;
+
+// The named training recipes (`conveyor --augment`, Python's augment=), each a
+// transform chain ending at crop x crop.
+enum class AugmentPreset {
+  rrc,     // RandomResizedCrop + flip (ImageConfig's default at 224)
+  crop,    // Resize + RandomCrop (padding 4) + flip
+  center,  // Resize to 8/7 of the crop + CenterCrop (deterministic: validation)
+};
+struct AugmentPresetName {
+  std::string_view name;
+  AugmentPreset preset;
+};
+inline constexpr std::array<AugmentPresetName, 3> kAugmentPresets{
+    {{"rrc", AugmentPreset::rrc}, {"crop", AugmentPreset::crop}, {"center", AugmentPreset::center}}};
+// The preset's transforms at output size crop x crop. Throws nothing.
+std::vector<Transform> preset_transforms(AugmentPreset preset, int crop);
 
 // Bad transform parameters (construction) or an image a transform cannot take
 // (plan(): e.g. smaller than a RandomCrop without padding).

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,8 @@
 
 #include "catch_compat.h"
 
+#include "pipeline/pipeline.h"
+#include "stages/array_source.h"
 #include "stages/npy.h"
 #include "temp_dir.h"
 
@@ -455,4 +458,42 @@ TEST_CASE("npy truncations and corrupted headers give only NpyError") {
       read_or_npy_error(file);
     }
   }
+}
+
+TEST_CASE("array source: every row once per epoch with its label, whatever the workers", "[npy][arrays]") {
+  const std::size_t rows = 37, row_bytes = 12;
+  std::vector<std::byte> data(rows * row_bytes);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::byte(i * 7 + 3);
+  std::vector<std::int64_t> labels(rows);
+  for (std::size_t i = 0; i < rows; ++i) labels[i] = std::int64_t(i) * 10 - 5;
+  const ArraySource source(data, row_bytes, labels);
+  REQUIRE(source.size() == rows);
+  const auto workers = GENERATE(1, 4);
+  Config c;
+  c.batch_size = 5;
+  c.workers = std::size_t(workers);
+  c.epochs = 2;
+  c.seed = 9;
+  c.sample_bytes = source.sample_bytes();
+  Pipeline p(c, source.size(), {source.filler()});
+  std::vector<int> seen(rows * 2);
+  while (auto b = p.next()) {
+    const Batch& batch = **b;
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      const std::size_t i = batch.indices[k];
+      ++seen[batch.epoch * rows + i];
+      REQUIRE(batch.labels[k] == labels[i]);
+      REQUIRE(std::memcmp(batch.sample(k).data(), data.data() + i * row_bytes, row_bytes) == 0);
+    }
+  }
+  REQUIRE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+}
+
+TEST_CASE("array source: a shape that does not add up is refused by name", "[npy][arrays]") {
+  std::vector<std::byte> data(10);
+  std::vector<std::int64_t> labels(5);
+  REQUIRE_THROWS_WITH(ArraySource(data, 3, labels), Catch::Contains("not whole rows of 3"));
+  REQUIRE_THROWS_WITH(ArraySource(data, 2, std::span<const std::int64_t>(labels).first(4)),
+                      Catch::Contains("5 samples but 4 labels"));
+  REQUIRE_THROWS_WITH(ArraySource(data, 0, labels), Catch::Contains("rows of 0 bytes"));
 }

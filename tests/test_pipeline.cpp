@@ -453,6 +453,49 @@ TEST_CASE("pipeline: epoch() must name the consumer's epoch", "[pipeline]") {
   REQUIRE(p.epoch(2).size() == 0);  // past the configured epochs
 }
 
+TEST_CASE("pipeline: initial_state at epoch e resumes there", "[pipeline][resume]") {
+  Config c = small_config();
+  c.epochs = 3;
+  const auto reference = run_digests(c, 50);  // (epoch, index) -> digest
+  PipelineState s = initial_state(c, 50);
+  REQUIRE(s == Pipeline(c, 50, {fill_pattern}).state());
+  s.epoch = 2;
+  Pipeline p(c, 50, {fill_pattern}, s);
+  std::size_t n = 0;
+  while (auto b = p.next()) {
+    REQUIRE((*b)->epoch == 2);
+    REQUIRE(batch_digest(**b) == reference.at({2, (*b)->index}));
+    ++n;
+  }
+  REQUIRE(n == p.batches_per_epoch());
+}
+
+TEST_CASE("pipeline: wait_ready times out while workers are held, then says ready", "[pipeline][stop]") {
+  Config c = small_config();
+  c.epochs = 1;
+  std::atomic<bool> go{false};
+  Pipeline p(c, 20, {[&](Sample& s) {
+               while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+               fill_pattern(s);
+             }});
+  REQUIRE_FALSE(p.wait_ready(std::chrono::milliseconds(20)));  // nothing filled yet
+  go = true;
+  REQUIRE(eventually([&] { return p.wait_ready(std::chrono::milliseconds(10)); }));
+  std::size_t batches = 0;
+  for (;;) {
+    REQUIRE(p.wait_ready(std::chrono::seconds(60)));  // true for a batch and for the end alike
+    if (!p.next()) break;
+    ++batches;
+  }
+  REQUIRE(batches == p.batches_per_epoch());
+  Pipeline stopped(c, 20, {[](Sample& s) {  // a stalled read: returns only when stopping
+                     while (!s.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                   }});
+  stopped.stop();
+  REQUIRE(stopped.wait_ready(std::chrono::seconds(60)));  // a stopped pipeline is "ready": next() ends at once
+  REQUIRE_FALSE(stopped.next());
+}
+
 TEST_CASE("pipeline: stop returns promptly with threads blocked on full or empty queues", "[pipeline][stop]") {
   Config c = small_config();
   c.epochs = 0;  // endless: nothing ends on its own

@@ -1,0 +1,28 @@
+#include "stages/array_source.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace conveyor {
+
+ArraySource::ArraySource(std::span<const std::byte> data, std::size_t row_bytes, std::span<const std::int64_t> labels)
+    : data_(data), row_bytes_(row_bytes), labels_(labels) {
+  if (row_bytes == 0) throw std::invalid_argument("arrays: rows of 0 bytes (an axis of length 0 after the first)");
+  if (data.size() % row_bytes != 0) {
+    throw std::invalid_argument("arrays: " + std::to_string(data.size()) + " bytes are not whole rows of " +
+                                std::to_string(row_bytes));
+  }
+  rows_ = data.size() / row_bytes;
+  if (labels.size() != rows_) {
+    throw std::invalid_argument("arrays: " + std::to_string(rows_) + " samples but " + std::to_string(labels.size()) +
+                                " labels");
+  }
+}
+
+void ArraySource::fill(Sample& s) const {
+  std::memcpy(s.data.data(), data_.data() + s.index * row_bytes_, row_bytes_);
+  s.label = labels_[s.index];
+}
+
+}  // namespace conveyor
