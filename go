@@ -3,10 +3,11 @@
 #
 #   ./go demo [flags]   install what is missing, build, run `conveyor run` on the
 #                       embedded default dataset (flags go to conveyor run)
-#   ./go test           install what is missing (libtorch-dev, openmpi-bin and
-#                       clang too), build and run every test three times: plain
-#                       (with the LibTorch parts and the conveyor train test, and
-#                       the CUDA sources compiled when nvcc is present),
+#   ./go test           install what is missing (libtorch-dev, openmpi-bin, clang,
+#                       pybind11 and pytest too), build and run every test three
+#                       times: plain (with the LibTorch parts, the conveyor train
+#                       test and the Python module's pytest suite, and the CUDA
+#                       sources compiled when nvcc is present),
 #                       ASan+UBSan, TSan; then 30 s of each fuzz target
 #   ./go fuzz [SECONDS] the fuzz targets alone, SECONDS each (default 600)
 #   ./go gpu-bundle     here: .gpu/ for a GPU machine without a registry (../shared's
@@ -28,7 +29,12 @@ PACKAGES=(cmake ninja-build g++ pkg-config
 # The test command also builds and tests the LibTorch parts (conveyor train),
 # launches ranks with Open MPI's mpirun for the sharding check, and builds the
 # libFuzzer targets with clang (libclang-rt-14-dev holds libFuzzer).
-TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev)
+# The Python module (pybind11, DLPack) and its pytest suite, with NumPy and
+# PyTorch (CPU), torchvision and Pillow (docs/python.md's DataLoader example)
+# from Debian for /usr/bin/python3.
+TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev
+               python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch
+               python3-torchvision python3-pil)
 FUZZ_TARGETS=(decode list npy config)
 JOBS=$(nproc)
 
@@ -182,7 +188,9 @@ case "$cmd" in
     mkdir -p build
     start=$SECONDS
     # LibTorch is not built with sanitizers: its parts are tested in the first build only.
-    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}" -DCONVEYOR_TORCH=ON
+    # The Python module for Debian's interpreter (the first python3 on PATH may be another, without numpy).
+    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}" -DCONVEYOR_TORCH=ON \
+      -DCONVEYOR_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
     run_tests debug
     build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=address,undefined -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
     run_tests asan
@@ -213,10 +221,11 @@ case "$cmd" in
     ;;
   peers)
     # The side-by-side comparison of docs/benchmarks.md (issue 7): PyTorch's
-    # DataLoader and the Python two-queue pipeline from Debian's packages.
-    install_missing python3-torch python3-torchvision python3-pil
+    # DataLoader and the Python two-queue pipeline from Debian's packages, and
+    # Conveyor's own Python module (conveyor-python) built for that interpreter.
+    install_missing python3-torch python3-torchvision python3-pil python3-dev pybind11-dev libdlpack-dev python3-numpy
     mkdir -p build
-    build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF
+    build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF -DCONVEYOR_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
     exec /usr/bin/python3 apps/peers/compare.py --build build/release "$@"
     ;;
   fuzz)

@@ -6,6 +6,8 @@
 #   stages/     datasets, decode, augment (images enter here)
 #   cuda/       the device interface, its CUDA and host backends
 #   libtorch/   tensors and models
+#   python/     the Python module (pybind11): beside libtorch/, never over it:
+#               tensors reach PyTorch through DLPack, so the module carries no LibTorch
 #   apps/       the conveyor command, benchmarks, examples
 #
 # pipeline/ also names no image or CUDA library: it knows nothing of either.
@@ -13,7 +15,7 @@
 # Usage: layering_test.sh SOURCE_ROOT
 set -euo pipefail
 cd "$1"
-layers=(pipeline stages cuda libtorch apps)
+layers=(pipeline stages cuda libtorch python apps)
 bad=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   layer=${layers[i]}
@@ -28,6 +30,11 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
 done
 if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cuda_runtime|cuda_runtime_api|nvtx3/[^>"]*|turbojpeg|jpeglib|stb_image[^>"]*|stb/[^>"]*|torch/[^>"]*)(\.h)?[>"]' pipeline); then
   echo "pipeline/ includes an image or CUDA library:"
+  echo "$hits"
+  bad=1
+fi
+if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](libtorch|torch|ATen|c10)/' python); then
+  echo "python/ includes LibTorch (it hands tensors over through DLPack instead):"
   echo "$hits"
   bad=1
 fi

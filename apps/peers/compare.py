@@ -10,6 +10,8 @@ workers:
                       the consumer, as CPU training does; normalize on the transfer thread)
   conveyor-1          the same with 1 worker (the scaling figure: conveyor / conveyor-1)
   conveyor-wn(-1)     only with --only: the workers normalize (--normalize-in workers)
+  conveyor-python     conveyor.torch.Loader from Python (conveyor_python.py): the same
+                      pipeline, tensors through DLPack (needs BUILD/python: CONVEYOR_PYTHON)
   dataloader-0/1/2    PyTorch's DataLoader with num_workers 0, 1, 2 (pin_memory off: no GPU)
   two-queue           decode threads -> Queue(12) -> transfer thread -> Queue(1) -> consumer
 and a reference: libjpeg-turbo full-size decode alone (no resize, no augment)
@@ -188,6 +190,8 @@ def main():
             "dataloader-0": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "0", "--epochs", str(total)], PEER_EPOCH),
             "dataloader-1": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "1", "--epochs", str(total)], PEER_EPOCH),
             "dataloader-2": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "2", "--epochs", str(total)], PEER_EPOCH),
+            "conveyor-python": ([py, "conveyor_python.py", "--list", listfile, "--workers", w, "--epochs", str(total),
+                                 "--module", os.path.join(a.build, "python")], PEER_EPOCH),
             "two-queue": ([py, "two_queue.py", "--list", listfile, "--workers", w, "--epochs", str(total)], PEER_EPOCH),
             "decode-only-1": ([bench_images, "full-decode", listfile, "--threads", "1", "--epochs", str(total)], PEER_EPOCH),
             "decode-only-2": ([bench_images, "full-decode", listfile, "--threads", "2", "--epochs", str(total)], PEER_EPOCH),

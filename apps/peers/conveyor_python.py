@@ -1,0 +1,35 @@
+"""Conveyor from Python (conveyor.torch.Loader), as a PyTorch user writes it.
+
+    python3 conveyor_python.py --list train.txt --workers 2 --batch 64 --epochs 3 --module build/release/python
+
+The same list, transforms and batch as the other peers (RandomResizedCrop 224 +
+flip + normalize to float32); the host backend hands the workers' buffers over
+and the tensors are zero-copy views (torch.from_dlpack). The consumer only takes
+each batch, so the figure is the loader's throughput as Python sees it.
+"""
+import sys
+import time
+
+from common import arguments, report
+
+
+def main():
+    ap = arguments(__doc__)
+    ap.add_argument("--module", required=True, help="folder holding the conveyor package (BUILD/python)")
+    a = ap.parse_args()
+    sys.path.insert(0, a.module)
+    import torch
+    from conveyor.torch import Loader
+
+    torch.set_num_threads(1)
+    loader = Loader(list=a.list, batch_size=a.batch, workers=a.workers, crop=224, augment="rrc",
+                    normalize="float32", device="cpu", epochs=a.epochs)
+    for e in range(a.epochs):
+        t0, n = time.perf_counter(), 0
+        for images, labels in loader:
+            n += images.shape[0]
+        report(e, n, time.perf_counter() - t0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""conveyor.torch: a Loader that yields PyTorch tensors.
+
+    from conveyor.torch import Loader
+    for images, labels in Loader(folder="train/", batch_size=64, normalize="float32"):
+        loss = F.cross_entropy(model(images), labels)
+
+Same arguments as conveyor.Loader. The tensors are views of the pipeline's
+memory (torch.from_dlpack: no copy). On CUDA they are device tensors, ready on
+the stream PyTorch computes on when the batch is taken
+(torch.cuda.current_stream()); the labels travelled with the pixels. The batch
+returns to the pipeline when both tensors (and every view of them) are gone.
+A tensor also used on another stream: see docs/python.md ("Streams").
+"""
+
+import torch as _torch
+
+from . import Loader as _Loader
+
+__all__ = ["Loader", "to_tensors"]
+
+
+def to_tensors(batch):
+    """(images, labels) Arrays -> (images, labels) tensors, without a copy."""
+    images, labels = batch
+    return _torch.from_dlpack(images), _torch.from_dlpack(labels)
+
+
+class _Tensors:
+    def __init__(self, arrays):
+        self._arrays = arrays
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return to_tensors(next(self._arrays))
+
+
+class Loader(_Loader):
+    """conveyor.Loader whose batches are (images, labels) torch tensors."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self.device.startswith("cuda"):
+            device = _torch.device(self.device)
+            self._set_stream_source(lambda: _torch.cuda.current_stream(device).cuda_stream)
+
+    def __iter__(self):
+        return _Tensors(super().__iter__())
+
+    def epoch(self, e):
+        return _Tensors(super().epoch(e))

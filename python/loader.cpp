@@ -1,0 +1,140 @@
+#include "python/loader.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "pipeline/pipeline.h"
+#include "pipeline/sampler.h"
+
+namespace conveyor::python {
+
+Element element_of(DType t) {
+  switch (t) {
+    case DType::uint8: return {'u', 8};
+    case DType::float32: return {'f', 32};
+    case DType::float16: return {'f', 16};
+    case DType::bfloat16: return {'b', 16};
+  }
+  return {};
+}
+
+namespace {
+std::size_t product(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n = saturating_mul(n, std::size_t(d));
+  return n;
+}
+}  // namespace
+
+Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sample_bytes)
+    : settings_(std::move(settings)), dataset_size_(dataset_size) {
+  if (dataset_size == 0) throw std::invalid_argument("dataset: no samples");
+  settings_.config.sample_bytes = sample_bytes;
+  settings_.config.validate();
+  settings_.device.host_transfer = HostTransfer::handover;  // a CPU consumer reads the workers' buffers in place
+  device_ = open_device(settings_.device);
+  if (device_->backend() == Backend::cuda) {
+    transfer_.current_consumer_stream = [this] { return stream_; };
+  }
+}
+
+Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
+    : Loader(std::move(settings), dataset.size(), 0) {
+  num_classes_ = dataset.num_classes();
+  classes_ = dataset.classes();
+  images_ = std::make_unique<ImageSource>(std::move(dataset), std::move(image), settings_.config.workers);
+  settings_.config.sample_bytes = images_->sample_bytes();
+  const Size out = images_->output();
+  if (settings_.normalize) {
+    transfer_.normalize = TransferConfig::Normalization{std::size_t(out.height), std::size_t(out.width), 3, Normalize{},
+                                                        *settings_.normalize};
+    validate_normalization(*transfer_.normalize, settings_.config.sample_bytes);
+    sample_shape_ = {3, out.height, out.width};
+    element_ = element_of(*settings_.normalize);
+  } else {
+    sample_shape_ = {out.height, out.width, 3};
+  }
+}
+
+Loader::Loader(ArrayRows rows, LoaderSettings settings)
+    : Loader(std::move(settings), rows.labels.size(),
+             saturating_mul(product(rows.row_shape), std::size_t(rows.element.bits / 8))) {
+  labels_ = std::move(rows.labels);
+  for (auto l : labels_) num_classes_ = std::max(num_classes_, l + 1);
+  rows_ = std::make_unique<ArraySource>(rows.data, settings_.config.sample_bytes, labels_);
+  sample_shape_ = rows.row_shape;
+  element_ = rows.element;
+  if (settings_.normalize) {
+    const auto& s = rows.row_shape;
+    if (element_ != Element{'u', 8} || s.size() != 3 || s[2] < 1 || s[2] > 3) {
+      throw std::invalid_argument("normalize: needs uint8 rows of shape [H, W, C] with C 1..3 (images)");
+    }
+    transfer_.normalize =
+        TransferConfig::Normalization{std::size_t(s[0]), std::size_t(s[1]), std::size_t(s[2]), Normalize{},
+                                      *settings_.normalize};
+    validate_normalization(*transfer_.normalize, settings_.config.sample_bytes);
+    sample_shape_ = {s[2], s[0], s[1]};
+    element_ = element_of(*settings_.normalize);
+  }
+}
+
+Loader::~Loader() { close(); }
+
+std::size_t Loader::batches_per_epoch() const {
+  return Sampler(settings_.config.sampler_options(dataset_size_)).batches_per_epoch();
+}
+
+PipelineState Loader::state() const {
+  if (pipeline_) return pipeline_->state();
+  return pending_ ? *pending_ : initial_state(settings_.config, dataset_size_);
+}
+
+void Loader::start(std::optional<PipelineState> from) {
+  if (closed_) throw std::logic_error("loader: closed");
+  if (pipeline_) {
+    const auto s = pipeline_->skipped();
+    skipped_before_.insert(skipped_before_.end(), s.begin(), s.end());
+    pipeline_.reset();  // stops and joins its threads; batches still held stay valid
+  }
+  const Filler fill = images_ ? images_->filler() : rows_->filler();
+  pipeline_ = std::make_unique<DevicePipeline>(settings_.config, dataset_size_, fill, transfer_, device_, std::move(from));
+}
+
+void Loader::seek(const PipelineState& state) {
+  pending_ = state;
+  start(state);
+}
+
+bool Loader::wait_ready(std::chrono::microseconds timeout) {
+  if (closed_) return true;
+  if (!pipeline_) start(pending_);
+  return pipeline_->wait_ready(timeout);
+}
+
+std::optional<DeviceBatch> Loader::next(void* stream) {
+  if (closed_) return std::nullopt;
+  if (!pipeline_) start(pending_);
+  stream_ = stream;
+  return pipeline_->next();
+}
+
+PipelineStats Loader::stats() const { return pipeline_ ? pipeline_->stats() : PipelineStats{}; }
+
+std::vector<SkippedSample> Loader::skipped() const {
+  auto all = skipped_before_;
+  if (pipeline_) {
+    const auto s = pipeline_->skipped();
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  return all;
+}
+
+void Loader::close() {
+  if (closed_) return;
+  closed_ = true;
+  if (pipeline_) pipeline_->stop();
+}
+
+}  // namespace conveyor::python

@@ -1,0 +1,142 @@
+// Loader: what Python's conveyor.Loader drives, written in C++ without Python:
+// a dataset (image files, or rows of an in-memory array), the DevicePipeline
+// that feeds it to a device, and the consumer's place in the stream across
+// epochs. python/module.cpp only converts arguments and results, releases the
+// GIL and wraps batches for DLPack and the buffer protocol.
+//
+// Contract.
+// - Epochs: the stream is the pipeline's: epoch 0, 1, ... (Config::epochs of
+//   them, or endless). The consumer's place is state(): the epoch of the next
+//   batch and the batches of it already taken. seek() moves it anywhere (an
+//   epoch's start, or a state saved mid-epoch); the pipeline restarts there and
+//   produces exactly the batches that follow, bit-identical to an
+//   uninterrupted run, whatever the worker count.
+// - Start: the pipeline starts at the first wait_ready(), next() or seek(),
+//   not at construction, so a state loaded before iterating costs no restart.
+// - Device: opened at construction. The host backend hands the workers'
+//   buffers over (HostTransfer::handover): a CPU consumer reads them in place.
+//   On CUDA each batch is made ready on the stream next() is given.
+// - Arrays: the loader reads the rows in place; the caller keeps them alive and
+//   unchanged until close() or destruction (the labels are copied).
+//
+// Thread safety: one consumer thread at a time (module.cpp holds a mutex);
+// stats() and skipped() from any thread. Batches may be released on any thread.
+// Errors: the constructor throws ConfigError, DatasetError, AugmentError,
+// std::invalid_argument or DeviceError naming the field, file or device;
+// next() throws PipelineError naming the stage, epoch, sample and file.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/device_pipeline.h"
+#include "cuda/dtype.h"
+#include "pipeline/config.h"
+#include "pipeline/state.h"
+#include "pipeline/stats.h"
+#include "stages/array_source.h"
+#include "stages/dataset.h"
+#include "stages/image_source.h"
+
+namespace conveyor::python {
+
+// An element type as DLPack and NumPy see it: kind 'u' (unsigned), 'i'
+// (signed), 'f' (IEEE float) or 'b' (bfloat), and its bits.
+struct Element {
+  char kind = 'u';
+  std::uint8_t bits = 8;
+  bool operator==(const Element&) const = default;
+};
+Element element_of(DType t);
+
+// Rows of an in-memory array: the bytes of every row in C order, one row's
+// shape and element type, and one label per row.
+struct ArrayRows {
+  std::span<const std::byte> data;
+  std::vector<std::int64_t> row_shape;  // empty for a 1-d array (scalar rows)
+  Element element;
+  std::vector<std::int64_t> labels;
+};
+
+// What is common to both kinds of dataset.
+struct LoaderSettings {
+  Config config;                   // sample_bytes is set by the loader
+  DeviceConfig device;             // host_transfer is set to handover
+  std::optional<DType> normalize;  // on the device, for uint8 HWC samples of 1..3 channels
+};
+
+class Loader {
+ public:
+  // Image files, decoded and augmented by ImageSource (crop size from the
+  // transforms; samples are uint8 HWC RGB, or `normalize`'s dtype CHW).
+  Loader(Dataset dataset, ImageConfig image, LoaderSettings settings);
+  // Rows of an array, copied into the batch as they are. With `normalize`,
+  // rows must be uint8 [H, W, C] with C in 1..3.
+  Loader(ArrayRows rows, LoaderSettings settings);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  std::size_t dataset_size() const { return dataset_size_; }
+  std::size_t batches_per_epoch() const;
+  const Config& config() const { return settings_.config; }
+  // One sample as the consumer sees it (the batch adds the first axis).
+  const std::vector<std::int64_t>& sample_shape() const { return sample_shape_; }
+  Element element() const { return element_; }
+  const Device& device() const { return *device_; }
+  // Labels are 0 .. num_classes() - 1: the dataset's, or for arrays the largest label + 1.
+  std::int64_t num_classes() const { return num_classes_; }
+  // Class names of a folder dataset (its sub-folders, label order); empty otherwise.
+  const std::vector<std::string>& classes() const { return classes_; }
+
+  // Where the consumer stands: initial_state() before anything was taken.
+  PipelineState state() const;
+  // The next batch is the one after `state` (epoch e's start: delivered
+  // empty). Restarts the pipeline there. Throws std::invalid_argument when
+  // the state was taken with other settings.
+  void seek(const PipelineState& state);
+
+  // As DevicePipeline::wait_ready (starting the pipeline if needed).
+  bool wait_ready(std::chrono::microseconds timeout);
+  // The next batch, made ready on `stream` (CUDA: a cudaStream_t, nullptr for
+  // the legacy default stream; ignored on the host backend). Empty once the
+  // configured epochs are done or after close().
+  std::optional<DeviceBatch> next(void* stream);
+
+  PipelineStats stats() const;
+  std::vector<SkippedSample> skipped() const;
+  // Stops and joins every thread; batches still held stay valid. Idempotent.
+  void close();
+  bool closed() const { return closed_; }
+
+ private:
+  Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sample_bytes);
+  void start(std::optional<PipelineState> from);
+
+  LoaderSettings settings_;
+  std::size_t dataset_size_ = 0;
+  std::vector<std::int64_t> sample_shape_;
+  Element element_;
+  std::int64_t num_classes_ = 0;
+  std::vector<std::string> classes_;
+  std::shared_ptr<Device> device_;
+  TransferConfig transfer_;
+  void* stream_ = nullptr;  // the stream the batch being taken is made ready on
+  // The filler's owner: one of the two, declared before the pipeline that calls it.
+  std::unique_ptr<ImageSource> images_;
+  std::vector<std::int64_t> labels_;
+  std::unique_ptr<ArraySource> rows_;
+  std::optional<PipelineState> pending_;  // where start() begins: seek()'s state
+  std::unique_ptr<DevicePipeline> pipeline_;
+  std::vector<SkippedSample> skipped_before_;  // from pipelines a seek() replaced
+  bool closed_ = false;
+};
+
+}  // namespace conveyor::python

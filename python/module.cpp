@@ -1,0 +1,460 @@
+// conveyor._conveyor: the pybind11 layer over python/loader.h. It converts
+// arguments (defaults from the C++ Config and ImageConfig: one source of
+// truth), releases the GIL while waiting for a batch and checks for Ctrl-C
+// every 50 ms, and hands batches to Python without a copy: each batch is a pair
+// of Arrays (images, labels) that share it, exported through DLPack
+// (__dlpack__, __dlpack_device__) and, on the host, NumPy's buffer protocol.
+// The batch goes back to the pipeline when the last Array, NumPy view or
+// DLPack tensor over it dies, on whichever thread that is. Workers and the
+// transfer thread never touch Python.
+//
+// DLPack: the legacy unversioned "dltensor" capsule (DLPack 0.6 from Debian's
+// libdlpack-dev), which PyTorch >= 1.10, NumPy >= 1.22 and CuPy all take.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <dlpack/dlpack.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "conveyor/version.h"
+#include "pipeline/pipeline.h"
+#include "python/loader.h"
+#include "stages/augment.h"
+
+namespace py = pybind11;
+using namespace py::literals;
+
+namespace conveyor::python {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ------------------------------------------------------------------ batches
+
+// One batch as Python holds it; Arrays and DLPack exports share it.
+struct Held {
+  DeviceBatch batch;
+  std::vector<std::int64_t> sample_shape;
+  Element element;
+  void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
+};
+
+// images or labels of one batch.
+struct Array {
+  std::shared_ptr<Held> held;
+  bool labels = false;
+
+  void* data() const { return labels ? const_cast<std::int64_t*>(held->batch.labels()) : held->batch.data(); }
+  Element element() const { return labels ? Element{'i', 64} : held->element; }
+  std::vector<std::int64_t> shape() const {
+    std::vector<std::int64_t> s{std::int64_t(held->batch.size())};
+    if (!labels) s.insert(s.end(), held->sample_shape.begin(), held->sample_shape.end());
+    return s;
+  }
+  bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }
+};
+
+std::string dtype_name(Element e) {
+  if (e.kind == 'b') return "bfloat16";
+  return std::string(e.kind == 'u' ? "uint" : e.kind == 'i' ? "int" : "float") + std::to_string(e.bits);
+}
+
+// The buffer protocol's format character, or "" where it has none (bfloat16).
+std::string buffer_format(Element e) {
+  switch (e.kind) {
+    case 'u': return e.bits == 8 ? "B" : e.bits == 16 ? "H" : e.bits == 32 ? "I" : "Q";
+    case 'i': return e.bits == 8 ? "b" : e.bits == 16 ? "h" : e.bits == 32 ? "i" : "q";
+    case 'f': return e.bits == 16 ? "e" : e.bits == 32 ? "f" : "d";
+    default: return "";
+  }
+}
+
+std::optional<Element> element_of_format(std::string f) {
+  if (f.size() > 1 && (f[0] == '<' || f[0] == '=' || f[0] == '@')) f.erase(0, 1);
+  if (f.size() != 1) return std::nullopt;
+  switch (f[0]) {
+    case 'B': return Element{'u', 8};
+    case 'b': return Element{'i', 8};
+    case 'H': return Element{'u', 16};
+    case 'h': return Element{'i', 16};
+    case 'I': return Element{'u', 32};
+    case 'i': return Element{'i', 32};
+    case 'L': case 'Q': return Element{'u', 64};
+    case 'l': case 'q': return Element{'i', 64};
+    case 'e': return Element{'f', 16};
+    case 'f': return Element{'f', 32};
+    case 'd': return Element{'f', 64};
+    case '?': return Element{'u', 8};
+    default: return std::nullopt;
+  }
+}
+
+// A DLPack export: keeps the batch alive until the consumer calls the deleter.
+struct Export {
+  std::shared_ptr<Held> held;
+  std::vector<std::int64_t> shape, strides;
+  DLManagedTensor tensor{};
+};
+
+void delete_export(DLManagedTensor* t) { delete static_cast<Export*>(t->manager_ctx); }
+
+// Frees an export nobody took ("dltensor" still); a consumer renames it "used_dltensor".
+void capsule_destructor(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  if (t && t->deleter) t->deleter(t);
+}
+
+py::capsule to_dlpack(const Array& a, std::optional<std::intptr_t> stream) {
+  if (a.on_cuda() && stream != -1) {
+    // DLPack's stream: None or 1 the legacy default stream, 2 the per-thread
+    // one, else a cudaStream_t, passed as is (cudaStreamLegacy is 0x1).
+    void* s = stream ? reinterpret_cast<void*>(*stream) : nullptr;
+    if (s == reinterpret_cast<void*>(1)) s = nullptr;
+    if (s != a.held->ready_on) a.held->batch.use_on(s);
+  }
+  auto e = std::make_unique<Export>();
+  e->held = a.held;
+  e->shape = a.shape();
+  e->strides.assign(e->shape.size(), 1);
+  for (std::size_t i = e->shape.size(); i-- > 1;) e->strides[i - 1] = e->strides[i] * e->shape[i];
+  const Element el = a.element();
+  DLTensor& t = e->tensor.dl_tensor;
+  t.data = a.data();
+  t.device = a.on_cuda() ? DLDevice{kDLCUDA, a.held->batch.device().ordinal()} : DLDevice{kDLCPU, 0};
+  t.ndim = std::int32_t(e->shape.size());
+  t.dtype = DLDataType{std::uint8_t(el.kind == 'u' ? kDLUInt : el.kind == 'i' ? kDLInt : el.kind == 'f' ? kDLFloat : kDLBfloat),
+                       el.bits, 1};
+  t.shape = e->shape.data();
+  t.strides = e->strides.data();
+  t.byte_offset = 0;
+  e->tensor.manager_ctx = e.get();
+  e->tensor.deleter = delete_export;
+  DLManagedTensor* raw = &e->tensor;
+  py::capsule capsule(raw, "dltensor", capsule_destructor);
+  e.release();  // the capsule (or the consumer that renames it) owns it now
+  return capsule;
+}
+
+py::buffer_info to_buffer(const Array& a) {
+  const Element el = a.element();
+  const auto shape = a.shape();
+  std::vector<py::ssize_t> strides(shape.size(), el.bits / 8);
+  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return py::buffer_info(a.data(), el.bits / 8, buffer_format(el), py::ssize_t(shape.size()),
+                         std::vector<py::ssize_t>(shape.begin(), shape.end()), strides, /*readonly=*/false);
+}
+
+// An Array on the host whose dtype has a buffer format: NumPy views it in place.
+struct HostArray : Array {};
+
+py::object wrap(std::shared_ptr<Held> held, bool labels) {
+  const bool cuda = held->batch.device().backend() == Backend::cuda;
+  const Element el = labels ? Element{'i', 64} : held->element;
+  if (!cuda && !buffer_format(el).empty()) return py::cast(HostArray{{std::move(held), labels}});
+  return py::cast(Array{std::move(held), labels});
+}
+
+// ------------------------------------------------------------------ loader
+
+// A contiguous buffer of the caller's array, held (and the array with it) while the loader reads it.
+struct HeldBuffer {
+  Py_buffer view{};
+  explicit HeldBuffer(py::handle obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      throw py::value_error("arrays: x must be a C-contiguous array with the buffer protocol (np.ascontiguousarray(x))");
+    }
+  }
+  ~HeldBuffer() { PyBuffer_Release(&view); }
+  HeldBuffer(const HeldBuffer&) = delete;
+  HeldBuffer& operator=(const HeldBuffer&) = delete;
+};
+
+struct PyLoader {
+  std::unique_ptr<HeldBuffer> x;  // before `loader`: released after its threads are joined
+  std::unique_ptr<Loader> loader;
+  std::mutex mu;                  // one consumer call at a time; taken with the GIL released
+  std::uint64_t generation = 0;   // bumped by every move (epoch(), load_state_dict): older iterators end
+  py::object stream_source = py::none();  // returns the CUDA stream to make each batch ready on
+
+  // Runs f under the loader's mutex with the GIL released.
+  template <typename F>
+  auto locked(F f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard lk(mu);
+    return f(*loader);
+  }
+  void seek(const PipelineState& s) {
+    locked([&](Loader& l) { l.seek(s); });
+    ++generation;
+  }
+};
+
+struct EpochIter {
+  PyLoader* loader;
+  py::object keep;  // the Python Loader, alive while iterating
+  std::uint64_t epoch, generation;
+};
+
+py::object next_batch(EpochIter& it) {
+  PyLoader& L = *it.loader;
+  if (it.generation != L.generation) throw py::stop_iteration();  // the loader moved elsewhere
+  if (L.locked([&](Loader& l) { return l.closed() || l.state().epoch != it.epoch; })) throw py::stop_iteration();
+  while (!L.locked([](Loader& l) { return l.wait_ready(50ms); })) {
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C: KeyboardInterrupt, loader intact
+  }
+  void* stream = nullptr;
+  if (!L.stream_source.is_none()) stream = reinterpret_cast<void*>(L.stream_source().cast<std::intptr_t>());
+  auto batch = L.locked([&](Loader& l) { return l.next(stream); });
+  if (!batch) throw py::stop_iteration();
+  auto held = std::make_shared<Held>();
+  held->batch = std::move(*batch);
+  held->sample_shape = L.loader->sample_shape();
+  held->element = L.loader->element();
+  held->ready_on = stream;
+  return py::make_tuple(wrap(held, false), wrap(held, true));
+}
+
+EpochIter epoch_iter(py::object self, std::optional<std::uint64_t> e) {
+  auto& L = self.cast<PyLoader&>();
+  const PipelineState now = L.locked([](Loader& l) { return l.state(); });
+  if (e && *e != now.epoch) {
+    PipelineState s = now;
+    s.epoch = *e;
+    s.delivered.clear();
+    L.seek(s);
+  }
+  return EpochIter{&L, self, e ? *e : now.epoch, L.generation};
+}
+
+template <typename T>
+T pick(const std::string& what, const std::string& value, std::initializer_list<std::pair<const char*, T>> choices) {
+  std::string names;
+  for (auto& [name, v] : choices) {
+    if (value == name) return v;
+    names += names.empty() ? name : std::string(", ") + name;
+  }
+  throw py::value_error(what + "=" + value + ": expected one of " + names);
+}
+
+LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64_t seed, bool shuffle, bool drop_last,
+                        std::uint64_t epochs, const std::string& device, std::optional<std::string> normalize,
+                        std::size_t host_queue, std::size_t device_queue, std::size_t rank, std::size_t world_size) {
+  LoaderSettings s;
+  Config& c = s.config;
+  c.batch_size = batch_size;
+  c.workers = workers;
+  c.seed = seed;
+  c.shuffle = shuffle;
+  c.drop_last = drop_last;
+  c.epochs = epochs;
+  c.host_queue_depth = host_queue;
+  c.device_queue_depth = device_queue;
+  c.rank = rank;
+  c.world_size = world_size;
+  std::string kind = device;
+  if (kind.rfind("cuda:", 0) == 0) {
+    s.device.cuda_device = std::stoi(kind.substr(5));
+    kind = "cuda";
+  }
+  s.device.backend = pick<BackendChoice>(
+      "device", kind, {{"auto", BackendChoice::automatic}, {"cuda", BackendChoice::cuda}, {"cpu", BackendChoice::host}});
+  if (normalize) {
+    s.normalize = pick<DType>("normalize", *normalize,
+                              {{"float32", DType::float32}, {"float16", DType::float16}, {"bfloat16", DType::bfloat16}});
+  }
+  return s;
+}
+
+std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
+                                      std::optional<py::tuple> arrays, ImageConfig image, LoaderSettings s) {
+  const int given = int(folder.has_value()) + int(list.has_value()) + int(arrays.has_value());
+  if (given != 1) throw py::value_error("give exactly one dataset: folder=, list= or arrays=(x, y)");
+  auto L = std::make_unique<PyLoader>();
+  if (!arrays) {
+    Dataset d = folder ? Dataset::from_folder(*folder) : Dataset::from_list(*list);
+    if (d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");
+    L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
+    return L;
+  }
+  if (arrays->size() != 2) throw py::value_error("arrays: expected a pair (x, y)");
+  L->x = std::make_unique<HeldBuffer>((*arrays)[0]);
+  const Py_buffer& v = L->x->view;
+  const auto element = element_of_format(v.format ? v.format : "B");
+  if (!element) throw py::value_error(std::string("arrays: x has an element type Conveyor does not take (format '") + v.format + "')");
+  if (v.ndim < 1) throw py::value_error("arrays: x must have a first axis (the samples)");
+  ArrayRows rows;
+  rows.data = {static_cast<const std::byte*>(v.buf), std::size_t(v.len)};
+  rows.row_shape.assign(v.shape + 1, v.shape + v.ndim);
+  rows.element = *element;
+  rows.labels = (*arrays)[1].cast<std::vector<std::int64_t>>();
+  if (rows.labels.size() != std::size_t(v.shape[0])) {
+    throw py::value_error("arrays: x has " + std::to_string(v.shape[0]) + " samples but y has " +
+                          std::to_string(rows.labels.size()) + " labels");
+  }
+  L->loader = std::make_unique<Loader>(std::move(rows), std::move(s));
+  return L;
+}
+
+py::dict stats_dict(const PipelineStats& s) {
+  py::dict stages, queues;
+  for (const auto& st : s.stages) {
+    stages[py::str(st.name)] = py::dict("threads"_a = st.threads, "items"_a = st.items, "busy"_a = st.busy_fraction(),
+                                        "blocked"_a = st.blocked_fraction(), "starved"_a = st.starved_fraction(),
+                                        "busy_s"_a = st.busy_s, "blocked_s"_a = st.blocked_s, "starved_s"_a = st.starved_s);
+  }
+  for (const auto& q : s.queues) {
+    queues[py::str(q.name)] = py::dict("mean_occupancy"_a = q.stats.mean_occupancy, "high_water"_a = q.stats.high_water,
+                                       "producer_blocked_s"_a = q.stats.producer_blocked_s,
+                                       "consumer_starved_s"_a = q.stats.consumer_starved_s);
+  }
+  return py::dict("wall_s"_a = s.wall_s, "batches"_a = s.batches, "samples"_a = s.samples,
+                  "samples_skipped"_a = s.samples_skipped, "stages"_a = stages, "queues"_a = queues,
+                  "bottleneck"_a = s.stages.empty() ? std::string("no batch taken yet") : s.bottleneck_summary());
+}
+
+void bind_arrays(py::module_& m) {
+  py::class_<Array>(m, "Array", "images or labels of one batch, shared with the pipeline (zero copy)")
+      .def("__dlpack__", &to_dlpack, py::kw_only(), "stream"_a = py::none())
+      .def("__dlpack_device__",
+           [](const Array& a) {
+             return a.on_cuda() ? py::make_tuple(int(kDLCUDA), a.held->batch.device().ordinal())
+                                : py::make_tuple(int(kDLCPU), 0);
+           })
+      .def_property_readonly("shape", [](const Array& a) { return py::tuple(py::cast(a.shape())); })
+      .def_property_readonly("dtype", [](const Array& a) { return dtype_name(a.element()); })
+      .def_property_readonly("device", [](const Array& a) {
+        return a.on_cuda() ? "cuda:" + std::to_string(a.held->batch.device().ordinal()) : std::string("cpu");
+      })
+      .def_property_readonly("epoch", [](const Array& a) { return a.held->batch.host().epoch; })
+      .def_property_readonly("index", [](const Array& a) { return a.held->batch.host().index; }, "the batch's index in its epoch")
+      .def_property_readonly("indices", [](const Array& a) { return a.held->batch.host().indices; },
+                             "the dataset index of each sample")
+      .def(
+          "record_stream",
+          [](const Array& a, std::intptr_t stream) {
+            if (a.on_cuda()) a.held->batch.record_stream(reinterpret_cast<void*>(stream));
+          },
+          "stream"_a,
+          "the batch is also used on this CUDA stream (torch: s.cuda_stream): its release waits for that "
+          "stream's work too, as Tensor.record_stream; nothing on the host")
+      .def("__len__", [](const Array& a) { return a.held->batch.size(); })
+      .def("__repr__", [](const Array& a) {
+        std::string s = "conveyor.Array(shape=(";
+        const auto shape = a.shape();
+        for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+        return s + (shape.size() == 1 ? ",), dtype=" : "), dtype=") + dtype_name(a.element()) + ", epoch=" + std::to_string(a.held->batch.host().epoch) +
+               ", index=" + std::to_string(a.held->batch.host().index) + ")";
+      });
+  py::class_<HostArray, Array>(m, "HostArray", py::buffer_protocol(), "an Array in host memory: also a NumPy buffer")
+      .def_buffer([](HostArray& a) { return to_buffer(a); });
+}
+
+void bind_loader(py::module_& m) {
+  const Config config;
+  const ImageConfig image;
+  const int default_crop = std::get<RandomResizedCrop>(image.transforms.front()).size.height;
+  py::class_<EpochIter>(m, "EpochIterator")
+      .def("__iter__", [](EpochIter& it) -> EpochIter& { return it; })
+      .def("__next__", &next_batch)
+      .def_readonly("epoch", &EpochIter::epoch);
+  py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
+      .def(py::init([](std::optional<std::string> folder, std::optional<std::string> list, std::optional<py::tuple> arrays,
+                       std::size_t batch_size, std::size_t workers, int crop, std::optional<std::string> augment,
+                       std::uint64_t seed, bool shuffle, bool drop_last, std::uint64_t epochs, const std::string& device,
+                       std::optional<std::string> normalize, std::size_t host_queue, std::size_t device_queue,
+                       const std::string& on_error, std::size_t rank, std::size_t world_size) {
+             ImageConfig ic;
+             if (augment) {
+               std::optional<AugmentPreset> preset;
+               for (const auto& p : kAugmentPresets) {
+                 if (p.name == *augment) preset = p.preset;
+               }
+               if (!preset) throw py::value_error("augment=" + *augment + ": expected one of rrc, crop, center");
+               ic.transforms = preset_transforms(*preset, crop);
+             } else if (!arrays) {
+               throw py::value_error("augment=None: image files need a preset to reach a fixed size (center is deterministic)");
+             }
+             ic.on_error = pick<ErrorPolicy>("on_error", on_error, {{"fail", ErrorPolicy::fail}, {"skip", ErrorPolicy::skip}});
+             return make_loader(folder, list, arrays, std::move(ic),
+                                settings(batch_size, workers, seed, shuffle, drop_last, epochs, device, normalize,
+                                         host_queue, device_queue, rank, world_size));
+           }),
+           py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "arrays"_a = py::none(),
+           "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = default_crop,
+           "augment"_a = std::string(kAugmentPresets[0].name), "seed"_a = config.seed, "shuffle"_a = config.shuffle,
+           "drop_last"_a = config.drop_last, "epochs"_a = config.epochs, "device"_a = "auto", "normalize"_a = py::none(),
+           "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
+           "on_error"_a = image.on_error == ErrorPolicy::fail ? "fail" : "skip", "rank"_a = config.rank,
+           "world_size"_a = config.world_size)
+      .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
+      .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
+      .def("epoch", [](py::object self, std::uint64_t e) { return epoch_iter(self, e); }, "e"_a)
+      .def_property_readonly("current_epoch", [](PyLoader& L) { return L.locked([](Loader& l) { return l.state().epoch; }); })
+      .def_property_readonly("dataset_size", [](PyLoader& L) { return L.loader->dataset_size(); })
+      .def_property_readonly("num_classes", [](PyLoader& L) { return L.loader->num_classes(); })
+      .def_property_readonly("classes", [](PyLoader& L) { return L.loader->classes(); })
+      .def_property_readonly("batch_size", [](PyLoader& L) { return L.loader->config().batch_size; })
+      .def_property_readonly("device", [](PyLoader& L) {
+        const Device& d = L.loader->device();
+        return d.backend() == Backend::cuda ? "cuda:" + std::to_string(d.ordinal()) : std::string("cpu");
+      })
+      .def_property_readonly("device_description", [](PyLoader& L) { return L.loader->device().describe(); })
+      .def("_set_stream_source", [](PyLoader& L, py::object f) { L.stream_source = std::move(f); })
+      .def("state_dict", [](PyLoader& L) {
+        return py::dict("conveyor_state"_a = L.locked([](Loader& l) { return l.state().serialize(); }));
+      })
+      .def("load_state_dict", [](PyLoader& L, const py::dict& d) {
+        if (!d.contains("conveyor_state")) throw py::key_error("load_state_dict: no 'conveyor_state' (not a conveyor.Loader state)");
+        L.seek(PipelineState::parse(d["conveyor_state"].cast<std::string>()));
+      })
+      .def("stats", [](PyLoader& L) { return stats_dict(L.loader->stats()); })
+      .def("skipped", [](PyLoader& L) {
+        py::list out;
+        for (const auto& s : L.loader->skipped()) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = s.reason));
+        return out;
+      })
+      .def("close", [](PyLoader& L) { L.locked([](Loader& l) { l.close(); }); })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyLoader& L, py::args) { L.locked([](Loader& l) { l.close(); }); });
+}
+
+void bind_errors(py::module_& m) {
+  static py::exception<PipelineError> pipeline_error(m, "PipelineError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const PipelineError& e) {
+      py::object err = py::handle(pipeline_error.ptr())(e.what());  // an instance, to carry the fields
+      err.attr("stage") = e.stage();
+      err.attr("epoch") = e.epoch();
+      err.attr("sample") = e.sample() == PipelineError::kNoSample ? py::object(py::none()) : py::cast(e.sample());
+      err.attr("reason") = e.message();
+      PyErr_SetObject(pipeline_error.ptr(), err.ptr());
+    } catch (const DatasetError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const PoolAllocationError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
+}
+
+}  // namespace
+}  // namespace conveyor::python
+
+PYBIND11_MODULE(_conveyor, m) {
+  m.doc() = "Conveyor's pipeline: decode and augment on worker threads, transfer on its own thread, zero-copy batches";
+  m.attr("__version__") = CONVEYOR_VERSION_STRING;
+  conveyor::python::bind_errors(m);
+  conveyor::python::bind_arrays(m);
+  conveyor::python::bind_loader(m);
+}

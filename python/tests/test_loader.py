@@ -1,0 +1,270 @@
+"""conveyor.Loader from Python: delivery, determinism, resume, lifetimes, errors, interrupts, leaks.
+
+Run by CTest (python_module) with PYTHONPATH at the build tree's python/ folder.
+The images are written here (binary PPM, which Conveyor reads), never taken from ../shared.
+"""
+import gc
+import hashlib
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import conveyor
+
+
+def write_ppm(path, pixels):
+    h, w, _ = pixels.shape
+    with open(path, "wb") as f:
+        f.write(b"P6\n%d %d\n255\n" % (w, h))
+        f.write(np.ascontiguousarray(pixels, dtype=np.uint8).tobytes())
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """30 images in 3 class folders, of varied sizes."""
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(5)
+    for i in range(30):
+        d = root / f"class{i % 3}"
+        d.mkdir(exist_ok=True)
+        h, w = int(rng.integers(20, 60)), int(rng.integers(20, 60))
+        write_ppm(d / f"img{i:02d}.ppm", rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    return root
+
+
+def digest(images, labels):
+    return hashlib.sha1(np.asarray(images).tobytes() + np.asarray(labels).tobytes()).hexdigest()
+
+
+def run(loader, epochs):
+    """(epoch, batch index, sample indices, digest) of every batch of `epochs` epochs."""
+    out = []
+    for _ in range(epochs):
+        for images, labels in loader:
+            out.append((images.epoch, images.index, tuple(images.indices), digest(images, labels)))
+    return out
+
+
+def test_every_sample_once_per_epoch_and_the_same_bytes_for_1_and_4_workers(folder):
+    runs = {}
+    for workers in (1, 4):
+        loader = conveyor.Loader(folder=str(folder), batch_size=7, workers=workers, crop=16, seed=3, device="cpu")
+        assert len(loader) == 5  # 30 samples, batches of 7: the last one short
+        runs[workers] = run(loader, 3)
+        loader.close()
+    assert runs[1] == runs[4]
+    for e in range(3):
+        seen = sorted(i for (epoch, _, idx, _) in runs[1] if epoch == e for i in idx)
+        assert seen == list(range(30))
+    assert runs[1][0][2] != runs[1][5][2]  # each epoch its own order
+
+
+def test_arrays_rows_arrive_as_given_with_their_labels():
+    x = np.arange(50 * 3 * 2, dtype=np.float32).reshape(50, 3, 2)
+    y = np.arange(50) * 10
+    with conveyor.Loader(arrays=(x, y), batch_size=8, workers=2, device="cpu") as loader:
+        seen = []
+        for images, labels in loader:
+            a, l = np.asarray(images), np.asarray(labels)
+            assert a.dtype == np.float32 and a.shape[1:] == (3, 2) and labels.dtype == "int64"
+            np.testing.assert_array_equal(a, x[l // 10])
+            np.testing.assert_array_equal(np.from_dlpack(images), a)  # DLPack and the buffer: the same memory
+            seen += list(l // 10)
+        assert sorted(seen) == list(range(50))
+
+
+def test_normalize_gives_nchw_of_the_dtype(folder):
+    loader = conveyor.Loader(folder=str(folder), batch_size=4, crop=16, normalize="float16", device="cpu", epochs=1)
+    images, labels = next(iter(loader))
+    assert images.shape == (4, 3, 16, 16) and images.dtype == "float16"
+    a = np.asarray(images)
+    assert a.dtype == np.float16 and -3 < a.min() < a.max() < 3
+    uint8 = conveyor.Loader(folder=str(folder), batch_size=4, crop=16, device="cpu", epochs=1)
+    assert next(iter(uint8))[0].shape == (4, 16, 16, 3)
+
+
+def test_resume_mid_epoch_is_bit_identical(folder):
+    kw = dict(folder=str(folder), batch_size=4, workers=3, crop=16, seed=11, epochs=3, device="cpu")
+    reference = run(conveyor.Loader(**kw), 3)
+    for k in (0, 3, 8, 9, 20):
+        first = conveyor.Loader(**kw)
+        it, taken = iter(first), []
+        while len(taken) < k:
+            try:
+                images, labels = next(it)
+            except StopIteration:
+                it = iter(first)  # the next epoch
+                continue
+            taken.append(digest(images, labels))
+        state = first.state_dict()
+        del first, it
+        resumed = conveyor.Loader(**kw)
+        resumed.load_state_dict(state)
+        rest = [d for (_, _, _, d) in run(resumed, 3)]
+        assert [d for (*_, d) in reference] == taken + rest, k
+
+
+def test_epoch_picks_an_epoch_and_len_counts_batches(folder):
+    kw = dict(folder=str(folder), batch_size=8, crop=16, seed=2, device="cpu")
+    reference = run(conveyor.Loader(**kw), 3)
+    loader = conveyor.Loader(**kw)
+    third = [(e, i, idx, d) for (e, i, idx, d) in reference if e == 2]
+    got = [(im.epoch, im.index, tuple(im.indices), digest(im, lb)) for im, lb in loader.epoch(2)]
+    assert got == third and loader.current_epoch == 3
+    assert len(loader) == 4
+    assert len(conveyor.Loader(folder=str(folder), crop=16, drop_last=True, batch_size=8)) == 3
+
+
+def test_defaults_come_from_the_cpp_config(folder):
+    loader = conveyor.Loader(folder=str(folder), crop=16)
+    assert loader.batch_size == 32 and len(loader) == 1  # Config's batch_size
+    images, _ = next(iter(loader))
+    assert images.shape == (30, 16, 16, 3)
+    assert conveyor.Loader(folder=str(folder)).__iter__().__next__()[0].shape[1:] == (224, 224, 3)  # ImageConfig's crop
+
+
+def test_the_pool_refills_only_after_the_last_array_dies():
+    x = np.zeros((64, 4), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, host_queue=1, device_queue=1, device="cpu")
+    it = iter(loader)
+    held = [next(it) for _ in range(3)]  # device_queue + 2 slots: every one
+    with pytest.raises(RuntimeError, match="device slots are held"):
+        next(it)
+    view = np.asarray(held[0][0])  # a NumPy view keeps its batch too
+    del held[0]
+    with pytest.raises(RuntimeError, match="device slots are held"):
+        next(it)
+    del view
+    gc.collect()
+    assert len(next(it)[0]) == 2  # taken and dropped at once
+    held.clear()
+    assert sum(1 for _ in it) > 0
+
+
+def test_a_torch_tensor_keeps_its_batch():
+    torch = pytest.importorskip("torch")
+    import conveyor.torch as ct
+    x = np.arange(64 * 4, dtype=np.uint8).reshape(64, 4)
+    loader = ct.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, host_queue=1, device_queue=1, device="cpu")
+    it = iter(loader)
+    tensors = [next(it) for _ in range(3)]
+    images, labels = tensors[0]
+    assert isinstance(images, torch.Tensor) and labels.dtype == torch.int64
+    assert torch.equal(images, torch.from_numpy(x[labels.numpy()]))
+    del tensors[0]
+    with pytest.raises(RuntimeError, match="device slots are held"):
+        next(it)  # the first batch lives on in `images` and `labels`
+    del images
+    with pytest.raises(RuntimeError, match="device slots are held"):
+        next(it)
+    del labels
+    assert next(it)[0].shape == (2, 4)
+
+
+def test_a_bad_file_names_itself_or_is_skipped(tmp_path, folder):
+    lines = [f"{p} {i % 3}" for i, p in enumerate(sorted(folder.rglob("*.ppm"))[:10])]
+    (tmp_path / "bad.ppm").write_bytes(b"P6\n10 10\n255\n" + b"\0" * 17)  # cut short
+    lines.insert(4, f"{tmp_path / 'bad.ppm'} 1")
+    (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
+    loader = conveyor.Loader(list=str(tmp_path / "list.txt"), batch_size=3, crop=16, shuffle=False, device="cpu")
+    with pytest.raises(conveyor.PipelineError) as e:
+        run(loader, 1)
+    assert "bad.ppm" in str(e.value) and e.value.epoch == 0 and e.value.sample == 4 and e.value.stage == "worker"
+    skip = conveyor.Loader(list=str(tmp_path / "list.txt"), batch_size=3, crop=16, on_error="skip", device="cpu")
+    delivered = sorted(i for (_, _, idx, _) in run(skip, 1) for i in idx)
+    assert delivered == [i for i in range(11) if i != 4]
+    assert [s["index"] for s in skip.skipped()] == [4] and "bad.ppm" in skip.skipped()[0]["reason"]
+    assert skip.stats()["samples_skipped"] == 1
+
+
+def test_bad_arguments_are_one_clear_error(tmp_path, folder):
+    with pytest.raises(ValueError, match="exactly one dataset"):
+        conveyor.Loader(folder=str(folder), list="x.txt")
+    with pytest.raises(ValueError, match="device=gpu: expected one of auto, cuda, cpu"):
+        conveyor.Loader(folder=str(folder), device="gpu")
+    with pytest.raises(ValueError, match="normalize=int8"):
+        conveyor.Loader(folder=str(folder), normalize="int8")
+    with pytest.raises(ValueError, match="augment=big"):
+        conveyor.Loader(folder=str(folder), augment="big")
+    with pytest.raises(ValueError, match="nowhere"):
+        conveyor.Loader(folder=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="batch_size"):
+        conveyor.Loader(folder=str(folder), batch_size=0)
+    with pytest.raises(ValueError, match="3 samples but y has 2"):
+        conveyor.Loader(arrays=(np.zeros((3, 2)), [1, 2]))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        conveyor.Loader(arrays=(np.zeros((3, 4))[:, ::2], [1, 2, 3]))
+    with pytest.raises(ValueError, match="other settings"):
+        conveyor.Loader(folder=str(folder), seed=1).load_state_dict(conveyor.Loader(folder=str(folder), seed=2).state_dict())
+
+
+def big_slow_folder(tmp_path, n=8, side=1500):
+    (tmp_path / "a").mkdir()
+    for i in range(n):
+        write_ppm(tmp_path / "a" / f"{i}.ppm", np.full((side, side, 3), i, dtype=np.uint8))
+    return tmp_path
+
+
+def test_ctrl_c_while_waiting_raises_keyboard_interrupt_promptly_and_the_loader_closes(tmp_path):
+    # Batches of 512 big images on 1 worker take seconds each: the signal lands while next() waits.
+    root = big_slow_folder(tmp_path)
+    (tmp_path / "list.txt").write_text("".join(f"{p} 0\n" for p in sorted(root.rglob("*.ppm"))) * 64)
+    loader = conveyor.Loader(list=str(tmp_path / "list.txt"), batch_size=512, workers=1, crop=32, augment="center",
+                             device="cpu")
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(1000):
+            for _ in loader:
+                pass
+    assert time.monotonic() - start < 0.3 + 0.5  # promptly: the wait checks every 50 ms
+    t0 = time.monotonic()
+    loader.close()
+    assert time.monotonic() - t0 < 5
+    assert list(loader) == []
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_a_loader_dropped_mid_epoch_joins_its_threads(folder):
+    gc.collect()
+    before = threads()
+    loader = conveyor.Loader(folder=str(folder), batch_size=2, workers=4, crop=16, device="cpu")
+    images, labels = next(iter(loader))
+    assert threads() >= before + 5  # 4 workers and the transfer thread
+    del loader
+    gc.collect()
+    assert threads() <= before + 1  # workers and transfer joined; the host device's stream lives with the batch
+    assert np.asarray(images).shape == (2, 16, 16, 3)  # the batch outlives its loader
+    del images, labels
+    gc.collect()
+    assert threads() == before
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+
+def test_no_leak_over_50_epochs_rss_and_fds(folder):
+    x = np.random.default_rng(1).integers(0, 255, (256, 32, 32, 3), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(256)), batch_size=16, workers=2, normalize="float32", device="cpu")
+    files = conveyor.Loader(folder=str(folder), batch_size=4, crop=16, device="cpu")
+    for _ in range(5):
+        run(loader, 1), run(files, 1)
+    gc.collect()
+    rss, fds = rss_kib(), len(os.listdir("/proc/self/fd"))
+    for _ in range(45):
+        run(loader, 1), run(files, 1)
+    for _ in range(20):  # loaders made and dropped
+        conveyor.Loader(folder=str(folder), batch_size=4, crop=16, device="cpu").epoch(0).__next__()
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert rss_kib() - rss < 8 * 1024, (rss, rss_kib())
