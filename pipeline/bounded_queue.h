@@ -105,7 +105,12 @@ class BoundedQueue {
   bool wait_ready_for(std::chrono::microseconds timeout) {
     if (closed()) return true;
     // Borrow a token and give it back: the count stays that of the items.
-    if (!ready_items_.tryWait() && !ready_items_.wait(std::int64_t(timeout.count()))) return closed();
+    if (!ready_items_.tryWait()) {
+      const auto t0 = Clock::now();
+      const bool got = ready_items_.wait(std::int64_t(timeout.count()));
+      starved_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
+      if (!got) return closed();
+    }
     ready_items_.signal();
     return true;
   }

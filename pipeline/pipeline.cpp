@@ -417,12 +417,7 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
 std::optional<BatchHandle> Pipeline::next() {
   throw_if_failed();
   if (stopping_flag()) return std::nullopt;
-  const auto t0 = Clock::now();
-  {
-    std::lock_guard lk(state_mu_);
-    if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, t0));
-    last_return_.reset();
-  }
+  const auto t0 = consumer_arrives();
   StageCounters::begin_wait(consumer_counters_.starved_since, t0);
   auto batch = device_queue_.pop();
   StageCounters::end_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, t0, Clock::now());
@@ -433,9 +428,23 @@ std::optional<BatchHandle> Pipeline::next() {
   return batch;
 }
 
+Clock::time_point Pipeline::consumer_arrives() {
+  const auto now = Clock::now();
+  std::lock_guard lk(state_mu_);
+  if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, now));
+  last_return_.reset();
+  return now;
+}
+
 bool Pipeline::wait_ready(std::chrono::microseconds timeout) {
   if (stopping_flag()) return true;
-  return device_queue_.wait_ready_for(timeout) || stopping_flag();
+  // Waiting here is the consumer starving, as in next(): the stats must not
+  // count a consumer that waits in slices (Python) as busy.
+  const auto t0 = consumer_arrives();
+  StageCounters::begin_wait(consumer_counters_.starved_since, t0);
+  const bool ready = device_queue_.wait_ready_for(timeout) || stopping_flag();
+  StageCounters::end_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, t0, Clock::now());
+  return ready;
 }
 
 void Pipeline::consumer_away() {

@@ -190,6 +190,8 @@ class Pipeline {
             const std::string& context = "");
   void request_stop();
   void throw_if_failed() const;
+  // The consumer arrives for a batch: its busy time since the last one ends. Returns now.
+  Clock::time_point consumer_arrives();
   void note_delivered(const Batch& b);
   bool stopping_flag() const { return stop_requested_.load(std::memory_order_acquire); }
 

@@ -103,8 +103,17 @@ void Loader::start(std::optional<PipelineState> from) {
 }
 
 void Loader::seek(const PipelineState& state) {
-  pending_ = state;
-  start(state);
+  const PipelineState before = this->state();
+  try {
+    pending_ = state;
+    start(state);
+  } catch (...) {
+    // Refused (a state from other settings): the consumer stays where it was;
+    // the next call restarts the pipeline there, bit-identical.
+    pending_ = before;
+    pipeline_.reset();
+    throw;
+  }
 }
 
 bool Loader::wait_ready(std::chrono::microseconds timeout) {

@@ -12,15 +12,17 @@
 //   produces exactly the batches that follow, bit-identical to an
 //   uninterrupted run, whatever the worker count.
 // - Start: the pipeline starts at the first wait_ready(), next() or seek(),
-//   not at construction, so a state loaded before iterating costs no restart.
+//   not at construction: a state loaded before iterating starts it once, there.
+//   stats() are the running pipeline's (a seek starts them afresh); skipped()
+//   lists the skips of every pipeline this loader ran.
 // - Device: opened at construction. The host backend hands the workers'
 //   buffers over (HostTransfer::handover): a CPU consumer reads them in place.
 //   On CUDA each batch is made ready on the stream next() is given.
 // - Arrays: the loader reads the rows in place; the caller keeps them alive and
 //   unchanged until close() or destruction (the labels are copied).
 //
-// Thread safety: one consumer thread at a time (module.cpp holds a mutex);
-// stats() and skipped() from any thread. Batches may be released on any thread.
+// Thread safety: one thread at a time for every call (module.cpp holds a
+// mutex); batches may be released on any thread.
 // Errors: the constructor throws ConfigError, DatasetError, AugmentError,
 // std::invalid_argument or DeviceError naming the field, file or device;
 // next() throws PipelineError naming the stage, epoch, sample and file.
@@ -100,7 +102,7 @@ class Loader {
   PipelineState state() const;
   // The next batch is the one after `state` (epoch e's start: delivered
   // empty). Restarts the pipeline there. Throws std::invalid_argument when
-  // the state was taken with other settings.
+  // the state was taken with other settings; the position is then unchanged.
   void seek(const PipelineState& state);
 
   // As DevicePipeline::wait_ready (starting the pipeline if needed).

@@ -15,6 +15,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -205,17 +206,29 @@ struct EpochIter {
   std::uint64_t epoch, generation;
 };
 
+// One try at the next batch of it.epoch, under the loader's mutex: checking,
+// waiting and taking in one critical section, so two Python threads on one
+// loader cannot both see "ready" and one then block in next() holding it.
+enum class Try { batch, end, not_yet };
+Try try_next(Loader& l, std::uint64_t epoch, void* stream, std::optional<DeviceBatch>& out) {
+  if (l.closed() || l.state().epoch != epoch) return Try::end;
+  if (!l.wait_ready(50ms)) return Try::not_yet;
+  out = l.next(stream);
+  return out ? Try::batch : Try::end;
+}
+
 py::object next_batch(EpochIter& it) {
   PyLoader& L = *it.loader;
   if (it.generation != L.generation) throw py::stop_iteration();  // the loader moved elsewhere
-  if (L.locked([&](Loader& l) { return l.closed() || l.state().epoch != it.epoch; })) throw py::stop_iteration();
-  while (!L.locked([](Loader& l) { return l.wait_ready(50ms); })) {
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C: KeyboardInterrupt, loader intact
-  }
   void* stream = nullptr;
   if (!L.stream_source.is_none()) stream = reinterpret_cast<void*>(L.stream_source().cast<std::intptr_t>());
-  auto batch = L.locked([&](Loader& l) { return l.next(stream); });
-  if (!batch) throw py::stop_iteration();
+  std::optional<DeviceBatch> batch;
+  for (;;) {
+    const Try t = L.locked([&](Loader& l) { return try_next(l, it.epoch, stream, batch); });
+    if (t == Try::end) throw py::stop_iteration();
+    if (t == Try::batch) break;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C: KeyboardInterrupt, loader intact
+  }
   auto held = std::make_shared<Held>();
   held->batch = std::move(*batch);
   held->sample_shape = L.loader->sample_shape();
@@ -236,8 +249,8 @@ EpochIter epoch_iter(py::object self, std::optional<std::uint64_t> e) {
   return EpochIter{&L, self, e ? *e : now.epoch, L.generation};
 }
 
-template <typename T>
-T pick(const std::string& what, const std::string& value, std::initializer_list<std::pair<const char*, T>> choices) {
+template <typename T, std::size_t N>
+T pick(const std::string& what, const std::string& value, const std::array<std::pair<const char*, T>, N>& choices) {
   std::string names;
   for (auto& [name, v] : choices) {
     if (value == name) return v;
@@ -246,9 +259,25 @@ T pick(const std::string& what, const std::string& value, std::initializer_list<
   throw py::value_error(what + "=" + value + ": expected one of " + names);
 }
 
+template <typename T, std::size_t N>
+const char* name_of(T value, const std::array<std::pair<const char*, T>, N>& choices) {
+  for (auto& [name, v] : choices) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+
+constexpr std::array<std::pair<const char*, BackendChoice>, 3> kDevices{
+    {{"auto", BackendChoice::automatic}, {"cuda", BackendChoice::cuda}, {"cpu", BackendChoice::host}}};
+constexpr std::array<std::pair<const char*, DType>, 3> kNormalizeTypes{
+    {{"float32", DType::float32}, {"float16", DType::float16}, {"bfloat16", DType::bfloat16}}};
+constexpr std::array<std::pair<const char*, ErrorPolicy>, 2> kErrorPolicies{
+    {{"fail", ErrorPolicy::fail}, {"skip", ErrorPolicy::skip}}};
+
 LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64_t seed, bool shuffle, bool drop_last,
                         std::uint64_t epochs, const std::string& device, std::optional<std::string> normalize,
-                        std::size_t host_queue, std::size_t device_queue, std::size_t rank, std::size_t world_size) {
+                        std::size_t host_queue, std::size_t device_queue, std::size_t device_buffers, std::size_t rank,
+                        std::size_t world_size) {
   LoaderSettings s;
   Config& c = s.config;
   c.batch_size = batch_size;
@@ -259,6 +288,7 @@ LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64
   c.epochs = epochs;
   c.host_queue_depth = host_queue;
   c.device_queue_depth = device_queue;
+  c.device_buffers = device_buffers;
   c.rank = rank;
   c.world_size = world_size;
   std::string kind = device;
@@ -266,11 +296,9 @@ LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64
     s.device.cuda_device = std::stoi(kind.substr(5));
     kind = "cuda";
   }
-  s.device.backend = pick<BackendChoice>(
-      "device", kind, {{"auto", BackendChoice::automatic}, {"cuda", BackendChoice::cuda}, {"cpu", BackendChoice::host}});
+  s.device.backend = pick("device", kind, kDevices);
   if (normalize) {
-    s.normalize = pick<DType>("normalize", *normalize,
-                              {{"float32", DType::float32}, {"float16", DType::float16}, {"bfloat16", DType::bfloat16}});
+    s.normalize = pick("normalize", *normalize, kNormalizeTypes);
   }
   return s;
 }
@@ -282,7 +310,7 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   auto L = std::make_unique<PyLoader>();
   if (!arrays) {
     Dataset d = folder ? Dataset::from_folder(*folder) : Dataset::from_list(*list);
-    if (d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");
+    if (d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");  // a folder refuses itself
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
     return L;
   }
@@ -291,6 +319,10 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   const Py_buffer& v = L->x->view;
   const auto element = element_of_format(v.format ? v.format : "B");
   if (!element) throw py::value_error(std::string("arrays: x has an element type Conveyor does not take (format '") + v.format + "')");
+  if (v.itemsize != element->bits / 8) {
+    throw py::value_error(std::string("arrays: x's format '") + v.format + "' and item size " + std::to_string(v.itemsize) +
+                          " disagree");
+  }
   if (v.ndim < 1) throw py::value_error("arrays: x must have a first axis (the samples)");
   ArrayRows rows;
   rows.data = {static_cast<const std::byte*>(v.buf), std::size_t(v.len)};
@@ -303,6 +335,17 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   }
   L->loader = std::make_unique<Loader>(std::move(rows), std::move(s));
   return L;
+}
+
+// augment=: a preset's name, or None for ImageConfig's default (kDefaultAugmentPreset).
+AugmentPreset pick_preset(const std::optional<std::string>& augment) {
+  if (!augment) return kDefaultAugmentPreset;
+  std::string names;
+  for (const auto& p : kAugmentPresets) {
+    if (p.name == *augment) return p.preset;
+    names += (names.empty() ? "" : ", ") + std::string(p.name);
+  }
+  throw py::value_error("augment=" + *augment + ": expected one of " + names);
 }
 
 py::dict stats_dict(const PipelineStats& s) {
@@ -362,40 +405,34 @@ void bind_arrays(py::module_& m) {
 void bind_loader(py::module_& m) {
   const Config config;
   const ImageConfig image;
-  const int default_crop = std::get<RandomResizedCrop>(image.transforms.front()).size.height;
   py::class_<EpochIter>(m, "EpochIterator")
       .def("__iter__", [](EpochIter& it) -> EpochIter& { return it; })
       .def("__next__", &next_batch)
       .def_readonly("epoch", &EpochIter::epoch);
   py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
       .def(py::init([](std::optional<std::string> folder, std::optional<std::string> list, std::optional<py::tuple> arrays,
-                       std::size_t batch_size, std::size_t workers, int crop, std::optional<std::string> augment,
+                       std::size_t batch_size, std::size_t workers, std::optional<int> crop, std::optional<std::string> augment,
                        std::uint64_t seed, bool shuffle, bool drop_last, std::uint64_t epochs, const std::string& device,
                        std::optional<std::string> normalize, std::size_t host_queue, std::size_t device_queue,
-                       const std::string& on_error, std::size_t rank, std::size_t world_size) {
+                       std::size_t device_buffers, const std::string& on_error, std::size_t rank, std::size_t world_size) {
              ImageConfig ic;
-             if (augment) {
-               std::optional<AugmentPreset> preset;
-               for (const auto& p : kAugmentPresets) {
-                 if (p.name == *augment) preset = p.preset;
-               }
-               if (!preset) throw py::value_error("augment=" + *augment + ": expected one of rrc, crop, center");
-               ic.transforms = preset_transforms(*preset, crop);
-             } else if (!arrays) {
-               throw py::value_error("augment=None: image files need a preset to reach a fixed size (center is deterministic)");
+             if (arrays && (crop || augment)) {
+               throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
              }
-             ic.on_error = pick<ErrorPolicy>("on_error", on_error, {{"fail", ErrorPolicy::fail}, {"skip", ErrorPolicy::skip}});
+             if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), crop.value_or(kDefaultCrop));
+             ic.on_error = pick("on_error", on_error, kErrorPolicies);
              return make_loader(folder, list, arrays, std::move(ic),
                                 settings(batch_size, workers, seed, shuffle, drop_last, epochs, device, normalize,
-                                         host_queue, device_queue, rank, world_size));
+                                         host_queue, device_queue, device_buffers, rank, world_size));
            }),
            py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "arrays"_a = py::none(),
-           "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = default_crop,
-           "augment"_a = std::string(kAugmentPresets[0].name), "seed"_a = config.seed, "shuffle"_a = config.shuffle,
-           "drop_last"_a = config.drop_last, "epochs"_a = config.epochs, "device"_a = "auto", "normalize"_a = py::none(),
+           "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
+           "augment"_a = py::none(), "seed"_a = config.seed, "shuffle"_a = config.shuffle,
+           "drop_last"_a = config.drop_last, "epochs"_a = config.epochs,
+           "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
-           "on_error"_a = image.on_error == ErrorPolicy::fail ? "fail" : "skip", "rank"_a = config.rank,
-           "world_size"_a = config.world_size)
+           "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
+           "rank"_a = config.rank, "world_size"_a = config.world_size)
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
       .def("epoch", [](py::object self, std::uint64_t e) { return epoch_iter(self, e); }, "e"_a)
@@ -417,10 +454,10 @@ void bind_loader(py::module_& m) {
         if (!d.contains("conveyor_state")) throw py::key_error("load_state_dict: no 'conveyor_state' (not a conveyor.Loader state)");
         L.seek(PipelineState::parse(d["conveyor_state"].cast<std::string>()));
       })
-      .def("stats", [](PyLoader& L) { return stats_dict(L.loader->stats()); })
+      .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })
       .def("skipped", [](PyLoader& L) {
         py::list out;
-        for (const auto& s : L.loader->skipped()) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = s.reason));
+        for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = s.reason));
         return out;
       })
       .def("close", [](PyLoader& L) { L.locked([](Loader& l) { l.close(); }); })

@@ -60,7 +60,7 @@ using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop
 // The named training recipes (`conveyor --augment`, Python's augment=), each a
 // transform chain ending at crop x crop.
 enum class AugmentPreset {
-  rrc,     // RandomResizedCrop + flip (ImageConfig's default at 224)
+  rrc,     // RandomResizedCrop + flip
   crop,    // Resize + RandomCrop (padding 4) + flip
   center,  // Resize to 8/7 of the crop + CenterCrop (deterministic: validation)
 };
@@ -70,6 +70,9 @@ struct AugmentPresetName {
 };
 inline constexpr std::array<AugmentPresetName, 3> kAugmentPresets{
     {{"rrc", AugmentPreset::rrc}, {"crop", AugmentPreset::crop}, {"center", AugmentPreset::center}}};
+// ImageConfig's default recipe: RandomResizedCrop(224) + flip.
+inline constexpr AugmentPreset kDefaultAugmentPreset = AugmentPreset::rrc;
+inline constexpr int kDefaultCrop = 224;
 // The preset's transforms at output size crop x crop. Throws nothing.
 std::vector<Transform> preset_transforms(AugmentPreset preset, int crop);
 

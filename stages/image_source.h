@@ -40,7 +40,7 @@ enum class ErrorPolicy {
 
 struct ImageConfig {
   // Default: RandomResizedCrop(224) + RandomHorizontalFlip(0.5), the ImageNet training recipe.
-  std::vector<Transform> transforms{RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}};
+  std::vector<Transform> transforms = preset_transforms(kDefaultAugmentPreset, kDefaultCrop);
   // Default: 64 MP and 256 MiB (see DecodeLimits).
   DecodeLimits limits;
   // Default: default_jpeg_scales(), the reduced DCT scales that measured faster.

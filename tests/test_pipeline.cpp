@@ -479,6 +479,10 @@ TEST_CASE("pipeline: wait_ready times out while workers are held, then says read
                fill_pattern(s);
              }});
   REQUIRE_FALSE(p.wait_ready(std::chrono::milliseconds(20)));  // nothing filled yet
+  const auto consumer = p.stats().stages.back();
+  REQUIRE(consumer.name == "consumer");
+  REQUIRE(consumer.starved_s >= 0.015);  // waiting in wait_ready is starving, not busy
+  REQUIRE(consumer.busy_s < 0.015);
   go = true;
   REQUIRE(eventually([&] { return p.wait_ready(std::chrono::milliseconds(10)); }));
   std::size_t batches = 0;

@@ -40,6 +40,8 @@ class Loader(_Loader):
     """conveyor.Loader whose batches are (images, labels) torch tensors."""
 
     def __init__(self, **kwargs):
+        if kwargs.get("device", "auto") == "auto" and not _torch.cuda.is_available():
+            kwargs["device"] = "cpu"  # a GPU this torch cannot use (a CPU build): tensors on the CPU
         super().__init__(**kwargs)
         if self.device.startswith("cuda"):
             device = _torch.device(self.device)

@@ -108,6 +108,18 @@ def test_resume_mid_epoch_is_bit_identical(folder):
         assert [d for (*_, d) in reference] == taken + rest, k
 
 
+def test_a_refused_state_leaves_the_loader_where_it_was(folder):
+    kw = dict(folder=str(folder), batch_size=4, crop=16, seed=11, device="cpu")
+    reference = run(conveyor.Loader(**kw), 2)
+    loader = conveyor.Loader(**kw)
+    it = iter(loader)
+    first = [next(it) for _ in range(2)]
+    with pytest.raises(ValueError, match="other settings"):
+        loader.load_state_dict(conveyor.Loader(**{**kw, "seed": 12}).state_dict())
+    del first
+    assert run(loader, 2)[: len(reference) - 2] == reference[2:]
+
+
 def test_epoch_picks_an_epoch_and_len_counts_batches(folder):
     kw = dict(folder=str(folder), batch_size=8, crop=16, seed=2, device="cpu")
     reference = run(conveyor.Loader(**kw), 3)
@@ -196,6 +208,8 @@ def test_bad_arguments_are_one_clear_error(tmp_path, folder):
         conveyor.Loader(folder=str(folder), batch_size=0)
     with pytest.raises(ValueError, match="3 samples but y has 2"):
         conveyor.Loader(arrays=(np.zeros((3, 2)), [1, 2]))
+    with pytest.raises(ValueError, match="not for arrays"):
+        conveyor.Loader(arrays=(np.zeros((3, 2)), [1, 2, 3]), augment="crop")
     with pytest.raises(ValueError, match="C-contiguous"):
         conveyor.Loader(arrays=(np.zeros((3, 4))[:, ::2], [1, 2, 3]))
     with pytest.raises(ValueError, match="other settings"):
@@ -227,6 +241,16 @@ def test_ctrl_c_while_waiting_raises_keyboard_interrupt_promptly_and_the_loader_
     loader.close()
     assert time.monotonic() - t0 < 5
     assert list(loader) == []
+
+
+def test_stats_name_slow_workers_as_the_bottleneck(tmp_path):
+    root = big_slow_folder(tmp_path, n=4, side=1000)
+    loader = conveyor.Loader(folder=str(root), batch_size=4, workers=1, crop=32, augment="center", device="cpu")
+    for _ in range(3):
+        run(loader, 1)
+    stats = loader.stats()
+    assert stats["bottleneck"].startswith("bottleneck: workers"), stats
+    assert stats["stages"]["consumer"]["starved"] > 0.5 and stats["batches"] == 3
 
 
 def threads():
