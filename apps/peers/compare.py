@@ -166,6 +166,7 @@ def main():
     a = ap.parse_args()
 
     py = torch_python(a.python)
+    a.build = os.path.abspath(a.build)  # the systems run from apps/peers/
     conveyor = os.path.join(a.build, "apps", "conveyor")
     bench_images = os.path.join(a.build, "apps", "conveyor-bench-images")
     for b in (conveyor, bench_images):

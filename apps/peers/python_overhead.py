@@ -15,8 +15,13 @@ import sys
 import time
 
 
+def endless(loader):
+    while True:
+        yield from loader  # epoch after epoch
+
+
 def measure(loader, batches):
-    it, times = iter(loader), []
+    it, times = endless(loader), []
     for _ in range(batches):
         time.sleep(0.002)  # the training step: the pipeline fills ahead meanwhile
         t0 = time.perf_counter()
