@@ -35,7 +35,7 @@ PACKAGES=(cmake ninja-build g++ pkg-config
 TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev
                python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch
                python3-torchvision python3-pil)
-FUZZ_TARGETS=(decode list npy config)
+FUZZ_TARGETS=(decode list npy config tar)
 JOBS=$(nproc)
 
 say() { printf '[go] %s\n' "$*"; }

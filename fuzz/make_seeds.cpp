@@ -1,7 +1,8 @@
-// Writes the seed corpora of the fuzz targets into OUT/{decode,list,npy,config}:
+// Writes the seed corpora of the fuzz targets into OUT/{decode,list,npy,config,tar}:
 // small generated images of every supported format and kind (tests/image_writers.h),
 // list files, .npy files and TOML configs. Generated, not stored, as the tests do.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,13 +18,34 @@ namespace {
 void text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 }  // namespace
 
+// Tar archives as GNU tar writes them in its gnu (long names: 'L' headers),
+// ustar (prefix field) and pax ('x' records) formats, over a small tree with a
+// long path; just an empty archive where no tar is installed.
+int tar_seeds(const fs::path& dir) {
+  const fs::path tree = dir / "tree";
+  const fs::path deep = tree / "k" / std::string(90, 'd') / std::string(40, 'e');
+  fs::create_directories(deep);
+  t::write_file(tree / "k" / "0001.jpg", std::vector<unsigned char>(700, 'j'));
+  t::write_file(tree / "k" / "0001.cls", std::vector<unsigned char>{'7'});
+  t::write_file(deep / "0002.jpg", std::vector<unsigned char>(3, 0));
+  int n = 0;
+  for (const char* format : {"gnu", "ustar", "pax"}) {
+    const std::string cmd = "cd '" + tree.string() + "' && tar --format=" + format + " -cf '" +
+                            (dir / std::to_string(n)).string() + "' k 2>/dev/null";
+    if (std::system(cmd.c_str()) == 0) ++n;
+  }
+  t::write_file(dir / std::to_string(n++), std::vector<unsigned char>(1024, 0));
+  fs::remove_all(tree);
+  return n;
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr, "usage: make_seeds OUT CONFIGS_DIR\n");
     return 2;
   }
   const fs::path out = argv[1], configs = argv[2];
-  for (const char* d : {"decode", "list", "npy", "config"}) fs::create_directories(out / d);
+  for (const char* d : {"decode", "list", "npy", "config", "tar"}) fs::create_directories(out / d);
 
   const t::Rgb img = t::photo_like(37, 29, 1);
   int n = 0;
@@ -68,6 +90,7 @@ int main(int argc, char** argv) {
     if (e.path().extension() == ".toml") fs::copy_file(e.path(), out / "config" / std::to_string(c++), fs::copy_options::overwrite_existing);
   }
   text(out / "config" / std::to_string(c++), "workers = 2\nbatch = 8\nnormalize = \"float32\"\nnormalize-in = \"workers\"\n");
-  std::printf("seeds: %d images, 3 lists, 3 .npy files, %d configs in %s\n", n, c, out.c_str());
+  const int tars = tar_seeds(out / "tar");
+  std::printf("seeds: %d images, 3 lists, 3 .npy files, %d configs, %d tars in %s\n", n, c, tars, out.c_str());
   return 0;
 }

@@ -1,0 +1,66 @@
+// Tar scanning for sharded datasets (WebDataset's layout: tar files whose
+// members KEY.jpg, KEY.cls, ... make up the samples): scan_tar walks a tar's
+// headers once and lists each regular file's name and where its bytes lie, so
+// a sample can later be read with one pread at (offset, size), without
+// extracting anything.
+//
+// Written by hand, not with libarchive: libarchive reads members as a stream
+// and does not report where a member's data starts in the file (its
+// archive_read_header_position() gives the header's offset, and a pax or GNU
+// long-name header puts a variable number of blocks between the two). The
+// format is small: 512-byte headers; ustar's prefix + name; pax 'x' records
+// (path, size) and GNU 'L' long names for the member that follows; sizes in
+// octal or GNU base-256. Because it parses untrusted bytes it is fuzzed
+// (fuzz/fuzz_tar.cpp).
+//
+// Accepted: ustar, pax (POSIX.1-2001, Python's tarfile default) and GNU
+// (`tar` on Debian) archives, as `tar` and Python's tarfile write them.
+// Directories, links, devices, FIFOs and pax global headers are skipped (not
+// samples). Refused, with a TarError naming the archive, the member or byte
+// offset and the problem: a header checksum error, a member whose claimed size
+// runs past the end of the file (truncation, or a hostile size), a member path
+// that is absolute or climbs out with "..", a pax record that does not parse,
+// a pax or long-name header over 1 MiB, and a file that ends inside a header.
+//
+// Thread safety: free functions without shared state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace conveyor {
+
+class TarError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One regular file of an archive: its path inside the archive and where its
+// bytes are.
+struct TarMember {
+  std::string name;
+  std::uint64_t offset = 0;  // of the data, from the start of the archive
+  std::uint64_t size = 0;
+  bool operator==(const TarMember&) const = default;
+};
+
+// Reads up to out.size() bytes at `offset`; returns how many it read (fewer
+// only at the end of the file). Throws on an I/O error.
+using ReadAt = std::function<std::size_t(std::uint64_t offset, std::span<std::byte> out)>;
+
+// Lists the regular files of a `file_size`-byte archive read through `read`,
+// in archive order. `name` names the archive in errors. Throws TarError (see
+// the top) and what `read` throws.
+std::vector<TarMember> scan_tar(const ReadAt& read, std::uint64_t file_size, const std::string& name);
+
+// The same for a file on disk (read with pread). Throws TarError, also when
+// the file cannot be opened or read.
+std::vector<TarMember> scan_tar(const std::filesystem::path& file);
+
+}  // namespace conveyor

@@ -1,0 +1,201 @@
+// scan_tar (stages/tar_index.h) on archives written by GNU tar (gnu and ustar
+// formats) and Python's tarfile (pax), and on corrupt, truncated and hostile ones.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "stages/tar_index.h"
+#include "temp_dir.h"
+
+using namespace conveyor;
+using conveyor::test::TempDir;
+
+namespace {
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+void spit(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f << bytes;
+}
+
+bool have(const char* tool) { return std::system((std::string(tool) + " --version >/dev/null 2>&1").c_str()) == 0; }
+
+// The files every archive holds: names past 100 bytes, an empty file, sizes on
+// and off the 512-byte blocks, bytes that are not text.
+std::map<std::string, std::string> sample_files() {
+  std::map<std::string, std::string> files;
+  files["a/0001.jpg"] = std::string(1000, 'j');
+  files["a/0001.cls"] = "7";
+  files["a/empty.txt"] = "";
+  files["b/block.bin"] = std::string(512, '\xff');
+  const std::string deep = "deep/" + std::string(60, 'd') + "/" + std::string(70, 'e');
+  files[deep + "/long name with spaces.jpg"] = std::string(3, '\0') + "xyz";
+  return files;
+}
+
+std::filesystem::path write_tree(const TempDir& dir, const std::map<std::string, std::string>& files) {
+  const auto root = dir / "tree";
+  for (const auto& [name, bytes] : files) {
+    std::filesystem::create_directories((root / name).parent_path());
+    spit(root / name, bytes);
+  }
+  return root;
+}
+
+// Every regular member, read back at its offset, equals the file it came from.
+void check_members(const std::filesystem::path& archive, const std::map<std::string, std::string>& files) {
+  const auto members = scan_tar(archive);
+  const std::string bytes = slurp(archive);
+  std::map<std::string, std::string> got;
+  for (const auto& m : members) {
+    REQUIRE(m.offset % 512 == 0);
+    REQUIRE(m.offset + m.size <= bytes.size());
+    got[m.name] = bytes.substr(m.offset, m.size);
+  }
+  REQUIRE(got == files);
+}
+
+}  // namespace
+
+TEST_CASE("tar: GNU tar's gnu and ustar formats read back byte for byte", "[tar]") {
+  if (!have("tar")) {
+    WARN("no tar here: not checked");
+    return;
+  }
+  TempDir dir;
+  const auto files = sample_files();
+  const auto root = write_tree(dir, files);
+  for (const std::string format : {"gnu", "ustar", "pax"}) {
+    CAPTURE(format);
+    const auto archive = dir / ("t-" + format + ".tar");
+    const std::string cmd = "cd '" + root.string() + "' && tar --format=" + format + " -cf '" + archive.string() +
+                            "' a b deep 2>/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    check_members(archive, files);
+  }
+}
+
+TEST_CASE("tar: Python's tarfile (pax, long and non-ASCII names) reads back byte for byte", "[tar]") {
+  if (!have("python3")) {
+    WARN("no python3 here: not checked");
+    return;
+  }
+  TempDir dir;
+  auto files = sample_files();
+  files["\xc3\xa9t\xc3\xa9/caf\xc3\xa9.jpg"] = "accents";  // UTF-8: stored as a pax path record
+  const auto root = write_tree(dir, files);
+  const auto archive = dir / "py.tar";
+  spit(dir / "make.py",
+       "import sys, tarfile\n"
+       "with tarfile.open(sys.argv[2], 'w', format=tarfile.PAX_FORMAT) as t:\n"
+       "    for name in sys.argv[3:]:\n"
+       "        t.add(sys.argv[1] + '/' + name, arcname=name)\n");
+  std::string cmd = "python3 '" + (dir / "make.py").string() + "' '" + root.string() + "' '" + archive.string() + "'";
+  for (const auto& [name, bytes] : files) cmd += " '" + name + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  check_members(archive, files);
+}
+
+namespace {
+
+// A one-member ustar archive built here, so each field can be broken on purpose.
+std::string header(const std::string& name, std::uint64_t size, char type = '0') {
+  std::string h(512, '\0');
+  h.replace(0, name.size(), name);
+  h.replace(100, 7, "0000644");
+  char octal[13];
+  std::snprintf(octal, sizeof octal, "%011llo", static_cast<unsigned long long>(size));
+  h.replace(124, 11, octal);
+  h.replace(136, 11, "00000000000");
+  h[156] = type;
+  h.replace(257, 6, std::string("ustar\0", 6));
+  h.replace(263, 2, "00");
+  h.replace(148, 8, "        ");
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(octal, sizeof octal, "%06o", sum);
+  h.replace(148, 7, std::string(octal, 6) + '\0');
+  return h;
+}
+
+// A header and its data, padded to whole blocks.
+std::string member(const std::string& name, const std::string& data, char type = '0') {
+  std::string a = header(name, data.size(), type) + data;
+  a.resize((a.size() + 511) / 512 * 512, '\0');
+  return a;
+}
+
+const std::string kEnd(1024, '\0');  // the end-of-archive marker
+
+std::string archive(const std::string& name, const std::string& data) { return member(name, data) + kEnd; }
+
+std::vector<TarMember> scan(const std::string& bytes) {
+  const ReadAt read = [&](std::uint64_t offset, std::span<std::byte> out) {
+    if (offset >= bytes.size()) return std::size_t{0};
+    const std::size_t n = std::min<std::size_t>(out.size(), bytes.size() - offset);
+    std::memcpy(out.data(), bytes.data() + offset, n);
+    return n;
+  };
+  return scan_tar(read, bytes.size(), "t.tar");
+}
+
+}  // namespace
+
+TEST_CASE("tar: corrupt, truncated and hostile archives are refused by name", "[tar]") {
+  const std::string good = archive("k/0001.jpg", "hello");
+  REQUIRE(scan(good) == std::vector<TarMember>{{"k/0001.jpg", 512, 5}});
+  REQUIRE(scan(std::string(1024, '\0')).empty());  // an empty archive
+  REQUIRE(scan("").empty());
+
+  std::string bad = good;
+  bad[0] = 'K';  // the checksum no longer matches
+  REQUIRE_THROWS_WITH(scan(bad), Catch::Contains("t.tar: header checksum error at byte 0"));
+
+  REQUIRE_THROWS_WITH(scan(good.substr(0, 512 + 3)), Catch::Contains("member k/0001.jpg claims 5 bytes") &&
+                                                         Catch::Contains("past the end of the file"));
+  REQUIRE_THROWS_WITH(scan(good.substr(0, 300)), Catch::Contains("ends inside a header at byte 0"));
+
+  const std::string huge = header("k/big.jpg", 077777777777ULL) + std::string(1024, '\0');
+  REQUIRE_THROWS_WITH(scan(huge), Catch::Contains("member k/big.jpg claims 8589934591 bytes"));
+
+  REQUIRE_THROWS_WITH(scan(archive("../escape.jpg", "x")), Catch::Contains("member ../escape.jpg: a path that is absolute or climbs out"));
+  REQUIRE_THROWS_WITH(scan(archive("a/../../x.jpg", "x")), Catch::Contains("climbs out"));
+  REQUIRE_THROWS_WITH(scan(archive("/etc/passwd", "x")), Catch::Contains("absolute"));
+
+  REQUIRE_THROWS_WITH(scan(member("PaxHeader/x", "9 path\n", 'x') + archive("k/1.jpg", "x")),
+                      Catch::Contains("pax header at byte 512: a record does not parse"));
+  REQUIRE_THROWS_WITH(scan(member("PaxHeader/x", "10 size=z\n", 'x') + archive("k/1.jpg", "x")),
+                      Catch::Contains("bad size z"));
+
+  // Directories, links and FIFOs are not samples: skipped.
+  const std::string mixed = header("k/", 0, '5') + header("k/l", 0, '2') + header("k/f", 0, '6') + archive("k/1.cls", "3");
+  REQUIRE(scan(mixed) == std::vector<TarMember>{{"k/1.cls", 4 * 512, 1}});
+}
+
+TEST_CASE("tar: an archive cut at every byte is refused or read as a prefix, never more", "[tar]") {
+  const std::string full = member("k/0001.jpg", std::string(700, 'a')) + archive("k/0001.cls", "12");
+  const auto all = scan(full);
+  REQUIRE(all.size() == 2);
+  for (std::size_t cut = 0; cut < full.size(); ++cut) {
+    CAPTURE(cut);
+    try {
+      const auto got = scan(full.substr(0, cut));
+      REQUIRE(got.size() <= all.size());
+      REQUIRE(std::equal(got.begin(), got.end(), all.begin()));
+    } catch (const TarError& e) {
+      REQUIRE_THAT(e.what(), Catch::StartsWith("t.tar: "));
+    }
+  }
+}
