@@ -59,8 +59,11 @@ void catch_interrupts() {
 int interrupt_signal() { return g_signal.load(); }
 
 Dataset open_dataset(const Options& o, Announce announce) {
-  if (!o.list.empty() && !o.folder.empty()) throw UsageError("--list and --folder: give one dataset, not both");
+  if (int(!o.list.empty()) + int(!o.folder.empty()) + int(!o.shards.empty()) > 1) {
+    throw UsageError("--list, --folder, --shards: give one dataset, not several");
+  }
   try {
+    if (!o.shards.empty()) return Dataset::from_shards(o.shards);
     if (!o.list.empty()) {
       Dataset d = Dataset::from_list(o.list);
       if (d.size() == 0) throw UsageError("--list " + o.list + ": no samples (an empty list)");

@@ -35,9 +35,9 @@ int inspect(const Options& o) {
   StageFunctions stages;
   stages.fill = [&](Sample& s) {
     Counts& c = per_worker[s.worker];
-    const std::string path = dataset.path(s.index).string();
+    const std::string path = dataset.name(s.index);
     try {
-      read_file(dataset.path(s.index), DecodeLimits{}.max_file_bytes, files[s.worker]);
+      dataset.read(s.index, *posix_file_system(), DecodeLimits{}.max_file_bytes, files[s.worker]);
       ImageDecoder& d = *decoders[s.worker];
       const ImageInfo info = d.open(files[s.worker]);
       (void)d.decode(Rect{0, 0, info.width, info.height}, 1.0);

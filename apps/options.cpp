@@ -22,6 +22,7 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   const auto range = [](std::size_t lo, std::size_t hi) { return CLI::Range(lo, hi); };
   option("--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
   option("--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
+  option("--shards", o.shards, "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls")->check(CLI::ExistingDirectory);
   option("--workers", o.workers, "decode/augment worker threads (default: the core count)")
       ->check(range(1, Config::kMaxWorkers));
   option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));
@@ -106,7 +107,7 @@ void check_normalize(const Options& o) {
   if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
 }
 
-bool embedded_dataset(const Options& o) { return o.list.empty() && o.folder.empty(); }
+bool embedded_dataset(const Options& o) { return o.list.empty() && o.folder.empty() && o.shards.empty(); }
 
 int crop_size(const Options& o) { return o.crop ? o.crop : (embedded_dataset(o) ? 64 : 224); }
 

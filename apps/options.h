@@ -46,6 +46,7 @@ struct Options {
   // ---- dataset (neither --list nor --folder: the embedded default dataset)
   std::string list;    // --list FILE: `path label` per line. Default: none.
   std::string folder;  // --folder DIR: root/<class>/<image>. Default: none.
+  std::string shards;  // --shards DIR: WebDataset tar shards (KEY.jpg + KEY.cls). Default: none.
 
   // ---- pipeline
   std::size_t workers = std::max(1u, std::thread::hardware_concurrency());  // Default: the core count.

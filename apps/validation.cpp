@@ -16,8 +16,7 @@ namespace conveyor::apps {
 void split(const Dataset& all, double fraction, std::uint64_t seed, Dataset& train, Dataset& val) {
   std::vector<std::vector<std::size_t>> by_class(std::size_t(std::max<std::int64_t>(all.num_classes(), 0)));
   for (std::size_t i = 0; i < all.size(); ++i) by_class[std::size_t(all.label(i))].push_back(i);
-  std::vector<std::filesystem::path> tp, vp;
-  std::vector<std::int64_t> tl, vl;
+  std::vector<std::size_t> train_ids, val_ids;
   for (std::size_t c = 0; c < by_class.size(); ++c) {
     auto& ids = by_class[c];
     Rng rng(seed, 0x5eed'5a11ULL, c);  // Fisher-Yates from the class's own stream
@@ -27,14 +26,10 @@ void split(const Dataset& all, double fraction, std::uint64_t seed, Dataset& tra
     if (!ids.empty()) n_val = std::min(n_val, ids.size() - 1);  // every class keeps a training sample
     std::sort(ids.begin(), ids.begin() + std::ptrdiff_t(n_val));
     std::sort(ids.begin() + std::ptrdiff_t(n_val), ids.end());
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-      const bool held_out = k < n_val;
-      (held_out ? vp : tp).push_back(all.path(ids[k]));
-      (held_out ? vl : tl).push_back(all.label(ids[k]));
-    }
+    for (std::size_t k = 0; k < ids.size(); ++k) (k < n_val ? val_ids : train_ids).push_back(ids[k]);
   }
-  train = Dataset(std::move(tp), std::move(tl), all.classes());
-  val = Dataset(std::move(vp), std::move(vl), all.classes());
+  train = all.subset(train_ids);  // keeps shard ranges and classes
+  val = all.subset(val_ids);
 }
 
 Config Validation::config(const Options& o, const ImageSource& images, std::size_t passes) {

@@ -304,13 +304,14 @@ LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64
 }
 
 std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
-                                      std::optional<py::tuple> arrays, ImageConfig image, LoaderSettings s) {
-  const int given = int(folder.has_value()) + int(list.has_value()) + int(arrays.has_value());
-  if (given != 1) throw py::value_error("give exactly one dataset: folder=, list= or arrays=(x, y)");
+                                      std::optional<std::string> shards, std::optional<py::tuple> arrays, ImageConfig image,
+                                      LoaderSettings s) {
+  const int given = int(folder.has_value()) + int(list.has_value()) + int(shards.has_value()) + int(arrays.has_value());
+  if (given != 1) throw py::value_error("give exactly one dataset: folder=, list=, shards= or arrays=(x, y)");
   auto L = std::make_unique<PyLoader>();
   if (!arrays) {
-    Dataset d = folder ? Dataset::from_folder(*folder) : Dataset::from_list(*list);
-    if (d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");  // a folder refuses itself
+    Dataset d = folder ? Dataset::from_folder(*folder) : shards ? Dataset::from_shards(*shards) : Dataset::from_list(*list);
+    if (list && d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");  // a folder refuses itself
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
     return L;
   }
@@ -410,7 +411,8 @@ void bind_loader(py::module_& m) {
       .def("__next__", &next_batch)
       .def_readonly("epoch", &EpochIter::epoch);
   py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
-      .def(py::init([](std::optional<std::string> folder, std::optional<std::string> list, std::optional<py::tuple> arrays,
+      .def(py::init([](std::optional<std::string> folder, std::optional<std::string> list, std::optional<std::string> shards,
+                       std::optional<py::tuple> arrays,
                        std::size_t batch_size, std::size_t workers, std::optional<int> crop, std::optional<std::string> augment,
                        std::uint64_t seed, bool shuffle, bool drop_last, std::uint64_t epochs, const std::string& device,
                        std::optional<std::string> normalize, std::size_t host_queue, std::size_t device_queue,
@@ -421,11 +423,11 @@ void bind_loader(py::module_& m) {
              }
              if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), crop.value_or(kDefaultCrop));
              ic.on_error = pick("on_error", on_error, kErrorPolicies);
-             return make_loader(folder, list, arrays, std::move(ic),
+             return make_loader(folder, list, shards, arrays, std::move(ic),
                                 settings(batch_size, workers, seed, shuffle, drop_last, epochs, device, normalize,
                                          host_queue, device_queue, device_buffers, rank, world_size));
            }),
-           py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "arrays"_a = py::none(),
+           py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
            "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
            "augment"_a = py::none(), "seed"_a = config.seed, "shuffle"_a = config.shuffle,
            "drop_last"_a = config.drop_last, "epochs"_a = config.epochs,

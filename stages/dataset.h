@@ -12,9 +12,11 @@
 // call from many threads at once. The Dataset owns its paths and class names.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -22,6 +24,8 @@
 #include <vector>
 
 namespace conveyor {
+
+class FileSystem;
 
 // A bad list file or image folder. what() is one line naming the file, and the line number for
 // list files: "data/train.txt:17: label 'x1' is not a non-negative integer".
@@ -53,6 +57,20 @@ class Dataset {
   // directory, a directory cannot be listed, or a class holds no image file (naming every such class).
   static Dataset from_folder(const std::filesystem::path& root);
 
+  // WebDataset tar shards: every regular *.tar file directly in dir, in byte
+  // order of name, each scanned once (scan_tar: headers only). Members group
+  // into samples by key, the member path up to the first '.' of its file name
+  // (webdataset's rule: "a/0001.jpg" and "a/0001.cls" are sample "a/0001");
+  // a sample is its one image member (an extension from image_extensions(),
+  // matched on the part after the key, case-insensitive) labelled by KEY.cls
+  // (a decimal integer, blanks around it allowed). Other members (.json, .txt)
+  // are ignored. Samples in shard order, then in the order their keys first
+  // appear. Sample i is read with one pread of range(i) from path(i), the shard.
+  // Throws DatasetError naming the folder, shard or member: not a directory, no
+  // .tar in it, a tar that does not scan (scan_tar's reasons), a key without an
+  // image or without .cls, a key with two images, a .cls that is not an integer.
+  static Dataset from_shards(const std::filesystem::path& dir);
+
   // Builds from vectors, for tests and in-memory use; source() is "". Throws std::invalid_argument
   // when paths and labels differ in length, a label is negative, or classes is non-empty and a label
   // is >= classes.size().
@@ -64,17 +82,33 @@ class Dataset {
 
   // Throws nothing.
   std::size_t size() const { return path_ends_.size(); }
-  // Sample i's path (a new object each call, by value) and label. Throw std::out_of_range unless
-  // i < size().
+  // Sample i's path (a new object each call, by value): the file to read, which for a shard
+  // dataset is the sample's shard. Throw std::out_of_range unless i < size().
   std::filesystem::path path(std::size_t i) const { return std::filesystem::path(path_view(i)); }
+  // Where sample i's bytes lie inside path(i) (shard datasets); empty: the whole file. Throws
+  // std::out_of_range unless i < size().
+  struct ByteRange {
+    std::uint64_t offset = 0, size = 0;
+  };
+  std::optional<ByteRange> range(std::size_t i) const;
+  // Sample i for messages: its path, or for a shard dataset "shard.tar:member". Throws
+  // std::out_of_range unless i < size().
+  std::string name(std::size_t i) const;
+  // Reads sample i's bytes into out: the whole file, or its range of the shard
+  // (read_whole_file / read_file_range and their errors, without the name).
+  void read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,
+            const std::atomic<bool>* stopping = nullptr) const;
+  // The samples `indices` (each < size(), any order, repeats allowed) as a dataset of their own,
+  // with their labels, classes and shard ranges. Throws std::out_of_range for an index >= size().
+  Dataset subset(std::span<const std::size_t> indices) const;
   std::int64_t label(std::size_t i) const { return labels_.at(i); }
   // Sample i's path as its native() bytes, without allocating. The view points into this Dataset and
   // is invalidated when the Dataset is destroyed, moved from or assigned to. Throws std::out_of_range
   // unless i < size().
   std::string_view path_view(std::size_t i) const {
     if (i >= path_ends_.size()) throw_out_of_range(i);
-    const std::uint64_t begin = i == 0 ? 0 : path_ends_[i - 1];
-    return {path_chars_.data() + begin, static_cast<std::size_t>(path_ends_[i] - begin)};
+    if (!shards_.empty()) return shards_[shard_of_[i]].native();
+    return stored_path(i);
   }
   // Folder datasets: the class names, index = label. List datasets: empty. Throws nothing.
   const std::vector<std::string>& classes() const { return classes_; }
@@ -92,7 +126,13 @@ class Dataset {
   void check_labels();
   [[noreturn]] void throw_out_of_range(std::size_t i) const;
 
-  // Every path's native() bytes, back to back, no separators. Sample i's path is the bytes
+  // Sample i's bytes in path_chars_: its path, or its member name in a shard dataset.
+  std::string_view stored_path(std::size_t i) const {
+    const std::uint64_t begin = i == 0 ? 0 : path_ends_[i - 1];
+    return {path_chars_.data() + begin, static_cast<std::size_t>(path_ends_[i] - begin)};
+  }
+
+  // Every path's native() bytes (shard datasets: member names), back to back, no separators. Sample i's path is the bytes
   // [path_ends_[i - 1], path_ends_[i]) (from 0 for i == 0); path_ends_.size() == size().
   std::string path_chars_;
   std::vector<std::uint64_t> path_ends_;
@@ -100,6 +140,10 @@ class Dataset {
   std::vector<std::string> classes_;
   std::filesystem::path source_;
   std::int64_t num_classes_ = 0;
+  // Shard datasets only (empty otherwise): the shard files, each sample's shard and byte range.
+  std::vector<std::filesystem::path> shards_;
+  std::vector<std::uint32_t> shard_of_;
+  std::vector<ByteRange> ranges_;
 };
 
 }  // namespace conveyor

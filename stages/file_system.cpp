@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace conveyor {
@@ -44,9 +45,10 @@ class PosixFile final : public File {
   PosixFile& operator=(const PosixFile&) = delete;
 
   std::uint64_t size() const override { return size_; }
-  std::size_t read(void* buf, std::size_t n) override {
+  std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) override {
+    if (offset > std::uint64_t(std::numeric_limits<off_t>::max())) return 0;  // past any file: end of file
     for (;;) {
-      const ssize_t got = ::read(fd_, buf, n);
+      const ssize_t got = ::pread(fd_, buf, n, off_t(offset));
       if (got >= 0) return std::size_t(got);
       if (errno != EINTR) throw std::runtime_error(errno_reason("read failed"));
     }
@@ -79,25 +81,51 @@ std::shared_ptr<FileSystem> posix_file_system() {
   return fs;
 }
 
-void read_whole_file(FileSystem& fs, const std::filesystem::path& path, std::uint64_t max_bytes,
-                     std::vector<unsigned char>& out, const std::atomic<bool>* stopping) {
-  const std::unique_ptr<File> file = fs.open(path);
-  const std::uint64_t size = file->size();
-  if (size > max_bytes) {
-    throw std::runtime_error("file of " + std::to_string(size) + " bytes is over the limit of " +
-                             std::to_string(max_bytes) + " (max_file_bytes)");
-  }
+namespace {
+// Reads [offset, offset + size) of an open file, in chunks so that a stop is
+// noticed between them during a slow read.
+void read_range(File& file, std::uint64_t offset, std::uint64_t size, std::vector<unsigned char>& out,
+                const std::atomic<bool>* stopping) {
   out.resize(size);
-  // Chunks, so a stop is noticed between them during a slow read.
   constexpr std::size_t kChunk = std::size_t(4) << 20;
   std::size_t got = 0;
   while (got < size) {
     if (stopping && stopping->load(std::memory_order_relaxed)) throw ReadCancelled();
-    const std::size_t n = file->read(out.data() + got, std::min<std::size_t>(kChunk, size - got));
+    const std::size_t n = file.read_at(offset + got, out.data() + got, std::min<std::size_t>(kChunk, size - got));
     if (n == 0) break;  // the file shrank while we read it
     got += n;
   }
   out.resize(got);
+}
+
+void check_limit(std::uint64_t size, std::uint64_t max_bytes, const char* what) {
+  if (size > max_bytes) {
+    throw std::runtime_error(std::string(what) + " of " + std::to_string(size) + " bytes is over the limit of " +
+                             std::to_string(max_bytes) + " (max_file_bytes)");
+  }
+}
+}  // namespace
+
+void read_whole_file(FileSystem& fs, const std::filesystem::path& path, std::uint64_t max_bytes,
+                     std::vector<unsigned char>& out, const std::atomic<bool>* stopping) {
+  const std::unique_ptr<File> file = fs.open(path);
+  check_limit(file->size(), max_bytes, "file");
+  read_range(*file, 0, file->size(), out, stopping);
+}
+
+void read_file_range(FileSystem& fs, const std::filesystem::path& path, std::uint64_t offset, std::uint64_t size,
+                     std::uint64_t max_bytes, std::vector<unsigned char>& out, const std::atomic<bool>* stopping) {
+  check_limit(size, max_bytes, "member");
+  const std::unique_ptr<File> file = fs.open(path);
+  if (offset > file->size() || size > file->size() - offset) {
+    throw std::runtime_error("cut short: the file is " + std::to_string(file->size()) + " bytes, the range ends at " +
+                             std::to_string(offset + size));
+  }
+  read_range(*file, offset, size, out, stopping);
+  if (out.size() < size) {  // the file shrank under us: no decoder can tell a cut member from a short one
+    throw std::runtime_error("cut short: read " + std::to_string(out.size()) + " of the " + std::to_string(size) +
+                             " bytes at byte " + std::to_string(offset));
+  }
 }
 
 void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::vector<unsigned char>& out) {

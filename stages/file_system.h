@@ -7,10 +7,10 @@
 //   read_whole_file(*files, "train/cat/1.jpg", 256 << 20, bytes, &stopping);
 //
 // Contract.
-// - FileSystem::open and File::read throw std::runtime_error with the reason
+// - FileSystem::open and File::read_at throw std::runtime_error with the reason
 //   only ("cannot open: No such file or directory"); the caller names the path.
-// - File::read may return fewer bytes than asked at any point (a short read);
-//   0 means end of file.
+// - File::read_at may return fewer bytes than asked at any point (a short
+//   read); 0 means end of file.
 // - posix_file_system()'s open never blocks on what is not a regular file (a
 //   FIFO with no writer, a tty): it opens non-blocking and refuses it by kind
 //   ("not a regular file (a FIFO)").
@@ -39,8 +39,9 @@ class File {
   virtual ~File() = default;
   // The size when opened. Throws std::runtime_error for anything but a regular file.
   virtual std::uint64_t size() const = 0;
-  // Up to n bytes into buf; 0 at end of file. Throws std::runtime_error on error.
-  virtual std::size_t read(void* buf, std::size_t n) = 0;
+  // Up to n bytes at `offset` into buf (pread: no shared position); 0 at or
+  // past the end of file. Throws std::runtime_error on error.
+  virtual std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) = 0;
 };
 
 class FileSystem {
@@ -64,5 +65,12 @@ void read_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::
 // Reads the file into out (resized to what was read); see the contract above.
 void read_whole_file(FileSystem& fs, const std::filesystem::path& path, std::uint64_t max_bytes,
                      std::vector<unsigned char>& out, const std::atomic<bool>* stopping = nullptr);
+// Reads bytes [offset, offset + size) of the file into out (a sample inside a
+// shard), as read_whole_file does the whole file: size over max_bytes is
+// refused before reading; a file too short for the range throws "cut short:
+// the file is N bytes, the range ends at M", and one that shrinks while it is
+// read throws "cut short: read N of the M bytes at byte O".
+void read_file_range(FileSystem& fs, const std::filesystem::path& path, std::uint64_t offset, std::uint64_t size,
+                     std::uint64_t max_bytes, std::vector<unsigned char>& out, const std::atomic<bool>* stopping = nullptr);
 
 }  // namespace conveyor

@@ -53,9 +53,8 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
   if (config_.normalize && reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) != 0) {
     throw std::invalid_argument("image source: normalized samples need float-aligned memory");
   }
-  const auto& path = dataset_.path(index);
   try {
-    read_whole_file(*config_.files, path, config_.limits.max_file_bytes, w.file, stopping);
+    dataset_.read(index, *config_.files, config_.limits.max_file_bytes, w.file, stopping);
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
     const DecodeRequest want = decode_request(g, info.width, info.height);
@@ -70,7 +69,7 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
   } catch (const ReadCancelled&) {
     throw;
   } catch (const std::exception& e) {
-    throw std::runtime_error(path.string() + ": " + e.what());
+    throw std::runtime_error(dataset_.name(index) + ": " + e.what());
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
+#include "shards.h"
 #include "stages/dataset.h"
 #include "stages/file_system.h"
 #include "stages/image_source.h"
@@ -217,28 +218,26 @@ class FaultyFileSystem final : public FileSystem {
     Faulty(std::unique_ptr<File> inner, Fault fault, FaultyFileSystem& owner)
         : inner_(std::move(inner)), fault_(fault), owner_(owner) {}
     std::uint64_t size() const override { return inner_->size(); }
-    std::size_t read(void* buf, std::size_t n) override {
+    std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) override {
       switch (fault_) {
         case Fault::eacces:
           return 0;  // open() threw already
         case Fault::eio:
           throw std::runtime_error(std::string("read failed: ") + std::strerror(EIO));
         case Fault::short_reads:
-          return inner_->read(buf, std::min<std::size_t>(n, 7));
+          return inner_->read_at(offset, buf, std::min<std::size_t>(n, 7));
         case Fault::truncate: {
           const std::uint64_t half = inner_->size() / 2;
-          if (done_ >= half) return 0;  // end of file halfway
-          const std::size_t got = inner_->read(buf, std::min<std::size_t>(n, std::size_t(half - done_)));
-          done_ += got;
-          return got;
+          if (offset >= half) return 0;  // end of file halfway
+          return inner_->read_at(offset, buf, std::min<std::size_t>(n, std::size_t(half - offset)));
         }
         case Fault::stall:
           // One byte per 5 ms: seconds for the smallest file, as a hung network
           // mount trickles. read_whole_file checks the stop flag between reads.
-          if (owner_.release) return inner_->read(buf, n);
+          if (owner_.release) return inner_->read_at(offset, buf, n);
           owner_.stalled = true;
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          return inner_->read(buf, 1);
+          return inner_->read_at(offset, buf, 1);
       }
       return 0;
     }
@@ -247,7 +246,6 @@ class FaultyFileSystem final : public FileSystem {
     std::unique_ptr<File> inner_;
     Fault fault_;
     FaultyFileSystem& owner_;
-    std::uint64_t done_ = 0;
   };
 };
 
@@ -358,4 +356,49 @@ TEST_CASE("faults: a FIFO and a device among the images are refused by kind, wit
   REQUIRE(skipped.size() == 2);
   REQUIRE_THAT(skipped[0].reason, Catch::Contains("pipe.jpg: not a regular file (a FIFO)"));
   REQUIRE_THAT(skipped[1].reason, Catch::Contains("/dev/zero: not a regular file (a character device)"));
+}
+
+TEST_CASE("faults: shards read through an injected file system: EIO, short reads, a vanished shard", "[faults][fs][shards]") {
+  if (!t::have_tar()) {
+    WARN("no tar here: not checked");
+    return;
+  }
+  TempDir dir;
+  const auto made = t::write_shards(dir.path(), 12, 4);  // shard-000 (0-3), shard-001 (4-7), shard-002 (8-11)
+  const Dataset ds = Dataset::from_shards(made.shards);
+  auto faulty = std::make_shared<FaultyFileSystem>();
+  // (Truncation: test_tar's "cut short" case; GNU tar pads a shard to 10 KiB, so a cut at half the file may spare every member.)
+  faulty->faults = {{"shard-000.tar", Fault::short_reads}, {"shard-001.tar", Fault::eio}};
+  ImageConfig plain = small(ErrorPolicy::skip), injected = plain;
+  injected.files = faulty;
+  ImageSource a(ds, plain, 1), b(ds, injected, 1);
+  std::vector<unsigned char> x(a.sample_bytes()), y(b.sample_bytes());
+  Rng r1(1, 0, 2), r2(1, 0, 2);
+  a.render_sample(2, r1, x);
+  b.render_sample(2, r2, y);
+  REQUIRE(x == y);  // short reads at an offset still read the member exactly
+
+  for (const std::size_t workers : {1, 3}) {
+    std::vector<SkippedSample> skipped;
+    std::string error;
+    ImageSource skip(ds, injected, workers);
+    REQUIRE(run_epoch(skip, workers, skipped, error) == 8);
+    REQUIRE(error.empty());
+    REQUIRE(skipped.size() == 4);  // shard-001's; shard-000's short reads are no error
+    for (const auto& s : skipped) {
+      REQUIRE((s.index >= 4 && s.index < 8));
+      REQUIRE_THAT(s.reason, Catch::Contains(ds.name(s.index) + ": read failed: Input/output error"));
+    }
+  }
+
+  // A shard deleted after the index was made (between epochs, or mid-epoch
+  // before its turn): its samples fail naming the shard and member.
+  ImageConfig strict = plain;
+  strict.on_error = ErrorPolicy::fail;
+  ImageSource fail(ds, strict, 1);
+  std::vector<SkippedSample> skipped;
+  std::string error;
+  fs::remove(made.shards / "shard-002.tar");
+  REQUIRE(run_epoch(fail, 1, skipped, error) <= 8);
+  REQUIRE_THAT(error, Catch::Contains("shard-002.tar:000008.jpg: cannot open: No such file or directory"));
 }

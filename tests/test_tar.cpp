@@ -1,5 +1,6 @@
 // scan_tar (stages/tar_index.h) on archives written by GNU tar (gnu and ustar
-// formats) and Python's tarfile (pax), and on corrupt, truncated and hostile ones.
+// formats) and Python's tarfile (pax), and on corrupt, truncated and hostile ones;
+// Dataset::from_shards over tar shards against the same files read one by one.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,11 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "pipeline/pipeline.h"
+#include "shards.h"
+#include "stages/dataset.h"
+#include "stages/file_system.h"
+#include "stages/image_source.h"
 #include "stages/tar_index.h"
 #include "temp_dir.h"
 
@@ -198,4 +204,95 @@ TEST_CASE("tar: an archive cut at every byte is refused or read as a prefix, nev
       REQUIRE_THAT(e.what(), Catch::StartsWith("t.tar: "));
     }
   }
+}
+
+namespace {
+
+// Batch digests of one pass over `d` through ImageSource (RandomResizedCrop 16 + flip).
+std::vector<std::uint64_t> digests(const Dataset& d, std::size_t workers) {
+  ImageConfig ic;
+  ic.transforms = {RandomResizedCrop{{16, 16}}, RandomHorizontalFlip{}};
+  ImageSource src(d, ic, workers);
+  Config c;
+  c.batch_size = 5;
+  c.workers = workers;
+  c.sample_bytes = src.sample_bytes();
+  c.epochs = 2;
+  c.seed = 4;
+  Pipeline p(c, d.size(), {src.filler()});
+  std::vector<std::uint64_t> out;
+  while (auto b = p.next()) out.push_back(batch_digest(**b));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("shards: the same samples and batches from shards as from the files, for 1 and 4 workers", "[tar][shards]") {
+  if (!conveyor::test::have_tar()) {
+    WARN("no tar here: not checked");
+    return;
+  }
+  TempDir dir;
+  const auto made = conveyor::test::write_shards(dir.path(), 23, 10);  // 3 shards, the last one short
+  const Dataset files = Dataset::from_list(made.list);
+  const Dataset shards = Dataset::from_shards(made.shards);
+  REQUIRE(shards.size() == 23);
+  std::vector<unsigned char> a, b;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(shards.label(i) == files.label(i));
+    files.read(i, *posix_file_system(), 1 << 20, a);
+    shards.read(i, *posix_file_system(), 1 << 20, b);
+    REQUIRE(a == b);  // the member's bytes are the file's, not re-encoded
+  }
+  REQUIRE(shards.name(12) == (made.shards / "shard-001.tar").string() + ":000012.jpg");
+  REQUIRE(shards.path(12) == made.shards / "shard-001.tar");
+  const auto reference = digests(files, 1);
+  REQUIRE(digests(shards, 1) == reference);
+  REQUIRE(digests(shards, 4) == reference);
+  const std::vector<std::size_t> some{22, 0, 12};
+  const Dataset part = shards.subset(some);
+  REQUIRE(part.name(0) == shards.name(22));
+  part.read(2, *posix_file_system(), 1 << 20, b);
+  files.read(12, *posix_file_system(), 1 << 20, a);
+  REQUIRE(a == b);
+}
+
+TEST_CASE("shards: a folder without shards, a sample without image or label, a bad label: refused by name", "[tar][shards]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "empty");
+  REQUIRE_THROWS_WITH(Dataset::from_shards(dir / "empty"), Catch::Contains("no .tar shards"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(dir / "missing"), Catch::Contains("not a directory"));
+  const auto shard = [&](const std::string& bytes) {
+    std::filesystem::remove_all(dir / "s");
+    std::filesystem::create_directories(dir / "s");
+    spit(dir / "s" / "a.tar", bytes);
+    return dir / "s";
+  };
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + kEnd)), Catch::Contains("a.tar:k/1: no label (k/1.cls)"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.cls", "1") + kEnd)), Catch::Contains("a.tar:k/1: no image member"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.png", "y") + member("k/1.cls", "1") + kEnd)),
+                      Catch::Contains("k/1: two images (k/1.jpg, k/1.png)"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "cat") + kEnd)),
+                      Catch::Contains("a.tar:k/1.cls: label 'cat' is not a non-negative decimal integer"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x").substr(0, 600))), Catch::Contains("a.tar: member k/1.jpg claims"));
+  const Dataset ok = Dataset::from_shards(shard(member("k/1.JPG", "x") + member("k/1.cls", " 4\n") + member("k/1.json", "{}") + kEnd));
+  REQUIRE(ok.size() == 1);
+  REQUIRE(ok.label(0) == 4);
+  REQUIRE(ok.range(0)->offset == 512);
+  REQUIRE(ok.range(0)->size == 1);
+}
+
+TEST_CASE("shards: a shard cut short after it was indexed names the member", "[tar][shards]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "s");
+  spit(dir / "s" / "a.tar", member("k/1.jpg", std::string(2000, 'x')) + member("k/1.cls", "1") + kEnd);
+  const Dataset d = Dataset::from_shards(dir / "s");
+  std::filesystem::resize_file(dir / "s" / "a.tar", 1000);
+  std::vector<unsigned char> out;
+  REQUIRE_THROWS_WITH(d.read(0, *posix_file_system(), 1 << 20, out), Catch::Contains("cut short: the file is 1000 bytes, the range ends at 2512"));
+  ImageSource src(d, ImageConfig{}, 1);
+  Rng rng(1, 0, 0);
+  std::vector<unsigned char> pixels(src.sample_bytes());
+  REQUIRE_THROWS_WITH(src.render_sample(0, rng, pixels), Catch::StartsWith((dir / "s" / "a.tar").string() + ":k/1.jpg: cut short"));
 }

@@ -63,6 +63,29 @@ def test_every_sample_once_per_epoch_and_the_same_bytes_for_1_and_4_workers(fold
     assert runs[1][0][2] != runs[1][5][2]  # each epoch its own order
 
 
+def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):
+    import shutil
+    import subprocess
+    if shutil.which("tar") is None:
+        pytest.skip("no tar here")
+    files = sorted(folder.rglob("*.ppm"))
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "shards").mkdir()
+    lines = []
+    for i, p in enumerate(files):
+        shutil.copy(p, tmp_path / "flat" / f"{i:06d}.ppm")
+        (tmp_path / "flat" / f"{i:06d}.cls").write_text(str(i % 3))
+        lines.append(f"flat/{i:06d}.ppm {i % 3}")
+    (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
+    names = [f"{i:06d}.{e}" for i in range(len(files)) for e in ("ppm", "cls")]
+    subprocess.run(["tar", "-cf", str(tmp_path / "shards" / "a.tar")] + names[:30], cwd=tmp_path / "flat", check=True)
+    subprocess.run(["tar", "-cf", str(tmp_path / "shards" / "b.tar")] + names[30:], cwd=tmp_path / "flat", check=True)
+    kw = dict(batch_size=4, crop=16, seed=5, device="cpu")
+    from_files = run(conveyor.Loader(list=str(tmp_path / "list.txt"), **kw), 2)
+    from_shards = run(conveyor.Loader(shards=str(tmp_path / "shards"), workers=3, **kw), 2)
+    assert from_shards == from_files
+
+
 def test_arrays_rows_arrive_as_given_with_their_labels():
     x = np.arange(50 * 3 * 2, dtype=np.float32).reshape(50, 3, 2)
     y = np.arange(50) * 10
@@ -196,6 +219,8 @@ def test_a_bad_file_names_itself_or_is_skipped(tmp_path, folder):
 def test_bad_arguments_are_one_clear_error(tmp_path, folder):
     with pytest.raises(ValueError, match="exactly one dataset"):
         conveyor.Loader(folder=str(folder), list="x.txt")
+    with pytest.raises(ValueError, match="no .tar shards"):
+        conveyor.Loader(shards=str(folder))
     with pytest.raises(ValueError, match="device=gpu: expected one of auto, cuda, cpu"):
         conveyor.Loader(folder=str(folder), device="gpu")
     with pytest.raises(ValueError, match="normalize=int8"):
