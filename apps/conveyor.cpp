@@ -35,6 +35,7 @@
 #include "conveyor/version.h"
 #include "apps/inspect.h"
 #include "apps/options.h"
+#include "apps/pack.h"
 #include "apps/run.h"
 #include "apps/sweep.h"
 #include "apps/toml_config.h"
@@ -68,7 +69,7 @@ int exec_train(int argc, char** argv) {
 }
 
 
-constexpr const char* kSubcommands = "run, bench, sweep, inspect, make-dataset, train";
+constexpr const char* kSubcommands = "run, bench, sweep, inspect, pack, make-dataset, train";
 
 // argv[1] when it is neither a flag nor a subcommand: named, with the valid ones.
 void check_subcommand(int argc, char** argv, const CLI::App& app) {
@@ -82,7 +83,7 @@ void check_subcommand(int argc, char** argv, const CLI::App& app) {
 }
 
 struct Subcommands {
-  CLI::App *run, *bench, *sweep, *inspect, *make;
+  CLI::App *run, *bench, *sweep, *inspect, *pack, *make;
 };
 
 // Every subcommand with its flags, parsed into o.
@@ -98,6 +99,7 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
       "  conveyor bench --config configs/imagenet.toml --json bench.json\n"
       "  conveyor sweep --workers 1,2,4 --host-queue 1,2,8 --csv sweep.csv --plot sweep.png\n"
       "  conveyor inspect --list train.txt\n"
+      "  conveyor pack --folder train/ --out shards/ --shard-mb 256\n"
       "  conveyor train --model lenet --epochs 5 --checkpoint lenet.pt\n"
       "  conveyor make-dataset --out /tmp/shapes");
   Subcommands s;
@@ -105,6 +107,7 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
   s.bench = app.add_subcommand("bench", "throughput only: a table, and --json FILE with the figures");
   s.sweep = app.add_subcommand("sweep", "a grid of runs: one row per point (images/s, consumer idle %, peak RSS)");
   s.inspect = app.add_subcommand("inspect", "decode every sample once; counts by format, size, colour; unreadable files");
+  s.pack = app.add_subcommand("pack", "write the dataset as WebDataset tar shards (KEY.jpg + KEY.cls) in --out DIR");
   s.make = app.add_subcommand("make-dataset", "write the embedded default dataset to --out DIR");
   app.add_subcommand("train", "train LeNet-5 or a small ResNet on the batches with LibTorch (conveyor train --help)");
   add_sweep_flags(*s.sweep, o);  // first: add_pipeline_flags leaves a flag sweep already has alone
@@ -114,7 +117,11 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
   }
   for (auto* sub : {s.run, s.bench}) sub->add_option("--json", o.json, "write the figures (and every skipped sample) as JSON");
   add_pipeline_flags(*s.inspect, o);
-  for (auto* sub : {s.run, s.bench, s.sweep, s.inspect, s.make}) sub->fallthrough();  // `conveyor run --config F`
+  add_dataset_flags(*s.pack, o);
+  s.pack->add_option("--out", o.out, "folder for the shards (new, or empty)")->required();
+  s.pack->add_option("--shard-mb", o.shard_mb, "start a new shard before one would pass this many MiB")
+      ->check(CLI::Range(1, 1 << 20));
+  for (auto* sub : {s.run, s.bench, s.sweep, s.inspect, s.pack, s.make}) sub->fallthrough();  // `conveyor run --config F`
   s.make->add_option("--out", o.out, "folder to write (must not exist)")->required();
   s.make->add_option("--images-per-class", o.images_per_class, "images in each of the 10 classes")
       ->check(CLI::Range(1, 1000000));
@@ -135,6 +142,7 @@ int make_dataset(const Options& o) {
 int dispatch(const Subcommands& s, const Options& o) {
   check_shard(o);
   if (*s.make) return make_dataset(o);
+  if (*s.pack) return pack(o);
   check_writable("--trace", o.trace);
   check_writable("--json", o.json);
   check_writable("--csv", o.csv);

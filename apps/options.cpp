@@ -15,14 +15,19 @@ CLI::Option* add_or_keep(CLI::App& app, const std::string& name, T& value, const
 
 }  // namespace
 
+void add_dataset_flags(CLI::App& app, Options& o) {
+  add_or_keep(app, "--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
+  add_or_keep(app, "--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
+  add_or_keep(app, "--shards", o.shards, "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls")
+      ->check(CLI::ExistingDirectory);
+}
+
 void add_pipeline_flags(CLI::App& app, Options& o) {
   const auto option = [&](const std::string& name, auto& value, const std::string& help) {
     return add_or_keep(app, name, value, help);
   };
   const auto range = [](std::size_t lo, std::size_t hi) { return CLI::Range(lo, hi); };
-  option("--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
-  option("--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
-  option("--shards", o.shards, "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls")->check(CLI::ExistingDirectory);
+  add_dataset_flags(app, o);
   option("--workers", o.workers, "decode/augment worker threads (default: the core count)")
       ->check(range(1, Config::kMaxWorkers));
   option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));

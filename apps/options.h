@@ -47,6 +47,7 @@ struct Options {
   std::string list;    // --list FILE: `path label` per line. Default: none.
   std::string folder;  // --folder DIR: root/<class>/<image>. Default: none.
   std::string shards;  // --shards DIR: WebDataset tar shards (KEY.jpg + KEY.cls). Default: none.
+  std::size_t shard_mb = 256;  // pack --shard-mb: a shard's size limit in MiB. Default: 256.
 
   // ---- pipeline
   std::size_t workers = std::max(1u, std::thread::hardware_concurrency());  // Default: the core count.
@@ -142,6 +143,8 @@ CLI::Option* add_choice(CLI::App& app, const std::string& name, E& value, const 
 // name) is left as it is. Ranges are checked at parse time, with the library's
 // own limits (Config::kMaxWorkers).
 void add_pipeline_flags(CLI::App& app, Options& o);
+// The dataset alone: --list, --folder, --shards (add_pipeline_flags includes them).
+void add_dataset_flags(CLI::App& app, Options& o);
 // What `conveyor run` adds: the synthetic consumer, teaching modes, resident
 // mode, normalize (--normalize, --normalize-in) and tracing.
 void add_run_flags(CLI::App& app, Options& o);

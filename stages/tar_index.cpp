@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -197,6 +198,33 @@ class Scanner {
 };
 
 }  // namespace
+
+std::string tar_header(const std::string& name, std::uint64_t size) {
+  if (name.empty() || name.size() > 100) throw TarError("tar: member name '" + name + "' is not 1..100 bytes");
+  if (size > 077777777777ULL) throw TarError("tar: member " + name + " of " + std::to_string(size) + " bytes is over 8 GiB");
+  std::string h(kBlock, '\0');
+  const auto put = [&](std::size_t at, std::size_t width, std::uint64_t value) {  // octal, NUL-terminated
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "%0*llo", int(width - 1), static_cast<unsigned long long>(value));
+    h.replace(at, width - 1, buf);
+  };
+  h.replace(0, name.size(), name);
+  put(100, 8, 0644);  // mode
+  put(108, 8, 0);     // uid
+  put(116, 8, 0);     // gid
+  put(124, 12, size);
+  put(136, 12, 0);    // mtime
+  h[156] = '0';
+  h.replace(257, 6, std::string("ustar\0", 6));
+  h.replace(263, 2, "00");
+  h.replace(148, 8, "        ");
+  std::uint64_t sum = 0;
+  for (unsigned char c : h) sum += c;
+  put(148, 7, sum);  // six digits, NUL, then the space already there
+  return h;
+}
+
+std::size_t tar_padding(std::uint64_t size) { return std::size_t(round_up(size) - size); }
 
 std::vector<TarMember> scan_tar(const ReadAt& read, std::uint64_t file_size, const std::string& name) {
   return Scanner(read, file_size, name).run();

@@ -1,0 +1,166 @@
+#include "apps/pack.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "apps/cli.h"
+#include "stages/dataset.h"
+#include "stages/decode.h"
+#include "stages/file_system.h"
+#include "stages/tar_index.h"
+
+namespace conveyor::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The shards being written: one open file at a time, written as NAME.tar.tmp
+// and renamed when complete, every write and the close checked.
+class ShardWriter {
+ public:
+  ShardWriter(fs::path dir, std::uint64_t limit) : dir_(std::move(dir)), limit_(limit) {}
+  ~ShardWriter() {
+    if (file_) std::fclose(file_);
+  }
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  // Members of one sample go to one shard: a new one starts first when they
+  // would take the current one past the limit.
+  void sample(const std::string& key, const std::string& ext, const std::vector<unsigned char>& image, std::int64_t label) {
+    const std::string cls = std::to_string(label);
+    const std::uint64_t bytes = member_bytes(image.size()) + member_bytes(cls.size());
+    if (file_ && written_ > 0 && written_ + bytes + kTarEnd > limit_) close_shard();
+    if (!file_) open_shard();
+    member(key + ext, image.data(), image.size());
+    member(key + ".cls", cls.data(), cls.size());
+  }
+
+  void finish() {
+    if (file_) close_shard();
+  }
+  std::size_t shards() const { return shards_; }
+  std::uint64_t total_bytes() const { return total_; }
+
+ private:
+  static std::uint64_t member_bytes(std::uint64_t size) { return 512 + size + tar_padding(size); }
+
+  void open_shard() {
+    char name[32];
+    std::snprintf(name, sizeof name, "shard-%06zu.tar", shards_);
+    path_ = dir_ / name;
+    tmp_ = path_;
+    tmp_ += ".tmp";
+    file_ = std::fopen(tmp_.c_str(), "wb");
+    if (!file_) fail();
+    written_ = 0;
+  }
+
+  void member(const std::string& name, const void* data, std::size_t size) {
+    const std::string header = tar_header(name, size);
+    const std::string pad(tar_padding(size), '\0');
+    write(header.data(), header.size());
+    write(data, size);
+    write(pad.data(), pad.size());
+  }
+
+  void write(const void* data, std::size_t size) {
+    if (size && std::fwrite(data, 1, size, file_) != size) fail();
+    written_ += size;
+    total_ += size;
+  }
+
+  void close_shard() {
+    const std::string end(kTarEnd, '\0');
+    write(end.data(), end.size());
+    const bool flushed = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
+    const int err = errno;
+    const bool closed = std::fclose(file_) == 0;
+    file_ = nullptr;
+    if (!flushed || !closed) {
+      errno = flushed ? errno : err;
+      fail();
+    }
+    std::error_code ec;
+    fs::rename(tmp_, path_, ec);
+    if (ec) throw std::runtime_error("pack: cannot rename " + tmp_.string() + " to " + path_.string() + ": " + ec.message());
+    ++shards_;
+  }
+
+  [[noreturn]] void fail() { throw std::runtime_error("pack: cannot write " + tmp_.string() + ": " + std::strerror(errno)); }
+
+  fs::path dir_, path_, tmp_;
+  std::uint64_t limit_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t written_ = 0, total_ = 0;
+  std::size_t shards_ = 0;
+};
+
+// Sample i's image extension, lower case (".jpg"); UsageError when its file has none.
+std::string image_extension(const Dataset& d, std::size_t i) {
+  std::string ext = fs::path(d.name(i)).extension().string();  // a file's, or a shard member's ("s.tar:k.jpg")
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  const auto known = Dataset::image_extensions();
+  if (std::find(known.begin(), known.end(), ext) == known.end()) {
+    throw UsageError("pack: " + d.name(i) + ": '" + ext + "' is not an image extension (" + std::string(known[0]) +
+                     ", ...): a reader of the shards would not know it for one");
+  }
+  return ext;
+}
+
+void progress(std::size_t done, std::size_t total, std::size_t shards, std::uint64_t bytes) {
+  static const bool tty = ::isatty(STDERR_FILENO) != 0;
+  if (!tty) return;
+  std::fprintf(stderr, "\rpack: %zu/%zu samples (%zu%%), %zu shard(s), %.1f MB", done, total, done * 100 / total,
+               shards + 1, double(bytes) / 1e6);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int pack(const Options& o) {
+  const fs::path out = o.out;
+  std::error_code ec;
+  const bool existed = fs::exists(out, ec);
+  if (existed && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
+    throw UsageError("--out " + o.out + ": exists and is not an empty folder");
+  }
+  const Dataset d = open_dataset(o, Announce::when_made);
+  for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
+  fs::create_directories(out);
+  try {
+    ShardWriter w(out, std::uint64_t(o.shard_mb) << 20);
+    std::vector<unsigned char> bytes;
+    const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      try {
+        d.read(i, *posix_file_system(), DecodeLimits{}.max_file_bytes, bytes);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("pack: " + d.name(i) + ": " + e.what());
+      }
+      char key[24];
+      std::snprintf(key, sizeof key, "%09zu", i);
+      w.sample(key, image_extension(d, i), bytes, d.label(i));
+      if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
+    }
+    w.finish();
+    wipe_progress_line();
+    std::printf("packed %zu samples into %zu shard(s), %.1f MB, in %s\n", d.size(), w.shards(),
+                double(w.total_bytes()) / 1e6, out.c_str());
+  } catch (...) {
+    // Nothing half-made is left: the shards and .tmp files written so far go.
+    for (const auto& e : fs::directory_iterator(out, ec)) fs::remove(e.path(), ec);
+    if (!existed) fs::remove(out, ec);
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace conveyor::apps
