@@ -14,6 +14,7 @@
 #include "stages/dataset.h"
 #include "stages/decode.h"
 #include "stages/file_system.h"
+#include "stages/shard_index.h"
 #include "stages/tar_index.h"
 
 namespace conveyor::apps {
@@ -152,8 +153,16 @@ int pack(const Options& o) {
     }
     w.finish();
     wipe_progress_line();
-    std::printf("packed %zu samples into %zu shard(s), %.1f MB, in %s\n", d.size(), w.shards(),
-                double(w.total_bytes()) / 1e6, out.c_str());
+    IndexSource how = IndexSource::built;
+    const ShardIndex index = load_shard_index(out, &how);  // scans what was written: the index --shards reads
+    if (index.samples.size() != d.size()) {
+      throw std::runtime_error("pack: the shards in " + out.string() + " hold " + std::to_string(index.samples.size()) +
+                               " samples, not " + std::to_string(d.size()));
+    }
+    std::printf("packed %zu samples into %zu shard(s), %.1f MB, in %s (index: %s)\n", d.size(), w.shards(),
+                double(w.total_bytes()) / 1e6, out.c_str(),
+                how == IndexSource::built_beside ? index_beside(out).c_str()
+                : how == IndexSource::built_cached ? index_in_cache(out).c_str() : "not written");
   } catch (...) {
     // Nothing half-made is left: the shards and .tmp files written so far go.
     for (const auto& e : fs::directory_iterator(out, ec)) fs::remove(e.path(), ec);

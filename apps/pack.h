@@ -3,7 +3,8 @@
 // file's bytes as they are (not re-encoded) and KEY.cls with its label, KEY
 // being i in nine digits; a new shard (shard-000000.tar, ...) once the next
 // sample would take the current one past --shard-mb. Any tar tool or the
-// webdataset library reads them; --shards DIR reads them back.
+// webdataset library reads them; --shards DIR reads them back, starting from
+// the index (DIR/.conveyor-index) pack writes last, after scanning its shards.
 #pragma once
 
 #include "apps/options.h"

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "stages/file_system.h"
-#include "stages/tar_index.h"
+#include "stages/shard_index.h"
 
 namespace conveyor {
 
@@ -342,104 +342,16 @@ Dataset Dataset::from_folder(const fs::path& root) {
 
 // ---------------------------------------------------------------- shards
 
-namespace {
-
-// The .tar files directly in dir, sorted by name (byte order).
-std::vector<fs::path> shard_files(const fs::path& dir) {
-  const std::string name = dir.string();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw DatasetError(name + ": not a directory (--shards wants a folder of .tar files)");
-  std::vector<fs::path> out;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path& p = it->path();
-    if (p.extension() == ".tar" && it->is_regular_file(ec)) out.push_back(p);
-  }
-  if (ec) throw DatasetError(name + ": cannot list: " + ec.message());
-  if (out.empty()) throw DatasetError(name + ": no .tar shards in this folder");
-  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return a.native() < b.native(); });
-  return out;
-}
-
-// webdataset's split of a member path: key = up to the first '.' of the file
-// name, extension = the rest with its dot, lower case.
-std::pair<std::string_view, std::string> split_key(std::string_view member) {
-  const auto slash = member.rfind('/');
-  const auto dot = member.find('.', slash == std::string_view::npos ? 0 : slash + 1);
-  if (dot == std::string_view::npos) return {member, ""};
-  std::string ext(member.substr(dot));
-  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return {member.substr(0, dot), ext};
-}
-
-bool is_image_extension(std::string_view ext) {
-  return std::find(kImageExtensions.begin(), kImageExtensions.end(), ext) != kImageExtensions.end();
-}
-
-struct ShardSample {
-  std::string key;
-  const TarMember* image = nullptr;
-  const TarMember* cls = nullptr;
-};
-
-std::int64_t read_cls(const fs::path& shard, const TarMember& m) {
-  const std::string where = shard.string() + ":" + m.name;
-  if (m.size > 64) throw DatasetError(where + ": a label of " + std::to_string(m.size) + " bytes (expected a decimal integer)");
-  std::vector<unsigned char> bytes;
-  try {
-    read_file_range(*posix_file_system(), shard, m.offset, m.size, m.size, bytes);
-  } catch (const std::exception& e) {
-    throw DatasetError(where + ": " + e.what());
-  }
-  std::string_view text{reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-  const auto first = text.find_first_not_of(" \t\r\n\v\f");
-  text = first == std::string_view::npos ? std::string_view{} : text.substr(first, text.find_last_not_of(" \t\r\n\v\f") - first + 1);
-  std::int64_t label = -1;
-  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), label);
-  if (text.empty() || err != std::errc{} || end != text.data() + text.size() || label < 0 || label > kMaxLabel) {
-    throw DatasetError(where + ": label '" + std::string(text) + "' is not a non-negative decimal integer");
-  }
-  return label;
-}
-
-}  // namespace
-
 Dataset Dataset::from_shards(const fs::path& dir) {
+  const ShardIndex index = load_shard_index(dir);
   Dataset d;
   d.source_ = dir;
-  d.shards_ = shard_files(dir);
-  for (std::uint32_t s = 0; s < d.shards_.size(); ++s) {
-    const fs::path& shard = d.shards_[s];
-    std::vector<TarMember> members;
-    try {
-      members = scan_tar(shard);
-    } catch (const TarError& e) {
-      throw DatasetError(e.what());
-    }
-    std::vector<ShardSample> samples;  // in order of first appearance
-    std::map<std::string_view, std::size_t> by_key;
-    for (const TarMember& m : members) {
-      const auto [key, ext] = split_key(m.name);
-      auto [it, fresh] = by_key.try_emplace(key, samples.size());
-      if (fresh) samples.push_back({std::string(key)});
-      ShardSample& sample = samples[it->second];
-      if (ext == ".cls") {
-        sample.cls = &m;
-      } else if (is_image_extension(ext)) {
-        if (sample.image) {
-          throw DatasetError(shard.string() + ":" + sample.key + ": two images (" + sample.image->name + ", " + m.name + ")");
-        }
-        sample.image = &m;
-      }
-    }
-    for (const ShardSample& sample : samples) {
-      const std::string where = shard.string() + ":" + sample.key;
-      if (!sample.image) throw DatasetError(where + ": no image member (" + std::string(kImageExtensions[0]) + ", ...)");
-      if (!sample.cls) throw DatasetError(where + ": no label (" + sample.key + ".cls)");
-      d.labels_.push_back(read_cls(shard, *sample.cls));
-      d.add_path(sample.image->name);
-      d.shard_of_.push_back(s);
-      d.ranges_.push_back({sample.image->offset, sample.image->size});
-    }
+  for (const auto& shard : index.shards) d.shards_.push_back(dir / shard.file);
+  for (const auto& sample : index.samples) {
+    d.labels_.push_back(sample.label);
+    d.add_path(sample.member);
+    d.shard_of_.push_back(sample.shard);
+    d.ranges_.push_back({sample.offset, sample.size});
   }
   d.check_labels();
   return d;

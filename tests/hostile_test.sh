@@ -251,13 +251,13 @@ toml)  # 17.12: malformed TOML is an error with the file and line; unknown keys 
 subcommands)  # 17.13: an unknown subcommand is named with the valid ones; each subcommand's help lists its flags with defaults
   expect 2 "conveyor frobnicate" -- frobnicate
   err_has "unknown subcommand 'frobnicate'" "frobnicate"
-  err_has "run, bench, sweep, inspect, make-dataset, train" "frobnicate"
+  err_has "run, bench, sweep, inspect, pack, make-dataset, train" "frobnicate"
   expect 2 "no subcommand" --
   "$bin" --version >"$work/out" 2>&1 || fail "--version: status $?"
   grep -Eq "^conveyor [0-9]+\.[0-9]+\.[0-9]+$" "$work/out" || fail "--version: $(cat "$work/out")"
   for sub in run bench sweep inspect; do
     "$bin" "$sub" --help >"$work/out" 2>&1 || fail "$sub --help: status $?"
-    for flag in --folder --list --batch --seed; do grep -q -- "$flag" "$work/out" || fail "$sub --help lacks $flag"; done
+    for flag in --folder --list --shards --batch --seed; do grep -q -- "$flag" "$work/out" || fail "$sub --help lacks $flag"; done
     # CLI11 2.1 writes a default as "=64", newer ones as "[64]" (a sweep axis: "=[]" or "[{}]").
     grep -Eq -- "--batch .*(=64|\[64\]|=\[\]|\[\{\}\])" "$work/out" || fail "$sub --help shows no default for --batch"
   done
@@ -265,6 +265,8 @@ subcommands)  # 17.13: an unknown subcommand is named with the valid ones; each 
   grep -Eq -- "--compute-ms .*(=0|\[0\])" "$work/out" || fail "run --help shows no default for --compute-ms"
   "$bin" make-dataset --help >"$work/out" 2>&1
   grep -q -- "--images-per-class" "$work/out" || fail "make-dataset --help lacks its flags"
+  "$bin" pack --help >"$work/out" 2>&1
+  for flag in --folder --list --shards --out --shard-mb; do grep -q -- "$flag" "$work/out" || fail "pack --help lacks $flag"; done
   ;;
 nul)  # 17.14: a NUL byte in a list path is refused at parse time with file:line
   printf '%s 0\n%s\0x.jpg 1\n' "$first" "$work/ds/0-disk/a" >"$work/nul.txt"

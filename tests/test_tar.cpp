@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdlib.h>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -18,6 +19,7 @@
 #include "stages/dataset.h"
 #include "stages/file_system.h"
 #include "stages/image_source.h"
+#include "stages/shard_index.h"
 #include "stages/tar_index.h"
 #include "temp_dir.h"
 
@@ -295,4 +297,52 @@ TEST_CASE("shards: a shard cut short after it was indexed names the member", "[t
   Rng rng(1, 0, 0);
   std::vector<unsigned char> pixels(src.sample_bytes());
   REQUIRE_THROWS_WITH(src.render_sample(0, rng, pixels), Catch::StartsWith((dir / "s" / "a.tar").string() + ":k/1.jpg: cut short"));
+}
+
+TEST_CASE("shards: the index is cached beside the shards, or in the user's cache, and rebuilt when stale or corrupt", "[tar][shards]") {
+  TempDir dir;
+  const auto folder = dir / "s";
+  std::filesystem::create_directories(folder);
+  spit(folder / "a.tar", member("k/1.jpg", "xx") + member("k/1.cls", "3") + kEnd);
+  spit(folder / "b.tar", member("k/2.png", "yyy") + member("k/2.cls", "5") + kEnd);
+  const ShardIndex built = build_shard_index(folder);
+  REQUIRE(built.samples.size() == 2);
+  REQUIRE(built.samples[1] == ShardIndex::Sample{1, "k/2.png", 512, 3, 5});
+
+  IndexSource how{};
+  REQUIRE(load_shard_index(folder, &how) == built);
+  REQUIRE(how == IndexSource::built_beside);
+  REQUIRE(std::filesystem::exists(index_beside(folder)));
+  REQUIRE(load_shard_index(folder, &how) == built);
+  REQUIRE(how == IndexSource::cached);
+
+  std::string text = slurp(index_beside(folder));  // corrupt: one label changed, checksum left alone
+  text.replace(text.find(" 5 k/2.png"), 9, " 6 k/2.png");
+  spit(index_beside(folder), text);
+  REQUIRE_THROWS_WITH(ShardIndex::parse(text, "idx"), Catch::Contains("idx: not a valid shard index: checksum"));
+  REQUIRE(load_shard_index(folder, &how) == built);
+  REQUIRE(how == IndexSource::built_beside);
+
+  spit(folder / "c.tar", member("k/3.jpg", "z") + member("k/3.cls", "1") + kEnd);  // a shard added: stale
+  REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
+  REQUIRE(how == IndexSource::built_beside);
+  REQUIRE(Dataset::from_shards(folder).size() == 3);
+
+  // Where the folder takes no index (here .conveyor-index is a directory; a
+  // read-only folder does the same for a user who is not root): the user's cache.
+  std::filesystem::remove(index_beside(folder));
+  std::filesystem::create_directories(index_beside(folder));
+  ::setenv("XDG_CACHE_HOME", (dir / "cache").c_str(), 1);
+  REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
+  REQUIRE(how == IndexSource::built_cached);
+  REQUIRE(index_in_cache(folder).parent_path() == dir / "cache" / "conveyor");
+  REQUIRE(std::filesystem::exists(index_in_cache(folder)));
+  REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
+  REQUIRE(how == IndexSource::cached);
+  ::unsetenv("XDG_CACHE_HOME");
+
+  ShardIndex odd;  // names with the escape character and line breaks survive the text form
+  odd.shards = {{"we%ird\n.tar", 10, -3}};
+  odd.samples = {{0, "a\r\nb%0A.jpg", 512, 7, 2}};
+  REQUIRE(ShardIndex::parse(odd.serialize(), "x") == odd);
 }

@@ -1,0 +1,312 @@
+#include "stages/shard_index.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <system_error>
+
+#include "pipeline/fnv1a.h"
+#include "stages/dataset.h"
+#include "stages/file_system.h"
+#include "stages/tar_index.h"
+
+namespace conveyor {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kMagic = "conveyor-shard-index 1";
+constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max() - 1;
+
+// Names go at the end of their line: '%', CR and LF escaped so any name fits.
+std::string escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '%') out += "%25";
+    else if (c == '\n') out += "%0A";
+    else if (c == '\r') out += "%0D";
+    else out += c;
+  }
+  return out;
+}
+
+std::optional<std::string> unescape(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    const auto code = s.substr(i + 1, 2);
+    if (code == "25") out += '%';
+    else if (code == "0A") out += '\n';
+    else if (code == "0D") out += '\r';
+    else return std::nullopt;
+    i += 2;
+  }
+  return out;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::uint64_t checksum(std::string_view body) {
+  Fnv1a h;
+  h.add(body.data(), body.size());
+  return h.value;
+}
+
+// Reads `count` space-separated integers then the rest of the line as a name.
+template <typename... Ints>
+bool fields(std::string_view line, std::string& name, Ints&... ints) {
+  bool ok = true;
+  const auto take = [&](auto& v) {
+    if (!ok) return;
+    const auto sp = line.find(' ');
+    if (sp == std::string_view::npos) return void(ok = false);
+    const auto r = std::from_chars(line.data(), line.data() + sp, v);
+    ok = r.ec == std::errc{} && r.ptr == line.data() + sp;
+    line.remove_prefix(sp + 1);
+  };
+  (take(ints), ...);
+  if (!ok) return false;
+  const auto n = unescape(line);
+  if (!n || n->empty()) return false;
+  name = *n;
+  return true;
+}
+
+// webdataset's split of a member path: key = up to the first '.' of the file
+// name, extension = the rest with its dot, lower case.
+std::pair<std::string_view, std::string> split_key(std::string_view member) {
+  const auto slash = member.rfind('/');
+  const auto dot = member.find('.', slash == std::string_view::npos ? 0 : slash + 1);
+  if (dot == std::string_view::npos) return {member, ""};
+  std::string ext(member.substr(dot));
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return {member.substr(0, dot), ext};
+}
+
+bool is_image_extension(std::string_view ext) {
+  const auto known = Dataset::image_extensions();
+  return std::find(known.begin(), known.end(), ext) != known.end();
+}
+
+std::int64_t read_cls(const fs::path& shard, const TarMember& m) {
+  const std::string where = shard.string() + ":" + m.name;
+  if (m.size > 64) throw DatasetError(where + ": a label of " + std::to_string(m.size) + " bytes (expected a decimal integer)");
+  std::vector<unsigned char> bytes;
+  try {
+    read_file_range(*posix_file_system(), shard, m.offset, m.size, m.size, bytes);
+  } catch (const std::exception& e) {
+    throw DatasetError(where + ": " + e.what());
+  }
+  std::string_view text{reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+  constexpr std::string_view kBlank = " \t\r\n\v\f";
+  const auto first = text.find_first_not_of(kBlank);
+  text = first == std::string_view::npos ? std::string_view{} : text.substr(first, text.find_last_not_of(kBlank) - first + 1);
+  std::int64_t label = -1;
+  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), label);
+  if (text.empty() || err != std::errc{} || end != text.data() + text.size() || label < 0 || label > kMaxLabel) {
+    throw DatasetError(where + ": label '" + std::string(text) + "' is not a non-negative decimal integer");
+  }
+  return label;
+}
+
+// One shard's samples, in the order their keys first appear.
+void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::Sample>& out) {
+  std::vector<TarMember> members;
+  try {
+    members = scan_tar(shard);
+  } catch (const TarError& e) {
+    throw DatasetError(e.what());
+  }
+  struct Grouped {
+    std::string key;
+    const TarMember* image = nullptr;
+    const TarMember* cls = nullptr;
+  };
+  std::vector<Grouped> samples;
+  std::map<std::string_view, std::size_t> by_key;
+  for (const TarMember& m : members) {
+    const auto [key, ext] = split_key(m.name);
+    const auto [it, fresh] = by_key.try_emplace(key, samples.size());
+    if (fresh) samples.push_back({std::string(key)});
+    Grouped& g = samples[it->second];
+    if (ext == ".cls") {
+      g.cls = &m;
+    } else if (is_image_extension(ext)) {
+      if (g.image) throw DatasetError(shard.string() + ":" + g.key + ": two images (" + g.image->name + ", " + m.name + ")");
+      g.image = &m;
+    }
+  }
+  for (const Grouped& g : samples) {
+    const std::string where = shard.string() + ":" + g.key;
+    if (!g.image) throw DatasetError(where + ": no image member (" + std::string(Dataset::image_extensions()[0]) + ", ...)");
+    if (!g.cls) throw DatasetError(where + ": no label (" + g.key + ".cls)");
+    out.push_back({s, g.image->name, g.image->offset, g.image->size, read_cls(shard, *g.cls)});
+  }
+}
+
+// The file's bytes, or nothing when it is missing, not a regular file or unreadable.
+std::optional<std::string> slurp(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return std::nullopt;
+  try {
+    std::ifstream f(p, std::ios::binary);
+    if (!f) return std::nullopt;
+    std::string s{std::istreambuf_iterator<char>(f), {}};
+    if (f.bad()) return std::nullopt;
+    return s;
+  } catch (const std::exception&) {  // libstdc++ throws from underflow on a read error
+    return std::nullopt;
+  }
+}
+
+// Writes text to `file` by way of a temporary file renamed over it. False when
+// anything fails (the temporary is removed).
+bool write_atomically(const fs::path& file, const std::string& text) {
+  std::error_code ec;
+  fs::create_directories(file.parent_path(), ec);
+  fs::path tmp = file;
+  tmp += ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return false;
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const bool closed = std::fclose(f) == 0;
+  if (wrote && closed) fs::rename(tmp, file, ec);
+  if (!wrote || !closed || ec) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ShardIndex::serialize() const {
+  std::string body = std::string(kMagic) + "\n";
+  for (const auto& s : shards) body += "shard " + std::to_string(s.size) + " " + std::to_string(s.mtime_ns) + " " + escape(s.file) + "\n";
+  for (const auto& s : samples) {
+    body += "sample " + std::to_string(s.shard) + " " + std::to_string(s.offset) + " " + std::to_string(s.size) + " " +
+            std::to_string(s.label) + " " + escape(s.member) + "\n";
+  }
+  return body + "checksum " + hex(checksum(body)) + "\n";
+}
+
+ShardIndex ShardIndex::parse(std::string_view text, const std::string& where) {
+  const auto bad = [&](const std::string& why) { return DatasetError(where + ": not a valid shard index: " + why); };
+  const auto tail = text.rfind("checksum ");
+  if (tail == std::string_view::npos || text.substr(tail) != "checksum " + hex(checksum(text.substr(0, tail))) + "\n") {
+    throw bad("checksum mismatch or missing");
+  }
+  ShardIndex index;
+  std::string_view body = text.substr(0, tail);
+  std::size_t line_no = 0;
+  while (!body.empty()) {
+    const auto nl = body.find('\n');
+    const std::string_view line = body.substr(0, nl);
+    body.remove_prefix(nl == std::string_view::npos ? body.size() : nl + 1);
+    if (line_no++ == 0) {
+      if (line != kMagic) throw bad("first line is not '" + std::string(kMagic) + "'");
+      continue;
+    }
+    if (line.starts_with("shard ")) {
+      Shard s;
+      if (!fields(line.substr(6), s.file, s.size, s.mtime_ns)) throw bad("line " + std::to_string(line_no));
+      index.shards.push_back(std::move(s));
+    } else if (line.starts_with("sample ")) {
+      Sample s;
+      if (!fields(line.substr(7), s.member, s.shard, s.offset, s.size, s.label) || s.shard >= index.shards.size() ||
+          s.label < 0) {
+        throw bad("line " + std::to_string(line_no));
+      }
+      index.samples.push_back(std::move(s));
+    } else {
+      throw bad("line " + std::to_string(line_no));
+    }
+  }
+  return index;
+}
+
+std::vector<ShardIndex::Shard> list_shards(const fs::path& dir) {
+  const std::string name = dir.string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw DatasetError(name + ": not a directory (--shards wants a folder of .tar files)");
+  std::vector<ShardIndex::Shard> out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& p = it->path();
+    if (p.extension() != ".tar" || !it->is_regular_file(ec)) continue;
+    const auto size = it->file_size(ec);
+    const auto mtime = it->last_write_time(ec);
+    if (ec) break;
+    out.push_back({p.filename().string(), size,
+                   std::int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count())});
+  }
+  if (ec) throw DatasetError(name + ": cannot list: " + ec.message());
+  if (out.empty()) throw DatasetError(name + ": no .tar shards in this folder");
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+  return out;
+}
+
+ShardIndex build_shard_index(const fs::path& dir) {
+  ShardIndex index;
+  index.shards = list_shards(dir);
+  for (std::uint32_t s = 0; s < index.shards.size(); ++s) scan_shard(dir / index.shards[s].file, s, index.samples);
+  return index;
+}
+
+fs::path index_beside(const fs::path& dir) { return dir / ".conveyor-index"; }
+
+fs::path index_in_cache(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path absolute = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  Fnv1a h;
+  h.add(absolute.native().data(), absolute.native().size());
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const fs::path root = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
+  return root / "conveyor" / ("shards-" + hex(h.value) + ".index");
+}
+
+ShardIndex load_shard_index(const fs::path& dir, IndexSource* source) {
+  const auto now = list_shards(dir);
+  for (const fs::path& file : {index_beside(dir), index_in_cache(dir)}) {
+    const auto text = slurp(file);
+    if (!text) continue;
+    try {
+      ShardIndex cached = ShardIndex::parse(*text, file.string());
+      if (cached.shards == now) {
+        if (source) *source = IndexSource::cached;
+        return cached;
+      }
+    } catch (const DatasetError&) {  // corrupt: rebuilt below
+    }
+  }
+  ShardIndex index = build_shard_index(dir);
+  const std::string text = index.serialize();
+  IndexSource how = IndexSource::built;
+  if (write_atomically(index_beside(dir), text)) {
+    how = IndexSource::built_beside;
+  } else if (write_atomically(index_in_cache(dir), text)) {
+    how = IndexSource::built_cached;
+  }
+  if (source) *source = how;
+  return index;
+}
+
+}  // namespace conveyor

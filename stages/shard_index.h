@@ -1,0 +1,72 @@
+// ShardIndex: what Dataset::from_shards needs to know about a folder of tar
+// shards (each shard's name, size and modification time; each sample's shard,
+// member, byte range and label), scanned once and cached, so later opens read
+// one small file instead of every tar header.
+//
+// The cache: DIR/.conveyor-index, or where that cannot be written (a read-only
+// folder) $XDG_CACHE_HOME/conveyor (default ~/.cache/conveyor), under a name
+// made from the folder's absolute path. It is text: a version line, one line
+// per shard and per sample, and a checksum (FNV-1a of everything before it).
+// An index whose checksum, format or shard list (names, sizes, mtimes) does
+// not match the folder is stale or corrupt: it is ignored and rebuilt.
+//
+// Thread safety: free functions; concurrent writers of one cache each write a
+// temporary file and rename it, so a reader never sees half an index.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace conveyor {
+
+struct ShardIndex {
+  struct Shard {
+    std::string file;          // name within the folder, "shard-000000.tar"
+    std::uint64_t size = 0;
+    std::int64_t mtime_ns = 0;  // last write time, as the file system reports it
+    bool operator==(const Shard&) const = default;
+  };
+  struct Sample {
+    std::uint32_t shard = 0;
+    std::string member;  // the image member, "000000001.jpg"
+    std::uint64_t offset = 0, size = 0;
+    std::int64_t label = 0;
+    bool operator==(const Sample&) const = default;
+  };
+  std::vector<Shard> shards;
+  std::vector<Sample> samples;
+  bool operator==(const ShardIndex&) const = default;
+
+  std::string serialize() const;
+  // Throws DatasetError naming `where` when the text is not a valid index (format, checksum).
+  static ShardIndex parse(std::string_view text, const std::string& where);
+};
+
+// The folder's shards as they are now (name, size, mtime), sorted by name.
+// Throws DatasetError: not a directory, no .tar in it, cannot be listed.
+std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir);
+
+// Scans every shard (Dataset::from_shards's rules for keys, images and .cls).
+// Throws DatasetError naming the shard and member.
+ShardIndex build_shard_index(const std::filesystem::path& dir);
+
+// How load_shard_index got its index.
+enum class IndexSource {
+  cached,         // read from a cache that matches the folder
+  built_beside,   // scanned, and written to DIR/.conveyor-index
+  built_cached,   // scanned, and written to the user's cache folder
+  built,          // scanned; no cache could be written (the index still holds)
+};
+
+// The cached index when it is current, else build_shard_index() written to
+// the cache. Throws what build_shard_index throws.
+ShardIndex load_shard_index(const std::filesystem::path& dir, IndexSource* source = nullptr);
+
+// Where load_shard_index looks: DIR/.conveyor-index, then the user cache's file.
+std::filesystem::path index_beside(const std::filesystem::path& dir);
+std::filesystem::path index_in_cache(const std::filesystem::path& dir);
+
+}  // namespace conveyor
