@@ -59,9 +59,12 @@ class PosixFile final : public File {
   std::uint64_t size_ = 0;
 };
 
+std::atomic<std::uint64_t> g_opens{0};
+
 class PosixFileSystem final : public FileSystem {
  public:
   std::unique_ptr<File> open(const std::filesystem::path& path) override {
+    g_opens.fetch_add(1, std::memory_order_relaxed);
     int fd;
     do {
       // O_NONBLOCK: opening a FIFO with no writer would otherwise block forever
@@ -75,6 +78,8 @@ class PosixFileSystem final : public FileSystem {
 };
 
 }  // namespace
+
+std::uint64_t posix_file_opens() { return g_opens.load(std::memory_order_relaxed); }
 
 std::shared_ptr<FileSystem> posix_file_system() {
   static const auto fs = std::make_shared<PosixFileSystem>();
@@ -116,12 +121,17 @@ void read_whole_file(FileSystem& fs, const std::filesystem::path& path, std::uin
 void read_file_range(FileSystem& fs, const std::filesystem::path& path, std::uint64_t offset, std::uint64_t size,
                      std::uint64_t max_bytes, std::vector<unsigned char>& out, const std::atomic<bool>* stopping) {
   check_limit(size, max_bytes, "member");
-  const std::unique_ptr<File> file = fs.open(path);
-  if (offset > file->size() || size > file->size() - offset) {
-    throw std::runtime_error("cut short: the file is " + std::to_string(file->size()) + " bytes, the range ends at " +
+  read_file_range(*fs.open(path), offset, size, max_bytes, out, stopping);
+}
+
+void read_file_range(File& file, std::uint64_t offset, std::uint64_t size, std::uint64_t max_bytes,
+                     std::vector<unsigned char>& out, const std::atomic<bool>* stopping) {
+  check_limit(size, max_bytes, "member");
+  if (offset > file.size() || size > file.size() - offset) {
+    throw std::runtime_error("cut short: the file is " + std::to_string(file.size()) + " bytes, the range ends at " +
                              std::to_string(offset + size));
   }
-  read_range(*file, offset, size, out, stopping);
+  read_range(file, offset, size, out, stopping);
   if (out.size() < size) {  // the file shrank under us: no decoder can tell a cut member from a short one
     throw std::runtime_error("cut short: read " + std::to_string(out.size()) + " of the " + std::to_string(size) +
                              " bytes at byte " + std::to_string(offset));

@@ -72,5 +72,12 @@ void read_whole_file(FileSystem& fs, const std::filesystem::path& path, std::uin
 // read throws "cut short: read N of the M bytes at byte O".
 void read_file_range(FileSystem& fs, const std::filesystem::path& path, std::uint64_t offset, std::uint64_t size,
                      std::uint64_t max_bytes, std::vector<unsigned char>& out, const std::atomic<bool>* stopping = nullptr);
+// The same from a file already open (a shard kept open across samples).
+void read_file_range(File& file, std::uint64_t offset, std::uint64_t size, std::uint64_t max_bytes,
+                     std::vector<unsigned char>& out, const std::atomic<bool>* stopping = nullptr);
+
+// Files opened through posix_file_system() since the process started (for
+// benchmarks: files vs shards). Thread-safe.
+std::uint64_t posix_file_opens();
 
 }  // namespace conveyor

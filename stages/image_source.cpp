@@ -4,10 +4,53 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "stages/image_ops.h"
 
 namespace conveyor {
+
+// Shards kept open for every worker (pread needs no shared position), most
+// recent first: a shard is opened once, not once per sample, up to
+// ImageConfig::max_open_shards descriptors; beyond that the least recently
+// used is closed (once the readers holding it are done).
+class ImageSource::OpenShards {
+ public:
+  explicit OpenShards(std::size_t capacity) : capacity_(std::max<std::size_t>(1, capacity)) {}
+  std::shared_ptr<File> get(FileSystem& files, std::string_view path) {
+    {
+      std::lock_guard lk(mu_);
+      if (auto f = find(path)) return f;
+    }
+    std::shared_ptr<File> file = files.open(std::filesystem::path(path));  // outside the lock: a slow open stalls no one
+    std::lock_guard lk(mu_);
+    if (auto f = find(path)) return f;  // another worker opened it meanwhile: one entry per shard
+    if (open_.size() == capacity_) open_.pop_back();
+    open_.insert(open_.begin(), {std::string(path), file});
+    return file;
+  }
+
+ private:
+  // The entry for path, moved to the front; null when absent. Under mu_.
+  std::shared_ptr<File> find(std::string_view path) {
+    for (std::size_t i = 0; i < open_.size(); ++i) {
+      if (open_[i].first == path) {
+        std::rotate(open_.begin(), open_.begin() + std::ptrdiff_t(i), open_.begin() + std::ptrdiff_t(i) + 1);
+        return open_.front().second;
+      }
+    }
+    return nullptr;
+  }
+
+  std::mutex mu_;
+  const std::size_t capacity_;
+  std::vector<std::pair<std::string, std::shared_ptr<File>>> open_;
+};
 
 struct ImageSource::Worker {
   ImageDecoder decoder;
@@ -26,7 +69,10 @@ struct ImageSource::Worker {
 };
 
 ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
-    : dataset_(std::move(dataset)), config_(std::move(config)), augment_(config_.transforms) {
+    : dataset_(std::move(dataset)),
+      config_(std::move(config)),
+      augment_(config_.transforms),
+      shards_(std::make_unique<OpenShards>(config_.max_open_shards)) {
   if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
   if (!config_.files) config_.files = posix_file_system();
   workers_.reserve(workers);
@@ -54,7 +100,12 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
     throw std::invalid_argument("image source: normalized samples need float-aligned memory");
   }
   try {
-    dataset_.read(index, *config_.files, config_.limits.max_file_bytes, w.file, stopping);
+    if (const auto range = dataset_.range(index)) {  // a shard member: one pread from a shard kept open
+      const std::shared_ptr<File> shard = shards_->get(*config_.files, dataset_.path_view(index));
+      read_file_range(*shard, range->offset, range->size, config_.limits.max_file_bytes, w.file, stopping);
+    } else {
+      dataset_.read(index, *config_.files, config_.limits.max_file_bytes, w.file, stopping);
+    }
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
     const DecodeRequest want = decode_request(g, info.width, info.height);

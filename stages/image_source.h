@@ -56,6 +56,9 @@ struct ImageConfig {
   // with a GPU leave it unset and normalize on the device, which moves 4x
   // fewer bytes. Default: unset (uint8 HWC).
   std::optional<Normalize> normalize;
+  // Shard datasets: shard files kept open at once, shared by the workers (the
+  // least recently used is closed beyond it). Default: 256.
+  std::size_t max_open_shards = 256;
   // Where files are read from. Default: null, meaning posix_file_system();
   // tests pass one that injects faults.
   std::shared_ptr<FileSystem> files;
@@ -96,9 +99,11 @@ class ImageSource {
 
  private:
   struct Worker;
+  class OpenShards;
   Dataset dataset_;
   ImageConfig config_;
   Augment augment_;
+  std::unique_ptr<OpenShards> shards_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

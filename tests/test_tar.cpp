@@ -2,6 +2,8 @@
 // formats) and Python's tarfile (pax), and on corrupt, truncated and hostile ones;
 // Dataset::from_shards over tar shards against the same files read one by one.
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -210,9 +212,21 @@ TEST_CASE("tar: an archive cut at every byte is refused or read as a prefix, nev
 
 namespace {
 
+// Counts the files opened through it.
+struct CountingFiles final : FileSystem {
+  std::atomic<int> opens{0};
+  std::unique_ptr<File> open(const std::filesystem::path& path) override {
+    ++opens;
+    return posix_file_system()->open(path);
+  }
+};
+
 // Batch digests of one pass over `d` through ImageSource (RandomResizedCrop 16 + flip).
-std::vector<std::uint64_t> digests(const Dataset& d, std::size_t workers) {
+std::vector<std::uint64_t> digests(const Dataset& d, std::size_t workers, std::size_t max_open_shards = 256,
+                                   std::shared_ptr<FileSystem> files = nullptr) {
   ImageConfig ic;
+  ic.max_open_shards = max_open_shards;
+  ic.files = std::move(files);
   ic.transforms = {RandomResizedCrop{{16, 16}}, RandomHorizontalFlip{}};
   ImageSource src(d, ic, workers);
   Config c;
@@ -252,6 +266,15 @@ TEST_CASE("shards: the same samples and batches from shards as from the files, f
   const auto reference = digests(files, 1);
   REQUIRE(digests(shards, 1) == reference);
   REQUIRE(digests(shards, 4) == reference);
+  auto counted = std::make_shared<CountingFiles>();
+  REQUIRE(digests(shards, 1, 256, counted) == reference);
+  REQUIRE(counted->opens == 3);  // each shard opened once for two epochs of 23 samples
+  counted = std::make_shared<CountingFiles>();
+  REQUIRE(digests(shards, 4, 256, counted) == reference);
+  REQUIRE(counted->opens <= 3 * 4);  // workers missing at the same moment may each open a shard once; not 46
+  counted = std::make_shared<CountingFiles>();
+  REQUIRE(digests(shards, 3, 1, counted) == reference);  // one descriptor: still right, reopened as needed
+  REQUIRE(counted->opens > 3);
   const std::vector<std::size_t> some{22, 0, 12};
   const Dataset part = shards.subset(some);
   REQUIRE(part.name(0) == shards.name(22));
