@@ -28,6 +28,7 @@ def evict(paths):
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
         try:
+            os.fsync(fd)  # DONTNEED leaves dirty pages (fresh copies) in the cache
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
