@@ -358,7 +358,7 @@ TEST_CASE("faults: a FIFO and a device among the images are refused by kind, wit
   REQUIRE_THAT(skipped[1].reason, Catch::Contains("/dev/zero: not a regular file (a character device)"));
 }
 
-TEST_CASE("faults: shards read through an injected file system: EIO, short reads, a vanished shard", "[faults][fs][shards]") {
+TEST_CASE("faults: shards read through an injected file system: EIO, short reads, a vanished shard, a stall", "[faults][fs][shards]") {
   if (!t::have_tar()) {
     WARN("no tar here: not checked");
     return;
@@ -401,4 +401,19 @@ TEST_CASE("faults: shards read through an injected file system: EIO, short reads
   fs::remove(made.shards / "shard-002.tar");
   REQUIRE(run_epoch(fail, 1, skipped, error) <= 8);
   REQUIRE_THAT(error, Catch::Contains("shard-002.tar:000008.jpg: cannot open: No such file or directory"));
+
+  // A shard whose reads stall (a hung network mount trickling): stop returns
+  // promptly with a worker inside the read, as for a file.
+  auto stalling = std::make_shared<FaultyFileSystem>();
+  stalling->faults = {{"shard-001.tar", Fault::stall}};
+  ImageConfig slow = plain;
+  slow.files = stalling;
+  ImageSource stalled(ds, slow, 1);
+  std::optional<Pipeline> p;
+  p.emplace(config_for(stalled, 1), 12, StageFunctions{stalled.filler()});
+  for (int i = 0; i < 2; ++i) REQUIRE(p->next());  // samples 0-3, from shard-000
+  REQUIRE(conveyor::test::eventually([&] { return stalling->stalled.load(); }));
+  const auto t0 = std::chrono::steady_clock::now();
+  p.reset();
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
 }
