@@ -63,7 +63,15 @@ Dataset open_dataset(const Options& o, Announce announce) {
     throw UsageError("--list, --folder, --shards: give one dataset, not several");
   }
   try {
-    if (!o.shards.empty()) return Dataset::from_shards(o.shards);
+    if (!o.shards.empty()) {
+      Dataset d = Dataset::from_shards(o.shards);
+      if (!o.rank_by_shard) return d;
+      try {
+        return d.rank_subset(o.rank, o.world_size, Config{}.shard_policy);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--rank-by-shard: ") + e.what());
+      }
+    }
     if (!o.list.empty()) {
       Dataset d = Dataset::from_list(o.list);
       if (d.size() == 0) throw UsageError("--list " + o.list + ": no samples (an empty list)");

@@ -52,6 +52,8 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
       ->check(range(0, (std::size_t(1) << 20) - 1));
   option("--world-size", o.world_size, "number of shards (default: $WORLD_SIZE or $OMPI_COMM_WORLD_SIZE, else 1)")
       ->check(range(1, std::size_t(1) << 20));
+  app.add_flag("--rank-by-shard", o.rank_by_shard,
+         "with --shards: whole shards per rank (shard s to rank s % world size), for locality; counts evened by padding");
   option("--max-memory-mb", o.max_memory_mb,
          "the most the batch pools (host and device) may take, MiB (0: a quarter of physical memory, " +
              std::to_string(std::size_t(default_max_memory_mb())) + " here)")
@@ -104,6 +106,7 @@ void check_shard(const Options& o) {
   if (o.rank >= o.world_size) {
     throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
   }
+  if (o.rank_by_shard && o.shards.empty()) throw UsageError("--rank-by-shard: needs a --shards dataset");
 }
 
 void check_normalize(const Options& o) {
@@ -125,8 +128,8 @@ Config pipeline_config(const Options& o) {
   cfg.wait_yields = o.wait_yields;
   cfg.seed = o.seed;
   cfg.epochs = o.epochs;
-  cfg.rank = o.rank;
-  cfg.world_size = o.world_size;
+  cfg.rank = o.rank_by_shard ? 0 : o.rank;  // by shard: open_dataset already took this rank's shards
+  cfg.world_size = o.rank_by_shard ? 1 : o.world_size;
   return cfg;
 }
 

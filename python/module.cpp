@@ -304,14 +304,20 @@ LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64
 }
 
 std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
-                                      std::optional<std::string> shards, std::optional<py::tuple> arrays, ImageConfig image,
-                                      LoaderSettings s) {
+                                      std::optional<std::string> shards, bool rank_by_shard, std::optional<py::tuple> arrays,
+                                      ImageConfig image, LoaderSettings s) {
+  if (rank_by_shard && !shards) throw py::value_error("rank_by_shard=True: needs shards=");
   const int given = int(folder.has_value()) + int(list.has_value()) + int(shards.has_value()) + int(arrays.has_value());
   if (given != 1) throw py::value_error("give exactly one dataset: folder=, list=, shards= or arrays=(x, y)");
   auto L = std::make_unique<PyLoader>();
   if (!arrays) {
     Dataset d = folder ? Dataset::from_folder(*folder) : shards ? Dataset::from_shards(*shards) : Dataset::from_list(*list);
     if (list && d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");  // a folder refuses itself
+    if (rank_by_shard) {  // whole shards for this rank; the pipeline then runs as rank 0 of 1
+      d = d.rank_subset(s.config.rank, s.config.world_size, s.config.shard_policy);
+      s.config.rank = 0;
+      s.config.world_size = 1;
+    }
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
     return L;
   }
@@ -416,14 +422,15 @@ void bind_loader(py::module_& m) {
                        std::size_t batch_size, std::size_t workers, std::optional<int> crop, std::optional<std::string> augment,
                        std::uint64_t seed, bool shuffle, bool drop_last, std::uint64_t epochs, const std::string& device,
                        std::optional<std::string> normalize, std::size_t host_queue, std::size_t device_queue,
-                       std::size_t device_buffers, const std::string& on_error, std::size_t rank, std::size_t world_size) {
+                       std::size_t device_buffers, const std::string& on_error, std::size_t rank, std::size_t world_size,
+                       bool rank_by_shard) {
              ImageConfig ic;
              if (arrays && (crop || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
              }
              if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), crop.value_or(kDefaultCrop));
              ic.on_error = pick("on_error", on_error, kErrorPolicies);
-             return make_loader(folder, list, shards, arrays, std::move(ic),
+             return make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic),
                                 settings(batch_size, workers, seed, shuffle, drop_last, epochs, device, normalize,
                                          host_queue, device_queue, device_buffers, rank, world_size));
            }),
@@ -434,7 +441,7 @@ void bind_loader(py::module_& m) {
            "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
-           "rank"_a = config.rank, "world_size"_a = config.world_size)
+           "rank"_a = config.rank, "world_size"_a = config.world_size, "rank_by_shard"_a = false)
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
       .def("epoch", [](py::object self, std::uint64_t e) { return epoch_iter(self, e); }, "e"_a)

@@ -219,6 +219,31 @@ Dataset Dataset::subset(std::span<const std::size_t> indices) const {
   return d;
 }
 
+Dataset Dataset::rank_subset(std::size_t rank, std::size_t world_size, ShardPolicy policy) const {
+  if (shards_.empty()) throw std::invalid_argument("dataset: rank by shard needs a shard dataset (--shards)");
+  if (world_size == 0 || rank >= world_size) {
+    throw std::invalid_argument("dataset: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
+  }
+  if (shards_.size() < world_size) {
+    throw std::invalid_argument("dataset: " + std::to_string(shards_.size()) + " shards cannot go whole to " +
+                                std::to_string(world_size) + " ranks; shard by sample instead");
+  }
+  std::vector<std::size_t> count(world_size), mine;
+  for (std::size_t i = 0; i < size(); ++i) {
+    const std::size_t r = shard_of_[i] % world_size;
+    ++count[r];
+    if (r == rank) mine.push_back(i);
+  }
+  const std::size_t target = policy == ShardPolicy::pad ? *std::max_element(count.begin(), count.end())
+                                                        : *std::min_element(count.begin(), count.end());
+  if (mine.size() > target) mine.resize(target);
+  for (std::size_t k = 0; mine.size() < target && !mine.empty(); ++k) {
+    const std::size_t again = mine[k];  // pad: repeat from the head
+    mine.push_back(again);
+  }
+  return subset(mine);
+}
+
 void Dataset::throw_out_of_range(std::size_t i) const {
   throw std::out_of_range("dataset: sample index " + std::to_string(i) + " is out of range (size " +
                           std::to_string(size()) + ")");

@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "pipeline/sampler.h"
+
 namespace conveyor {
 
 class FileSystem;
@@ -101,6 +103,14 @@ class Dataset {
   // The samples `indices` (each < size(), any order, repeats allowed) as a dataset of their own,
   // with their labels, classes and shard ranges. Throws std::out_of_range for an index >= size().
   Dataset subset(std::span<const std::size_t> indices) const;
+  // Shard datasets: whole shards per rank, for locality (each rank opens only its own shards):
+  // shard s goes to rank s % world_size, and the rank's samples keep their order. Ranks' counts
+  // differ with their shards'; `policy` evens them as the sampler does for samples: pad repeats
+  // the rank's first samples up to the largest rank's count, drop cuts every rank to the
+  // smallest's. Before padding every sample is in exactly one rank's subset. Run the pipeline
+  // over it as rank 0 of 1. Throws std::invalid_argument for a dataset that is not sharded,
+  // rank >= world_size, or fewer shards than ranks (then shard by sample instead).
+  Dataset rank_subset(std::size_t rank, std::size_t world_size, ShardPolicy policy) const;
   std::int64_t label(std::size_t i) const { return labels_.at(i); }
   // Sample i's path as its native() bytes, without allocating. The view points into this Dataset and
   // is invalidated when the Dataset is destroyed, moved from or assigned to. Throws std::out_of_range

@@ -369,3 +369,42 @@ TEST_CASE("shards: the index is cached beside the shards, or in the user's cache
   odd.samples = {{0, "a\r\nb%0A.jpg", 512, 7, 2}};
   REQUIRE(ShardIndex::parse(odd.serialize(), "x") == odd);
 }
+
+TEST_CASE("shards: whole shards per rank, every sample in exactly one rank, counts evened by pad or drop", "[tar][shards]") {
+  TempDir dir;
+  const auto folder = dir / "s";
+  std::filesystem::create_directories(folder);
+  std::size_t n = 0;
+  for (int s = 0; s < 5; ++s) {  // shards of 1, 2, 3, 4, 5 samples: 15
+    std::string tar;
+    for (int k = 0; k <= s; ++k, ++n) {
+      const std::string key = "k/" + std::to_string(n);
+      tar += member(key + ".jpg", "x") + member(key + ".cls", std::to_string(n));  // label = sample index
+    }
+    spit(folder / ("s" + std::to_string(s) + ".tar"), tar + kEnd);
+  }
+  const Dataset all = Dataset::from_shards(folder);
+  REQUIRE(all.size() == 15);
+  // 3 ranks: rank 0 has shards 0 and 3 (5 samples), rank 1 shards 1 and 4 (7), rank 2 shard 2 (3).
+  std::vector<int> seen(15);
+  for (std::size_t r = 0; r < 3; ++r) {
+    const Dataset padded = all.rank_subset(r, 3, ShardPolicy::pad);
+    REQUIRE(padded.size() == 7);
+    const Dataset dropped = all.rank_subset(r, 3, ShardPolicy::drop);
+    REQUIRE(dropped.size() == 3);
+    std::vector<std::int64_t> own;
+    for (std::size_t i = 0; i < padded.size(); ++i) {
+      const std::int64_t label = padded.label(i);
+      REQUIRE(all.name(std::size_t(label)) == padded.name(i));
+      if (std::find(own.begin(), own.end(), label) == own.end()) own.push_back(label);
+    }
+    for (auto label : own) ++seen[std::size_t(label)];
+    for (std::size_t i = 0; i < padded.size(); ++i) {  // the rank's shards only
+      const auto shard = padded.path(i).filename().string();
+      REQUIRE((std::stoi(shard.substr(1)) % 3) == int(r));
+    }
+  }
+  REQUIRE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+  REQUIRE_THROWS_WITH(all.rank_subset(0, 6, ShardPolicy::pad), Catch::Contains("5 shards cannot go whole to 6 ranks"));
+  REQUIRE_THROWS_WITH(Dataset({"a.jpg"}, {0}).rank_subset(0, 1, ShardPolicy::pad), Catch::Contains("needs a shard dataset"));
+}

@@ -84,6 +84,15 @@ def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):
     from_files = run(conveyor.Loader(list=str(tmp_path / "list.txt"), **kw), 2)
     from_shards = run(conveyor.Loader(shards=str(tmp_path / "shards"), workers=3, **kw), 2)
     assert from_shards == from_files
+    # Whole shards per rank: a.tar (15 samples) to rank 0, b.tar (15) to rank 1; together every sample once.
+    def samples(loader):  # each sample's bytes (a deterministic center crop), as a set
+        return {np.asarray(im)[k].tobytes() for im, _ in loader for k in range(len(im))}
+    center = dict(batch_size=4, crop=16, augment="center", device="cpu")
+    every = samples(conveyor.Loader(list=str(tmp_path / "list.txt"), **center))
+    ranks = [samples(conveyor.Loader(shards=str(tmp_path / "shards"), rank=r, world_size=2, rank_by_shard=True, **center))
+             for r in (0, 1)]
+    assert len(every) == 30 and len(ranks[0]) == len(ranks[1]) == 15
+    assert ranks[0] | ranks[1] == every and not ranks[0] & ranks[1]
 
 
 def test_arrays_rows_arrive_as_given_with_their_labels():
