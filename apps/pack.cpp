@@ -107,12 +107,11 @@ class ShardWriter {
 // Sample i's image extension, lower case (".jpg"); UsageError when its file has none.
 std::string image_extension(const Dataset& d, std::size_t i) {
   std::string ext = fs::path(d.name(i)).extension().string();  // a file's, or a shard member's ("s.tar:k.jpg")
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  const auto known = Dataset::image_extensions();
-  if (std::find(known.begin(), known.end(), ext) == known.end()) {
-    throw UsageError("pack: " + d.name(i) + ": '" + ext + "' is not an image extension (" + std::string(known[0]) +
-                     ", ...): a reader of the shards would not know it for one");
+  if (!Dataset::is_image_extension(ext)) {
+    throw UsageError("pack: " + d.name(i) + ": '" + ext + "' is not an image extension (" +
+                     std::string(Dataset::image_extensions()[0]) + ", ...): a reader of the shards would not know it for one");
   }
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   return ext;
 }
 

@@ -63,14 +63,6 @@ bool is_hidden(const fs::path& name) {
   return !s.empty() && s.front() == '.';
 }
 
-bool has_image_extension(const fs::path& file) {
-  std::string ext = file.extension().string();
-  for (char& c : ext) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return std::find(kImageExtensions.begin(), kImageExtensions.end(), ext) != kImageExtensions.end();
-}
-
 // Calls f(entry) for each entry of `dir`; throws DatasetError naming `dir` when it cannot be listed.
 template <typename F>
 void for_each_entry(const fs::path& dir, F&& f) {
@@ -120,7 +112,7 @@ class ClassWalker {
       if (is_hidden(name)) return;
       std::error_code ec;
       if (!entry.is_directory(ec)) {  // files, links to files, and broken links, as os.walk lists them
-        if (has_image_extension(name)) here.names.push_back(name.string());
+        if (Dataset::is_image_extension(name.extension().string())) here.names.push_back(name.string());
         return;
       }
       if (!entry.is_symlink(ec)) {
@@ -143,6 +135,14 @@ class ClassWalker {
 }  // namespace
 
 std::span<const std::string_view> Dataset::image_extensions() { return kImageExtensions; }
+
+bool Dataset::is_image_extension(std::string_view ext) {
+  std::string lower(ext);
+  for (char& c : lower) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return std::find(kImageExtensions.begin(), kImageExtensions.end(), lower) != kImageExtensions.end();
+}
 
 Dataset::Dataset(std::vector<fs::path> paths, std::vector<std::int64_t> labels, std::vector<std::string> classes)
     : labels_(std::move(labels)), classes_(std::move(classes)) {

@@ -81,6 +81,8 @@ class Dataset {
 
   // The extensions from_folder keeps, lower case with the dot: ".jpg", ".jpeg", ... Throws nothing.
   static std::span<const std::string_view> image_extensions();
+  // Whether `ext` (with its dot: ".JPG") is one of them, ignoring case. Throws nothing.
+  static bool is_image_extension(std::string_view ext);
 
   // Throws nothing.
   std::size_t size() const { return path_ends_.size(); }

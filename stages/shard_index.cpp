@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <system_error>
@@ -101,17 +102,12 @@ std::pair<std::string_view, std::string> split_key(std::string_view member) {
   return {member.substr(0, dot), ext};
 }
 
-bool is_image_extension(std::string_view ext) {
-  const auto known = Dataset::image_extensions();
-  return std::find(known.begin(), known.end(), ext) != known.end();
-}
-
-std::int64_t read_cls(const fs::path& shard, const TarMember& m) {
+std::int64_t read_cls(File& file, const fs::path& shard, const TarMember& m) {
   const std::string where = shard.string() + ":" + m.name;
   if (m.size > 64) throw DatasetError(where + ": a label of " + std::to_string(m.size) + " bytes (expected a decimal integer)");
   std::vector<unsigned char> bytes;
   try {
-    read_file_range(*posix_file_system(), shard, m.offset, m.size, m.size, bytes);
+    read_file_range(file, m.offset, m.size, m.size, bytes);
   } catch (const std::exception& e) {
     throw DatasetError(where + ": " + e.what());
   }
@@ -149,16 +145,24 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
     Grouped& g = samples[it->second];
     if (ext == ".cls") {
       g.cls = &m;
-    } else if (is_image_extension(ext)) {
+    } else if (Dataset::is_image_extension(ext)) {
       if (g.image) throw DatasetError(shard.string() + ":" + g.key + ": two images (" + g.image->name + ", " + m.name + ")");
       g.image = &m;
     }
   }
+  std::unique_ptr<File> file;  // opened once for all the shard's labels
   for (const Grouped& g : samples) {
     const std::string where = shard.string() + ":" + g.key;
     if (!g.image) throw DatasetError(where + ": no image member (" + std::string(Dataset::image_extensions()[0]) + ", ...)");
     if (!g.cls) throw DatasetError(where + ": no label (" + g.key + ".cls)");
-    out.push_back({s, g.image->name, g.image->offset, g.image->size, read_cls(shard, *g.cls)});
+    if (!file) {
+      try {
+        file = posix_file_system()->open(shard);
+      } catch (const std::exception& e) {
+        throw DatasetError(shard.string() + ": " + e.what());
+      }
+    }
+    out.push_back({s, g.image->name, g.image->offset, g.image->size, read_cls(*file, shard, *g.cls)});
   }
 }
 
@@ -263,12 +267,17 @@ std::vector<ShardIndex::Shard> list_shards(const fs::path& dir) {
   return out;
 }
 
-ShardIndex build_shard_index(const fs::path& dir) {
+namespace {
+// Scans the shards `listed` (list_shards' answer) of dir.
+ShardIndex scan_shards(const fs::path& dir, std::vector<ShardIndex::Shard> listed) {
   ShardIndex index;
-  index.shards = list_shards(dir);
+  index.shards = std::move(listed);
   for (std::uint32_t s = 0; s < index.shards.size(); ++s) scan_shard(dir / index.shards[s].file, s, index.samples);
   return index;
 }
+}  // namespace
+
+ShardIndex build_shard_index(const fs::path& dir) { return scan_shards(dir, list_shards(dir)); }
 
 fs::path index_beside(const fs::path& dir) { return dir / ".conveyor-index"; }
 
@@ -297,7 +306,7 @@ ShardIndex load_shard_index(const fs::path& dir, IndexSource* source) {
     } catch (const DatasetError&) {  // corrupt: rebuilt below
     }
   }
-  ShardIndex index = build_shard_index(dir);
+  ShardIndex index = scan_shards(dir, now);  // the listing just compared: the folder is read once
   const std::string text = index.serialize();
   IndexSource how = IndexSource::built;
   if (write_atomically(index_beside(dir), text)) {

@@ -199,7 +199,7 @@ class Scanner {
 
 }  // namespace
 
-std::string tar_header(const std::string& name, std::uint64_t size) {
+std::string tar_header(const std::string& name, std::uint64_t size, char type) {
   if (name.empty() || name.size() > 100) throw TarError("tar: member name '" + name + "' is not 1..100 bytes");
   if (size > 077777777777ULL) throw TarError("tar: member " + name + " of " + std::to_string(size) + " bytes is over 8 GiB");
   std::string h(kBlock, '\0');
@@ -214,7 +214,7 @@ std::string tar_header(const std::string& name, std::uint64_t size) {
   put(116, 8, 0);     // gid
   put(124, 12, size);
   put(136, 12, 0);    // mtime
-  h[156] = '0';
+  h[156] = type;
   h.replace(257, 6, std::string("ustar\0", 6));
   h.replace(263, 2, "00");
   h.replace(148, 8, "        ");

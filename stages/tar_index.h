@@ -63,13 +63,14 @@ std::vector<TarMember> scan_tar(const ReadAt& read, std::uint64_t file_size, con
 // the file cannot be opened or read.
 std::vector<TarMember> scan_tar(const std::filesystem::path& file);
 
-// Writing (conveyor pack): a ustar header for a regular file `name` of `size`
-// bytes (mode 0644, owner 0, mtime 0, so the same input packs to the same
-// bytes), followed by the data and tar_padding(size) zero bytes; an archive
-// ends with kTarEnd's two zero blocks. Any tar reads what these write.
-// Throws TarError for a name over 100 bytes or a size over 8 GiB - 1 (ustar's
-// limits; pack's keys and images stay far below them).
-std::string tar_header(const std::string& name, std::uint64_t size);
+// Writing (conveyor pack): a ustar header for a member `name` of `size` bytes
+// and typeflag `type` ('0': a regular file; tests write the others) (mode
+// 0644, owner 0, mtime 0, so the same input packs to the same bytes),
+// followed by the data and tar_padding(size) zero bytes; an archive ends with
+// kTarEnd's two zero blocks. Any tar reads what these write. Throws TarError
+// for a name over 100 bytes or a size over 8 GiB - 1 (ustar's limits; pack's
+// keys and images stay far below them).
+std::string tar_header(const std::string& name, std::uint64_t size, char type = '0');
 std::size_t tar_padding(std::uint64_t size);
 inline constexpr std::size_t kTarEnd = 1024;
 
