@@ -8,9 +8,8 @@ and the tensors are zero-copy views (torch.from_dlpack). The consumer only takes
 each batch, so the figure is the loader's throughput as Python sees it.
 """
 import sys
-import time
 
-from common import arguments, report
+from common import arguments, time_epochs
 
 
 def main():
@@ -24,11 +23,7 @@ def main():
     torch.set_num_threads(1)
     loader = Loader(list=a.list, batch_size=a.batch, workers=a.workers, crop=224, augment="rrc",
                     normalize="float32", device="cpu", epochs=a.epochs)
-    for e in range(a.epochs):
-        t0, n = time.perf_counter(), 0
-        for images, labels in loader:
-            n += images.shape[0]
-        report(e, n, time.perf_counter() - t0)
+    time_epochs(loader, a.epochs)
 
 
 if __name__ == "__main__":

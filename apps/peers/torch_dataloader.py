@@ -5,12 +5,10 @@
 pin_memory is off (no GPU here); shuffle on; the consumer does nothing but take
 the batch, so the figure is the loader's own throughput.
 """
-import time
-
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from common import arguments, load_rgb, read_list, report, train_transform
+from common import arguments, load_rgb, read_list, time_epochs, train_transform
 
 
 class ListDataset(Dataset):
@@ -33,11 +31,7 @@ def main():
     ds = ListDataset(read_list(a.list), train_transform())
     loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers, pin_memory=a.pin_memory,
                         persistent_workers=a.workers > 0)
-    for e in range(a.epochs):
-        t0, n = time.perf_counter(), 0
-        for images, labels in loader:
-            n += images.shape[0]
-        report(e, n, time.perf_counter() - t0)
+    time_epochs(loader, a.epochs)
 
 
 if __name__ == "__main__":
