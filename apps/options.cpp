@@ -54,6 +54,8 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
       ->check(range(1, std::size_t(1) << 20));
   app.add_flag("--rank-by-shard", o.rank_by_shard,
          "with --shards: whole shards per rank (shard s to rank s % world size), for locality; counts evened by padding");
+  option("--read-ahead", o.read_ahead,
+         "with --shards: advise the kernel of the next batch's byte ranges so their reads start early (default on)");
   option("--max-memory-mb", o.max_memory_mb,
          "the most the batch pools (host and device) may take, MiB (0: a quarter of physical memory, " +
              std::to_string(std::size_t(default_max_memory_mb())) + " here)")
@@ -145,6 +147,7 @@ ImageConfig image_config(const Options& o, Augmentation augment, int crop) {
   ImageConfig ic;
   ic.transforms = preset_transforms(augment, crop);
   ic.on_error = o.on_error;
+  ic.read_ahead = o.read_ahead;
   if (o.normalize_in == NormalizeIn::workers) ic.normalize = Normalize{};
   return ic;
 }

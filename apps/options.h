@@ -61,6 +61,7 @@ struct Options {
   ErrorPolicy on_error = ErrorPolicy::fail;          // Default: fail.
   std::size_t rank = 0, world_size = 1;              // Default: $RANK/$WORLD_SIZE, else 0 of 1.
   bool rank_by_shard = false;  // --rank-by-shard: whole shards per rank. Default: off (sample by sample).
+  bool read_ahead = ImageConfig{}.read_ahead;  // --read-ahead: shards' read-ahead advice. Default: the library's (on).
   double max_memory_mb = 0;  // the most the batch pools may take. Default: 0, a quarter of physical memory.
 
   // ---- device

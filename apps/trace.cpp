@@ -68,12 +68,17 @@ PipelineTrace::PipelineTrace(const std::string& file, std::size_t workers) : tra
 PipelineTrace::~PipelineTrace() { stop_sampling(); }
 
 Filler PipelineTrace::traced(Filler fill) {
-  return [inner = std::move(fill), t = &tracer_](Sample& s) {
-    const auto a = Clock::now();
-    inner(s);
-    t->span("decode", int(10 + s.worker), a, Clock::now(),
-            "\"sample\":" + std::to_string(s.index) + ",\"epoch\":" + std::to_string(s.epoch));
-  };
+  auto inner = std::make_shared<const Filler>(std::move(fill));
+  Filler::Prefetch advice;  // passed on untraced: it is a few syscalls per batch
+  if (inner->takes_advice()) advice = [inner](std::span<const std::uint64_t> indices) { inner->prefetch(indices); };
+  return Filler(
+      [inner, t = &tracer_](Sample& s) {
+        const auto a = Clock::now();
+        (*inner)(s);
+        t->span("decode", int(10 + s.worker), a, Clock::now(),
+                "\"sample\":" + std::to_string(s.index) + ",\"epoch\":" + std::to_string(s.epoch));
+      },
+      std::move(advice));
 }
 
 void PipelineTrace::trace_transfers(TransferConfig& tc) {

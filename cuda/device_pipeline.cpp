@@ -348,10 +348,15 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
 
   StageFunctions stages;
 #if defined(CONVEYOR_WITH_NVTX)
-  stages.fill = [fill = std::move(fill)](Sample& s) {
-    NvtxRange range("conveyor.fill");
-    fill(s);
-  };
+  auto inner = std::make_shared<const Filler>(std::move(fill));
+  Filler::Prefetch advice;
+  if (inner->takes_advice()) advice = [inner](std::span<const std::uint64_t> indices) { inner->prefetch(indices); };
+  stages.fill = Filler(
+      [inner](Sample& s) {
+        NvtxRange range("conveyor.fill");
+        (*inner)(s);
+      },
+      std::move(advice));
 #else
   stages.fill = std::move(fill);
 #endif

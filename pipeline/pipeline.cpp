@@ -228,12 +228,26 @@ bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_
   ob.done.store(0, std::memory_order_relaxed);
   ob.batch = &b;
   ob.handle = std::move(*handle);
+  // Read-ahead advice (see Filler): batch g + 1's samples, gathered while this
+  // worker still owns the epoch's order, passed on once the batch is open.
+  std::vector<std::uint64_t> ahead;
+  if (stages_.fill.takes_advice()) {
+    if (g == 0 || pos.batch == 0) ahead.assign(b.indices.begin(), b.indices.end());  // nothing announced it
+    if (g + 1 < plan_.total()) {
+      const Plan::Pos next = plan_.at(g + 1);
+      if (next.epoch == pos.epoch) {
+        const auto from = order_.begin() + std::ptrdiff_t(next.batch * config_.batch_size);
+        ahead.insert(ahead.end(), from, from + std::ptrdiff_t(sampler_.batch_length(next.batch)));
+      }
+    }
+  }
   {
     std::lock_guard lk(mu_);
     ob.tag.store(g + 1, std::memory_order_release);
     next_open_ = g + 1;
   }
   cv_.notify_all();
+  if (!ahead.empty()) stages_.fill.prefetch(ahead);
   return true;
 }
 

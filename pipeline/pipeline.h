@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -43,6 +44,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "pipeline/batch.h"
@@ -82,7 +84,39 @@ struct Sample {
 
 // Fills one sample. Called concurrently from every worker thread; must be
 // thread-safe. Throwing stops the pipeline (see PipelineError).
-using Filler = std::function<void(Sample&)>;
+//
+// Optionally it also takes read-ahead advice: when a worker opens batch g, the
+// pipeline passes the dataset indices of batch g + 1 (and of g itself when g is
+// an epoch's or the run's first batch) to `prefetch`, so a source can start the
+// reads (posix_fadvise WILLNEED on a shard) that the workers will do next. It
+// is advice only: it runs on the opening worker, and what it throws is ignored
+// (the sample's own read reports any real error). Any callable taking a
+// Sample& converts to a Filler without advice.
+class Filler {
+ public:
+  using Prefetch = std::function<void(std::span<const std::uint64_t> indices)>;
+
+  Filler() = default;
+  template <class F>
+    requires(!std::same_as<std::decay_t<F>, Filler> && std::is_invocable_v<F&, Sample&>)
+  Filler(F fill, Prefetch prefetch = {})  // NOLINT(google-explicit-constructor): a callable is a Filler
+      : fill_(std::move(fill)), prefetch_(std::move(prefetch)) {}
+
+  void operator()(Sample& s) const { fill_(s); }
+  explicit operator bool() const { return static_cast<bool>(fill_); }
+  bool takes_advice() const { return static_cast<bool>(prefetch_); }
+  void prefetch(std::span<const std::uint64_t> indices) const noexcept {
+    if (!prefetch_) return;
+    try {
+      prefetch_(indices);
+    } catch (...) {  // advice: the read itself reports what went wrong
+    }
+  }
+
+ private:
+  std::function<void(Sample&)> fill_;
+  Prefetch prefetch_;
+};
 // Runs on the transfer thread for each finished batch, in delivery order.
 using TransferFn = std::function<void(Batch&)>;
 

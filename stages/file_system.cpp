@@ -53,6 +53,11 @@ class PosixFile final : public File {
       if (errno != EINTR) throw std::runtime_error(errno_reason("read failed"));
     }
   }
+  void will_need(std::uint64_t offset, std::uint64_t size) noexcept override {
+    constexpr auto kMax = std::uint64_t(std::numeric_limits<off_t>::max());
+    if (offset > kMax || size > kMax - offset) return;
+    (void)::posix_fadvise(fd_, off_t(offset), off_t(size), POSIX_FADV_WILLNEED);  // advice: a refusal changes nothing
+  }
 
  private:
   int fd_;

@@ -42,6 +42,12 @@ class File {
   // Up to n bytes at `offset` into buf (pread: no shared position); 0 at or
   // past the end of file. Throws std::runtime_error on error.
   virtual std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) = 0;
+  // Advice that bytes [offset, offset + size) will be read soon, so the system
+  // may start reading them now (posix_fadvise WILLNEED). Default: nothing.
+  virtual void will_need(std::uint64_t offset, std::uint64_t size) noexcept {
+    (void)offset;
+    (void)size;
+  }
 };
 
 class FileSystem {

@@ -89,6 +89,15 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
 
 ImageSource::~ImageSource() = default;
 
+void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
+  for (const std::uint64_t i : indices) {
+    if (i >= dataset_.size()) continue;
+    const auto range = dataset_.range(i);
+    if (!range) continue;
+    shards_->get(*config_.files, dataset_.path_view(i))->will_need(range->offset, range->size);
+  }
+}
+
 void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
                                 const std::atomic<bool>* stopping) {
   Worker& w = *workers_.at(worker);

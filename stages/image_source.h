@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,10 @@ struct ImageConfig {
   // Shard datasets: shard files kept open at once, shared by the workers (the
   // least recently used is closed beyond it). Default: 256.
   std::size_t max_open_shards = 256;
+  // Shard datasets: tell the kernel, one batch ahead, which byte ranges the
+  // workers will read (see prefetch()), so cold reads overlap decoding.
+  // Default: true.
+  bool read_ahead = true;
   // Where files are read from. Default: null, meaning posix_file_system();
   // tests pass one that injects faults.
   std::shared_ptr<FileSystem> files;
@@ -84,9 +89,18 @@ class ImageSource {
 
   // Fills one sample (see the policy above). Sets the label from the dataset.
   void fill(Sample& s);
-  // fill() as the pipeline's Filler; refers to this ImageSource.
+  // Read-ahead advice for samples the workers will fill next: for a shard
+  // member, WILLNEED on its byte range through the shard descriptor the
+  // workers share, so the read is under way while the batch before decodes.
+  // A file per sample gets none: advice would cost an open of its own, the
+  // very cost shards remove. Errors are left to the sample's own read.
+  void prefetch(std::span<const std::uint64_t> indices);
+  // fill() as the pipeline's Filler, with prefetch() as its advice where
+  // ImageConfig::read_ahead; refers to this ImageSource.
   Filler filler() {
-    return [this](Sample& s) { fill(s); };
+    Filler::Prefetch advice;
+    if (config_.read_ahead) advice = [this](std::span<const std::uint64_t> indices) { prefetch(indices); };
+    return Filler([this](Sample& s) { fill(s); }, std::move(advice));
   }
 
   // Decodes and augments dataset sample `index` into out (sample_bytes(), and

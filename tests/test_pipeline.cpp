@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -191,6 +193,50 @@ TEST_CASE("pipeline: workers prefetch into the next epoch before the consumer as
   REQUIRE(first);
   REQUIRE((*first)->epoch == 1);
   REQUIRE(bad_samples(c, **first, order) == 0);
+}
+
+TEST_CASE("pipeline: read-ahead advice names every delivered sample once, and cannot break the run", "[pipeline][advice]") {
+  const auto workers = GENERATE(1, 3);
+  const auto resume_at = GENERATE(0, 7);  // batches already taken: a resumed run starts mid-epoch
+  CAPTURE(workers, resume_at);
+  Config c = small_config();
+  c.workers = std::size_t(workers);
+  c.epochs = 3;
+  const std::size_t n = 100;  // 15 batches an epoch, the last one short
+  std::mutex mu;
+  std::map<std::uint64_t, int> advised;  // index -> times advised
+  std::atomic<int> calls{0};
+  const Filler advising(fill_pattern, [&](std::span<const std::uint64_t> indices) {
+    ++calls;
+    std::lock_guard lk(mu);
+    for (const auto i : indices) ++advised[i];
+  });
+  PipelineState start = initial_state(c, n);
+  {
+    Pipeline p(c, n, {fill_pattern});
+    for (int i = 0; i < resume_at; ++i) REQUIRE(p.next());
+    start = p.state();
+  }
+  std::map<std::uint64_t, int> delivered;
+  {
+    Pipeline p(c, n, {advising}, start);
+    while (auto b = p.next()) {
+      REQUIRE(bad_samples(c, **b, p.sampler().epoch_order((*b)->epoch)) == 0);
+      for (const auto i : (*b)->indices) ++delivered[i];
+    }
+  }
+  REQUIRE(advised == delivered);  // each batch announced once: by the batch before it, or by itself at a start
+  REQUIRE(calls == 3 * 15 - resume_at - 3);  // one per opened batch, except the last of each epoch
+
+  // Advice that throws is ignored: the bytes are the same and nothing stops.
+  const Filler throwing(fill_pattern, [](std::span<const std::uint64_t>) { throw std::runtime_error("advice failed"); });
+  Pipeline p(c, n, {throwing});
+  std::size_t batches = 0;
+  while (auto b = p.next()) {
+    REQUIRE(bad_samples(c, **b, p.sampler().epoch_order((*b)->epoch)) == 0);
+    ++batches;
+  }
+  REQUIRE(batches == 45);
 }
 
 TEST_CASE("pipeline: workers cooperate on one batch's samples", "[pipeline]") {

@@ -11,7 +11,10 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "catch_compat.h"
@@ -263,6 +266,107 @@ TEST_CASE("shards: the same samples and batches from shards as from the files, f
   part.read(2, *posix_file_system(), 1 << 20, b);
   files.read(12, *posix_file_system(), 1 << 20, a);
   REQUIRE(a == b);
+}
+
+namespace {
+
+// Logs every read-ahead advice given through its files: (file name, offset, size).
+struct AdviceFiles final : FileSystem {
+  using Advice = std::tuple<std::string, std::uint64_t, std::uint64_t>;
+  std::mutex mu;
+  std::vector<Advice> advised;
+  std::atomic<int> opens{0};
+
+  std::unique_ptr<File> open(const std::filesystem::path& path) override {
+    ++opens;
+    return std::make_unique<Logged>(posix_file_system()->open(path), path.filename().string(), *this);
+  }
+  std::vector<Advice> take() {
+    std::lock_guard lk(mu);
+    return std::exchange(advised, {});
+  }
+
+ private:
+  struct Logged final : File {
+    Logged(std::unique_ptr<File> inner, std::string name, AdviceFiles& owner)
+        : inner_(std::move(inner)), name_(std::move(name)), owner_(owner) {}
+    std::uint64_t size() const override { return inner_->size(); }
+    std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) override { return inner_->read_at(offset, buf, n); }
+    void will_need(std::uint64_t offset, std::uint64_t size) noexcept override {
+      std::lock_guard lk(owner_.mu);
+      owner_.advised.emplace_back(name_, offset, size);
+    }
+    std::unique_ptr<File> inner_;
+    std::string name_;
+    AdviceFiles& owner_;
+  };
+};
+
+}  // namespace
+
+TEST_CASE("shards: read-ahead advises each member's byte range through the shared descriptors; files get none",
+          "[tar][shards][read-ahead]") {
+  if (!conveyor::test::have_tar()) {
+    WARN("no tar here: not checked");
+    return;
+  }
+  TempDir dir;
+  const auto made = conveyor::test::write_shards(dir.path(), 23, 10);  // 3 shards, the last one short
+  const Dataset shards = Dataset::from_shards(made.shards);
+  const auto advice_for = [&](std::size_t i) {
+    return AdviceFiles::Advice{shards.path(i).filename().string(), shards.range(i)->offset, shards.range(i)->size};
+  };
+  ImageConfig ic;
+  ic.transforms = {RandomResizedCrop{{16, 16}}, RandomHorizontalFlip{}};
+  auto files = std::make_shared<AdviceFiles>();
+  ic.files = files;
+  {
+    ImageSource src(shards, ic, 1);
+    const std::vector<std::uint64_t> some{22, 0, 12, 99};  // 99: past the end, ignored
+    src.prefetch(some);
+    REQUIRE(files->take() == std::vector<AdviceFiles::Advice>{advice_for(22), advice_for(0), advice_for(12)});
+    REQUIRE(files->opens == 3);
+    src.prefetch(some);
+    REQUIRE(files->opens == 3);  // the workers' open shards, not new descriptors
+    REQUIRE(files->take().size() == 3);
+  }
+  {
+    ImageSource src(Dataset::from_list(made.list), ic, 1);
+    const std::vector<std::uint64_t> some{0, 1};
+    src.prefetch(some);
+    REQUIRE(files->take().empty());  // a file per sample: advice would cost an open
+  }
+
+  // Through a pipeline: each delivered sample advised once an epoch, the output unchanged.
+  const auto run = [&](bool read_ahead, std::size_t workers) {
+    ImageConfig c2 = ic;
+    c2.read_ahead = read_ahead;
+    ImageSource src(shards, c2, workers);
+    Config c;
+    c.batch_size = 5;
+    c.workers = workers;
+    c.sample_bytes = src.sample_bytes();
+    c.epochs = 2;
+    c.seed = 4;
+    Pipeline p(c, shards.size(), {src.filler()});
+    std::vector<std::uint64_t> out;
+    while (auto b = p.next()) out.push_back(batch_digest(**b));
+    return out;
+  };
+  files->take();
+  const auto plain = run(false, 2);
+  REQUIRE(files->take().empty());
+  const auto workers = GENERATE(1, 4);
+  CAPTURE(workers);
+  REQUIRE(run(true, std::size_t(workers)) == plain);
+  auto advised = files->take();
+  std::vector<AdviceFiles::Advice> want;
+  for (int e = 0; e < 2; ++e) {
+    for (std::size_t i = 0; i < shards.size(); ++i) want.push_back(advice_for(i));
+  }
+  std::sort(advised.begin(), advised.end());
+  std::sort(want.begin(), want.end());
+  REQUIRE(advised == want);
 }
 
 TEST_CASE("shards: a folder without shards, a sample without image or label, a bad label: refused by name", "[tar][shards]") {

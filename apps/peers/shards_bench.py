@@ -10,6 +10,7 @@ from round to round: files warm, files cold, shards warm, shards cold; each run 
 `conveyor bench` for one epoch (RandomResizedCrop 224 + flip, batch 64, --workers).
 Warm: every byte read once just before. Cold: posix_fadvise(POSIX_FADV_DONTNEED) on
 every file (or shard) just before, since dropping the whole page cache may be refused.
+Shards run cold twice: with read-ahead advice (the default) and with `--read-ahead off`.
 Reported: images/s (median, min-max) and file opens per epoch (bench --json's count).
 """
 import argparse
@@ -79,6 +80,7 @@ def main():
             "files, cold": (["--list", listfile], files, evict),
             "shards, warm": (["--shards", shards_dir], shards, warm),
             "shards, cold": (["--shards", shards_dir], shards, evict),
+            "shards, cold, no read-ahead": (["--shards", shards_dir, "--read-ahead", "off"], shards, evict),
         }
         names = list(runs)
         results = {n: [] for n in names}
@@ -92,15 +94,16 @@ def main():
                 with open(out) as f:
                     j = json.load(f)
                 results[n].append((j["images_per_s"], j["file_opens"]))
-                print(f"  round {r + 1}: {n:13s} {j['images_per_s']:8.1f} images/s  {j['file_opens']:6d} opens", flush=True)
+                print(f"  round {r + 1}: {n:27s} {j['images_per_s']:8.1f} images/s  {j['file_opens']:6d} opens", flush=True)
         print("| dataset, page cache | images/s, median (min-max) | file opens per epoch |")
         print("|---|---|---|")
         for n in names:
             xs = [x[0] for x in results[n]]
             print(f"| {n} | {statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f}) | {results[n][0][1]} |")
-        for mode in ("warm", "cold"):
-            ratios = [s[0] / f[0] for s, f in zip(results[f"shards, {mode}"], results[f"files, {mode}"])]
-            print(f"shards / files, {mode}, per round: " + ", ".join(f"{x:.3f}" for x in ratios) +
+        for num, den in (("shards, warm", "files, warm"), ("shards, cold", "files, cold"),
+                         ("shards, cold, no read-ahead", "files, cold"), ("shards, cold", "shards, cold, no read-ahead")):
+            ratios = [s[0] / f[0] for s, f in zip(results[num], results[den])]
+            print(f"{num} / {den}, per round: " + ", ".join(f"{x:.3f}" for x in ratios) +
                   f" (median {statistics.median(ratios):.3f})")
     finally:
         if not a.work:
