@@ -294,6 +294,10 @@ ImageInfo ImageDecoder::open(std::span<const unsigned char> bytes) {
       info.width = int(cinfo.image_width);
       info.height = int(cinfo.image_height);
       info.components = cinfo.num_components;
+      info.progressive = cinfo.progressive_mode != 0;
+      info.arithmetic = cinfo.arith_code != 0;
+      info.gray_or_ycc = (cinfo.jpeg_color_space == JCS_GRAYSCALE && cinfo.num_components == 1) ||
+                         (cinfo.jpeg_color_space == JCS_YCbCr && cinfo.num_components == 3);
       break;
     }
     case ImageFormat::pnm: {

@@ -53,6 +53,10 @@ struct ImageInfo {
   ImageFormat format = ImageFormat::unknown;
   int width = 0, height = 0;
   int components = 0;  // in the file: 1 gray, 2 gray+alpha, 3 colour, 4 colour+alpha or CMYK
+  // JPEG only: how it is coded (what a GPU decoder may refuse).
+  bool progressive = false;  // progressive scans (SOF2/SOF10), not sequential
+  bool arithmetic = false;   // arithmetic entropy coding, not Huffman
+  bool gray_or_ycc = false;  // grayscale or YCbCr colour; false for RGB-coded, CMYK and YCCK
 };
 
 // Whole source pixels [x, x + w) x [y, y + h).

@@ -1,5 +1,7 @@
 #include "stages/resize.h"
 
+#include "stages/resize_math.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,53 +13,13 @@
 namespace conveyor {
 namespace {
 
-constexpr int kWeightBits = 14;  // weights sum to 1 << 14
-
-// Filter taps for each output pixel along one axis: the input pixels within the
-// triangle's support (its radius grows with the shrink factor) and their weights.
-void make_taps(double start, double end, int in_size, int out_size, std::vector<std::int32_t>& first,
-               std::vector<std::int32_t>& count, std::vector<std::int16_t>& weights) {
-  const double scale = (end - start) / out_size;  // input pixels per output pixel
-  const double support = std::max(1.0, scale);     // antialias: widen when shrinking
-  const int max_taps = int(std::ceil(support)) * 2 + 1;
-  first.resize(std::size_t(out_size));
-  count.resize(std::size_t(out_size));
-  weights.assign(std::size_t(out_size) * max_taps, 0);
-  double w[64 * 2 + 1];
-  for (int o = 0; o < out_size; ++o) {
-    const double centre = start + (o + 0.5) * scale;
-    const int lo = std::max(0, int(std::floor(centre - support)));
-    const int hi = std::min({in_size - 1, int(std::ceil(centre + support)), lo + max_taps - 1});
-    double sum = 0;
-    int n = 0;
-    for (int i = lo; i <= hi && n < 129; ++i, ++n) {
-      w[n] = std::max(0.0, 1 - std::abs((i + 0.5 - centre) / support));
-      sum += w[n];
-    }
-    if (sum <= 0) {  // the centre lies past the last pixel: take the nearest one
-      w[0] = sum = 1;
-      n = 1;
-    }
-    first[std::size_t(o)] = lo;
-    count[std::size_t(o)] = n;
-    // Round each weight, then give the rounding error to the largest so they sum exactly.
-    int total = 0, biggest = 0;
-    std::int16_t* out = &weights[std::size_t(o) * max_taps];
-    for (int k = 0; k < n; ++k) {
-      out[k] = std::int16_t(std::lround(w[k] / sum * (1 << kWeightBits)));
-      total += out[k];
-      if (out[k] > out[biggest]) biggest = k;
-    }
-    out[biggest] = std::int16_t(out[biggest] + ((1 << kWeightBits) - total));
-  }
-}
+constexpr int kWeightBits = kResizeWeightBits;  // resize_math.h: the arithmetic both paths share
 
 // Fixed point: weights sum to 1 << kWeightBits; the vertically filtered rows
 // keep kRowBits fraction bits in int16 (255 << 7 = 32640 fits), so both passes
 // can multiply int16 by int16 into int32 (SSE2's pmaddwd, two taps at a time).
-constexpr int kRowBits = 7;
-constexpr int kVShift = kWeightBits - kRowBits, kVHalf = 1 << (kVShift - 1);
-constexpr int kHShift = kWeightBits + kRowBits, kHHalf = 1 << (kHShift - 1);
+constexpr int kVShift = kResizeVShift, kVHalf = 1 << (kVShift - 1);
+constexpr int kHShift = kResizeHShift, kHHalf = 1 << (kHShift - 1);
 
 // Vertical pass of one output row: out[x] = sum_k w[k] * rows[k][x] over n
 // input rows spaced stride bytes apart, for x < len.
@@ -172,12 +134,48 @@ void layout_horizontal_weights(const std::vector<std::int16_t>& taps_weights, in
 
 }  // namespace
 
-void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
-                     double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
-                     ResizeScratch& s, bool mirror) {
+void make_resize_taps(double start, double end, int in_size, int out_size, ResizeTaps& taps) {
+  const double scale = (end - start) / out_size;  // input pixels per output pixel
+  const double support = std::max(1.0, scale);     // antialias: widen when shrinking
+  const int max_taps = int(std::ceil(support)) * 2 + 1;
+  taps.max_taps = max_taps;
+  taps.first.resize(std::size_t(out_size));
+  taps.count.resize(std::size_t(out_size));
+  taps.weights.assign(std::size_t(out_size) * max_taps, 0);
+  double w[64 * 2 + 1];
+  for (int o = 0; o < out_size; ++o) {
+    const double centre = start + (o + 0.5) * scale;
+    const int lo = std::max(0, int(std::floor(centre - support)));
+    const int hi = std::min({in_size - 1, int(std::ceil(centre + support)), lo + max_taps - 1});
+    double sum = 0;
+    int n = 0;
+    for (int i = lo; i <= hi && n < 129; ++i, ++n) {
+      w[n] = std::max(0.0, 1 - std::abs((i + 0.5 - centre) / support));
+      sum += w[n];
+    }
+    if (sum <= 0) {  // the centre lies past the last pixel: take the nearest one
+      w[0] = sum = 1;
+      n = 1;
+    }
+    taps.first[std::size_t(o)] = lo;
+    taps.count[std::size_t(o)] = n;
+    // Round each weight, then give the rounding error to the largest so they sum exactly.
+    int total = 0, biggest = 0;
+    std::int16_t* out = &taps.weights[std::size_t(o) * max_taps];
+    for (int k = 0; k < n; ++k) {
+      out[k] = std::int16_t(std::lround(w[k] / sum * (1 << kWeightBits)));
+      total += out[k];
+      if (out[k] > out[biggest]) biggest = k;
+    }
+    out[biggest] = std::int16_t(out[biggest] + ((1 << kWeightBits) - total));
+  }
+}
+
+ResizeBox clamp_resize_box(double u0, double v0, double u1, double v1, int width, int height, int out_width,
+                           int out_height) {
   // Supports wider than 64 input pixels per output pixel would need more taps than
-  // make_taps keeps; shrink factors that large cannot occur in one JPEG-scaled crop,
-  // but clamp the box so the filter stays defined whatever the caller passes.
+  // make_resize_taps keeps; shrink factors that large cannot occur in one JPEG-scaled
+  // crop, but clamp the box so the filter stays defined whatever the caller passes.
   u0 = std::clamp(u0, 0.0, double(width));
   u1 = std::clamp(u1, u0 + 1e-6, double(width));
   v0 = std::clamp(v0, 0.0, double(height));
@@ -185,32 +183,56 @@ void resize_triangle(const unsigned char* src, int width, int height, std::ptrdi
   const double max_shrink = 64;
   if ((u1 - u0) / out_width > max_shrink) u1 = u0 + max_shrink * out_width;
   if ((v1 - v0) / out_height > max_shrink) v1 = v0 + max_shrink * out_height;
-  make_taps(u0, u1, width, out_width, s.x_first, s.x_count, s.x_weights);
-  make_taps(v0, v1, height, out_height, s.y_first, s.y_count, s.y_weights);
-  const int x_taps = int(s.x_weights.size() / std::size_t(out_width));
-  const int y_taps = int(s.y_weights.size() / std::size_t(out_height));
+  return {u0, v0, u1, v1};
+}
+
+void resize_reference(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
+                      double u1, double v1, unsigned char* dst, int out_width, int out_height,
+                      std::ptrdiff_t dst_stride, bool mirror) {
+  const ResizeBox box = clamp_resize_box(u0, v0, u1, v1, width, height, out_width, out_height);
+  ResizeTaps x, y;
+  make_resize_taps(box.u0, box.u1, width, out_width, x);
+  make_resize_taps(box.v0, box.v1, height, out_height, y);
+  for (int oy = 0; oy < out_height; ++oy) {
+    for (int q = 0; q < out_width; ++q) {
+      const int ox = mirror ? out_width - 1 - q : q;
+      for (int c = 0; c < 3; ++c) {
+        dst[std::ptrdiff_t(oy) * dst_stride + std::ptrdiff_t(q) * 3 + c] =
+            resize_value(src, src_stride, view(x), view(y), ox, oy, c);
+      }
+    }
+  }
+}
+
+void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
+                     double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
+                     ResizeScratch& s, bool mirror) {
+  const ResizeBox box = clamp_resize_box(u0, v0, u1, v1, width, height, out_width, out_height);
+  make_resize_taps(box.u0, box.u1, width, out_width, s.x);
+  make_resize_taps(box.v0, box.v1, height, out_height, s.y);
+  const int x_taps = s.x.max_taps, y_taps = s.y.max_taps;
 
   // Vertical pass first, over just the input columns the horizontal taps read:
   // it runs over contiguous memory, and it leaves out_height rows (not the
   // box's input rows) for the horizontal pass, which costs more per pixel.
-  const int col_lo = s.x_first.front();
-  const int cols = s.x_first.back() + s.x_count.back() - col_lo;
+  const int col_lo = s.x.first.front();
+  const int cols = s.x.first.back() + s.x.count.back() - col_lo;
   const std::size_t in_len = std::size_t(cols) * 3;
   // Zero padding of x_taps + 2 pixels: fixed-length taps, and the SSE2 loads
   // of 8 values from a pair's first pixel, stay inside the row.
   const std::size_t stride = std::size_t(cols + x_taps + 2) * 3;
   s.rows.resize(std::size_t(out_height) * stride);
   for (int o = 0; o < out_height; ++o) {
-    const unsigned char* base = src + std::ptrdiff_t(s.y_first[std::size_t(o)]) * src_stride + std::ptrdiff_t(col_lo) * 3;
+    const unsigned char* base = src + std::ptrdiff_t(s.y.first[std::size_t(o)]) * src_stride + std::ptrdiff_t(col_lo) * 3;
     std::int16_t* out = s.rows.data() + std::size_t(o) * stride;
-    vertical_row(base, src_stride, &s.y_weights[std::size_t(o) * y_taps], s.y_count[std::size_t(o)], in_len, out);
+    vertical_row(base, src_stride, &s.y.weights[std::size_t(o) * y_taps], s.y.count[std::size_t(o)], in_len, out);
     std::fill(out + in_len, out + stride, std::int16_t{0});
   }
   // Horizontal pass over the out_height filtered rows; x_first relative to col_lo.
-  for (auto& f : s.x_first) f -= col_lo;
-  layout_horizontal_weights(s.x_weights, out_width, x_taps, s.x_lanes);
+  for (auto& f : s.x.first) f -= col_lo;
+  layout_horizontal_weights(s.x.weights, out_width, x_taps, s.x_lanes);
   for (int o = 0; o < out_height; ++o) {
-    horizontal_row(s.rows.data() + std::size_t(o) * stride, s.x_first.data(), s.x_lanes.data(), out_width, x_taps,
+    horizontal_row(s.rows.data() + std::size_t(o) * stride, s.x.first.data(), s.x_lanes.data(), out_width, x_taps,
                    mirror, dst + o * dst_stride);
   }
 }

@@ -9,7 +9,9 @@
 // ImageNet photos. An abort cannot be caught or skipped, so the library path
 // cannot ship; `conveyor-bench-images resize` compares the two's speed
 // (docs/benchmarks.md). Both passes use SSE2 (x86-64's baseline, so no
-// runtime dispatch), with a scalar loop elsewhere.
+// runtime dispatch), with a scalar loop elsewhere. The arithmetic is
+// resize_math.h's, which the GPU decode path's kernel shares; tests hold the
+// two to the same bits.
 //
 // Stateless; thread-safe. Allocates only through the caller's ResizeScratch,
 // which is reused between calls so the steady state does not allocate.
@@ -19,12 +21,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "stages/resize_math.h"
+
 namespace conveyor {
 
 struct ResizeScratch {
-  std::vector<std::int32_t> x_first, y_first, x_count, y_count;
-  std::vector<std::int16_t> x_weights, y_weights;
-  std::vector<std::int16_t> x_lanes;  // x_weights laid out for the horizontal pass
+  ResizeTaps x, y;
+  std::vector<std::int16_t> x_lanes;  // x.weights laid out for the horizontal pass
   std::vector<std::int16_t> rows;     // vertically filtered rows, 7 fraction bits, zero-padded
 };
 

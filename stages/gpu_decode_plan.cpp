@@ -1,0 +1,35 @@
+#include "stages/gpu_decode_plan.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "pipeline/rng.h"
+#include "stages/resize_math.h"
+
+namespace conveyor {
+
+bool gpu_decodes(std::uint64_t index, double share) {
+  if (!(share >= 0 && share <= 1)) throw std::invalid_argument("gpu decode share " + std::to_string(share) + " is not in [0, 1]");
+  if (share >= 1) return true;
+  // A salt so the split is not correlated with Rng(seed, epoch, index)'s own first draws.
+  std::uint64_t k = index ^ 0x6770752d6465636fULL;  // "gpu-deco"
+  const std::uint64_t h = splitmix64(k);
+  return double(h >> 11) * 0x1.0p-53 < share;  // h's top 53 bits as a uniform [0, 1)
+}
+
+bool gpu_decodable(const ImageInfo& info, const Geometry& g) {
+  if (info.format != ImageFormat::jpeg || info.progressive || info.arithmetic || !info.gray_or_ycc) return false;
+  return g.x0 >= 0 && g.y0 >= 0 && g.x1 <= info.width && g.y1 <= info.height && g.x1 > g.x0 && g.y1 > g.y0;
+}
+
+void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrdiff_t stride, const Geometry& g,
+                     std::span<unsigned char> dst) {
+  const int ow = g.out.width, oh = g.out.height;
+  if (dst.size() != std::size_t(ow) * std::size_t(oh) * 3) {
+    throw std::invalid_argument("render_gpu_twin: dst holds " + std::to_string(dst.size()) + " bytes, the output needs " +
+                                std::to_string(std::size_t(ow) * std::size_t(oh) * 3));
+  }
+  resize_reference(full, width, height, stride, g.x0, g.y0, g.x1, g.y1, dst.data(), ow, oh, std::ptrdiff_t(ow) * 3, g.flip);
+}
+
+}  // namespace conveyor
