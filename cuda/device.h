@@ -28,11 +28,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cuda/dtype.h"
+#include "stages/augment.h"
 
 namespace conveyor {
 
@@ -119,6 +122,35 @@ struct GatherJob {
   std::size_t rows = 0, row_bytes = 0;
 };
 
+// One JPEG for the GPU decode path (issue 22): the whole file is decoded,
+// then its geometry's box rendered into dst as uint8 HWC (geometry.out) with
+// resize_math.h's arithmetic.
+struct JpegItem {
+  std::span<const unsigned char> file;
+  int width = 0, height = 0;  // the image's, from its header
+  Geometry geometry;          // a gpu_decodable() box
+  std::uint8_t* dst = nullptr;  // device memory: the sample's place in its slot (set before render())
+};
+
+// The transfer stage's JPEG decoder: nvJPEG on CUDA; on the host backend the
+// host twin (libjpeg-turbo's full decode, then the same resize), so the stage's
+// logic runs and is tested without a GPU. Used by one thread. Its working
+// memory grows to the largest batch seen and is reused after that.
+class JpegBatchDecoder {
+ public:
+  virtual ~JpegBatchDecoder() = default;
+  // One line: what decodes, e.g. "nvJPEG 12.3.4 (hardware backend)".
+  virtual std::string describe() const = 0;
+  // Decodes every item's file whole into the decoder's own memory, ordered on
+  // `stream`. Returns one entry per item: empty, or the decoder's reason for
+  // refusing that file. Call it only once the previous render()'s work is done
+  // (it reuses that memory), and keep the files alive until this render()'s is.
+  virtual std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) = 0;
+  // Renders each item whose `refused` entry is empty into its dst, on `stream`
+  // after the work already there.
+  virtual void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) = 0;
+};
+
 enum class EventKind {
   sync,    // cudaEventDisableTiming | cudaEventBlockingSync: ordering only
   timing,  // cudaEventBlockingSync with timing, for benchmarks
@@ -154,6 +186,9 @@ class Device {
   virtual std::unique_ptr<Event> create_event(EventKind kind = EventKind::sync) = 0;
   // Wraps a stream the caller owns (see Stream::native); not destroyed with the handle.
   virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
+  // The GPU decode path's decoder, or null with `why` set to one line saying
+  // why there is none (on CUDA: no nvJPEG library, see cuda/nvjpeg_library.h).
+  virtual std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(std::string& why) = 0;
 
   // ---- steady state: enqueue on `stream` and return; never allocate
   virtual void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;

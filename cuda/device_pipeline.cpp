@@ -3,6 +3,7 @@
 // ("One slot's life").
 #include "cuda/device_pipeline.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -78,6 +79,17 @@ struct TransferCore {
     }
   }
 
+  // The GPU decode path's state (TransferConfig::gpu_decode), the transfer thread's alone.
+  struct Deferred {
+    std::vector<DeferredDecode> taken;  // this batch's deferred samples, recycled once it is published
+    std::vector<std::size_t> slot;      // each one's position in the batch
+    std::vector<JpegItem> items;
+    std::vector<std::string> refused;   // per item: empty, or why the device's decoder refused it
+    std::unique_ptr<ImageDecoder> cpu;  // the fall-back for files the device's decoder refuses
+    std::vector<unsigned char> scratch;  // one rendered sample, for that fall-back
+  } deferred;
+  std::atomic<std::uint64_t> gpu_decoded{0}, gpu_fallbacks{0};
+
   TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
   ~TransferCore() {
     // Work on the consumer's stream (which we do not own) may still name our
@@ -129,6 +141,7 @@ struct TransferCore {
     }
     Stream& copy = *copy_stream;
     try {
+      if (config.gpu_decode) decode_deferred(batch, copy);  // before the labels are placed: a skip shortens the batch
       device->wait(copy, *s.consumed);  // 4: D[i]/O[i] are free on the device's timeline
       const std::size_t at = label_offset(batch.size(), sample_bytes);
       std::memcpy(batch.data + at, batch.labels.data(), batch.size() * sizeof(std::int64_t));
@@ -139,6 +152,12 @@ struct TransferCore {
         s.source = static_cast<std::byte*>(s.raw->data());
         device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
       }
+      if (!deferred.items.empty()) {  // the GPU path's samples, into the slot after the copy (issue 22)
+        for (std::size_t k = 0; k < deferred.items.size(); ++k) {
+          deferred.items[k].dst = reinterpret_cast<std::uint8_t*>(s.source) + deferred.slot[k] * sample_bytes;
+        }
+        config.gpu_decode->decoder->render(deferred.items, deferred.refused, copy);
+      }
       if (config.normalize) {  // 10: on the copy stream; uint8 crossed the bus
         device->normalize(
             config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()), copy);
@@ -148,6 +167,7 @@ struct TransferCore {
       // 5: the host sees the copy done before H can go back to the workers. H goes
       // back only when the consumer releases the batch, which is later still.
       device->synchronize(*s.copied);
+      recycle_deferred();
     } catch (...) {
       // The core recycles H (poisoning it, if asked) or frees it as soon as this
       // throws, while the copy enqueued above may still be reading it: wait for
@@ -157,6 +177,90 @@ struct TransferCore {
     }
     batch.user = &s;  // published when this returns: the core queues it for the consumer
     if (config.on_transfer) config.on_transfer(batch, start, std::chrono::steady_clock::now());
+  }
+
+  // Takes the batch's deferred samples and decodes them on the device's
+  // decoder (the render into the slot comes after the copy). A file the decoder
+  // refuses is rendered here on the CPU into the host buffer, which the copy
+  // then carries; one the CPU refuses too is an error or, skipping, removed
+  // from the batch.
+  void decode_deferred(Batch& batch, Stream& copy) {
+    Deferred& d = deferred;
+    d.items.clear();
+    d.slot.clear();
+    for (std::size_t j = 0; j < batch.size(); ++j) {
+      auto entry = config.gpu_decode->deferred->take(batch.epoch, batch.indices[j]);
+      if (!entry) continue;
+      d.taken.push_back(std::move(*entry));
+      const DeferredDecode& e = d.taken.back();
+      d.slot.push_back(j);
+      d.items.push_back(JpegItem{e.file, e.width, e.height, e.geometry, nullptr});
+    }
+    if (d.items.empty()) return;
+    d.refused = config.gpu_decode->decoder->decode(d.items, copy);
+    std::vector<std::size_t> drop;  // positions in the batch of samples neither decoder took
+    for (std::size_t k = 0; k < d.items.size(); ++k) {
+      if (d.refused[k].empty()) continue;
+      const DeferredDecode& e = d.taken[k];
+      try {
+        if (!d.cpu) d.cpu = std::make_unique<ImageDecoder>(DecodeLimits{}, std::vector<int>{8});
+        const ImageInfo info = d.cpu->open(e.file);
+        const DecodedView v = d.cpu->decode({0, 0, info.width, info.height}, 1.0);
+        d.scratch.resize(sample_bytes);
+        render_gpu_twin(v.pixels, v.width, v.height, v.stride, e.geometry, d.scratch);
+        std::memcpy(batch.data + d.slot[k] * sample_bytes, d.scratch.data(), sample_bytes);
+        ++gpu_fallbacks;
+      } catch (const std::exception& cpu_error) {
+        const std::string reason = e.name + ": " + cpu_error.what() + " (the GPU decoder: " + d.refused[k] + ")";
+        if (config.gpu_decode->on_error == ErrorPolicy::fail) throw std::runtime_error(reason);
+        batch.skipped.push_back({batch.epoch, batch.indices[d.slot[k]], reason});
+        drop.push_back(d.slot[k]);
+      }
+    }
+    gpu_decoded += d.items.size() - drop.size();
+    // What is left for render(): the items the device's decoder took, at their positions after the drops.
+    std::vector<JpegItem> items;
+    std::vector<std::size_t> slot;
+    std::vector<std::string> refused;
+    for (std::size_t k = 0; k < d.items.size(); ++k) {
+      if (!d.refused[k].empty()) continue;
+      const auto below = std::size_t(std::lower_bound(drop.begin(), drop.end(), d.slot[k]) - drop.begin());
+      items.push_back(d.items[k]);
+      slot.push_back(d.slot[k] - below);
+      refused.emplace_back();
+    }
+    if (!drop.empty()) remove_samples(batch, drop);
+    d.items = std::move(items);
+    d.slot = std::move(slot);
+    d.refused = std::move(refused);
+  }
+
+  // Removes the samples at `positions` (ascending) from the host batch; later ones move down.
+  void remove_samples(Batch& batch, const std::vector<std::size_t>& positions) {
+    std::size_t out = 0, p = 0;
+    for (std::size_t j = 0; j < batch.indices.size(); ++j) {
+      if (p < positions.size() && positions[p] == j) {
+        ++p;
+        continue;
+      }
+      if (out != j) {
+        batch.indices[out] = batch.indices[j];
+        batch.labels[out] = batch.labels[j];
+        std::memmove(batch.data + out * sample_bytes, batch.data + j * sample_bytes, sample_bytes);
+      }
+      ++out;
+    }
+    batch.indices.resize(out);
+    batch.labels.resize(out);
+  }
+
+  void recycle_deferred() noexcept {
+    try {
+      for (auto& e : deferred.taken) config.gpu_decode->deferred->recycle(std::move(e));
+    } catch (...) {  // out of memory keeping a spare: it is freed instead
+    }
+    deferred.taken.clear();
+    deferred.items.clear();
   }
 
   // Waits for everything enqueued on the copy stream; never throws (a device in
@@ -208,6 +312,10 @@ struct TransferCore {
     return true;
   }
 };
+
+DevicePipeline::GpuDecodeCounts DevicePipeline::gpu_decode_counts() const {
+  return {core_->gpu_decoded.load(), core_->gpu_fallbacks.load()};
+}
 
 NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* dst, std::size_t samples,
                                                 const std::uint64_t* indices) const {
@@ -318,6 +426,11 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   if (!fill) throw std::invalid_argument("pipeline: stages.fill is required");
   config.validate();
   if (transfer.normalize) validate_normalization(*transfer.normalize, config.sample_bytes);
+  if (transfer.gpu_decode) {
+    if (!transfer.gpu_decode->deferred) throw ConfigError("gpu_decode.deferred", "is required (ImageSource::deferred_decodes())");
+    if (!transfer.gpu_decode->decoder) throw ConfigError("gpu_decode.decoder", "is required (Device::create_jpeg_decoder)");
+    transfer.gpu_decode->deferred->clear();  // left by an earlier pipeline over the same source
+  }
 
   // 1: every buffer, stream and event now, none in the steady state.
   core_ = std::make_shared<TransferCore>(config.device_buffer_count());

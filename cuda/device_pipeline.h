@@ -44,6 +44,8 @@
 
 #include "cuda/device.h"
 #include "pipeline/pipeline.h"
+#include "stages/gpu_decode_plan.h"
+#include "stages/image_source.h"
 #include "stages/normalize.h"
 
 namespace conveyor {
@@ -83,6 +85,21 @@ struct TransferConfig {
   // correct. Overrides consumer_stream. Default: none.
   std::function<void*()> current_consumer_stream;
 
+  // The GPU decode path (issue 22): the samples an ImageSource with gpu_share
+  // left undecoded (its deferred_decodes()) are decoded here, on the transfer
+  // thread's stream, by `decoder` (Device::create_jpeg_decoder) and rendered
+  // into their slots before the batch is published, so the consumer's protocol
+  // is unchanged. Samples must be the uint8 HWC of the geometry's output. A file
+  // the decoder refuses is decoded again on the CPU (the host twin, on this
+  // thread); one that fails there too follows on_error: fail stops the pipeline
+  // with the file's name, skip leaves it out of its batch (Batch::skipped).
+  struct GpuDecode {
+    std::shared_ptr<DeferredDecodes> deferred;
+    std::shared_ptr<JpegBatchDecoder> decoder;
+    ErrorPolicy on_error = ErrorPolicy::fail;
+  };
+  // Default: none (every sample was decoded by the workers).
+  std::optional<GpuDecode> gpu_decode;
   // Optional: called on the transfer thread after each batch is transferred,
   // with the step's start and end (for tracing). Must not block. Default: none.
   std::function<void(const Batch&, std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point)>
@@ -202,6 +219,12 @@ class DevicePipeline {
   PipelineState state() const { return pipeline_->state(); }
   PipelineStats stats() const { return pipeline_->stats(); }
   std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }
+  // The GPU decode path so far (TransferConfig::gpu_decode): samples its decoder
+  // rendered, and those it refused that the CPU then decoded.
+  struct GpuDecodeCounts {
+    std::uint64_t decoded = 0, cpu_fallbacks = 0;
+  };
+  GpuDecodeCounts gpu_decode_counts() const;
   std::size_t batches_per_epoch() const { return pipeline_->batches_per_epoch(); }
   // Stops and joins every thread. Idempotent.
   void stop();

@@ -24,6 +24,8 @@
 
 #include "cuda/backends.h"
 #include "pipeline/rng.h"
+#include "stages/decode.h"
+#include "stages/gpu_decode_plan.h"
 
 namespace conveyor {
 namespace {
@@ -230,6 +232,62 @@ void normalize_on_host(const NormalizeJob& job) {
   }
 }
 
+// The GPU decode path's host twin: libjpeg-turbo decodes each file whole (as
+// nvJPEG does), and render() runs the kernel's resize arithmetic on the stream
+// (stages/gpu_decode_plan.h, render_gpu_twin).
+class HostJpegDecoder final : public JpegBatchDecoder {
+ public:
+  std::string describe() const override { return "host twin of the GPU decoder (libjpeg-turbo, full-size decode)"; }
+
+  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+    host_stream(stream).drain();  // the previous render() may still read the images
+    if (images_.size() < items.size()) images_.resize(items.size());
+    std::vector<std::string> refused(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      try {
+        const ImageInfo info = decoder_.open(items[i].file);
+        if (info.width != items[i].width || info.height != items[i].height) {
+          throw DecodeError("the header says " + std::to_string(info.width) + "x" + std::to_string(info.height) +
+                            ", the item " + std::to_string(items[i].width) + "x" + std::to_string(items[i].height));
+        }
+        const DecodedView v = decoder_.decode({0, 0, info.width, info.height}, 1.0);
+        Image& img = images_[i];
+        img.width = v.width;
+        img.height = v.height;
+        img.pixels.resize(std::size_t(v.width) * std::size_t(v.height) * 3);
+        for (int y = 0; y < v.height; ++y) {
+          std::memcpy(img.pixels.data() + std::size_t(y) * std::size_t(v.width) * 3, v.pixels + y * v.stride,
+                      std::size_t(v.width) * 3);
+        }
+      } catch (const std::exception& e) {
+        refused[i] = e.what();
+      }
+    }
+    return refused;
+  }
+
+  void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (!refused.at(i).empty()) continue;
+      const Image* img = &images_.at(i);
+      const JpegItem item = items[i];
+      host_stream(stream).enqueue([img, item] {
+        const Size out = item.geometry.out;
+        render_gpu_twin(img->pixels.data(), img->width, img->height, std::ptrdiff_t(img->width) * 3, item.geometry,
+                        {item.dst, std::size_t(out.width) * std::size_t(out.height) * 3});
+      });
+    }
+  }
+
+ private:
+  struct Image {
+    std::vector<unsigned char> pixels;
+    int width = 0, height = 0;
+  };
+  ImageDecoder decoder_{DecodeLimits{}, {8}};  // full size only, as nvJPEG
+  std::vector<Image> images_;  // grows to the largest batch; reused
+};
+
 class HostDevice final : public Device {
  public:
   HostDevice(const DeviceConfig& config, std::string why) : config_(config), why_(std::move(why)) {}
@@ -258,6 +316,9 @@ class HostDevice final : public Device {
     return std::make_unique<HostStream>(true, config_.max_delay_us, config_.delay_seed, next_id());
   }
   std::unique_ptr<Event> create_event(EventKind kind) override { return std::make_unique<HostEvent>(kind); }
+  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(std::string&) override {
+    return std::make_unique<HostJpegDecoder>();
+  }
   std::unique_ptr<Stream> wrap_stream(void* native) override {
     if (native) return std::make_unique<HostStreamView>(static_cast<HostStream*>(native), nullptr);
     return std::make_unique<HostStreamView>(

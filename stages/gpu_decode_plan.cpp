@@ -32,4 +32,42 @@ void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrd
   resize_reference(full, width, height, stride, g.x0, g.y0, g.x1, g.y1, dst.data(), ow, oh, std::ptrdiff_t(ow) * 3, g.flip);
 }
 
+DeferredDecode DeferredDecodes::blank() {
+  std::lock_guard lk(mu_);
+  if (spare_.empty()) return {};
+  DeferredDecode d = std::move(spare_.back());
+  spare_.pop_back();
+  return d;
+}
+
+void DeferredDecodes::put(std::uint64_t epoch, std::uint64_t index, DeferredDecode d) {
+  std::lock_guard lk(mu_);
+  pending_.emplace(std::pair{epoch, index}, std::move(d));
+}
+
+std::optional<DeferredDecode> DeferredDecodes::take(std::uint64_t epoch, std::uint64_t index) {
+  std::lock_guard lk(mu_);
+  const auto it = pending_.find({epoch, index});
+  if (it == pending_.end()) return std::nullopt;
+  DeferredDecode d = std::move(it->second);
+  pending_.erase(it);
+  return d;
+}
+
+void DeferredDecodes::recycle(DeferredDecode d) {
+  std::lock_guard lk(mu_);
+  constexpr std::size_t kMaxSpare = 1024;  // more than a few batches in flight ever defer
+  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(d));
+}
+
+std::size_t DeferredDecodes::pending() const {
+  std::lock_guard lk(mu_);
+  return pending_.size();
+}
+
+void DeferredDecodes::clear() {
+  std::lock_guard lk(mu_);
+  pending_.clear();
+}
+
 }  // namespace conveyor

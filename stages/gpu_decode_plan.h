@@ -18,8 +18,15 @@
 // Stateless; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "stages/augment.h"
 #include "stages/decode.h"
@@ -44,5 +51,38 @@ bool gpu_decodable(const ImageInfo& info, const Geometry& g);
 // pixel as a kernel would. Requires gpu_decodable()'s box (inside the image).
 void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrdiff_t stride, const Geometry& g,
                      std::span<unsigned char> dst);
+
+// One sample left to the GPU path: the worker read the file, checked its
+// header and planned its geometry; the transfer stage decodes it.
+struct DeferredDecode {
+  std::string name;                // the sample's name (Dataset::name), for errors
+  std::vector<unsigned char> file;  // the whole file
+  int width = 0, height = 0;        // the image's, from its header
+  Geometry geometry;
+};
+
+// The hand-off of deferred samples from the workers to the transfer stage,
+// keyed by (epoch, dataset index): a worker put()s while filling the sample,
+// the transfer stage take()s it for the batch that holds it. An index that
+// appears twice in an epoch (a padded rank) is put and taken twice. Finished
+// entries come back through recycle(), so their file buffers are reused (a
+// map node per entry is the one allocation left). Thread-safe.
+class DeferredDecodes {
+ public:
+  // An entry to fill (a recycled one when there is one).
+  DeferredDecode blank();
+  void put(std::uint64_t epoch, std::uint64_t index, DeferredDecode d);
+  std::optional<DeferredDecode> take(std::uint64_t epoch, std::uint64_t index);
+  void recycle(DeferredDecode d);
+  // Entries put and not yet taken (batches in flight, or left by a stopped pipeline).
+  std::size_t pending() const;
+  // Drops every pending entry (a new pipeline starts with none).
+  void clear();
+
+ private:
+  mutable std::mutex mu_;
+  std::multimap<std::pair<std::uint64_t, std::uint64_t>, DeferredDecode> pending_;
+  std::vector<DeferredDecode> spare_;
+};
 
 }  // namespace conveyor

@@ -74,6 +74,12 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
       augment_(config_.transforms),
       shards_(std::make_unique<OpenShards>(config_.max_open_shards)) {
   if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
+  if (!(config_.gpu_share >= 0 && config_.gpu_share <= 1)) {
+    throw std::invalid_argument("image source: gpu_share " + std::to_string(config_.gpu_share) + " is not in [0, 1]");
+  }
+  if (config_.gpu_share > 0 && config_.normalize) {
+    throw std::invalid_argument("image source: gpu_share needs the device to normalize, not the workers (normalize)");
+  }
   if (!config_.files) config_.files = posix_file_system();
   workers_.reserve(workers);
   if (config_.normalize) {
@@ -100,6 +106,11 @@ void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
 
 void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
                                 const std::atomic<bool>* stopping) {
+  (void)process(index, rng, out, worker, stopping, std::nullopt);
+}
+
+bool ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+                          const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch) {
   Worker& w = *workers_.at(worker);
   if (out.size() != sample_bytes()) {
     throw std::invalid_argument("image source: render_sample needs " + std::to_string(sample_bytes()) +
@@ -117,6 +128,16 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
     }
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
+    if (defer_epoch && gpu_decodable(info, g) && gpu_decodes(index, config_.gpu_share)) {
+      DeferredDecode d = deferred_->blank();  // a recycled entry: its buffer becomes the worker's next file buffer
+      d.name = dataset_.name(index);
+      std::swap(d.file, w.file);
+      d.width = info.width;
+      d.height = info.height;
+      d.geometry = g;
+      deferred_->put(*defer_epoch, index, std::move(d));
+      return true;
+    }
     const DecodeRequest want = decode_request(g, info.width, info.height);
     const DecodedView view = w.decoder.decode(want.region, want.min_scale);
     if (!w.normalize) {
@@ -131,6 +152,7 @@ void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned 
   } catch (const std::exception& e) {
     throw std::runtime_error(dataset_.name(index) + ": " + e.what());
   }
+  return false;
 }
 
 void ImageSource::fill(Sample& s) {
@@ -139,8 +161,9 @@ void ImageSource::fill(Sample& s) {
                                 " but " + augment_.describe() + " writes " + std::to_string(sample_bytes()));
   }
   try {
-    render_sample(std::size_t(s.index), s.rng,
-                  {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()}, s.worker, s.stopping);
+    const auto defer = config_.gpu_share > 0 ? std::optional<std::uint64_t>(s.epoch) : std::nullopt;
+    (void)process(std::size_t(s.index), s.rng, {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()},
+                  s.worker, s.stopping, defer);
   } catch (const ReadCancelled&) {
     return;  // the pipeline is stopping: this sample is discarded with its batch
   } catch (const std::exception& e) {

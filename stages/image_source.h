@@ -8,6 +8,10 @@
 //   config.sample_bytes = images.sample_bytes();
 //   Pipeline pipeline(config, dataset.size(), {images.filler()});
 //
+// With ImageConfig::gpu_share, some JPEG samples are only read and planned:
+// their bytes wait in deferred_decodes() for the transfer stage's GPU decoder
+// (cuda/device_pipeline.h), which writes their slots.
+//
 // Errors per sample follow ImageConfig::on_error: `fail` stops the pipeline
 // (the consumer's PipelineError names the sample index, and the message names
 // the file and the decoder's reason); `skip` leaves the sample out of its batch,
@@ -30,6 +34,7 @@
 #include "stages/dataset.h"
 #include "stages/decode.h"
 #include "stages/file_system.h"
+#include "stages/gpu_decode_plan.h"
 #include "stages/normalize.h"
 
 namespace conveyor {
@@ -64,6 +69,12 @@ struct ImageConfig {
   // workers will read (see prefetch()), so cold reads overlap decoding.
   // Default: true.
   bool read_ahead = true;
+  // The GPU decode path (issue 22): the share of samples (by gpu_decodes(),
+  // among those gpu_decodable()) the workers do not decode but leave, read and
+  // planned, in deferred_decodes() for the transfer stage to decode
+  // (TransferConfig::gpu_decode). Incompatible with `normalize` (the device
+  // normalizes). Default: 0, every sample on the CPU.
+  double gpu_share = 0;
   // Where files are read from. Default: null, meaning posix_file_system();
   // tests pass one that injects faults.
   std::shared_ptr<FileSystem> files;
@@ -72,7 +83,7 @@ struct ImageConfig {
 class ImageSource {
  public:
   // Throws AugmentError for a bad transform chain, std::invalid_argument for
-  // bad scales or workers == 0.
+  // bad scales, workers == 0, or a gpu_share outside [0, 1] or with normalize.
   ImageSource(Dataset dataset, ImageConfig config, std::size_t workers);
   ~ImageSource();
   ImageSource(const ImageSource&) = delete;
@@ -86,6 +97,9 @@ class ImageSource {
   const Dataset& dataset() const { return dataset_; }
   const Augment& augment() const { return augment_; }
   const ImageConfig& config() const { return config_; }
+  // The samples left to the GPU path (ImageConfig::gpu_share), shared with the
+  // transfer stage; an empty store when gpu_share is 0.
+  const std::shared_ptr<DeferredDecodes>& deferred_decodes() const { return deferred_; }
 
   // Fills one sample (see the policy above). Sets the label from the dataset.
   void fill(Sample& s);
@@ -114,10 +128,15 @@ class ImageSource {
  private:
   struct Worker;
   class OpenShards;
+  // render_sample()'s work. With defer_epoch, a sample for the GPU path is put
+  // in deferred_ (keyed by that epoch) instead of rendered: returns true then.
+  bool process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+               const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch);
   Dataset dataset_;
   ImageConfig config_;
   Augment augment_;
   std::unique_ptr<OpenShards> shards_;
+  std::shared_ptr<DeferredDecodes> deferred_ = std::make_shared<DeferredDecodes>();
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

@@ -1,0 +1,186 @@
+// The GPU decode path through the transfer stage (issue 22), on the host
+// backend, whose decoder is the host twin: the split by (index, share) gives
+// the same bytes for any worker count, every sample arrives exactly once, the
+// GPU-path samples are the twin's bits and the rest the CPU path's, and a file
+// the decoder refuses follows the error policy with its name.
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+
+#include "cuda/device_pipeline.h"
+#include "image_writers.h"
+#include "stages/gpu_decode_plan.h"
+#include "stages/image_source.h"
+#include "temp_dir.h"
+
+using namespace conveyor;
+namespace t = conveyor::test;
+
+namespace {
+
+constexpr int kOut = 24;
+
+// 30 files: JPEGs the GPU path takes (colour 4:2:0 and 4:4:4, gray) and ones it
+// leaves to the CPU (progressive, arithmetic, CMYK, PNG), of varied sizes.
+Dataset make_files(t::TempDir& dir, std::vector<bool>& decodable) {
+  std::vector<std::filesystem::path> paths;
+  std::vector<std::int64_t> labels;
+  for (int i = 0; i < 30; ++i) {
+    const t::Rgb img = t::photo_like(40 + 7 * (i % 6), 30 + 5 * (i % 4), std::uint64_t(i));
+    std::vector<unsigned char> bytes;
+    bool gpu = true;
+    switch (i % 10) {
+      case 3: bytes = t::jpeg(img, {t::JpegKind::progressive, 90}), gpu = false; break;
+      case 5: bytes = t::jpeg(img, {t::JpegKind::gray, 90}); break;
+      case 6: bytes = t::jpeg(img, {t::JpegKind::baseline, 90, false}); break;
+      case 7: bytes = t::jpeg(img, {t::JpegKind::cmyk_adobe, 90}), gpu = false; break;
+      case 8: bytes = t::png(img, t::PngKind::rgb8), gpu = false; break;
+      case 9: bytes = t::jpeg(img, {t::JpegKind::arithmetic, 90}), gpu = false; break;
+      default: bytes = t::jpeg(img, {t::JpegKind::baseline, 85});
+    }
+    paths.push_back(dir.write("f" + std::to_string(i) + (i % 10 == 8 ? ".png" : ".jpg"), bytes));
+    labels.push_back(i % 4);
+    decodable.push_back(gpu);
+  }
+  return Dataset(paths, labels);
+}
+
+struct Run {
+  std::vector<std::uint64_t> digests;              // per batch, in delivery order
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<unsigned char>> sample;  // (epoch, index) -> bytes
+  std::vector<SkippedSample> skipped;
+  DevicePipeline::GpuDecodeCounts counts;
+};
+
+// Two epochs, batch 4, through the host backend with random delays; with
+// share < 0 no GPU decode is configured at all.
+Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_error = ErrorPolicy::fail) {
+  ImageConfig ic;
+  ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
+  ic.on_error = on_error;
+  ic.gpu_share = std::max(share, 0.0);
+  ImageSource src(d, ic, workers);
+  Config c;
+  c.batch_size = 4;
+  c.workers = workers;
+  c.sample_bytes = src.sample_bytes();
+  c.epochs = 2;
+  c.seed = 3;
+  DeviceConfig dc;
+  dc.backend = BackendChoice::host;
+  dc.max_delay_us = 30;
+  auto device = open_device(dc);
+  TransferConfig tc;
+  if (share >= 0) {
+    std::string why;
+    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), device->create_jpeg_decoder(why), on_error};
+    REQUIRE(tc.gpu_decode->decoder);
+  }
+  DevicePipeline p(c, d.size(), src.filler(), tc, device);
+  Run r;
+  while (auto b = p.next()) {
+    const Batch& h = b->host();
+    std::uint64_t digest = 1469598103934665603ULL;
+    const auto* px = static_cast<const unsigned char*>(b->data());
+    for (std::size_t j = 0; j < b->size(); ++j) {
+      std::vector<unsigned char> bytes(px + j * c.sample_bytes, px + (j + 1) * c.sample_bytes);
+      for (unsigned char v : bytes) digest = (digest ^ v) * 1099511628211ULL;
+      digest = (digest ^ h.indices[j]) * 1099511628211ULL;
+      REQUIRE(r.sample.emplace(std::pair{h.epoch, h.indices[j]}, std::move(bytes)).second);  // exactly once
+    }
+    r.digests.push_back(digest);
+  }
+  r.skipped = p.skipped();
+  r.counts = p.gpu_decode_counts();
+  REQUIRE(src.deferred_decodes()->pending() == 0);  // every deferred sample was taken
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("gpu decode: the same bytes for any worker count, each sample once, split by index and share",
+          "[gpu-decode][pipeline]") {
+  t::TempDir dir;
+  std::vector<bool> decodable;
+  const Dataset d = make_files(dir, decodable);
+  const Run cpu = run(d, -1, 2);
+  REQUIRE(cpu.sample.size() == 60);
+  REQUIRE(run(d, 0, 3).digests == cpu.digests);  // share 0: the CPU path exactly
+  std::size_t gpu_candidates = 0;
+  for (bool b : decodable) gpu_candidates += b;
+
+  for (const double share : {0.4, 1.0}) {
+    CAPTURE(share);
+    const Run one = run(d, share, 1);
+    const Run four = run(d, share, 4);
+    REQUIRE(one.digests == four.digests);
+    REQUIRE(one.sample.size() == 60);
+    REQUIRE(one.counts.cpu_fallbacks == 0);
+    std::size_t expect = 0;
+    for (std::size_t i = 0; i < d.size(); ++i) expect += decodable[i] && gpu_decodes(i, share);
+    REQUIRE(one.counts.decoded == 2 * expect);  // two epochs
+    REQUIRE(four.counts.decoded == 2 * expect);
+    if (share == 1.0) REQUIRE(expect == gpu_candidates);
+
+    // Each sample: the twin's bits on the GPU path, the CPU path's otherwise.
+    const Augment augment({RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}});
+    ImageDecoder dec({}, {8});
+    std::size_t differ = 0;
+    for (const auto& [key, bytes] : one.sample) {
+      const auto [epoch, index] = key;
+      CAPTURE(epoch, index);
+      if (!(decodable[index] && gpu_decodes(index, share))) {
+        REQUIRE(bytes == cpu.sample.at(key));
+        continue;
+      }
+      std::vector<unsigned char> file;
+      read_file(d.path(index), 1 << 20, file);
+      const ImageInfo info = dec.open(file);
+      Rng rng(3, epoch, index);
+      const Geometry g = augment.plan(info.width, info.height, rng);
+      const DecodedView v = dec.decode({0, 0, info.width, info.height}, 1.0);
+      std::vector<unsigned char> want(std::size_t(kOut) * kOut * 3);
+      render_gpu_twin(v.pixels, v.width, v.height, v.stride, g, want);
+      REQUIRE(bytes == want);
+      differ += bytes != cpu.sample.at(key);  // full decode + resize, not the CPU path's ROI and DCT scale
+    }
+    CHECK(differ > 0);  // the test sees which path ran
+  }
+}
+
+TEST_CASE("gpu decode: a file the decoders refuse is named, and counted when skipping", "[gpu-decode][errors]") {
+  t::TempDir dir;
+  const auto good = t::jpeg(t::photo_like(240, 180, 1), {t::JpegKind::baseline, 90});
+  std::vector<std::filesystem::path> paths;
+  std::vector<std::int64_t> labels;
+  for (int i = 0; i < 9; ++i) {
+    const bool bad = i == 4;  // the header is whole, the image data is cut: only a full decode finds out
+    paths.push_back(dir.write("g" + std::to_string(i) + ".jpg", bad ? t::truncated(good, good.size() * 2 / 3) : good));
+    labels.push_back(i);
+  }
+  const Dataset d(paths, labels);
+  REQUIRE_THROWS_WITH(run(d, 1.0, 2), Catch::Contains("g4.jpg: ") && Catch::Contains("(the GPU decoder: "));
+  const Run r = run(d, 1.0, 2, ErrorPolicy::skip);
+  REQUIRE(r.sample.size() == 16);  // 8 good samples, two epochs
+  REQUIRE(r.skipped.size() == 2);
+  for (const auto& s : r.skipped) {
+    REQUIRE(s.index == 4);
+    REQUIRE(s.reason.find("g4.jpg: ") != std::string::npos);
+    REQUIRE(s.reason.find("(the GPU decoder: ") != std::string::npos);
+  }
+  REQUIRE(r.counts.decoded == 16);
+}
+
+TEST_CASE("gpu decode: a share outside [0, 1], or with the workers normalizing, is refused", "[gpu-decode][config]") {
+  t::TempDir dir;
+  const Dataset d({dir.write("a.jpg", t::jpeg(t::photo_like(16, 16, 2)))}, {0});
+  ImageConfig ic;
+  ic.gpu_share = 1.5;
+  REQUIRE_THROWS_WITH(ImageSource(d, ic, 1), Catch::Contains("gpu_share 1.5"));
+  ic.gpu_share = 0.5;
+  ic.normalize = Normalize{};
+  REQUIRE_THROWS_WITH(ImageSource(d, ic, 1), Catch::Contains("gpu_share needs the device to normalize"));
+}
