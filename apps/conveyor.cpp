@@ -148,6 +148,7 @@ int dispatch(const Subcommands& s, const Options& o) {
   check_writable("--csv", o.csv);
   check_writable("--plot", o.plot);
   check_normalize(o);  // one usage error, not a failed row per sweep point
+  (void)gpu_decode_share(o);
   if (*s.inspect) return inspect(o);
   if (*s.sweep) return sweep(o);
   return run_command(o, s.bench->parsed() ? RunKind::bench : RunKind::run);

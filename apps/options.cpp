@@ -2,6 +2,8 @@
 
 #include "apps/cli.h"
 
+#include <cstdlib>
+
 namespace conveyor::apps {
 
 namespace {
@@ -79,6 +81,9 @@ void add_run_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--synthetic-ms", o.synthetic_ms,
               "teaching: workers sleep this long per sample instead of decoding (known stage costs)")
       ->check(CLI::Range(0.0, 1e6));
+  add_or_keep(app, "--gpu-decode", o.gpu_decode,
+              "decode a share of the JPEGs on the GPU beside the CPU workers: off | auto (a share from the measured "
+              "rates; off without a GPU decoder) | SHARE in [0, 1] (on the host backend: its CPU twin, a test path)");
   app.add_flag("--serial", o.serial, "teaching: fill, copy and step one after another on one thread (no overlap)");
   add_or_keep(app, "--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
 }
@@ -115,6 +120,26 @@ void check_normalize(const Options& o) {
   if (o.normalize_in != NormalizeIn::workers) return;
   if (o.normalize != DType::float32) throw UsageError("--normalize-in workers: needs --normalize float32 (what the workers write)");
   if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
+}
+
+std::optional<double> gpu_decode_share(const Options& o) {
+  std::optional<double> share;
+  if (o.gpu_decode == "off") {
+    share = 0.0;
+  } else if (o.gpu_decode != "auto") {
+    char* end = nullptr;
+    const double v = std::strtod(o.gpu_decode.c_str(), &end);
+    if (o.gpu_decode.empty() || *end != '\0' || !(v >= 0 && v <= 1)) {
+      throw UsageError("--gpu-decode: '" + o.gpu_decode + "' is not off, auto or a share in [0, 1]");
+    }
+    share = v;
+  }
+  if (share == 0.0) return share;
+  if (o.normalize_in == NormalizeIn::workers) throw UsageError("--gpu-decode: not with --normalize-in workers (the device normalizes)");
+  if (o.resident) throw UsageError("--gpu-decode: not with --resident, which decodes once on the CPU");
+  if (o.serial) throw UsageError("--gpu-decode: not with --serial");
+  if (o.synthetic_ms > 0) throw UsageError("--gpu-decode: not with --synthetic-ms, which decodes nothing");
+  return share;
 }
 
 bool embedded_dataset(const Options& o) { return o.list.empty() && o.folder.empty() && o.shards.empty(); }

@@ -77,6 +77,7 @@ struct Options {
   double synthetic_ms = 0;                           // Default: 0, decode for real.
   bool serial = false;                               // Default: off.
   bool resident = false;                             // Default: off.
+  std::string gpu_decode = "off";  // --gpu-decode off | auto | SHARE in [0, 1] (issue 22). Default: off.
   double budget_mb = 1024;                           // --resident's device memory. Default: 1024.
   std::string trace;                                 // Default: none.
   std::string json;                                  // run, bench. Default: none.
@@ -162,6 +163,9 @@ void shard_from_environment(Options& o);
 void check_shard(const Options& o);
 // --normalize-in workers: with --normalize float32, and not with --resident.
 void check_normalize(const Options& o);
+// --gpu-decode as a share: 0 for off, the number for SHARE, nullopt for auto.
+// Throws UsageError for anything else, or for a mode it cannot combine with.
+std::optional<double> gpu_decode_share(const Options& o);
 
 // True when neither --list nor --folder names a dataset.
 bool embedded_dataset(const Options& o);

@@ -4,10 +4,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "apps/cli.h"
 #include "apps/trace.h"
+#include "cuda/gpu_share.h"
 #include "stages/image_source.h"
 
 namespace conveyor::apps {
@@ -89,6 +92,9 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
       });
   result.stats = pipeline.stats();
   result.skipped = pipeline.skipped();
+  const auto gpu = pipeline.gpu_decode_counts();
+  result.gpu_decoded = gpu.decoded;
+  result.gpu_cpu_fallbacks = gpu.cpu_fallbacks;
   if (trace) {
     trace->finish();
     if (output == Output::print) {
@@ -121,13 +127,46 @@ Filler synthetic_filler(double ms) {
   };
 }
 
+namespace {
+
+// --gpu-decode: the share and the device's decoder, or share 0 with the one
+// line that says why the CPU workers decode alone.
+struct GpuDecodeChoice {
+  double share = 0;
+  std::shared_ptr<JpegBatchDecoder> decoder;
+  std::string line;  // empty for --gpu-decode off
+};
+
+GpuDecodeChoice choose_gpu_decode(const Options& o, ImageSource& probe, Device& device) {
+  const std::optional<double> wanted = gpu_decode_share(o);
+  if (wanted == 0.0) return {};
+  if (!wanted && device.backend() == Backend::host) {
+    return {0, nullptr, "gpu decode: off (auto: the host backend has no GPU; --gpu-decode SHARE runs its CPU twin)"};
+  }
+  std::string why;
+  std::shared_ptr<JpegBatchDecoder> decoder = device.create_jpeg_decoder(why);
+  if (!decoder) return {0, nullptr, "gpu decode: off, the CPU workers decode alone: " + why};
+  if (wanted) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%g", *wanted);
+    return {*wanted, decoder, std::string("gpu decode: share ") + share + " on " + decoder->describe()};
+  }
+  const GpuShare m = measure_gpu_share(probe, *decoder, device, o.workers);
+  if (m.share == 0) return {0, nullptr, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
+  return {m.share, decoder, "gpu decode: auto, " + m.describe(o.workers) + ", on " + decoder->describe()};
+}
+
+}  // namespace
+
 RunResult run_once(const Options& o, Output output) {
   Dataset dataset = open_dataset(o, output == Output::print ? Announce::always : Announce::when_made);
   if (o.resident) return run_resident(o, std::move(dataset), output);
   const int crop = crop_size(o);
-  ImageSource images(dataset, image_config(o, o.augment, crop), o.workers);
+  ImageConfig ic = image_config(o, o.augment, crop);
+  std::optional<ImageSource> images;
+  images.emplace(dataset, ic, o.workers);
   Config cfg = pipeline_config(o);
-  cfg.sample_bytes = images.sample_bytes();
+  cfg.sample_bytes = images->sample_bytes();
   try {
     cfg.validate();
   } catch (const ConfigError& e) {
@@ -138,9 +177,18 @@ RunResult run_once(const Options& o, Output output) {
   tc.normalize = normalization(o, crop);
   check_memory(o, cfg, tc, *device);  // before the pools are allocated
   if (output == Output::print) print_header(o, dataset, device->describe());
-  const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : images.filler();
+  const GpuDecodeChoice gpu = choose_gpu_decode(o, *images, *device);
+  if (!gpu.line.empty() && output == Output::print) std::printf("%s\n", gpu.line.c_str());
+  if (gpu.share > 0) {  // the workers leave that share to the transfer stage
+    ic.gpu_share = gpu.share;
+    images.emplace(dataset, ic, o.workers);
+    tc.gpu_decode = TransferConfig::GpuDecode{images->deferred_decodes(), gpu.decoder, o.on_error};
+  }
+  const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : images->filler();
   if (o.serial) return run_serial(o, cfg, dataset.size(), fill, device, output);
-  return run_streaming(o, cfg, dataset, fill, std::move(tc), device, output);
+  RunResult r = run_streaming(o, cfg, dataset, fill, std::move(tc), device, output);
+  r.gpu_share = gpu.share;
+  return r;
 }
 
 int run_command(const Options& o, RunKind kind) {

@@ -73,6 +73,30 @@ if command -v python3 >/dev/null; then
     || fail "bench json does not parse or has no throughput"
 fi
 
+# --gpu-decode (issue 22) on the host backend, whose GPU decoder is its CPU twin: a bad
+# value is a usage error; auto says in one line why it is off; a share decodes that share
+# of the JPEGs in the transfer stage: for 1 and 3 workers every sample once (the epoch
+# digests sum the delivered indices) and the same number GPU-decoded. That the bytes
+# are the same is test_gpu_decode's to show.
+expect_usage_error "gpu decode share out of range" bench --gpu-decode 1.5
+expect_usage_error "gpu decode with workers normalizing" bench --gpu-decode 0.5 --normalize-in workers --normalize float32
+"$bin" bench --folder "$work/ds" --device host --gpu-decode auto --epochs 1 >"$work/out" 2>&1 || fail "gpu decode auto"
+grep -q "^gpu decode: off (auto: the host backend has no GPU" "$work/out" || fail "gpu decode auto: no reason line: $(cat "$work/out")"
+for w in 1 3; do
+  "$bin" bench --folder "$work/ds" --device host --gpu-decode 0.5 --workers $w --batch 4 --epochs 2 \
+    --json "$work/gd$w.json" >"$work/out" 2>&1 || fail "gpu decode 0.5, $w workers: $(tail -3 "$work/out")"
+  grep -q "^gpu decode: share 0.5 on host twin" "$work/out" || fail "gpu decode 0.5: no line saying so"
+done
+if command -v python3 >/dev/null; then
+  python3 - "$work/gd1.json" "$work/gd3.json" <<'PY' || fail "gpu decode: other samples or GPU counts for 1 and 3 workers, or nothing went to the GPU path"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["epoch_digest"] == b["epoch_digest"], (a["epoch_digest"], b["epoch_digest"])
+assert a["epoch_images"] == [30, 30] and b["epoch_images"] == [30, 30]
+assert 0 < a["gpu_decoded"] < 60 and a["gpu_decoded"] == b["gpu_decoded"], (a["gpu_decoded"], b["gpu_decoded"])
+PY
+fi
+
 # sweep --csv: one row per point.
 "$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --host-queue 1,3 --csv "$work/s.csv" >/dev/null 2>&1 \
   || fail "sweep"

@@ -11,6 +11,7 @@
 #include "catch_compat.h"
 
 #include "cuda/device_pipeline.h"
+#include "cuda/gpu_share.h"
 #include "image_writers.h"
 #include "stages/gpu_decode_plan.h"
 #include "stages/image_source.h"
@@ -183,4 +184,37 @@ TEST_CASE("gpu decode: a share outside [0, 1], or with the workers normalizing, 
   ic.gpu_share = 0.5;
   ic.normalize = Normalize{};
   REQUIRE_THROWS_WITH(ImageSource(d, ic, 1), Catch::Contains("gpu_share needs the device to normalize"));
+}
+
+TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "[gpu-decode][auto]") {
+  REQUIRE(balanced_gpu_share(100, 4, 400) == Approx(0.5));
+  REQUIRE(balanced_gpu_share(100, 4, 0) == 0);
+  REQUIRE(balanced_gpu_share(0, 4, 10) == 1);
+  t::TempDir dir;
+  std::vector<bool> decodable;
+  const Dataset d = make_files(dir, decodable);
+  std::size_t candidates = 0;
+  for (bool b : decodable) candidates += b;
+  ImageConfig ic;
+  ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
+  ImageSource src(d, ic, 1);
+  DeviceConfig dc;
+  dc.backend = BackendChoice::host;
+  auto device = open_device(dc);
+  std::string why;
+  auto decoder = device->create_jpeg_decoder(why);
+  const GpuShare m = measure_gpu_share(src, *decoder, *device, 3);
+  REQUIRE(m.samples == candidates);  // the dataset is smaller than 4 x 64: every decodable file
+  REQUIRE(m.cpu_per_worker > 0);
+  REQUIRE(m.gpu > 0);
+  REQUIRE(m.share == Approx(balanced_gpu_share(m.cpu_per_worker, 3, m.gpu)));
+  REQUIRE(m.share > 0);
+  REQUIRE(m.share < 1);
+  REQUIRE(m.describe(3).find(" per worker x 3, GPU ") != std::string::npos);
+
+  const Dataset pngs({dir.write("p.png", t::png(t::photo_like(20, 20, 1), t::PngKind::rgb8))}, {0});
+  ImageSource none(pngs, ic, 1);
+  const GpuShare z = measure_gpu_share(none, *decoder, *device, 3);
+  REQUIRE(z.samples == 0);
+  REQUIRE(z.share == 0);
 }

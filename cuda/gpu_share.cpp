@@ -1,0 +1,83 @@
+#include "cuda/gpu_share.h"
+
+#include <chrono>
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "pipeline/rng.h"
+#include "stages/decode.h"
+#include "stages/file_system.h"
+#include "stages/gpu_decode_plan.h"
+
+namespace conveyor {
+
+double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu) {
+  if (!(gpu > 0)) return 0;
+  const double cpu = cpu_per_worker * double(workers);
+  return cpu > 0 ? gpu / (gpu + cpu) : 1;
+}
+
+std::string GpuShare::describe(std::size_t workers) const {
+  char line[200];
+  std::snprintf(line, sizeof line, "share %.2f: CPU %.0f samples/s per worker x %zu, GPU %.0f samples/s (%zu samples)",
+                share, cpu_per_worker, workers, gpu, samples);
+  return line;
+}
+
+GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
+                           std::size_t samples) {
+  const Dataset& d = source.dataset();
+  const std::uint64_t seed = 0;  // which crop each sample gets matters little to its cost
+  // The decodable samples among the first 4 x samples, with their files and geometry.
+  std::vector<std::size_t> picked;
+  std::vector<DeferredDecode> files;
+  ImageDecoder header(source.config().limits);
+  for (std::size_t i = 0; i < d.size() && i < 4 * samples && picked.size() < samples; ++i) {
+    DeferredDecode e;
+    d.read(i, *source.config().files, source.config().limits.max_file_bytes, e.file);
+    const ImageInfo info = header.open(e.file);
+    Rng rng(seed, 0, i);
+    e.geometry = source.augment().plan(info.width, info.height, rng);
+    if (!gpu_decodable(info, e.geometry)) continue;
+    e.width = info.width;
+    e.height = info.height;
+    e.name = d.name(i);
+    picked.push_back(i);
+    files.push_back(std::move(e));
+  }
+  GpuShare m;
+  m.samples = picked.size();
+  if (picked.empty()) return m;
+
+  std::vector<unsigned char> out(source.sample_bytes());
+  auto t0 = Clock::now();
+  for (const std::size_t i : picked) {
+    Rng rng(seed, 0, i);
+    source.render_sample(i, rng, out, 0);
+  }
+  const double cpu_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  m.cpu_per_worker = double(picked.size()) / cpu_s;
+
+  const std::size_t bytes = source.sample_bytes();
+  auto slots = device.allocate(bytes * picked.size());
+  auto stream = device.create_stream();
+  std::vector<JpegItem> items;
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    items.push_back(JpegItem{files[k].file, files[k].width, files[k].height, files[k].geometry,
+                             static_cast<std::uint8_t*>(slots->data()) + k * bytes});
+  }
+  double gpu_s = 0;
+  for (int round = 0; round < 2; ++round) {  // the first round grows the decoder's memory
+    t0 = Clock::now();
+    const std::vector<std::string> refused = decoder.decode(items, *stream);
+    decoder.render(items, refused, *stream);
+    device.synchronize(*stream);
+    gpu_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  m.gpu = double(picked.size()) / gpu_s;
+  m.share = balanced_gpu_share(m.cpu_per_worker, workers, m.gpu);
+  return m;
+}
+
+}  // namespace conveyor

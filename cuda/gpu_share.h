@@ -1,0 +1,43 @@
+// The share of samples to decode on the GPU (issue 22, `--gpu-decode auto`),
+// from both sides' rates measured at the start of a run and kept for the run.
+//
+// The CPU workers decode (1 - s) of the samples at workers x cpu_per_worker
+// samples/s, the GPU decoder s of them at gpu samples/s; both finish together
+// at s = gpu / (gpu + workers x cpu_per_worker). Samples the GPU cannot take
+// (gpu_decodable() false) stay on the CPU whatever s is, so the share applies
+// to the rest.
+//
+//   GpuShare m = measure_gpu_share(images, *decoder, *device, workers);
+//   ImageConfig ic; ic.gpu_share = m.share;   // then build the run's ImageSource
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "cuda/device.h"
+#include "stages/image_source.h"
+
+namespace conveyor {
+
+struct GpuShare {
+  double cpu_per_worker = 0;  // samples/s of the CPU path on one worker (read, decode, render)
+  double gpu = 0;             // samples/s of the GPU decoder (decode, render, to completion)
+  double share = 0;           // gpu / (gpu + workers x cpu_per_worker)
+  std::size_t samples = 0;    // decodable samples measured on each side
+  // One line: "share 0.42: CPU 812 samples/s per worker x 16, GPU 9400 samples/s (64 samples)".
+  std::string describe(std::size_t workers) const;
+};
+
+// The balancing share for those rates; 0 when the GPU rate is 0.
+double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu);
+
+// Times the first `samples` GPU-decodable samples of the source's dataset
+// (epoch 0's random streams) through the source's CPU path on worker slot 0
+// and through `decoder` on a stream of `device` (twice, timing the second:
+// the first grows the decoder's memory). Run it before the pipeline starts.
+// Returns share 0 with samples 0 when the dataset has no decodable sample
+// among its first 4 x samples. Throws what the reads and decodes throw.
+GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
+                           std::size_t samples = 64);
+
+}  // namespace conveyor
