@@ -168,8 +168,25 @@ gpu_checks() {
   else
     rows+=("skip  train (no LibTorch in this build)")
   fi
+  # Issue 22's benchmark: the photos listed 10 times, RandomResizedCrop 224 + flip, float16
+  # normalize on the GPU, batch 64: CPU workers alone, hybrid (auto share), and the plain
+  # torchvision nvJPEG loop, side by side, two rounds.
+  local photos=${CONVEYOR_PHOTOS:-.gpu/photos}
+  if [ -d "$photos" ]; then
+    local list=$out/photos-x10.txt
+    : >"$list"
+    for _ in $(seq 10); do for p in "$photos"/*; do echo "$p 0" >>"$list"; done; done
+    for round in 1 2; do
+      step "decode-cpu-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode off
+      step "decode-hybrid-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode auto
+      step "decode-nvjpeg-loop-$round" python3 apps/peers/nvjpeg_loop.py --list "$list" --epochs 3
+    done
+  else
+    rows+=("skip  gpu decode benchmark (no photos: set CONVEYOR_PHOTOS, or ./go gpu-bundle carries ../shared/data/photos-200)")
+  fi
   { echo "./go gpu on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
-    grep -h -E "GB/s|batches/s|utilisation" "$out"/h2d.log "$out"/pipeline-*.log 2>/dev/null; } | tee "$out/gpu-summary.txt"
+    grep -h -E "GB/s|batches/s|utilisation" "$out"/h2d.log "$out"/pipeline-*.log 2>/dev/null
+    for f in "$out"/decode-*.log; do [ -f "$f" ] && grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f"; done; } | tee "$out/gpu-summary.txt"
   return $rc
 }
 
@@ -212,6 +229,7 @@ case "$cmd" in
     ../shared/tools/gpu-bundle.sh
     (cd .gpu && apt-get download -q libtomlplusplus-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
       || { say "gpu-bundle: apt-get download libtomlplusplus-dev failed"; exit 1; }
+    if [ -d ../shared/data/photos-200 ]; then cp -r ../shared/data/photos-200 .gpu/photos; fi  # issue 22's benchmark
     say "gpu-bundle: .gpu/ ready, toml++ added; on the GPU machine: bash .gpu/build.sh && ./go gpu"
     ;;
   gpu)

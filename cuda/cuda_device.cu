@@ -15,12 +15,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <cstring>
 #include <new>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cuda/backends.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dtype.h"
+#include "cuda/nvjpeg_library.h"
+#include "stages/resize_math.h"
 
 namespace conveyor {
 namespace {
@@ -60,6 +65,22 @@ __global__ void gather_kernel(const Word* __restrict__ src, Word* __restrict__ d
        i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t n = i / row_words, w = i - n * row_words;
     dst[i] = src[indices[n] * row_words + w];
+  }
+}
+
+// The GPU decode path's render (issue 22): one thread per output byte of one
+// sample, each resize_value() -- the arithmetic the CPU's SSE2 resize and the
+// host twin share (stages/resize_math.h) -- over the full decoded image.
+__global__ void resize_kernel(const std::uint8_t* __restrict__ src, std::ptrdiff_t stride, ResizeTapsView x,
+                              ResizeTapsView y, int out_width, int out_height, bool mirror, std::uint8_t* __restrict__ dst) {
+  const std::size_t total = std::size_t(out_width) * std::size_t(out_height) * 3;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const int c = int(i % 3);
+    const std::size_t p = i / 3;
+    const int q = int(p % std::size_t(out_width)), oy = int(p / std::size_t(out_width));
+    const int ox = mirror ? out_width - 1 - q : q;
+    dst[i] = resize_value(src, stride, x, y, ox, oy, c);
   }
 }
 
@@ -173,6 +194,184 @@ class CudaEvent final : public Event {
 cudaStream_t native(Stream& s) { return static_cast<CudaStream&>(s).get(); }
 cudaEvent_t native(Event& e) { return static_cast<CudaEvent&>(e).get(); }
 
+// Pinned host memory (RAII), grown on demand: the tap tables' staging.
+class PinnedBytes {
+ public:
+  explicit PinnedBytes(int ordinal) : ordinal_(ordinal) {}
+  ~PinnedBytes() {
+    const ScopedDevice on(ordinal_, std::nothrow);
+    if (data_) CONVEYOR_CUDA_CHECK_NOTHROW(cudaFreeHost(data_));
+  }
+  PinnedBytes(const PinnedBytes&) = delete;
+  PinnedBytes& operator=(const PinnedBytes&) = delete;
+  std::byte* reserve(std::size_t bytes) {
+    if (bytes > bytes_) {
+      if (data_) CONVEYOR_CUDA_CHECK(cudaFreeHost(data_));
+      data_ = nullptr;
+      bytes_ = 0;
+      CONVEYOR_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&data_), bytes, cudaHostAllocDefault));
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  int ordinal_;
+  std::byte* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// The GPU decode path on CUDA (issue 22): nvJPEG's batched decode of whole
+// files into device images it keeps (grown to the largest batch and image
+// seen), then resize_kernel into each sample's place in the slot. nvJPEG is
+// opened at run time (cuda/nvjpeg_library.h). Written from NVIDIA's nvJPEG
+// documentation; unverified on a GPU until a GPU session runs it (docs/cuda.md).
+class CudaJpegDecoder final : public JpegBatchDecoder {
+ public:
+  CudaJpegDecoder(std::shared_ptr<const NvJpegLibrary> library, int ordinal)
+      : ordinal_(ordinal), handle_(std::move(library)), taps_staging_(ordinal) {
+    const NvJpegApi& api = handle_.library().api();
+    check(api.state_create(handle_.get(), &state_), "nvjpegJpegStateCreate");
+  }
+  ~CudaJpegDecoder() override {
+    const ScopedDevice on(ordinal_, std::nothrow);
+    if (state_) (void)handle_.library().api().state_destroy(state_);
+  }
+
+  std::string describe() const override {
+    return "nvJPEG " + handle_.library().version() + " (" + handle_.library().name() + ", " +
+           (handle_.hardware() ? "hardware backend)" : "default backend)");
+  }
+
+  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+    const ScopedDevice on(ordinal_);
+    const NvJpegApi& api = handle_.library().api();
+    std::vector<std::string> refused(items.size());
+    // The files nvJPEG's header parse accepts, with the size the worker's parse found.
+    std::vector<const unsigned char*> data;
+    std::vector<std::size_t> lengths;
+    std::vector<nvjpeg::Image> outputs;
+    accepted_.clear();
+    if (images_.size() < items.size()) images_.resize(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      int components = 0, subsampling = 0, widths[4] = {}, heights[4] = {};
+      const nvjpeg::Status st = api.get_image_info(handle_.get(), items[i].file.data(), items[i].file.size(), &components,
+                                                   &subsampling, widths, heights);
+      if (st != nvjpeg::kSuccess) {
+        refused[i] = "nvjpegGetImageInfo: " + nvjpeg_status_name(st);
+        continue;
+      }
+      if (widths[0] != items[i].width || heights[0] != items[i].height) {
+        refused[i] = "nvJPEG reads " + std::to_string(widths[0]) + "x" + std::to_string(heights[0]) + ", the header " +
+                     std::to_string(items[i].width) + "x" + std::to_string(items[i].height);
+        continue;
+      }
+      const std::size_t bytes = std::size_t(items[i].width) * std::size_t(items[i].height) * 3;
+      DeviceImage& img = images_[i];
+      if (!img.buffer || img.buffer->bytes() < bytes) img.buffer = std::make_unique<CudaBuffer>(bytes, ordinal_);
+      img.width = items[i].width;
+      img.height = items[i].height;
+      nvjpeg::Image out{};
+      out.channel[0] = static_cast<unsigned char*>(img.buffer->data());
+      out.pitch[0] = std::size_t(img.width) * 3;
+      data.push_back(items[i].file.data());
+      lengths.push_back(items[i].file.size());
+      outputs.push_back(out);
+      accepted_.push_back(i);
+    }
+    if (accepted_.empty()) return refused;
+    if (int(accepted_.size()) != batch_size_) {
+      check(api.decode_batched_initialize(handle_.get(), state_, int(accepted_.size()), 1, nvjpeg::kOutputRgbInterleaved),
+            "nvjpegDecodeBatchedInitialize");
+      batch_size_ = int(accepted_.size());
+    }
+    const nvjpeg::Status st = api.decode_batched(handle_.get(), state_, data.data(), lengths.data(), outputs.data(), native(stream));
+    if (st != nvjpeg::kSuccess) {  // the batch as a whole failed: the CPU decodes each of them instead
+      for (const std::size_t i : accepted_) refused[i] = "nvjpegDecodeBatched: " + nvjpeg_status_name(st);
+      accepted_.clear();
+    }
+    return refused;
+  }
+
+  void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
+    const ScopedDevice on(ordinal_);
+    // Every accepted item's tap tables, built here (host doubles, as the CPU
+    // path rounds them) and copied to the device in one transfer.
+    struct Layout {
+      std::size_t item, at;
+      ResizeTaps x, y;
+    };
+    std::vector<Layout> layouts;
+    std::size_t total = 0;
+    const auto table_bytes = [](const ResizeTaps& t) {
+      return t.first.size() * sizeof(std::int32_t) * 2 + t.weights.size() * sizeof(std::int16_t);
+    };
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (!refused.at(i).empty()) continue;
+      const Geometry& g = items[i].geometry;
+      const ResizeBox box = clamp_resize_box(g.x0, g.y0, g.x1, g.y1, items[i].width, items[i].height, g.out.width,
+                                             g.out.height);
+      Layout l{i, total, {}, {}};
+      make_resize_taps(box.u0, box.u1, items[i].width, g.out.width, l.x);
+      make_resize_taps(box.v0, box.v1, items[i].height, g.out.height, l.y);
+      total += (table_bytes(l.x) + table_bytes(l.y) + 15) / 16 * 16;
+      layouts.push_back(std::move(l));
+    }
+    if (layouts.empty()) return;
+    std::byte* host = taps_staging_.reserve(total);
+    if (!taps_device_ || taps_device_->bytes() < total) taps_device_ = std::make_unique<CudaBuffer>(total, ordinal_);
+    auto* device = static_cast<std::byte*>(taps_device_->data());
+    // Lays one axis's tables out at `offset`; returns its view over the device copy.
+    const auto place = [&](const ResizeTaps& t, std::size_t& offset) {
+      const std::size_t n = t.first.size() * sizeof(std::int32_t), w = t.weights.size() * sizeof(std::int16_t);
+      std::memcpy(host + offset, t.first.data(), n);
+      std::memcpy(host + offset + n, t.count.data(), n);
+      std::memcpy(host + offset + 2 * n, t.weights.data(), w);
+      const ResizeTapsView v{reinterpret_cast<const std::int32_t*>(device + offset),
+                             reinterpret_cast<const std::int32_t*>(device + offset + n),
+                             reinterpret_cast<const std::int16_t*>(device + offset + 2 * n), t.max_taps};
+      offset += 2 * n + w;
+      return v;
+    };
+    std::vector<std::pair<ResizeTapsView, ResizeTapsView>> views;
+    for (const Layout& l : layouts) {
+      std::size_t offset = l.at;
+      const ResizeTapsView x = place(l.x, offset);
+      const ResizeTapsView y = place(l.y, offset);
+      views.emplace_back(x, y);
+    }
+    CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(device, host, total, cudaMemcpyHostToDevice, native(stream)));
+    for (std::size_t k = 0; k < layouts.size(); ++k) {
+      const JpegItem& item = items[layouts[k].item];
+      const DeviceImage& img = images_.at(layouts[k].item);
+      const Size out = item.geometry.out;
+      CONVEYOR_CUDA_LAUNCH("resize_kernel",
+                           resize_kernel<<<grid_for(std::size_t(out.width) * std::size_t(out.height) * 3), kBlock, 0,
+                                           native(stream)>>>(static_cast<const std::uint8_t*>(img.buffer->data()),
+                                                             std::ptrdiff_t(img.width) * 3, views[k].first,
+                                                             views[k].second, out.width, out.height,
+                                                             item.geometry.flip, item.dst));
+    }
+  }
+
+ private:
+  static void check(nvjpeg::Status st, const char* call) {
+    if (st != nvjpeg::kSuccess) throw DeviceError(std::string(call) + ": " + nvjpeg_status_name(st));
+  }
+  struct DeviceImage {
+    std::unique_ptr<CudaBuffer> buffer;
+    int width = 0, height = 0;
+  };
+  int ordinal_;
+  NvJpegHandle handle_;
+  nvjpeg::State state_ = nullptr;
+  int batch_size_ = 0;                 // what nvjpegDecodeBatchedInitialize was last told
+  std::vector<DeviceImage> images_;    // per item position; grown, reused
+  std::vector<std::size_t> accepted_;  // the items the last decode() passed to nvJPEG
+  PinnedBytes taps_staging_;
+  std::unique_ptr<CudaBuffer> taps_device_;
+};
+
 class CudaDevice final : public Device {
  public:
   explicit CudaDevice(const DeviceConfig& config) : ordinal_(config.cuda_device), poison_(config.poison_released) {
@@ -218,8 +417,15 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaEvent>(kind, ordinal_);
   }
   std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(std::string& why) override {
-    why = "no GPU decoder on CUDA yet: the nvJPEG decode stage of issue 22 is not written";
-    return nullptr;
+    auto library = NvJpegLibrary::load(nvjpeg_candidates(), why);
+    if (!library) return nullptr;
+    const ScopedDevice on(ordinal_);
+    try {
+      return std::make_unique<CudaJpegDecoder>(std::move(library), ordinal_);
+    } catch (const std::exception& e) {
+      why = std::string("nvJPEG: ") + e.what();
+      return nullptr;
+    }
   }
   std::unique_ptr<Stream> wrap_stream(void* s) override {
     return std::make_unique<CudaStream>(static_cast<cudaStream_t>(s), ordinal_);

@@ -10,12 +10,19 @@
 #if __has_include(<cuda_runtime.h>)
 #include <cuda_runtime.h>  // to leave an error behind as a caller's own call would
 #endif
+#include <unistd.h>
+
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "cuda/device.h"
 #include "cuda/device_pipeline.h"
 #include "cuda/resident.h"
+#include "image_writers.h"
+#include "stages/gpu_decode_plan.h"
+#include "stages/image_ops.h"
 #include "support.h"
 
 using namespace conveyor;
@@ -233,4 +240,142 @@ TEST_CASE("an error already reported, or left by the caller, is not reported aga
   // Either way the error was not sticky: this launch is fine and must say so.
   REQUIRE_NOTHROW(g->busy(10, *stream));
   REQUIRE_NOTHROW(g->synchronize(*stream));
+}
+
+// ---- the GPU decode path (issue 22): nvJPEG + resize_kernel against the host twin and the CPU path
+
+namespace {
+
+// The decoder on `device` for every file, rendered into device memory and copied back.
+std::vector<std::vector<unsigned char>> gpu_render(Device& device, JpegBatchDecoder& decoder,
+                                                   const std::vector<std::vector<unsigned char>>& files,
+                                                   const std::vector<ImageInfo>& infos, const std::vector<Geometry>& geometry,
+                                                   std::vector<std::string>& refused) {
+  const std::size_t bytes = std::size_t(geometry[0].out.width) * geometry[0].out.height * 3;
+  auto out = device.allocate(bytes * files.size());
+  auto stream = device.create_stream();
+  std::vector<JpegItem> items;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    items.push_back({files[i], infos[i].width, infos[i].height, geometry[i], static_cast<std::uint8_t*>(out->data()) + i * bytes});
+  }
+  refused = decoder.decode(items, *stream);
+  decoder.render(items, refused, *stream);
+  std::vector<unsigned char> all(bytes * files.size());
+  device.copy_to_host(all.data(), out->data(), all.size(), *stream);
+  device.synchronize(*stream);
+  std::vector<std::vector<unsigned char>> per;
+  for (std::size_t i = 0; i < files.size(); ++i) per.emplace_back(all.begin() + i * bytes, all.begin() + (i + 1) * bytes);
+  return per;
+}
+
+double psnr_bytes(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
+  double se = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return se == 0 ? 99 : 10 * std::log10(255.0 * 255.0 * double(a.size()) / se);
+}
+
+}  // namespace
+
+TEST_CASE("gpu decode on CUDA: nvJPEG samples within 1 grey level of the twin, >= 40 dB from the CPU path",
+          "[cuda][gpu-decode]") {
+  auto device = gpu();
+  std::string why;
+  auto decoder = device->create_jpeg_decoder(why);
+  if (!decoder) {
+    WARN("gpu decode not checked: " << why);
+    return;
+  }
+  INFO(decoder->describe());
+  namespace t = conveyor::test;
+  const Augment augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}});
+  std::vector<std::vector<unsigned char>> files;
+  std::vector<ImageInfo> infos;
+  std::vector<Geometry> geometry;
+  ImageDecoder header;
+  for (int i = 0; i < 24; ++i) {
+    const t::Rgb img = t::photo_like(300 + 37 * (i % 7), 220 + 29 * (i % 5), std::uint64_t(i));
+    files.push_back(t::jpeg(img, {i % 6 == 5 ? t::JpegKind::gray : t::JpegKind::baseline, 90, i % 4 != 3}));
+    infos.push_back(header.open(files.back()));
+    Rng rng(5, 0, std::uint64_t(i));
+    geometry.push_back(augment.plan(infos.back().width, infos.back().height, rng));
+    REQUIRE(gpu_decodable(infos.back(), geometry.back()));
+  }
+  std::vector<std::string> refused;
+  const auto got = gpu_render(*device, *decoder, files, infos, geometry, refused);
+  ImageDecoder full({}, {8}), roi;
+  ResizeScratch scratch;
+  double worst_cpu = 99, worst_twin_mean = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(refused[i].empty());
+    std::vector<unsigned char> twin(got[i].size()), cpu_path(got[i].size());
+    full.open(files[i]);
+    const DecodedView v = full.decode({0, 0, infos[i].width, infos[i].height}, 1.0);
+    render_gpu_twin(v.pixels, v.width, v.height, v.stride, geometry[i], twin);
+    roi.open(files[i]);
+    const DecodeRequest want = decode_request(geometry[i], infos[i].width, infos[i].height);
+    render(roi.decode(want.region, want.min_scale), geometry[i], infos[i].width, infos[i].height, 0, cpu_path, scratch);
+    double sum = 0;
+    for (std::size_t k = 0; k < twin.size(); ++k) sum += std::abs(int(twin[k]) - int(got[i][k]));
+    worst_twin_mean = std::max(worst_twin_mean, sum / double(twin.size()));
+    worst_cpu = std::min(worst_cpu, psnr_bytes(got[i], cpu_path));
+  }
+  INFO("worst mean |nvJPEG - twin| " << worst_twin_mean << ", worst PSNR against the CPU path " << worst_cpu << " dB");
+  WARN("gpu decode: worst mean |nvJPEG - twin| " << worst_twin_mean << " grey levels, worst PSNR against the CPU path "
+                                                 << worst_cpu << " dB (" << decoder->describe() << ")");
+  REQUIRE(worst_twin_mean <= 1.0);
+  REQUIRE(worst_cpu >= 40);
+}
+
+TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4 workers", "[cuda][gpu-decode]") {
+  auto device = gpu();
+  std::string why;
+  std::shared_ptr<JpegBatchDecoder> probe = device->create_jpeg_decoder(why);
+  if (!probe) {
+    WARN("gpu decode not checked: " << why);
+    return;
+  }
+  namespace t = conveyor::test;
+  const auto dir = std::filesystem::temp_directory_path() / ("conveyor_gpu_decode_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::filesystem::path> paths;
+  std::vector<std::int64_t> labels;
+  for (int i = 0; i < 40; ++i) {
+    paths.push_back(dir / ("p" + std::to_string(i) + ".jpg"));
+    t::write_file(paths.back(), t::jpeg(t::photo_like(200 + 13 * (i % 5), 150 + 11 * (i % 3), std::uint64_t(i))));
+    labels.push_back(i % 5);
+  }
+  const Dataset d(paths, labels);
+  const auto digests = [&](std::size_t workers) {
+    ImageConfig ic;
+    ic.transforms = {RandomResizedCrop{{64, 64}}, RandomHorizontalFlip{}};
+    ic.gpu_share = 0.5;
+    ImageSource src(d, ic, workers);
+    Config c;
+    c.batch_size = 8;
+    c.workers = workers;
+    c.sample_bytes = src.sample_bytes();
+    c.epochs = 2;
+    std::string w;
+    TransferConfig tc;
+    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), device->create_jpeg_decoder(w), ErrorPolicy::fail};
+    DevicePipeline p(c, d.size(), src.filler(), tc, device);
+    std::vector<std::uint64_t> out;
+    std::vector<unsigned char> host;
+    while (auto b = p.next()) {
+      host.resize(b->bytes());
+      auto s = device->create_stream();
+      device->copy_to_host(host.data(), b->data(), host.size(), *s);
+      device->synchronize(*s);
+      std::uint64_t h = 1469598103934665603ULL;
+      for (unsigned char v : host) h = (h ^ v) * 1099511628211ULL;
+      out.push_back(h);
+    }
+    REQUIRE(p.gpu_decode_counts().decoded > 0);
+    REQUIRE(p.gpu_decode_counts().cpu_fallbacks == 0);
+    return out;
+  };
+  const auto one = digests(1);
+  REQUIRE(digests(4) == one);
+  std::filesystem::remove_all(dir);
 }
