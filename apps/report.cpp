@@ -68,9 +68,9 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   list("epoch_skipped", [](const EpochFigures& f) { return f.skipped; });
   list("epoch_batches", [](const EpochFigures& f) { return f.batches; });
   list("epoch_digest", [](const EpochFigures& f) { return f.digest; });
-  out << "  \"file_opens\": " << posix_file_opens() << ",\n";
+  out << "  \"file_opens\": " << posix_file_opens() << ",\n";  // by the whole process: the dataset's files or shards
   out << "  \"gpu_share\": " << r.gpu_share << ", \"gpu_decoded\": " << r.gpu_decoded
-      << ", \"gpu_cpu_fallbacks\": " << r.gpu_cpu_fallbacks << ",\n";  // by the whole process: the dataset's files or shards
+      << ", \"gpu_cpu_fallbacks\": " << r.gpu_cpu_fallbacks << ",\n";
   out << "  \"consumer_idle\": " << consumer_idle(r.stats) << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0
       << ",\n  \"epoch_rss_mib\": [";
   for (std::size_t i = 0; i < r.epochs.size(); ++i) out << (i ? ", " : "") << r.epochs[i].rss_mib;

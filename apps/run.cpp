@@ -144,7 +144,7 @@ GpuDecodeChoice choose_gpu_decode(const Options& o, ImageSource& probe, Device& 
     return {0, nullptr, "gpu decode: off (auto: the host backend has no GPU; --gpu-decode SHARE runs its CPU twin)"};
   }
   std::string why;
-  std::shared_ptr<JpegBatchDecoder> decoder = device.create_jpeg_decoder(why);
+  std::shared_ptr<JpegBatchDecoder> decoder = device.create_jpeg_decoder(probe.config().limits, why);
   if (!decoder) return {0, nullptr, "gpu decode: off, the CPU workers decode alone: " + why};
   if (wanted) {
     char share[32];
@@ -182,7 +182,7 @@ RunResult run_once(const Options& o, Output output) {
   if (gpu.share > 0) {  // the workers leave that share to the transfer stage
     ic.gpu_share = gpu.share;
     images.emplace(dataset, ic, o.workers);
-    tc.gpu_decode = TransferConfig::GpuDecode{images->deferred_decodes(), gpu.decoder, o.on_error};
+    tc.gpu_decode = TransferConfig::GpuDecode{images->deferred_decodes(), gpu.decoder, o.on_error, ic.limits};
   }
   const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : images->filler();
   if (o.serial) return run_serial(o, cfg, dataset.size(), fill, device, output);

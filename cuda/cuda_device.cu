@@ -416,7 +416,7 @@ class CudaDevice final : public Device {
     const ScopedDevice on(ordinal_);
     return std::make_unique<CudaEvent>(kind, ordinal_);
   }
-  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(std::string& why) override {
+  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits&, std::string& why) override {
     auto library = NvJpegLibrary::load(nvjpeg_candidates(), why);
     if (!library) return nullptr;
     const ScopedDevice on(ordinal_);

@@ -36,6 +36,7 @@
 
 #include "cuda/dtype.h"
 #include "stages/augment.h"
+#include "stages/decode.h"
 
 namespace conveyor {
 
@@ -188,7 +189,8 @@ class Device {
   virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
   // The GPU decode path's decoder, or null with `why` set to one line saying
   // why there is none (on CUDA: no nvJPEG library, see cuda/nvjpeg_library.h).
-  virtual std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(std::string& why) = 0;
+  // `limits`: the source's (ImageConfig::limits), for decoders that check them.
+  virtual std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits& limits, std::string& why) = 0;
 
   // ---- steady state: enqueue on `stream` and return; never allocate
   virtual void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;

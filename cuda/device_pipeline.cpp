@@ -154,6 +154,7 @@ struct TransferCore {
       }
       if (!deferred.items.empty()) {  // the GPU path's samples, into the slot after the copy (issue 22)
         for (std::size_t k = 0; k < deferred.items.size(); ++k) {
+          if (!deferred.refused[k].empty()) continue;  // decoded on the CPU (in the copy), or dropped
           deferred.items[k].dst = reinterpret_cast<std::uint8_t*>(s.source) + deferred.slot[k] * sample_bytes;
         }
         config.gpu_decode->decoder->render(deferred.items, deferred.refused, copy);
@@ -203,7 +204,7 @@ struct TransferCore {
       if (d.refused[k].empty()) continue;
       const DeferredDecode& e = d.taken[k];
       try {
-        if (!d.cpu) d.cpu = std::make_unique<ImageDecoder>(DecodeLimits{}, std::vector<int>{8});
+        if (!d.cpu) d.cpu = std::make_unique<ImageDecoder>(config.gpu_decode->limits, std::vector<int>{8});
         const ImageInfo info = d.cpu->open(e.file);
         const DecodedView v = d.cpu->decode({0, 0, info.width, info.height}, 1.0);
         d.scratch.resize(sample_bytes);
@@ -217,22 +218,17 @@ struct TransferCore {
         drop.push_back(d.slot[k]);
       }
     }
-    gpu_decoded += d.items.size() - drop.size();
-    // What is left for render(): the items the device's decoder took, at their positions after the drops.
-    std::vector<JpegItem> items;
-    std::vector<std::size_t> slot;
-    std::vector<std::string> refused;
+    // render() gets the very list decode() saw, since a decoder keeps its images
+    // by position there; it skips the refused ones (the CPU's or dropped). The
+    // accepted ones' positions move down past the dropped samples.
+    std::size_t accepted = 0;
     for (std::size_t k = 0; k < d.items.size(); ++k) {
       if (!d.refused[k].empty()) continue;
-      const auto below = std::size_t(std::lower_bound(drop.begin(), drop.end(), d.slot[k]) - drop.begin());
-      items.push_back(d.items[k]);
-      slot.push_back(d.slot[k] - below);
-      refused.emplace_back();
+      ++accepted;
+      d.slot[k] -= std::size_t(std::lower_bound(drop.begin(), drop.end(), d.slot[k]) - drop.begin());
     }
+    gpu_decoded += accepted;
     if (!drop.empty()) remove_samples(batch, drop);
-    d.items = std::move(items);
-    d.slot = std::move(slot);
-    d.refused = std::move(refused);
   }
 
   // Removes the samples at `positions` (ascending) from the host batch; later ones move down.
@@ -429,7 +425,11 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   if (transfer.gpu_decode) {
     if (!transfer.gpu_decode->deferred) throw ConfigError("gpu_decode.deferred", "is required (ImageSource::deferred_decodes())");
     if (!transfer.gpu_decode->decoder) throw ConfigError("gpu_decode.decoder", "is required (Device::create_jpeg_decoder)");
-    transfer.gpu_decode->deferred->clear();  // left by an earlier pipeline over the same source
+    // One pipeline at a time per source: entries an earlier one left are dropped,
+    // and the source defers only while this pipeline is there to decode.
+    auto store = transfer.gpu_decode->deferred;
+    store->attach();
+    gpu_attachment_ = std::shared_ptr<void>(nullptr, [store](void*) { store->detach(); });
   }
 
   // 1: every buffer, stream and event now, none in the steady state.

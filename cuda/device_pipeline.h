@@ -97,6 +97,7 @@ struct TransferConfig {
     std::shared_ptr<DeferredDecodes> deferred;
     std::shared_ptr<JpegBatchDecoder> decoder;
     ErrorPolicy on_error = ErrorPolicy::fail;
+    DecodeLimits limits;  // the CPU fall-back's: the source's ImageConfig::limits
   };
   // Default: none (every sample was decoded by the workers).
   std::optional<GpuDecode> gpu_decode;
@@ -127,7 +128,8 @@ class DeviceBatch {
 
   explicit operator bool() const { return static_cast<bool>(host_); }
   // Identity, dataset indices, labels and skipped samples; host().data is the
-  // host copy (do not write it).
+  // host copy (do not write it). With TransferConfig::gpu_decode, the samples
+  // the GPU decoded exist only in data(): their host slots were never written.
   const Batch& host() const { return *host_; }
   std::size_t size() const { return host_->size(); }
 
@@ -234,6 +236,9 @@ class DevicePipeline {
 
  private:
   std::shared_ptr<TransferCore> core_;
+  // With TransferConfig::gpu_decode: detaches the deferred store when it goes,
+  // after pipeline_ (its workers) is joined. Holds no object of its own.
+  std::shared_ptr<void> gpu_attachment_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
   bool stopped_ = false;                // stop() was called (consumer thread)
 };

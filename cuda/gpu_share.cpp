@@ -35,10 +35,15 @@ GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Devic
   ImageDecoder header(source.config().limits);
   for (std::size_t i = 0; i < d.size() && i < 4 * samples && picked.size() < samples; ++i) {
     DeferredDecode e;
-    d.read(i, *source.config().files, source.config().limits.max_file_bytes, e.file);
-    const ImageInfo info = header.open(e.file);
-    Rng rng(seed, 0, i);
-    e.geometry = source.augment().plan(info.width, info.height, rng);
+    ImageInfo info;
+    try {
+      d.read(i, *source.config().files, source.config().limits.max_file_bytes, e.file);
+      info = header.open(e.file);
+      Rng rng(seed, 0, i);
+      e.geometry = source.augment().plan(info.width, info.height, rng);
+    } catch (const std::exception&) {
+      continue;  // a bad file is the run's to report, by its --on-error policy; the measure leaves it out
+    }
     if (!gpu_decodable(info, e.geometry)) continue;
     e.width = info.width;
     e.height = info.height;
@@ -52,7 +57,7 @@ GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Devic
 
   std::vector<unsigned char> out(source.sample_bytes());
   auto t0 = Clock::now();
-  for (const std::size_t i : picked) {
+  for (const std::size_t i : picked) {  // their headers parsed; a bad body throws, naming the file
     Rng rng(seed, 0, i);
     source.render_sample(i, rng, out, 0);
   }

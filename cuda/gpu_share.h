@@ -35,8 +35,10 @@ double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu
 // (epoch 0's random streams) through the source's CPU path on worker slot 0
 // and through `decoder` on a stream of `device` (twice, timing the second:
 // the first grows the decoder's memory). Run it before the pipeline starts.
-// Returns share 0 with samples 0 when the dataset has no decodable sample
-// among its first 4 x samples. Throws what the reads and decodes throw.
+// Files that cannot be read or parsed are left out (the run reports them by
+// its error policy). Returns share 0 with samples 0 when the dataset has no
+// decodable sample among its first 4 x samples. Throws what decoding a picked
+// file throws ("<file>: <reason>") and what the device throws.
 GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
                            std::size_t samples = 64);
 

@@ -237,6 +237,7 @@ void normalize_on_host(const NormalizeJob& job) {
 // (stages/gpu_decode_plan.h, render_gpu_twin).
 class HostJpegDecoder final : public JpegBatchDecoder {
  public:
+  explicit HostJpegDecoder(const DecodeLimits& limits) : decoder_(limits, {8}) {}
   std::string describe() const override { return "host twin of the GPU decoder (libjpeg-turbo, full-size decode)"; }
 
   std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
@@ -284,7 +285,7 @@ class HostJpegDecoder final : public JpegBatchDecoder {
     std::vector<unsigned char> pixels;
     int width = 0, height = 0;
   };
-  ImageDecoder decoder_{DecodeLimits{}, {8}};  // full size only, as nvJPEG
+  ImageDecoder decoder_;  // full size only, as nvJPEG
   std::vector<Image> images_;  // grows to the largest batch; reused
 };
 
@@ -316,8 +317,8 @@ class HostDevice final : public Device {
     return std::make_unique<HostStream>(true, config_.max_delay_us, config_.delay_seed, next_id());
   }
   std::unique_ptr<Event> create_event(EventKind kind) override { return std::make_unique<HostEvent>(kind); }
-  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(std::string&) override {
-    return std::make_unique<HostJpegDecoder>();
+  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits& limits, std::string&) override {
+    return std::make_unique<HostJpegDecoder>(limits);
   }
   std::unique_ptr<Stream> wrap_stream(void* native) override {
     if (native) return std::make_unique<HostStreamView>(static_cast<HostStream*>(native), nullptr);

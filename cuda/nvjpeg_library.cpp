@@ -55,14 +55,15 @@ std::shared_ptr<const NvJpegLibrary> NvJpegLibrary::load(const std::vector<std::
       resolve(api.decode_batched_initialize, "nvjpegDecodeBatchedInitialize");
       resolve(api.decode_batched, "nvjpegDecodeBatched");
       resolve(api.get_property, "nvjpegGetProperty");
-    } catch (const std::runtime_error& missing) {
+    } catch (const std::runtime_error& missing) {  // not the nvJPEG C API (or another version of it): try the next
       ::dlclose(handle);
-      why = "nvJPEG: " + name + " has no symbol " + missing.what() + " (not the nvJPEG C API)";
-      return nullptr;
+      last_error = name + " has no symbol " + missing.what();
+      continue;
     }
     return std::shared_ptr<const NvJpegLibrary>(new NvJpegLibrary(handle, name, api));
   }
   why = "nvJPEG not found (tried " + tried + "; last: " + last_error + "); set CONVEYOR_NVJPEG to its path";
+  if (candidates.empty()) why = "nvJPEG not found (no candidates)";
   return nullptr;
 }
 

@@ -79,10 +79,12 @@ std::vector<std::string> nvjpeg_candidates();
 
 class NvJpegLibrary {
  public:
-  // Opens the first candidate that dlopen accepts and resolves every function
-  // of NvJpegApi. On failure returns null and sets `why` to one line naming
-  // what was tried and what failed ("libnvjpeg.so.13, ...: not found (last:
-  // <dlerror>)" or "<path>: no symbol nvjpegDecodeBatched").
+  // Opens the first candidate that dlopen accepts and that resolves every
+  // function of NvJpegApi (one that lacks a symbol is closed and the next
+  // tried). On failure returns null and sets `why` to one line naming what was
+  // tried and the last failure: "nvJPEG not found (tried libnvjpeg.so.13, ...;
+  // last: <dlerror, or '<name> has no symbol nvjpegDecodeBatched'>); set
+  // CONVEYOR_NVJPEG to its path".
   static std::shared_ptr<const NvJpegLibrary> load(const std::vector<std::string>& candidates, std::string& why);
 
   ~NvJpegLibrary();

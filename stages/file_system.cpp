@@ -55,7 +55,7 @@ class PosixFile final : public File {
   }
   void will_need(std::uint64_t offset, std::uint64_t size) noexcept override {
     constexpr auto kMax = std::uint64_t(std::numeric_limits<off_t>::max());
-    if (offset > kMax || size > kMax - offset) return;
+    if (size == 0 || offset > kMax || size > kMax - offset) return;  // 0 would mean "to the end of the file"
     (void)::posix_fadvise(fd_, off_t(offset), off_t(size), POSIX_FADV_WILLNEED);  // advice: a refusal changes nothing
   }
 

@@ -70,4 +70,21 @@ void DeferredDecodes::clear() {
   pending_.clear();
 }
 
+void DeferredDecodes::attach() {
+  std::lock_guard lk(mu_);
+  pending_.clear();
+  ++attached_;
+}
+
+void DeferredDecodes::detach() {
+  std::lock_guard lk(mu_);
+  if (attached_) --attached_;
+  if (!attached_) pending_.clear();
+}
+
+bool DeferredDecodes::attached() const {
+  std::lock_guard lk(mu_);
+  return attached_ > 0;
+}
+
 }  // namespace conveyor

@@ -78,11 +78,19 @@ class DeferredDecodes {
   std::size_t pending() const;
   // Drops every pending entry (a new pipeline starts with none).
   void clear();
+  // A pipeline that decodes these entries (DevicePipeline with
+  // TransferConfig::gpu_decode) attaches for its lifetime: attach() drops what
+  // an earlier one left; an ImageSource defers only while one is attached,
+  // since otherwise nothing would ever write the sample's slot.
+  void attach();
+  void detach();
+  bool attached() const;
 
  private:
   mutable std::mutex mu_;
   std::multimap<std::pair<std::uint64_t, std::uint64_t>, DeferredDecode> pending_;
   std::vector<DeferredDecode> spare_;
+  std::size_t attached_ = 0;
 };
 
 }  // namespace conveyor

@@ -34,6 +34,21 @@ class ImageSource::OpenShards {
     open_.insert(open_.begin(), {std::string(path), file});
     return file;
   }
+  // For read-ahead advice: the shard if it is open, or opened while there is
+  // room; never one that would close a shard the workers use. Null otherwise.
+  std::shared_ptr<File> get_without_evicting(FileSystem& files, std::string_view path) {
+    {
+      std::lock_guard lk(mu_);
+      if (auto f = find(path)) return f;
+      if (open_.size() >= capacity_) return nullptr;
+    }
+    std::shared_ptr<File> file = files.open(std::filesystem::path(path));
+    std::lock_guard lk(mu_);
+    if (auto f = find(path)) return f;
+    if (open_.size() >= capacity_) return file;  // filled meanwhile: advise through this one, keep none
+    open_.insert(open_.begin(), {std::string(path), file});
+    return file;
+  }
 
  private:
   // The entry for path, moved to the front; null when absent. Under mu_.
@@ -100,7 +115,12 @@ void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
     if (i >= dataset_.size()) continue;
     const auto range = dataset_.range(i);
     if (!range) continue;
-    shards_->get(*config_.files, dataset_.path_view(i))->will_need(range->offset, range->size);
+    try {
+      if (auto shard = shards_->get_without_evicting(*config_.files, dataset_.path_view(i))) {
+        shard->will_need(range->offset, range->size);
+      }
+    } catch (const std::exception&) {  // advice: the sample's own read reports it
+    }
   }
 }
 
@@ -159,6 +179,10 @@ void ImageSource::fill(Sample& s) {
   if (s.data.size() != sample_bytes()) {
     throw std::invalid_argument("image source: the pipeline's sample_bytes is " + std::to_string(s.data.size()) +
                                 " but " + augment_.describe() + " writes " + std::to_string(sample_bytes()));
+  }
+  if (config_.gpu_share > 0 && !deferred_->attached()) {  // not the sample's fault: no skip policy applies
+    throw std::logic_error("image source: gpu_share is set but no pipeline decodes for it "
+                           "(a DevicePipeline with TransferConfig::gpu_decode over deferred_decodes())");
   }
   try {
     const auto defer = config_.gpu_share > 0 ? std::optional<std::uint64_t>(s.epoch) : std::nullopt;

@@ -105,7 +105,8 @@ class ImageSource {
   void fill(Sample& s);
   // Read-ahead advice for samples the workers will fill next: for a shard
   // member, WILLNEED on its byte range through the shard descriptor the
-  // workers share, so the read is under way while the batch before decodes.
+  // workers share (opened if the cache has room; advice never closes one a
+  // worker uses), so the read is under way while the batch before decodes.
   // A file per sample gets none: advice would cost an open of its own, the
   // very cost shards remove. Errors are left to the sample's own read.
   void prefetch(std::span<const std::uint64_t> indices);

@@ -280,7 +280,7 @@ TEST_CASE("gpu decode on CUDA: nvJPEG samples within 1 grey level of the twin, >
           "[cuda][gpu-decode]") {
   auto device = gpu();
   std::string why;
-  auto decoder = device->create_jpeg_decoder(why);
+  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
   if (!decoder) {
     WARN("gpu decode not checked: " << why);
     return;
@@ -330,7 +330,7 @@ TEST_CASE("gpu decode on CUDA: nvJPEG samples within 1 grey level of the twin, >
 TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4 workers", "[cuda][gpu-decode]") {
   auto device = gpu();
   std::string why;
-  std::shared_ptr<JpegBatchDecoder> probe = device->create_jpeg_decoder(why);
+  std::shared_ptr<JpegBatchDecoder> probe = device->create_jpeg_decoder(DecodeLimits{}, why);
   if (!probe) {
     WARN("gpu decode not checked: " << why);
     return;
@@ -358,7 +358,7 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
     c.epochs = 2;
     std::string w;
     TransferConfig tc;
-    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), device->create_jpeg_decoder(w), ErrorPolicy::fail};
+    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), device->create_jpeg_decoder(DecodeLimits{}, w), ErrorPolicy::fail};
     DevicePipeline p(c, d.size(), src.filler(), tc, device);
     std::vector<std::uint64_t> out;
     std::vector<unsigned char> host;

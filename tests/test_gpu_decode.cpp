@@ -56,9 +56,30 @@ struct Run {
   DevicePipeline::GpuDecodeCounts counts;
 };
 
+// The host twin, refusing every other item it is given (after decoding them
+// all, so its images sit by position as a real decoder's do): the transfer
+// stage must send those to the CPU and render the rest from their own images.
+class RefusingDecoder final : public JpegBatchDecoder {
+ public:
+  explicit RefusingDecoder(std::unique_ptr<JpegBatchDecoder> inner) : inner_(std::move(inner)) {}
+  std::string describe() const override { return "refusing " + inner_->describe(); }
+  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+    std::vector<std::string> refused = inner_->decode(items, stream);
+    for (std::size_t i = 1; i < refused.size(); i += 2) refused[i] = "refused for the test";
+    return refused;
+  }
+  void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
+    inner_->render(items, refused, stream);
+  }
+
+ private:
+  std::unique_ptr<JpegBatchDecoder> inner_;
+};
+
 // Two epochs, batch 4, through the host backend with random delays; with
 // share < 0 no GPU decode is configured at all.
-Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_error = ErrorPolicy::fail) {
+Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_error = ErrorPolicy::fail,
+        bool refuse_some = false, HostTransfer transfer = HostTransfer::copy) {
   ImageConfig ic;
   ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
   ic.on_error = on_error;
@@ -73,12 +94,15 @@ Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_erro
   DeviceConfig dc;
   dc.backend = BackendChoice::host;
   dc.max_delay_us = 30;
+  dc.host_transfer = transfer;
   auto device = open_device(dc);
   TransferConfig tc;
   if (share >= 0) {
     std::string why;
-    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), device->create_jpeg_decoder(why), on_error};
-    REQUIRE(tc.gpu_decode->decoder);
+    std::shared_ptr<JpegBatchDecoder> decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
+    REQUIRE(decoder);
+    if (refuse_some) decoder = std::make_shared<RefusingDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why));
+    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), decoder, on_error};
   }
   DevicePipeline p(c, d.size(), src.filler(), tc, device);
   Run r;
@@ -202,7 +226,7 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   dc.backend = BackendChoice::host;
   auto device = open_device(dc);
   std::string why;
-  auto decoder = device->create_jpeg_decoder(why);
+  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
   const GpuShare m = measure_gpu_share(src, *decoder, *device, 3);
   REQUIRE(m.samples == candidates);  // the dataset is smaller than 4 x 64: every decodable file
   REQUIRE(m.cpu_per_worker > 0);
@@ -217,4 +241,34 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   const GpuShare z = measure_gpu_share(none, *decoder, *device, 3);
   REQUIRE(z.samples == 0);
   REQUIRE(z.share == 0);
+}
+
+TEST_CASE("gpu decode: samples the decoder refuses go to the CPU, the rest render from their own images",
+          "[gpu-decode][errors]") {
+  t::TempDir dir;
+  std::vector<bool> decodable;
+  const Dataset d = make_files(dir, decodable);  // every file different
+  const Run plain = run(d, 1.0, 2);
+  const Run refusing = run(d, 1.0, 2, ErrorPolicy::fail, true);
+  REQUIRE(refusing.sample == plain.sample);  // the CPU fall-back is the twin's arithmetic: the same bits
+  REQUIRE(refusing.counts.cpu_fallbacks > 0);
+  REQUIRE(refusing.counts.decoded > 0);
+  REQUIRE(refusing.counts.decoded + refusing.counts.cpu_fallbacks == plain.counts.decoded);  // each counted once
+  // Handed over to a CPU consumer (no copy), the GPU path writes the host buffer itself.
+  REQUIRE(run(d, 1.0, 3, ErrorPolicy::fail, true, HostTransfer::handover).sample == plain.sample);
+}
+
+TEST_CASE("gpu decode: a source that would defer with no pipeline to decode stops, saying so", "[gpu-decode][config]") {
+  t::TempDir dir;
+  const Dataset d({dir.write("a.jpg", t::jpeg(t::photo_like(32, 32, 2)))}, {0});
+  ImageConfig ic;
+  ic.transforms = {RandomResizedCrop{{8, 8}}};
+  ic.gpu_share = 1;
+  ImageSource src(d, ic, 1);
+  Config c;
+  c.batch_size = 1;
+  c.workers = 1;
+  c.sample_bytes = src.sample_bytes();
+  Pipeline p(c, d.size(), {src.filler()});  // a plain pipeline: nothing takes the deferred samples
+  REQUIRE_THROWS_WITH(p.next(), Catch::Contains("gpu_share is set but no pipeline decodes for it"));
 }

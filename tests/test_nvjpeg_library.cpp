@@ -19,7 +19,7 @@ TEST_CASE("nvjpeg: an absent library gives null and one line naming what was tri
   REQUIRE(why.find('\n') == std::string::npos);
   why.clear();
   REQUIRE(NvJpegLibrary::load({}, why) == nullptr);
-  REQUIRE(why.find("no candidates") != std::string::npos);
+  REQUIRE(why == "nvJPEG not found (no candidates)");
 }
 
 TEST_CASE("nvjpeg: the search order, and CONVEYOR_NVJPEG in front of it", "[nvjpeg]") {
@@ -30,11 +30,14 @@ TEST_CASE("nvjpeg: the search order, and CONVEYOR_NVJPEG in front of it", "[nvjp
   ::unsetenv("CONVEYOR_NVJPEG");
 }
 
-TEST_CASE("nvjpeg: a library without the whole C API is refused by symbol", "[nvjpeg]") {
+TEST_CASE("nvjpeg: a library without the whole C API is refused by symbol, and the next one tried", "[nvjpeg]") {
   std::string why;
   REQUIRE(NvJpegLibrary::load({"/nonexistent.so", NVJPEG_STUB_INCOMPLETE_PATH}, why) == nullptr);
-  REQUIRE(why == std::string("nvJPEG: ") + NVJPEG_STUB_INCOMPLETE_PATH +
-                     " has no symbol nvjpegDecodeBatched (not the nvJPEG C API)");
+  REQUIRE(why == std::string("nvJPEG not found (tried /nonexistent.so, ") + NVJPEG_STUB_INCOMPLETE_PATH + "; last: " +
+                     NVJPEG_STUB_INCOMPLETE_PATH + " has no symbol nvjpegDecodeBatched); set CONVEYOR_NVJPEG to its path");
+  const auto lib = NvJpegLibrary::load({NVJPEG_STUB_INCOMPLETE_PATH, NVJPEG_STUB_PATH}, why);
+  REQUIRE(lib != nullptr);
+  REQUIRE(lib->name() == NVJPEG_STUB_PATH);
 }
 
 TEST_CASE("nvjpeg: loaded from a stub: version, status names, hardware backend refused then default", "[nvjpeg]") {
