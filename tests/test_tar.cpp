@@ -208,10 +208,11 @@ struct CountingFiles final : FileSystem {
 
 // Batch digests of one pass over `d` through ImageSource (RandomResizedCrop 16 + flip).
 std::vector<std::uint64_t> digests(const Dataset& d, std::size_t workers, std::size_t max_open_shards = 256,
-                                   std::shared_ptr<FileSystem> files = nullptr) {
+                                   std::shared_ptr<FileSystem> files = nullptr, bool read_ahead = true) {
   ImageConfig ic;
   ic.max_open_shards = max_open_shards;
   ic.files = std::move(files);
+  ic.read_ahead = read_ahead;
   ic.transforms = {RandomResizedCrop{{16, 16}}, RandomHorizontalFlip{}};
   ImageSource src(d, ic, workers);
   Config c;
@@ -337,28 +338,13 @@ TEST_CASE("shards: read-ahead advises each member's byte range through the share
     REQUIRE(files->take().empty());  // a file per sample: advice would cost an open
   }
 
-  // Through a pipeline: each delivered sample advised once an epoch, the output unchanged.
-  const auto run = [&](bool read_ahead, std::size_t workers) {
-    ImageConfig c2 = ic;
-    c2.read_ahead = read_ahead;
-    ImageSource src(shards, c2, workers);
-    Config c;
-    c.batch_size = 5;
-    c.workers = workers;
-    c.sample_bytes = src.sample_bytes();
-    c.epochs = 2;
-    c.seed = 4;
-    Pipeline p(c, shards.size(), {src.filler()});
-    std::vector<std::uint64_t> out;
-    while (auto b = p.next()) out.push_back(batch_digest(**b));
-    return out;
-  };
+  // Through a pipeline (digests(): two epochs): each delivered sample advised once an epoch, the output unchanged.
   files->take();
-  const auto plain = run(false, 2);
+  const auto plain = digests(shards, 2, 256, files, false);
   REQUIRE(files->take().empty());
   const auto workers = GENERATE(1, 4);
   CAPTURE(workers);
-  REQUIRE(run(true, std::size_t(workers)) == plain);
+  REQUIRE(digests(shards, std::size_t(workers), 256, files, true) == plain);
   auto advised = files->take();
   std::vector<AdviceFiles::Advice> want;
   for (int e = 0; e < 2; ++e) {
