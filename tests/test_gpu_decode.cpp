@@ -25,7 +25,7 @@ namespace {
 constexpr int kOut = 24;
 
 // 30 files: JPEGs the GPU path takes (colour 4:2:0 and 4:4:4, gray) and ones it
-// leaves to the CPU (progressive, arithmetic, CMYK, PNG), of varied sizes.
+// leaves to the CPU (progressive, arithmetic, CMYK, BMP), of varied sizes.
 Dataset make_files(t::TempDir& dir, std::vector<bool>& decodable) {
   std::vector<std::filesystem::path> paths;
   std::vector<std::int64_t> labels;
@@ -38,11 +38,11 @@ Dataset make_files(t::TempDir& dir, std::vector<bool>& decodable) {
       case 5: bytes = t::jpeg(img, {t::JpegKind::gray, 90}); break;
       case 6: bytes = t::jpeg(img, {t::JpegKind::baseline, 90, false}); break;
       case 7: bytes = t::jpeg(img, {t::JpegKind::cmyk_adobe, 90}), gpu = false; break;
-      case 8: bytes = t::png(img, t::PngKind::rgb8), gpu = false; break;
+      case 8: bytes = t::bmp(img), gpu = false; break;
       case 9: bytes = t::jpeg(img, {t::JpegKind::arithmetic, 90}), gpu = false; break;
       default: bytes = t::jpeg(img, {t::JpegKind::baseline, 85});
     }
-    paths.push_back(dir.write("f" + std::to_string(i) + (i % 10 == 8 ? ".png" : ".jpg"), bytes));
+    paths.push_back(dir.write("f" + std::to_string(i) + (i % 10 == 8 ? ".bmp" : ".jpg"), bytes));
     labels.push_back(i % 4);
     decodable.push_back(gpu);
   }
@@ -236,8 +236,8 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   REQUIRE(m.share < 1);
   REQUIRE(m.describe(3).find(" per worker x 3, GPU ") != std::string::npos);
 
-  const Dataset pngs({dir.write("p.png", t::png(t::photo_like(20, 20, 1), t::PngKind::rgb8))}, {0});
-  ImageSource none(pngs, ic, 1);
+  const Dataset bmps({dir.write("p.bmp", t::bmp(t::photo_like(20, 20, 1)))}, {0});
+  ImageSource none(bmps, ic, 1);
   const GpuShare z = measure_gpu_share(none, *decoder, *device, 3);
   REQUIRE(z.samples == 0);
   REQUIRE(z.share == 0);
