@@ -127,37 +127,6 @@ Filler synthetic_filler(double ms) {
   };
 }
 
-namespace {
-
-// --gpu-decode: the share and the device's decoder, or share 0 with the one
-// line that says why the CPU workers decode alone.
-struct GpuDecodeChoice {
-  double share = 0;
-  std::shared_ptr<JpegBatchDecoder> decoder;
-  std::string line;  // empty for --gpu-decode off
-};
-
-GpuDecodeChoice choose_gpu_decode(const Options& o, ImageSource& probe, Device& device) {
-  const std::optional<double> wanted = gpu_decode_share(o);
-  if (wanted == 0.0) return {};
-  if (!wanted && device.backend() == Backend::host) {
-    return {0, nullptr, "gpu decode: off (auto: the host backend has no GPU; --gpu-decode SHARE runs its CPU twin)"};
-  }
-  std::string why;
-  std::shared_ptr<JpegBatchDecoder> decoder = device.create_jpeg_decoder(probe.config().limits, why);
-  if (!decoder) return {0, nullptr, "gpu decode: off, the CPU workers decode alone: " + why};
-  if (wanted) {
-    char share[32];
-    std::snprintf(share, sizeof share, "%g", *wanted);
-    return {*wanted, decoder, std::string("gpu decode: share ") + share + " on " + decoder->describe()};
-  }
-  const GpuShare m = measure_gpu_share(probe, *decoder, device, o.workers);
-  if (m.share == 0) return {0, nullptr, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
-  return {m.share, decoder, "gpu decode: auto, " + m.describe(o.workers) + ", on " + decoder->describe()};
-}
-
-}  // namespace
-
 RunResult run_once(const Options& o, Output output) {
   Dataset dataset = open_dataset(o, output == Output::print ? Announce::always : Announce::when_made);
   if (o.resident) return run_resident(o, std::move(dataset), output);
@@ -177,7 +146,7 @@ RunResult run_once(const Options& o, Output output) {
   tc.normalize = normalization(o, crop);
   check_memory(o, cfg, tc, *device);  // before the pools are allocated
   if (output == Output::print) print_header(o, dataset, device->describe());
-  const GpuDecodeChoice gpu = choose_gpu_decode(o, *images, *device);
+  const GpuDecodeChoice gpu = choose_gpu_decode(gpu_decode_share(o), *images, *device, o.workers);
   if (!gpu.line.empty() && output == Output::print) std::printf("%s\n", gpu.line.c_str());
   if (gpu.share > 0) {  // the workers leave that share to the transfer stage
     ic.gpu_share = gpu.share;

@@ -25,6 +25,24 @@ std::string GpuShare::describe(std::size_t workers) const {
   return line;
 }
 
+GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers) {
+  if (wanted == 0.0) return {};
+  if (!wanted && device.backend() == Backend::host) {
+    return {0, nullptr, "gpu decode: off (auto: the host backend has no GPU; a share runs its CPU twin)"};
+  }
+  std::string why;
+  std::shared_ptr<JpegBatchDecoder> decoder = device.create_jpeg_decoder(probe.config().limits, why);
+  if (!decoder) return {0, nullptr, "gpu decode: off, the CPU workers decode alone: " + why};
+  if (wanted) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%g", *wanted);
+    return {*wanted, decoder, std::string("gpu decode: share ") + share + " on " + decoder->describe()};
+  }
+  const GpuShare m = measure_gpu_share(probe, *decoder, device, workers);
+  if (m.share == 0) return {0, nullptr, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
+  return {m.share, decoder, "gpu decode: auto, " + m.describe(workers) + ", on " + decoder->describe()};
+}
+
 GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
                            std::size_t samples) {
   const Dataset& d = source.dataset();

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "cuda/device.h"
@@ -27,6 +29,22 @@ struct GpuShare {
   // One line: "share 0.42: CPU 812 samples/s per worker x 16, GPU 9400 samples/s (64 samples)".
   std::string describe(std::size_t workers) const;
 };
+
+// A run's GPU decode settings (the command's --gpu-decode, Python's
+// gpu_decode=): the share and the device's decoder, or share 0 with the one
+// line saying why the CPU workers decode alone. `line` is empty when off was
+// asked for.
+struct GpuDecodeChoice {
+  double share = 0;
+  std::shared_ptr<JpegBatchDecoder> decoder;
+  std::string line;
+};
+
+// `wanted`: 0 for off, a share in (0, 1], or nullopt for auto (measured with
+// measure_gpu_share on `probe`, a source over the run's dataset; off on the
+// host backend, which has no GPU). A share asked for on the host backend runs
+// its CPU twin (a test path).
+GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers);
 
 // The balancing share for those rates; 0 when the GPU rate is 0.
 double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu);

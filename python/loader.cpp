@@ -44,8 +44,15 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
     : Loader(std::move(settings), dataset.size(), 0) {
   num_classes_ = dataset.num_classes();
   classes_ = dataset.classes();
-  images_ = std::make_unique<ImageSource>(std::move(dataset), std::move(image), settings_.config.workers);
+  images_ = std::make_unique<ImageSource>(std::move(dataset), image, settings_.config.workers);
   settings_.config.sample_bytes = images_->sample_bytes();
+  gpu_ = choose_gpu_decode(settings_.gpu_decode, *images_, *device_, settings_.config.workers);
+  if (gpu_.share > 0) {  // the workers leave that share to the transfer stage's decoder
+    image.gpu_share = gpu_.share;
+    Dataset same = images_->dataset();
+    images_ = std::make_unique<ImageSource>(std::move(same), image, settings_.config.workers);
+    transfer_.gpu_decode = TransferConfig::GpuDecode{images_->deferred_decodes(), gpu_.decoder, image.on_error, image.limits};
+  }
   const Size out = images_->output();
   if (settings_.normalize) {
     transfer_.normalize = TransferConfig::Normalization{std::size_t(out.height), std::size_t(out.width), 3, Normalize{},

@@ -40,6 +40,7 @@
 #include "cuda/device.h"
 #include "cuda/device_pipeline.h"
 #include "cuda/dtype.h"
+#include "cuda/gpu_share.h"
 #include "pipeline/config.h"
 #include "pipeline/state.h"
 #include "pipeline/stats.h"
@@ -72,6 +73,9 @@ struct LoaderSettings {
   Config config;                   // sample_bytes is set by the loader
   DeviceConfig device;             // host_transfer is set to handover
   std::optional<DType> normalize;  // on the device, for uint8 HWC samples of 1..3 channels
+  // Images only: the share of JPEGs the device's decoder takes (issue 22):
+  // 0 off, a share in (0, 1], nullopt auto (cuda/gpu_share.h). Default: off.
+  std::optional<double> gpu_decode = 0.0;
 };
 
 class Loader {
@@ -97,6 +101,10 @@ class Loader {
   std::int64_t num_classes() const { return num_classes_; }
   // Class names of a folder dataset (its sub-folders, label order); empty otherwise.
   const std::vector<std::string>& classes() const { return classes_; }
+  // The GPU decode share in use (0: the CPU workers alone) and the line that
+  // says why (empty when it was not asked for).
+  double gpu_share() const { return gpu_.share; }
+  const std::string& gpu_decode_note() const { return gpu_.line; }
 
   // Where the consumer stands: initial_state() before anything was taken.
   PipelineState state() const;
@@ -133,6 +141,7 @@ class Loader {
   void* stream_ = nullptr;  // the stream the batch being taken is made ready on
   // The filler's owner: one of the two, declared before the pipeline that calls it.
   std::unique_ptr<ImageSource> images_;
+  GpuDecodeChoice gpu_;
   std::vector<std::int64_t> labels_;
   std::unique_ptr<ArraySource> rows_;
   std::optional<PipelineState> pending_;  // where start() begins: seek()'s state

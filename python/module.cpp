@@ -303,6 +303,19 @@ LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64
   return s;
 }
 
+// gpu_decode=: "off", "auto" or a share in [0, 1]; 0 for off, nullopt for auto.
+std::optional<double> gpu_decode_share(const py::object& v) {
+  if (py::isinstance<py::str>(v)) {
+    const auto s = v.cast<std::string>();
+    if (s == "off") return 0.0;
+    if (s == "auto") return std::nullopt;
+  } else if (!py::isinstance<py::bool_>(v) && (py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v))) {
+    const double share = v.cast<double>();
+    if (share >= 0 && share <= 1) return share;
+  }
+  throw py::value_error("gpu_decode=" + py::repr(v).cast<std::string>() + ": expected 'off', 'auto' or a share in [0, 1]");
+}
+
 std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
                                       std::optional<std::string> shards, bool rank_by_shard, std::optional<py::tuple> arrays,
                                       ImageConfig image, LoaderSettings s) {
@@ -423,16 +436,18 @@ void bind_loader(py::module_& m) {
                        std::uint64_t seed, bool shuffle, bool drop_last, std::uint64_t epochs, const std::string& device,
                        std::optional<std::string> normalize, std::size_t host_queue, std::size_t device_queue,
                        std::size_t device_buffers, const std::string& on_error, std::size_t rank, std::size_t world_size,
-                       bool rank_by_shard) {
+                       bool rank_by_shard, const py::object& gpu_decode) {
              ImageConfig ic;
              if (arrays && (crop || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
              }
              if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), crop.value_or(kDefaultCrop));
              ic.on_error = pick("on_error", on_error, kErrorPolicies);
-             return make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic),
-                                settings(batch_size, workers, seed, shuffle, drop_last, epochs, device, normalize,
-                                         host_queue, device_queue, device_buffers, rank, world_size));
+             LoaderSettings s = settings(batch_size, workers, seed, shuffle, drop_last, epochs, device, normalize,
+                                         host_queue, device_queue, device_buffers, rank, world_size);
+             s.gpu_decode = gpu_decode_share(gpu_decode);
+             if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
+             return make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
            }),
            py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
            "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
@@ -441,13 +456,16 @@ void bind_loader(py::module_& m) {
            "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
-           "rank"_a = config.rank, "world_size"_a = config.world_size, "rank_by_shard"_a = false)
+           "rank"_a = config.rank, "world_size"_a = config.world_size, "rank_by_shard"_a = false,
+           "gpu_decode"_a = "off")
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
       .def("epoch", [](py::object self, std::uint64_t e) { return epoch_iter(self, e); }, "e"_a)
       .def_property_readonly("current_epoch", [](PyLoader& L) { return L.locked([](Loader& l) { return l.state().epoch; }); })
       .def_property_readonly("dataset_size", [](PyLoader& L) { return L.loader->dataset_size(); })
       .def_property_readonly("num_classes", [](PyLoader& L) { return L.loader->num_classes(); })
+      .def_property_readonly("gpu_share", [](PyLoader& L) { return L.loader->gpu_share(); })
+      .def_property_readonly("gpu_decode_note", [](PyLoader& L) { return L.loader->gpu_decode_note(); })
       .def_property_readonly("classes", [](PyLoader& L) { return L.loader->classes(); })
       .def_property_readonly("batch_size", [](PyLoader& L) { return L.loader->config().batch_size; })
       .def_property_readonly("device", [](PyLoader& L) {

@@ -326,3 +326,36 @@ def test_no_leak_over_50_epochs_rss_and_fds(folder):
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) == fds
     assert rss_kib() - rss < 8 * 1024, (rss, rss_kib())
+
+
+def test_gpu_decode_share_on_the_host_twin_gives_the_same_bytes_for_1_and_4_workers(tmp_path):
+    """gpu_decode= (issue 22) on device='cpu': the host backend's decoder is the CPU twin of the
+    GPU path, so a share runs the whole hand-off; the split goes by index, not by worker."""
+    Image = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(9)
+    for i in range(24):
+        d = tmp_path / f"c{i % 2}"
+        d.mkdir(exist_ok=True)
+        h, w = int(rng.integers(40, 90)), int(rng.integers(40, 90))
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(d / f"p{i:02d}.jpg", quality=90)
+
+    def batches(workers, gpu_decode):
+        loader = conveyor.Loader(folder=str(tmp_path), batch_size=5, workers=workers, crop=16, epochs=2,
+                                 device="cpu", gpu_decode=gpu_decode)
+        out = run(loader, 2)
+        return loader, out
+
+    off, plain = batches(2, "off")
+    assert off.gpu_share == 0 and off.gpu_decode_note == ""
+    half, one = batches(1, 0.5)
+    assert half.gpu_share == 0.5
+    assert half.gpu_decode_note.startswith("gpu decode: share 0.5 on host twin")
+    _, four = batches(4, 0.5)
+    assert one == four
+    assert one != plain  # some samples took the GPU path's full decode + resize
+    auto, _ = batches(2, "auto")
+    assert auto.gpu_share == 0
+    assert "the host backend has no GPU" in auto.gpu_decode_note
+    for bad in (1.5, "fast", True):
+        with pytest.raises(ValueError, match="gpu_decode="):
+            conveyor.Loader(folder=str(tmp_path), device="cpu", gpu_decode=bad)
