@@ -189,7 +189,8 @@ bool Pipeline::claim(std::uint64_t& g, std::size_t& slot, std::size_t& count) {
   }
 }
 
-bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark) {
+bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark,
+                          std::vector<std::uint64_t>& ahead) {
   OpenBatch& ob = ring_[g % ring_size_];
   const auto t0 = Clock::now();
   StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
@@ -230,7 +231,7 @@ bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_
   ob.handle = std::move(*handle);
   // Read-ahead advice (see Filler): batch g + 1's samples, gathered while this
   // worker still owns the epoch's order, passed on once the batch is open.
-  std::vector<std::uint64_t> ahead;
+  ahead.clear();
   if (stages_.fill.takes_advice()) {
     if (g == 0 || pos.batch == 0) ahead.assign(b.indices.begin(), b.indices.end());  // nothing announced it
     if (g + 1 < plan_.total()) {
@@ -332,12 +333,13 @@ void Pipeline::worker_main(std::size_t w) {
 void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
   StageCounters& counters = worker_counters_[w];
   std::size_t first = 0, count = 0;
+  std::vector<std::uint64_t> ahead;  // open_batch's read-ahead list, reused
   // One clock read per sample: busy time runs from `mark` (the end of the last
   // sample or wait) to the end of this sample, so claiming counts as work.
   auto mark = Clock::now();
   while (claim(g, first, count)) {
     OpenBatch& ob = ring_[g % ring_size_];
-    if (!(first == 0 ? open_batch(g, counters, mark) : wait_open(g, counters, mark))) return;
+    if (!(first == 0 ? open_batch(g, counters, mark, ahead) : wait_open(g, counters, mark))) return;
     Batch& b = *ob.batch;
     for (std::size_t slot = first; slot < first + count; ++slot) {
       Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot]), w, {},

@@ -216,7 +216,9 @@ class Pipeline {
   void transfer_loop(std::uint64_t& delivered);
   bool claim(std::uint64_t& g, std::size_t& slot, std::size_t& count);
   // `mark` is the worker's busy-time origin; each advances it past its waits.
-  bool open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
+  // `ahead`: the calling worker's own list for the read-ahead advice, reused
+  // from batch to batch so opening a batch allocates nothing once it has grown.
+  bool open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark, std::vector<std::uint64_t>& ahead);
   bool wait_open(std::uint64_t g, StageCounters& counters, Clock::time_point& mark);
   void complete(OpenBatch& ob, StageCounters& counters, Clock::time_point& mark);
   // Keeps the first error (`cause`, what() prefixed by `context`) and stops.
