@@ -22,30 +22,25 @@ namespace conveyor {
 class ImageSource::OpenShards {
  public:
   explicit OpenShards(std::size_t capacity) : capacity_(std::max<std::size_t>(1, capacity)) {}
-  std::shared_ptr<File> get(FileSystem& files, std::string_view path) {
+  // The shard's descriptor, opened and kept when it is not open yet. A full
+  // cache closes its least recently used entry for it (evict, the workers'
+  // reads), or (read-ahead advice, which must never close a shard a worker
+  // uses) returns null rather than open, or keeps nothing when it filled
+  // during the open.
+  enum class Full { evict, keep };
+  std::shared_ptr<File> get(FileSystem& files, std::string_view path, Full when_full = Full::evict) {
     {
       std::lock_guard lk(mu_);
       if (auto f = find(path)) return f;
+      if (when_full == Full::keep && open_.size() >= capacity_) return nullptr;
     }
     std::shared_ptr<File> file = files.open(std::filesystem::path(path));  // outside the lock: a slow open stalls no one
     std::lock_guard lk(mu_);
     if (auto f = find(path)) return f;  // another worker opened it meanwhile: one entry per shard
-    if (open_.size() == capacity_) open_.pop_back();
-    open_.insert(open_.begin(), {std::string(path), file});
-    return file;
-  }
-  // For read-ahead advice: the shard if it is open, or opened while there is
-  // room; never one that would close a shard the workers use. Null otherwise.
-  std::shared_ptr<File> get_without_evicting(FileSystem& files, std::string_view path) {
-    {
-      std::lock_guard lk(mu_);
-      if (auto f = find(path)) return f;
-      if (open_.size() >= capacity_) return nullptr;
+    if (open_.size() >= capacity_) {
+      if (when_full == Full::keep) return file;  // use this one, cache none
+      open_.pop_back();
     }
-    std::shared_ptr<File> file = files.open(std::filesystem::path(path));
-    std::lock_guard lk(mu_);
-    if (auto f = find(path)) return f;
-    if (open_.size() >= capacity_) return file;  // filled meanwhile: advise through this one, keep none
     open_.insert(open_.begin(), {std::string(path), file});
     return file;
   }
@@ -116,7 +111,7 @@ void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
     const auto range = dataset_.range(i);
     if (!range) continue;
     try {
-      if (auto shard = shards_->get_without_evicting(*config_.files, dataset_.path_view(i))) {
+      if (auto shard = shards_->get(*config_.files, dataset_.path_view(i), OpenShards::Full::keep)) {
         shard->will_need(range->offset, range->size);
       }
     } catch (const std::exception&) {  // advice: the sample's own read reports it
