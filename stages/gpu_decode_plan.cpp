@@ -65,11 +65,6 @@ std::size_t DeferredDecodes::pending() const {
   return pending_.size();
 }
 
-void DeferredDecodes::clear() {
-  std::lock_guard lk(mu_);
-  pending_.clear();
-}
-
 void DeferredDecodes::attach() {
   std::lock_guard lk(mu_);
   pending_.clear();

@@ -76,8 +76,6 @@ class DeferredDecodes {
   void recycle(DeferredDecode d);
   // Entries put and not yet taken (batches in flight, or left by a stopped pipeline).
   std::size_t pending() const;
-  // Drops every pending entry (a new pipeline starts with none).
-  void clear();
   // A pipeline that decodes these entries (DevicePipeline with
   // TransferConfig::gpu_decode) attaches for its lifetime: attach() drops what
   // an earlier one left; an ImageSource defers only while one is attached,
