@@ -151,7 +151,7 @@ RunResult run_once(const Options& o, Output output) {
   if (gpu.share > 0) {  // the workers leave that share to the transfer stage
     ic.gpu_share = gpu.share;
     images.emplace(dataset, ic, o.workers);
-    tc.gpu_decode = TransferConfig::GpuDecode{images->deferred_decodes(), gpu.decoder, o.on_error, ic.limits};
+    tc.gpu_decode = gpu.transfer_for(*images);
   }
   const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : images->filler();
   if (o.serial) return run_serial(o, cfg, dataset.size(), fill, device, output);

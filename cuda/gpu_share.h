@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "cuda/device_pipeline.h"
 #include "stages/image_source.h"
 
 namespace conveyor {
@@ -38,6 +39,12 @@ struct GpuDecodeChoice {
   double share = 0;
   std::shared_ptr<JpegBatchDecoder> decoder;
   std::string line;
+  // The transfer stage's settings for `source`, the run's ImageSource built
+  // with ImageConfig::gpu_share = share: its deferred store, this decoder, and
+  // the source's error policy and limits for the CPU fall-back.
+  TransferConfig::GpuDecode transfer_for(const ImageSource& source) const {
+    return {source.deferred_decodes(), decoder, source.config().on_error, source.config().limits};
+  }
 };
 
 // `wanted`: 0 for off, a share in (0, 1], or nullopt for auto (measured with

@@ -51,7 +51,7 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
     image.gpu_share = gpu_.share;
     Dataset same = images_->dataset();
     images_ = std::make_unique<ImageSource>(std::move(same), image, settings_.config.workers);
-    transfer_.gpu_decode = TransferConfig::GpuDecode{images_->deferred_decodes(), gpu_.decoder, image.on_error, image.limits};
+    transfer_.gpu_decode = gpu_.transfer_for(*images_);
   }
   const Size out = images_->output();
   if (settings_.normalize) {
