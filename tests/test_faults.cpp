@@ -54,6 +54,18 @@ ImageConfig small(ErrorPolicy policy) {
   return c;
 }
 
+// Sample `index` rendered under two configs (the real files, and faults injected): the bytes, each way.
+std::pair<std::vector<unsigned char>, std::vector<unsigned char>> render_both(const Dataset& ds, const ImageConfig& plain,
+                                                                              const ImageConfig& injected,
+                                                                              std::size_t index) {
+  ImageSource a(ds, plain, 1), b(ds, injected, 1);
+  std::vector<unsigned char> x(a.sample_bytes()), y(b.sample_bytes());
+  Rng r1(1, 0, index), r2(1, 0, index);
+  a.render_sample(index, r1, x);
+  b.render_sample(index, r2, y);
+  return {x, y};
+}
+
 Config config_for(const ImageSource& src, std::size_t workers) {
   Config c;
   c.batch_size = 2;
@@ -264,11 +276,7 @@ TEST_CASE("faults: EACCES, EIO, short reads and truncation through an injected f
   // Short reads are not errors: the bytes come out as from the real files.
   ImageConfig plain = small(ErrorPolicy::skip), injected = plain;
   injected.files = faulty;
-  ImageSource a(ds, plain, 1), b(ds, injected, 1);
-  std::vector<unsigned char> x(a.sample_bytes()), y(b.sample_bytes());
-  Rng r1(1, 0, 5), r2(1, 0, 5);
-  a.render_sample(5, r1, x);
-  b.render_sample(5, r2, y);
+  const auto [x, y] = render_both(ds, plain, injected, 5);
   REQUIRE(x == y);
 
   for (const std::size_t workers : {1, 2}) {
@@ -371,11 +379,7 @@ TEST_CASE("faults: shards read through an injected file system: EIO, short reads
   faulty->faults = {{"shard-000.tar", Fault::short_reads}, {"shard-001.tar", Fault::eio}};
   ImageConfig plain = small(ErrorPolicy::skip), injected = plain;
   injected.files = faulty;
-  ImageSource a(ds, plain, 1), b(ds, injected, 1);
-  std::vector<unsigned char> x(a.sample_bytes()), y(b.sample_bytes());
-  Rng r1(1, 0, 2), r2(1, 0, 2);
-  a.render_sample(2, r1, x);
-  b.render_sample(2, r2, y);
+  const auto [x, y] = render_both(ds, plain, injected, 2);
   REQUIRE(x == y);  // short reads at an offset still read the member exactly
 
   for (const std::size_t workers : {1, 3}) {
