@@ -37,6 +37,8 @@ struct DeviceSlot {
   std::unique_ptr<Buffer> raw;  // D[i]: the uint8 batch (none when the host backend hands over)
   std::unique_ptr<Buffer> out;  // O[i]: the normalized batch (none without normalize)
   std::unique_ptr<Event> copied, consumed;
+  std::unique_ptr<Event> staged;  // normalizing: D[i] holds the batch (the normalize stream waits for it)
+  std::chrono::steady_clock::time_point started;  // when the transfer thread started this slot's copy
   // Touched by the transfer thread while the slot is free, and by the consumer
   // while it holds the batch; the free-slot queue orders the two.
   std::uint64_t copied_generation = 0;    // copies recorded into this slot
@@ -57,6 +59,7 @@ struct TransferCore {
   // Streams after the slots: destroyed first, so their queued work (which
   // names the slots' events and buffers) finishes before those die.
   std::unique_ptr<Stream> copy_stream;
+  std::unique_ptr<Stream> normalize_stream;  // normalizing: its own, so the copy engine never waits for a kernel
   std::unique_ptr<Stream> consumer_stream;
   bool thread_bound = false;  // the transfer thread (ours alone) is bound to the device once
   // Slots the consumer holds: next() counts up on the consumer's thread; a
@@ -100,6 +103,7 @@ struct TransferCore {
         if (s.consumed) device->synchronize(*s.consumed);
       }
       if (copy_stream) device->synchronize(*copy_stream);
+      if (normalize_stream) device->synchronize(*normalize_stream);
     } catch (...) {
       // A device in error: there is nothing left to wait for.
     }
@@ -120,7 +124,10 @@ struct TransferCore {
     free_slots.close();
   }
 
-  // The transfer thread's step for one finished batch (protocol points 4 and 5).
+  // The transfer thread's first phase for one finished batch (protocol point
+  // 4): enqueue its copy (and normalize) and return. The core calls finish()
+  // for it after it has started the next batch, so the copy engine always has
+  // the next copy queued (StageFunctions::finish).
   void transfer(Batch& batch) {
     NvtxRange range("conveyor.transfer");
     const auto start = std::chrono::steady_clock::now();
@@ -159,26 +166,49 @@ struct TransferCore {
         }
         config.gpu_decode->decoder->render(deferred.items, deferred.refused, copy);
       }
-      if (config.normalize) {  // 10: on the copy stream; uint8 crossed the bus
+      if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
+        device->record(*s.staged, copy);
+        device->wait(*normalize_stream, *s.staged);
         device->normalize(
-            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()), copy);
+            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()),
+            *normalize_stream);
+        device->record(*s.copied, *normalize_stream);  // 4: recorded before the slot is published
+      } else {
+        device->record(*s.copied, copy);  // 4: recorded before the slot is published
       }
-      device->record(*s.copied, copy);  // 4: recorded before the slot is published
       ++s.copied_generation;
-      // 5: the host sees the copy done before H can go back to the workers. H goes
-      // back only when the consumer releases the batch, which is later still.
-      device->synchronize(*s.copied);
-      recycle_deferred();
     } catch (...) {
       // The core recycles H (poisoning it, if asked) or frees it as soon as this
       // throws, while the copy enqueued above may still be reading it: wait for
-      // the copy stream first, whatever it reports.
-      drain_copy_stream();
+      // the streams first, whatever they report.
+      drain_streams();
       throw;
     }
-    batch.user = &s;  // published when this returns: the core queues it for the consumer
-    if (config.on_transfer) config.on_transfer(batch, start, std::chrono::steady_clock::now());
+    s.started = start;
+    batch.user = &s;  // finish() publishes it
   }
+
+  // The second phase (protocol point 5), on the transfer thread once the next
+  // batch's copy is queued: the host sees this batch's copy (and normalize)
+  // done before it is published, so H goes back to the workers (when the
+  // consumer releases the batch, later still) only after the DMA read it.
+  void finish(Batch& batch) {
+    NvtxRange range("conveyor.finish");
+    DeviceSlot& s = *static_cast<DeviceSlot*>(batch.user);
+    try {
+      device->synchronize(*s.copied);
+    } catch (...) {
+      drain_streams();  // as in transfer(): H must outlive the DMA that reads it
+      throw;
+    }
+    recycle_deferred();
+    if (config.on_transfer) config.on_transfer(batch, s.started, std::chrono::steady_clock::now());
+  }
+
+  // True when transfer() would block for a free slot (the batch in flight may
+  // hold the last one), and always on the GPU decode path, whose decoder reuses
+  // its memory only once the previous batch's render is done.
+  bool transfer_would_wait() const { return config.gpu_decode.has_value() || free_slots.size() == 0; }
 
   // Takes the batch's deferred samples and decodes them on the device's
   // decoder (the render into the slot comes after the copy). A file the decoder
@@ -259,12 +289,15 @@ struct TransferCore {
     deferred.items.clear();
   }
 
-  // Waits for everything enqueued on the copy stream; never throws (a device in
-  // error has nothing left to run, and the caller is already failing).
-  void drain_copy_stream() noexcept {
-    try {
-      device->synchronize(*copy_stream);
-    } catch (...) {
+  // Waits for everything enqueued on the transfer's streams; never throws (a
+  // device in error has nothing left to run, and the caller is already failing).
+  void drain_streams() noexcept {
+    for (Stream* stream : {copy_stream.get(), normalize_stream.get()}) {
+      if (!stream) continue;
+      try {
+        device->synchronize(*stream);
+      } catch (...) {
+      }
     }
   }
 
@@ -454,9 +487,11 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
     }
     s.copied = device->create_event(EventKind::sync);
     s.consumed = device->create_event(EventKind::sync);
+    if (transfer.normalize) s.staged = device->create_event(EventKind::sync);
     (void)core_->free_slots.try_push(i);
   }
   core_->copy_stream = device->create_stream();  // 2: its own non-blocking stream
+  if (transfer.normalize) core_->normalize_stream = device->create_stream();  // 10: and normalize's
   core_->consumer_stream = device->wrap_stream(transfer.consumer_stream);
 
   StageFunctions stages;
@@ -476,6 +511,8 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   // The core holds a plain pointer: core_ outlives pipeline_ (declared before it).
   TransferCore* core = core_.get();
   stages.transfer = [core](Batch& b) { core->transfer(b); };
+  stages.finish = [core](Batch& b) { core->finish(b); };
+  stages.transfer_would_wait = [core] { return core->transfer_would_wait(); };
   stages.on_stop = [core] { core->free_slots.close(); };  // wakes a transfer thread waiting for a slot
   // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
   stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";

@@ -7,10 +7,13 @@
 // The slot protocol (docs/cuda.md, "One slot's life": the diagram, and the
 // numbered points the code cites).
 // Device slot i holds D[i] (uint8 samples), O[i] (the normalized tensor, when
-// normalizing) and events copied[i], consumed[i]:
+// normalizing) and events copied[i], consumed[i] (and staged[i], normalizing):
 //   transfer thread: take a free slot -> copy stream waits consumed[i] -> one
-//     copy H -> D[i] -> normalize D[i] -> O[i] -> record copied[i] -> the host
-//     sees copied[i] complete -> publish the batch;
+//     copy H -> D[i] -> (record staged[i]; the normalize stream waits for it
+//     and normalizes D[i] -> O[i]) -> record copied[i]; then start the next
+//     batch the same way, and only then: the host sees copied[i] complete ->
+//     publish the batch. One batch is in flight behind the one being
+//     published, so the copy engine never idles between batches;
 //   consumer, next(): its stream waits copied[i] on the device (no host block);
 //   consumer, release: (poison) -> record consumed[i] on its stream -> slot
 //     free; the host buffer H goes back to the workers.

@@ -380,8 +380,10 @@ void Pipeline::transfer_main() {
   } catch (...) {  // see worker_main
     transfer_counters_.blocked_since.store(0, std::memory_order_relaxed);
     transfer_counters_.starved_since.store(0, std::memory_order_relaxed);
-    // Only the loop body throws, while batch `delivered` of the plan is awaited.
-    fail("transfer", plan_.at(delivered).epoch, PipelineError::kNoSample, std::current_exception());
+    // Only the loop body throws, while batch `delivered` of the plan is awaited
+    // (or, past the last one, while the last is published).
+    const std::uint64_t at = delivered < plan_.total() ? delivered : delivered - 1;
+    fail("transfer", plan_.at(at).epoch, PipelineError::kNoSample, std::current_exception());
   }
 }
 
@@ -390,12 +392,68 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
   std::map<std::uint64_t, BatchHandle> early;
   const std::uint64_t total = plan_.total();
   std::uint64_t epoch_end = total ? plan_.epoch_end(0) : 0;
+  // A two-phase transfer's batch that was started and not yet finished.
+  std::optional<BatchHandle> in_flight;
+  // However the loop ends, a started batch is finished before its buffer can
+  // be recycled (StageFunctions::finish); errors then are not this batch's news.
+  struct FinishLeftover {
+    std::optional<BatchHandle>& batch;
+    const TransferFn& finish;
+    ~FinishLeftover() {
+      if (!batch) return;
+      try {
+        finish(**batch);
+      } catch (...) {
+      }
+    }
+  } leftover{in_flight, stages_.finish};
+
+  // Runs one phase of the transfer; its time is the stage's busy time. False
+  // when it threw: a phase woken by on_stop throws to get out, which is not an error.
+  auto run = [&](const TransferFn& phase, Batch& batch) {
+    const auto t0 = Clock::now();
+    try {
+      phase(batch);
+    } catch (...) {
+      if (!stopping_flag()) {
+        fail("transfer", batch.epoch, PipelineError::kNoSample, std::current_exception(),
+             "batch " + std::to_string(batch.index) + ": ");
+      }
+      return false;
+    }
+    StageCounters::add(transfer_counters_.busy_ns, elapsed_ns(t0, Clock::now()));
+    return true;
+  };
+  // Hands a transferred batch to the consumer; false once stopped.
+  auto publish = [&](BatchHandle& batch) {
+    StageCounters::add(transfer_counters_.items, 1);
+    const auto t1 = Clock::now();
+    StageCounters::begin_wait(transfer_counters_.blocked_since, t1);
+    const bool pushed = device_queue_.push(batch);
+    StageCounters::end_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, t1, Clock::now());
+    return pushed;
+  };
+  auto finish_and_publish = [&](BatchHandle& batch) { return run(stages_.finish, *batch) && publish(batch); };
+  auto finish_in_flight = [&] {
+    BatchHandle batch = std::move(*in_flight);
+    in_flight.reset();
+    return finish_and_publish(batch);
+  };
+
   while (delivered < total) {
-    auto t0 = Clock::now();
-    StageCounters::begin_wait(transfer_counters_.starved_since, t0);
-    auto in = host_queue_.pop();
-    StageCounters::end_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, t0, Clock::now());
-    if (!in) return;  // stopped
+    std::optional<BatchHandle> in;
+    if (in_flight) {
+      in = host_queue_.try_pop();
+      // Nothing to overlap with: publish the batch in flight rather than hold it while waiting.
+      if (!in && !finish_in_flight()) return;
+    }
+    if (!in) {
+      auto t0 = Clock::now();
+      StageCounters::begin_wait(transfer_counters_.starved_since, t0);
+      in = host_queue_.pop();
+      StageCounters::end_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, t0, Clock::now());
+      if (!in) return;  // stopped
+    }
     early.emplace((*in)->sequence, std::move(*in));
     while (!early.empty()) {
       auto it = early.begin();
@@ -403,28 +461,19 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
       if (!its_turn) break;
       BatchHandle batch = std::move(it->second);
       early.erase(it);
-      t0 = Clock::now();
-      if (stages_.transfer) {
-        try {
-          stages_.transfer(*batch);
-        } catch (...) {
-          // A transfer function woken by on_stop throws to get out: not an error.
-          if (stopping_flag()) return;
-          fail("transfer", batch->epoch, PipelineError::kNoSample, std::current_exception(),
-               "batch " + std::to_string(batch->index) + ": ");
-          return;
-        }
-      }
-      const auto t1 = Clock::now();
-      StageCounters::add(transfer_counters_.busy_ns, elapsed_ns(t0, t1));
-      StageCounters::add(transfer_counters_.items, 1);
-      StageCounters::begin_wait(transfer_counters_.blocked_since, t1);
-      const bool pushed = device_queue_.push(batch);
-      StageCounters::end_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, t1, Clock::now());
-      if (!pushed) return;  // stopped
+      if (in_flight && stages_.transfer_would_wait && stages_.transfer_would_wait() && !finish_in_flight()) return;
+      if (stages_.transfer && !run(stages_.transfer, *batch)) return;
       if (++delivered == epoch_end && delivered < total) epoch_end = plan_.epoch_end(delivered);
+      if (!stages_.transfer || !stages_.finish) {
+        if (!publish(batch)) return;  // stopped
+        continue;
+      }
+      // N is started and in flight now; N-1 finishes while N's transfer is queued behind it.
+      std::optional<BatchHandle> previous = std::exchange(in_flight, std::move(batch));
+      if (previous && !finish_and_publish(*previous)) return;
     }
   }
+  if (in_flight && !finish_in_flight()) return;
   device_queue_.close();  // the end of the run flows downstream
 }
 

@@ -128,6 +128,20 @@ struct StageFunctions {
   // destruction), possibly more than once and from any thread; it must wake any
   // blocking wait inside `transfer` so the transfer thread can be joined.
   std::function<void()> on_stop;
+  // Optional, with `transfer`: a transfer that ends asynchronously (a DMA).
+  // transfer(b) then only starts it and finish(b) waits for it to end; the
+  // batch is published when finish returns. The transfer thread keeps one batch
+  // in flight: it starts batch N before it finishes batch N-1, so the device
+  // always has the next copy queued behind the current one. It finishes the
+  // batch in flight first, before any wait that could last: when the host queue
+  // has no batch ready, and when transfer_would_wait() says the next start
+  // would block. Every started batch is finished exactly once, in order, even
+  // when the pipeline stops or fails (errors from that last call are ignored),
+  // so a buffer never returns to the pool while its transfer still reads it.
+  TransferFn finish;
+  // Optional, with `finish`: true when transfer() would block now (it waits for
+  // something the batch in flight may be holding, such as a device slot).
+  std::function<bool()> transfer_would_wait;
 };
 
 // Thrown by the consumer's calls after any stage failed. It names where the

@@ -339,6 +339,11 @@ class FaultyDevice final : public Device {
   void* copy_dst = nullptr;
   std::vector<std::byte> copy_source;
   Stream* copy_stream = nullptr;
+  Stream* normalize_stream = nullptr;  // the last normalize's (transfer thread)
+  // For each synchronize(Event&), how many copies had been enqueued by then.
+  std::atomic<std::size_t> copies{0};
+  std::mutex sync_mu;
+  std::vector<std::size_t> copies_at_sync;
 
   Backend backend() const override { return inner_->backend(); }
   std::string describe() const override { return "faulty " + inner_->describe(); }
@@ -362,12 +367,14 @@ class FaultyDevice final : public Device {
     copy_dst = d;
     copy_source.assign(static_cast<const std::byte*>(s), static_cast<const std::byte*>(s) + n);
     copy_stream = &st;
+    ++copies;
   }
   void copy_to_host(void* d, const void* s, std::size_t n, Stream& st) override { inner_->copy_to_host(d, s, n, st); }
   void set_bytes(void* d, unsigned char v, std::size_t n, Stream& st) override { inner_->set_bytes(d, v, n, st); }
   void normalize(const NormalizeJob& j, Stream& st) override {
     fail_once(AfterCopy::normalize, "normalize_kernel launch");
     inner_->normalize(j, st);
+    normalize_stream = &st;
   }
   void gather(const GatherJob& j, Stream& st) override { inner_->gather(j, st); }
   void busy(double us, Stream& st) override { inner_->busy(us, st); }
@@ -382,6 +389,10 @@ class FaultyDevice final : public Device {
     if (!skip_waits) inner_->wait(st, e);
   }
   void synchronize(Event& e) override {
+    {
+      std::lock_guard lk(sync_mu);
+      copies_at_sync.push_back(copies.load());
+    }
     fail_once(AfterCopy::synchronize, "cudaEventSynchronize(...)");
     inner_->synchronize(e);
   }
@@ -882,45 +893,88 @@ TEST_CASE("the consumer's stream waits on copied for every batch, and holding ev
 
 TEST_CASE("normalize through the pipeline with a delayed consumer stream keeps every output intact",
           "[device][pipeline][normalize]") {
-  DeviceConfig dc;
-  dc.max_delay_us = 40;
-  dc.poison_released = true;
-  auto device = host_device(dc);
-  auto consumer = device->create_stream();
-  Config cfg = small_config(2, 1, 2);
-  cfg.sample_bytes = 2 * 4 * 3;
-  TransferConfig tc;
-  tc.consumer_stream = consumer->native();
-  tc.normalize = TransferConfig::Normalization{2, 4, 3, Normalize{}, DType::float32};
-  DevicePipeline dp(cfg, 13, test::fill_pattern, tc, device);
-  struct Read {
-    std::uint64_t epoch;
-    std::vector<std::uint64_t> indices;
-    std::vector<float> values;
-  };
-  std::vector<std::unique_ptr<Read>> reads;
-  while (auto b = dp.next()) {
-    auto r = std::make_unique<Read>(Read{b->host().epoch, b->host().indices, std::vector<float>(b->bytes() / 4)});
-    device->busy(100, *consumer);
-    device->copy_to_host(r->values.data(), b->data(), b->bytes(), *consumer);
-    reads.push_back(std::move(r));
-  }  // each batch released right after its read was enqueued
-  device->synchronize(*consumer);
-  std::size_t checked = 0;
-  for (auto& r : reads) {
-    for (std::size_t j = 0; j < r->indices.size(); ++j) {
-      std::vector<std::byte> px(cfg.sample_bytes);
-      test::expected_bytes(cfg.seed, r->epoch, r->indices[j], px);
-      for (std::size_t c = 0; c < 3; ++c) {
-        const auto a = channel_affine(Normalize{}.mean[c], Normalize{}.std[c]);
-        for (std::size_t p = 0; p < 8; ++p) {
-          REQUIRE(r->values[(j * 3 + c) * 8 + p] == normalize_value(std::uint8_t(px[p * 3 + c]), a));
-          ++checked;
-        }
+  for (std::size_t workers : {1, 3}) {
+    for (std::size_t slots : {1, 2, 4}) {
+      DYNAMIC_SECTION("workers " << workers << " slots " << slots) {
+        DeviceConfig dc;
+        dc.max_delay_us = 40;  // every stream operation, the normalize stream's too
+        dc.delay_seed = workers * 10 + slots;
+        dc.poison_released = true;
+        auto device = host_device(dc);
+        auto consumer = device->create_stream();
+        Config cfg = small_config(workers, 1, slots);
+        cfg.sample_bytes = 2 * 4 * 3;
+        TransferConfig tc;
+        tc.consumer_stream = consumer->native();
+        tc.normalize = TransferConfig::Normalization{2, 4, 3, Normalize{}, DType::float32};
+        auto task = std::async(std::launch::async, [&] {
+          DevicePipeline dp(cfg, 13, test::fill_pattern, tc, device);
+          struct Read {
+            std::uint64_t epoch;
+            std::vector<std::uint64_t> indices;
+            std::vector<float> values;
+          };
+          std::vector<std::unique_ptr<Read>> reads;
+          while (auto b = dp.next()) {
+            auto r = std::make_unique<Read>(Read{b->host().epoch, b->host().indices, std::vector<float>(b->bytes() / 4)});
+            device->busy(100, *consumer);
+            device->copy_to_host(r->values.data(), b->data(), b->bytes(), *consumer);
+            reads.push_back(std::move(r));
+          }  // each batch released right after its read was enqueued
+          device->synchronize(*consumer);
+          std::size_t checked = 0;
+          for (auto& r : reads) {
+            for (std::size_t j = 0; j < r->indices.size(); ++j) {
+              std::vector<std::byte> px(cfg.sample_bytes);
+              test::expected_bytes(cfg.seed, r->epoch, r->indices[j], px);
+              for (std::size_t c = 0; c < 3; ++c) {
+                const auto a = channel_affine(Normalize{}.mean[c], Normalize{}.std[c]);
+                for (std::size_t p = 0; p < 8; ++p) {
+                  REQUIRE(r->values[(j * 3 + c) * 8 + p] == normalize_value(std::uint8_t(px[p * 3 + c]), a));
+                  ++checked;
+                }
+              }
+            }
+          }
+          REQUIRE(checked == 2 * 13 * 24);
+        });
+        REQUIRE(task.wait_for(60s) == std::future_status::ready);
+        task.get();
       }
     }
   }
-  REQUIRE(checked == 2 * 13 * 24);
+}
+
+TEST_CASE("the transfer keeps two copies in flight and normalizes on a stream of its own",
+          "[device][pipeline][overlap]") {
+  for (bool normalize : {false, true}) {
+    DYNAMIC_SECTION("normalize " << normalize) {
+      auto faulty = std::make_shared<FaultyDevice>(host_device());
+      faulty->copy_delay_us = 3000;  // a slow link: the workers have the next batch ready long before
+      Config cfg = small_config(2, 4, 4);
+      cfg.sample_bytes = 2 * 4 * 3;
+      TransferConfig tc;
+      if (normalize) tc.normalize = TransferConfig::Normalization{2, 4, 3, Normalize{}, DType::float32};
+      std::vector<std::size_t> copies_at_sync;
+      {
+        DevicePipeline dp(cfg, 40, test::fill_pattern, tc, faulty);  // 10 batches an epoch, 2 epochs
+        std::size_t batches = 0;
+        while (auto b = dp.next()) ++batches;
+        REQUIRE(batches == 20);
+        std::lock_guard lk(faulty->sync_mu);
+        copies_at_sync = faulty->copies_at_sync;  // the transfer thread's finish() calls, one per batch
+      }
+      REQUIRE(copies_at_sync.size() == 20);
+      // The host waited for batch k's copy with batch k+1's already enqueued behind it.
+      std::size_t overlapped = 0;
+      for (std::size_t k = 0; k < copies_at_sync.size(); ++k) overlapped += copies_at_sync[k] >= k + 2;
+      REQUIRE(overlapped >= 15);  // all but the few that found no batch ready
+      if (normalize) {
+        REQUIRE(faulty->normalize_stream);
+        REQUIRE(faulty->normalize_stream != faulty->copy_stream);  // the copy engine never waits for the kernel
+      }
+    }
+  }
 }
 
 TEST_CASE("resident dataset validates its normalize and survives a batch that outlives it", "[device][resident]") {

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -418,6 +419,127 @@ TEST_CASE("pipeline: non-standard exceptions and transfer failures surface too",
       REQUIRE_THAT(e.what(), Catch::Contains("link down"));
       REQUIRE_THAT(e.what(), Catch::Contains("batch 2"));
     }
+  }
+}
+
+namespace {
+
+// What a two-phase transfer (StageFunctions::finish) was asked to do, in the
+// transfer thread's order: each step is (start or finish, batch sequence).
+struct PhaseLog {
+  enum Phase { start, finish };
+  std::mutex mu;
+  std::vector<std::pair<Phase, std::uint64_t>> steps;
+  void add(Phase phase, const Batch& b) {
+    std::lock_guard lk(mu);
+    steps.emplace_back(phase, b.sequence);
+  }
+  // Requires each started batch finished exactly once, after its start and in
+  // start order, with at most one batch started and not finished at any time.
+  // Returns how many finishes came after the next batch's start (the overlap).
+  std::size_t check_and_count_overlaps() {
+    std::lock_guard lk(mu);
+    std::vector<std::uint64_t> started;
+    std::size_t finished = 0, overlaps = 0;
+    for (auto [phase, seq] : steps) {
+      if (phase == start) {
+        started.push_back(seq);
+        REQUIRE(started.size() - finished <= 2);  // the one in flight and this one
+      } else {
+        REQUIRE(finished < started.size());
+        REQUIRE(started[finished] == seq);
+        if (started.size() - finished == 2) ++overlaps;
+        ++finished;
+      }
+    }
+    REQUIRE(finished == started.size());
+    return overlaps;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipeline: a two-phase transfer overlaps batch N's start with N-1's finish, and delivers exactly once",
+          "[pipeline][transfer]") {
+  for (std::size_t workers : {1, 3}) {
+    for (std::size_t depth : {1, 2}) {
+      for (bool would_wait : {false, true}) {
+        DYNAMIC_SECTION("workers " << workers << " depth " << depth << " transfer_would_wait " << would_wait) {
+          auto task = std::async(std::launch::async, [&] {
+            Config c = small_config();
+            c.workers = workers;
+            c.host_queue_depth = depth;
+            c.device_queue_depth = depth;
+            PhaseLog log;
+            StageFunctions st{fill_pattern};
+            st.transfer = [&](Batch& b) { log.add(PhaseLog::start, b); };
+            // A slow finish (a DMA): the workers have the next batch ready by the time it is asked for.
+            st.finish = [&](Batch& b) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(2));
+              log.add(PhaseLog::finish, b);
+            };
+            st.transfer_would_wait = [&] { return would_wait; };
+            const std::size_t n = 100;  // 15 batches an epoch, the last short
+            Pipeline p(c, n, st);
+            std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
+            std::uint64_t expect_sequence = 0;
+            while (auto b = p.next()) {
+              REQUIRE((*b)->sequence == expect_sequence++);  // published in order
+              REQUIRE(bad_samples(c, **b, p.sampler().epoch_order((*b)->epoch)) == 0);
+              for (auto i : (*b)->indices) ++seen[{(*b)->epoch, i}];
+            }
+            REQUIRE(seen.size() == 2 * n);
+            for (auto& [key, count] : seen) REQUIRE(count == 1);
+            const std::size_t overlaps = log.check_and_count_overlaps();
+            if (would_wait) {
+              REQUIRE(overlaps == 0);  // N-1 was finished before N started, every time
+            } else {
+              REQUIRE(overlaps >= 10);  // of 29 finishes, all but those that found no batch ready
+            }
+          });
+          REQUIRE(task.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+          task.get();
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline: a two-phase transfer finishes its batch in flight when stopped or failing", "[pipeline][transfer]") {
+  SECTION("stopped mid-run") {
+    Config c = small_config();
+    c.epochs = 0;  // endless
+    PhaseLog log;
+    StageFunctions st{fill_pattern};
+    st.transfer = [&](Batch& b) { log.add(PhaseLog::start, b); };
+    st.finish = [&](Batch& b) { log.add(PhaseLog::finish, b); };
+    {
+      Pipeline p(c, 40, st);
+      for (int k = 0; k < 5; ++k) REQUIRE(p.next());
+    }  // destroyed while the transfer thread runs ahead
+    (void)log.check_and_count_overlaps();  // every start has its finish
+  }
+  SECTION("a finish that throws fails the pipeline, and the next started batch is still finished") {
+    Config c = small_config();
+    PhaseLog log;
+    StageFunctions st{fill_pattern};
+    st.transfer = [&](Batch& b) { log.add(PhaseLog::start, b); };
+    st.finish = [&](Batch& b) {
+      log.add(PhaseLog::finish, b);
+      if (b.sequence == 3) throw std::runtime_error("copy failed on the device");
+    };
+    {
+      Pipeline p(c, 100, st);
+      try {
+        while (p.next()) {
+        }
+        FAIL("no error surfaced");
+      } catch (const PipelineError& e) {
+        REQUIRE(e.stage() == "transfer");
+        REQUIRE_THAT(e.what(), Catch::Contains("batch 3: copy failed on the device"));
+      }
+    }
+    (void)log.check_and_count_overlaps();
   }
 }
 
