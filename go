@@ -153,8 +153,14 @@ gpu_checks() {
   step synccheck "$cs" --tool synccheck --error-exitcode 1 "$b/tests/test_cuda"
   step h2d "$b/apps/conveyor-bench-device" --device cuda h2d
   local w; w=$(nproc)
-  step pipeline-uint8 "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 --step-us 1
-  step pipeline-float16 "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 --step-us 1 --normalize float16
+  # Transfer-bound (issue 16's table): each prints its link utilisation, target >= 95%.
+  local batch norm
+  for batch in 128 256; do
+    for norm in off float16; do
+      step "pipeline-$batch-$norm" "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
+        --step-us 1 --batch "$batch" --normalize "$norm"
+    done
+  done
   if [ -x "$b/apps/conveyor-train" ]; then
     local t=("$b/apps/conveyor" train --device cuda --deterministic --epochs 3 --seed 7 --workers "$w")
     step train-straight "${t[@]}"
@@ -186,6 +192,7 @@ gpu_checks() {
   fi
   { echo "./go gpu on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
     grep -h -E "GB/s|batches/s|utilisation" "$out"/h2d.log "$out"/pipeline-*.log 2>/dev/null
+    for f in "$out"/pipeline-*.log; do [ -f "$f" ] && grep -H "^median" "$f"; done
     for f in "$out"/decode-*.log; do [ -f "$f" ] && grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f"; done; } | tee "$out/gpu-summary.txt"
   return $rc
 }
