@@ -62,6 +62,7 @@ struct TransferCore {
   std::unique_ptr<Stream> normalize_stream;  // normalizing: its own, so the copy engine never waits for a kernel
   std::unique_ptr<Stream> consumer_stream;
   bool thread_bound = false;  // the transfer thread (ours alone) is bound to the device once
+  std::chrono::steady_clock::time_point last_finished;  // the transfer thread's: on_transfer's previous end
   // Slots the consumer holds: next() counts up on the consumer's thread; a
   // release may count down on another (a tensor deleter, see DeviceBatch).
   std::atomic<std::size_t> held{0};
@@ -202,7 +203,11 @@ struct TransferCore {
       throw;
     }
     recycle_deferred();
-    if (config.on_transfer) config.on_transfer(batch, s.started, std::chrono::steady_clock::now());
+    if (config.on_transfer) {
+      const auto end = std::chrono::steady_clock::now();
+      config.on_transfer(batch, std::max(s.started, last_finished), end);  // spans that follow each other
+      last_finished = end;
+    }
   }
 
   // True when transfer() would block for a free slot (the batch in flight may

@@ -132,12 +132,17 @@ struct StageFunctions {
   // transfer(b) then only starts it and finish(b) waits for it to end; the
   // batch is published when finish returns. The transfer thread keeps one batch
   // in flight: it starts batch N before it finishes batch N-1, so the device
-  // always has the next copy queued behind the current one. It finishes the
-  // batch in flight first, before any wait that could last: when the host queue
-  // has no batch ready, and when transfer_would_wait() says the next start
-  // would block. Every started batch is finished exactly once, in order, even
-  // when the pipeline stops or fails (errors from that last call are ignored),
-  // so a buffer never returns to the pool while its transfer still reads it.
+  // has the next copy queued behind the current one whenever the workers are
+  // ahead. It finishes the batch in flight before it waits on anything the
+  // batch could be holding up: when the host queue has no batch ready, and
+  // when transfer_would_wait() says the next start would block. (Publishing
+  // N-1 may wait for room in the device queue while N is in flight; the
+  // consumer drains that queue without N.) Every started batch is finished
+  // exactly once, in order, even when the pipeline stops or fails (errors from
+  // that last call are ignored), so a buffer never returns to the pool while
+  // its transfer still reads it. A transfer() that throws is never finished and
+  // its buffer is recycled at once: it must wait for its own asynchronous work
+  // before it throws.
   TransferFn finish;
   // Optional, with `finish`: true when transfer() would block now (it waits for
   // something the batch in flight may be holding, such as a device slot).

@@ -334,6 +334,8 @@ class FaultyDevice final : public Device {
   std::atomic<AfterCopy> fail_after_copy{AfterCopy::none};
   // Each copy first waits this long on its stream: a slow DMA, still reading its source.
   std::atomic<double> copy_delay_us{0};
+  // Enqueueing a copy takes this long on the caller (the workers get ahead meanwhile).
+  std::atomic<int> enqueue_delay_ms{0};
   // The last copy_to_device (on the transfer thread; read once the pipeline failed):
   // its destination, the bytes its source held when it was enqueued, its stream.
   void* copy_dst = nullptr;
@@ -362,6 +364,7 @@ class FaultyDevice final : public Device {
   }
   void copy_to_device(void* d, const void* s, std::size_t n, Stream& st) override {
     if (copies_before_error-- == 0) throw DeviceError("cudaMemcpyAsync(...) at cuda/fake.cu:1: injected failure");
+    std::this_thread::sleep_for(std::chrono::milliseconds(enqueue_delay_ms.load()));
     inner_->busy(copy_delay_us, st);
     inner_->copy_to_device(d, s, n, st);
     copy_dst = d;
@@ -596,23 +599,29 @@ TEST_CASE("a device error on the transfer thread reaches the consumer with the c
 TEST_CASE("a transfer that fails after its copy was enqueued lets the copy finish before the host buffer is recycled",
           "[device][pipeline][errors]") {
   using AfterCopy = FaultyDevice::AfterCopy;
-  for (AfterCopy fault : {AfterCopy::normalize, AfterCopy::record, AfterCopy::synchronize}) {
-    DYNAMIC_SECTION("failing call " << int(fault)) {
-      DeviceConfig dc;
-      dc.poison_released = true;  // a host buffer back in the pool is overwritten with 0xA5 at once
-      auto faulty = std::make_shared<FaultyDevice>(host_device(dc));
-      faulty->copy_delay_us = 30'000;  // the copy still reads the host buffer 30 ms after the step failed
-      faulty->fail_after_copy = fault;
-      Config cfg = small_config(1, 1, 1);
-      TransferConfig tc;
-      tc.normalize = TransferConfig::Normalization{4, 4, 3, Normalize{}, DType::float32};
-      DevicePipeline dp(cfg, 8, test::fill_pattern, tc, faulty);
-      REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("injected failure after the copy"));
-      REQUIRE(faulty->copy_stream);
-      faulty->synchronize(*faulty->copy_stream);  // the copy has run now, fix or no fix
-      // It copied the batch, not the poison (or the next batch) the buffer held after its recycling.
-      REQUIRE(faulty->copy_source.size() == cfg.batch_size * (cfg.sample_bytes + sizeof(std::int64_t)));  // pixels, labels
-      REQUIRE(std::memcmp(faulty->copy_dst, faulty->copy_source.data(), faulty->copy_source.size()) == 0);
+  for (std::size_t slots : {1, 4}) {
+    for (AfterCopy fault : {AfterCopy::normalize, AfterCopy::record, AfterCopy::synchronize}) {
+      DYNAMIC_SECTION("slots " << slots << " failing call " << int(fault)) {
+        DeviceConfig dc;
+        dc.poison_released = true;  // a host buffer back in the pool is overwritten with 0xA5 at once
+        auto faulty = std::make_shared<FaultyDevice>(host_device(dc));
+        faulty->copy_delay_us = 30'000;  // the copy still reads the host buffer 30 ms after the step failed
+        // With 4 slots the workers have batch 1 ready when batch 0's copy is enqueued, so a
+        // failing synchronize (batch 0's finish) finds batch 1's copy in flight behind it.
+        faulty->enqueue_delay_ms = 5;
+        faulty->fail_after_copy = fault;
+        Config cfg = small_config(1, 1, slots);
+        TransferConfig tc;
+        tc.normalize = TransferConfig::Normalization{4, 4, 3, Normalize{}, DType::float32};
+        DevicePipeline dp(cfg, 8, test::fill_pattern, tc, faulty);
+        REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("injected failure after the copy"));
+        if (slots == 4 && fault == AfterCopy::synchronize) REQUIRE(faulty->copies == 2);
+        REQUIRE(faulty->copy_stream);
+        faulty->synchronize(*faulty->copy_stream);  // the copy has run now, fix or no fix
+        // The last copy moved its batch, not the poison (or the next batch) its buffer held after recycling.
+        REQUIRE(faulty->copy_source.size() == cfg.batch_size * (cfg.sample_bytes + sizeof(std::int64_t)));  // pixels, labels
+        REQUIRE(std::memcmp(faulty->copy_dst, faulty->copy_source.data(), faulty->copy_source.size()) == 0);
+      }
     }
   }
 }
@@ -963,16 +972,16 @@ TEST_CASE("the transfer keeps two copies in flight and normalizes on a stream of
         REQUIRE(batches == 20);
         std::lock_guard lk(faulty->sync_mu);
         copies_at_sync = faulty->copies_at_sync;  // the transfer thread's finish() calls, one per batch
+        if (normalize) {
+          REQUIRE(faulty->normalize_stream);
+          REQUIRE(faulty->normalize_stream != faulty->copy_stream);  // the copy engine never waits for the kernel
+        }
       }
       REQUIRE(copies_at_sync.size() == 20);
       // The host waited for batch k's copy with batch k+1's already enqueued behind it.
       std::size_t overlapped = 0;
       for (std::size_t k = 0; k < copies_at_sync.size(); ++k) overlapped += copies_at_sync[k] >= k + 2;
       REQUIRE(overlapped >= 15);  // all but the few that found no batch ready
-      if (normalize) {
-        REQUIRE(faulty->normalize_stream);
-        REQUIRE(faulty->normalize_stream != faulty->copy_stream);  // the copy engine never waits for the kernel
-      }
     }
   }
 }

@@ -430,9 +430,25 @@ struct PhaseLog {
   enum Phase { start, finish };
   std::mutex mu;
   std::vector<std::pair<Phase, std::uint64_t>> steps;
+  std::set<const std::byte*> in_transfer;  // buffers started and not finished
+  std::size_t recycled_in_transfer = 0;    // buffers that went back to the pool so
   void add(Phase phase, const Batch& b) {
     std::lock_guard lk(mu);
     steps.emplace_back(phase, b.sequence);
+    if (phase == start) {
+      in_transfer.insert(b.data);
+    } else {
+      in_transfer.erase(b.data);
+    }
+  }
+  // An allocator whose recycle counts the buffers that return while their transfer is under way.
+  Allocator watching_allocator() {
+    Allocator a = Allocator::host();
+    a.recycle = [this](std::byte* data, std::size_t) {
+      std::lock_guard lk(mu);
+      recycled_in_transfer += in_transfer.count(data);
+    };
+    return a;
   }
   // Requires each started batch finished exactly once, after its start and in
   // start order, with at most one batch started and not finished at any time.
@@ -453,6 +469,7 @@ struct PhaseLog {
       }
     }
     REQUIRE(finished == started.size());
+    REQUIRE(recycled_in_transfer == 0);
     return overlaps;
   }
 };
@@ -472,6 +489,7 @@ TEST_CASE("pipeline: a two-phase transfer overlaps batch N's start with N-1's fi
             c.device_queue_depth = depth;
             PhaseLog log;
             StageFunctions st{fill_pattern};
+            st.allocator = log.watching_allocator();
             st.transfer = [&](Batch& b) { log.add(PhaseLog::start, b); };
             // A slow finish (a DMA): the workers have the next batch ready by the time it is asked for.
             st.finish = [&](Batch& b) {
@@ -511,6 +529,7 @@ TEST_CASE("pipeline: a two-phase transfer finishes its batch in flight when stop
     c.epochs = 0;  // endless
     PhaseLog log;
     StageFunctions st{fill_pattern};
+    st.allocator = log.watching_allocator();
     st.transfer = [&](Batch& b) { log.add(PhaseLog::start, b); };
     st.finish = [&](Batch& b) { log.add(PhaseLog::finish, b); };
     {
@@ -523,6 +542,7 @@ TEST_CASE("pipeline: a two-phase transfer finishes its batch in flight when stop
     Config c = small_config();
     PhaseLog log;
     StageFunctions st{fill_pattern};
+    st.allocator = log.watching_allocator();
     st.transfer = [&](Batch& b) { log.add(PhaseLog::start, b); };
     st.finish = [&](Batch& b) {
       log.add(PhaseLog::finish, b);
