@@ -450,6 +450,13 @@ struct PhaseLog {
     };
     return a;
   }
+  // "s0 s1 f0 s2 f1 ...": the steps, for a failure's message.
+  std::string trace() {
+    std::lock_guard lk(mu);
+    std::string out;
+    for (auto [phase, seq] : steps) out += (phase == start ? " s" : " f") + std::to_string(seq);
+    return out;
+  }
   // Requires each started batch finished exactly once, after its start and in
   // start order, with at most one batch started and not finished at any time.
   // Returns how many finishes came after the next batch's start (the overlap).
@@ -509,10 +516,13 @@ TEST_CASE("pipeline: a two-phase transfer overlaps batch N's start with N-1's fi
             REQUIRE(seen.size() == 2 * n);
             for (auto& [key, count] : seen) REQUIRE(count == 1);
             const std::size_t overlaps = log.check_and_count_overlaps();
+            INFO("steps:" << log.trace());
             if (would_wait) {
               REQUIRE(overlaps == 0);  // N-1 was finished before N started, every time
-            } else {
-              REQUIRE(overlaps >= 10);  // of 29 finishes, all but those that found no batch ready
+            } else if (depth >= 2) {
+              // Of 29 finishes, all but those that found no batch ready. (With depth 1 the
+              // next batch is a worker's wake-up away, which a loaded machine may exceed.)
+              REQUIRE(overlaps >= 10);
             }
           });
           REQUIRE(task.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
