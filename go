@@ -155,10 +155,17 @@ gpu_checks() {
   local w; w=$(nproc)
   # Transfer-bound (issue 16's table): each prints its link utilisation, target >= 95%.
   local batch norm
+  local util
   for batch in 128 256; do
     for norm in off float16; do
       step "pipeline-$batch-$norm" "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
         --step-us 1 --batch "$batch" --normalize "$norm"
+      util=$(sed -n 's/^median.*link utilisation \([0-9]*\)%.*/\1/p' "$out/pipeline-$batch-$norm.log")
+      if [ -n "$util" ] && [ "$util" -ge 95 ]; then
+        rows+=("pass  pipeline-$batch-$norm: ${util}% of pinned H2D (target >= 95%)")
+      else
+        rows+=("MISS  pipeline-$batch-$norm: ${util:-?}% of pinned H2D (target >= 95%)")
+      fi
     done
   done
   if [ -x "$b/apps/conveyor-train" ]; then
