@@ -121,10 +121,10 @@ void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
 
 void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
                                 const std::atomic<bool>* stopping) {
-  (void)process(index, rng, out, worker, stopping, std::nullopt);
+  process(index, rng, out, worker, stopping, std::nullopt);
 }
 
-bool ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
                           const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch) {
   Worker& w = *workers_.at(worker);
   if (out.size() != sample_bytes()) {
@@ -151,7 +151,7 @@ bool ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
       d.height = info.height;
       d.geometry = g;
       deferred_->put(*defer_epoch, index, std::move(d));
-      return true;
+      return;
     }
     const DecodeRequest want = decode_request(g, info.width, info.height);
     const DecodedView view = w.decoder.decode(want.region, want.min_scale);
@@ -167,7 +167,6 @@ bool ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
   } catch (const std::exception& e) {
     throw std::runtime_error(dataset_.name(index) + ": " + e.what());
   }
-  return false;
 }
 
 void ImageSource::fill(Sample& s) {
@@ -181,8 +180,8 @@ void ImageSource::fill(Sample& s) {
   }
   try {
     const auto defer = config_.gpu_share > 0 ? std::optional<std::uint64_t>(s.epoch) : std::nullopt;
-    (void)process(std::size_t(s.index), s.rng, {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()},
-                  s.worker, s.stopping, defer);
+    process(std::size_t(s.index), s.rng, {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()}, s.worker,
+            s.stopping, defer);
   } catch (const ReadCancelled&) {
     return;  // the pipeline is stopping: this sample is discarded with its batch
   } catch (const std::exception& e) {

@@ -130,8 +130,8 @@ class ImageSource {
   struct Worker;
   class OpenShards;
   // render_sample()'s work. With defer_epoch, a sample for the GPU path is put
-  // in deferred_ (keyed by that epoch) instead of rendered: returns true then.
-  bool process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+  // in deferred_ (keyed by that epoch) instead of rendered.
+  void process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
                const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch);
   Dataset dataset_;
   ImageConfig config_;
