@@ -33,7 +33,19 @@ macro(conveyor_find_torch)
       unset(TORCH_CUDA_ARCH_LIST)
     endif()
   endif()
-  find_package(Torch ${ARGN})
+  # pip's torch also warns, whenever CMAKE_CUDA_ARCHITECTURES is DEFINED, that it "is not
+  # compatible with" it, and sets it to OFF, which would leave our .cu files to nvcc's default
+  # architecture (seen on the H100 machine): hidden from LibTorch (it has TORCH_CUDA_ARCH_LIST
+  # above) and put back afterwards. A value given with -D is a cache entry, which stays
+  # visible: LibTorch then warns, and the value is still put back.
+  if(DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(_conveyor_cuda_archs_before "${CMAKE_CUDA_ARCHITECTURES}")
+    unset(CMAKE_CUDA_ARCHITECTURES)
+    find_package(Torch ${ARGN})
+    set(CMAKE_CUDA_ARCHITECTURES "${_conveyor_cuda_archs_before}")
+  else()
+    find_package(Torch ${ARGN})
+  endif()
   if(NOT "${CMAKE_CUDA_FLAGS}" STREQUAL "${_conveyor_cuda_flags_before}")
     message(STATUS "Conveyor: LibTorch's CMake changed CMAKE_CUDA_FLAGS to '${CMAKE_CUDA_FLAGS}'; "
                    "restored '${_conveyor_cuda_flags_before}', so CUDA code builds for "
@@ -44,6 +56,7 @@ macro(conveyor_find_torch)
     unset(TORCH_CUDA_ARCH_LIST)
   endif()
   unset(_conveyor_cuda_flags_before)
+  unset(_conveyor_cuda_archs_before)
   unset(_conveyor_set_arch_list)
   unset(_conveyor_arch)
   unset(_conveyor_torch_arch)
