@@ -140,6 +140,15 @@ def test_resume_mid_epoch_is_bit_identical(folder):
         assert [d for (*_, d) in reference] == taken + rest, k
 
 
+def test_the_state_is_whole_with_torch_loaded_first():
+    # A module with its own static libstdc++ beside torch's shared one wrote "epoch=" and stopped
+    # (its ostringstream took the wrong locale facet), then crashed: seen on the GPU machine.
+    pytest.importorskip("torch")
+    x = np.zeros((8, 4), dtype=np.uint8)
+    state = conveyor.Loader(arrays=(x, np.arange(8)), batch_size=2, device="cpu").state_dict()["conveyor_state"]
+    assert "epoch=0 " in state and state.endswith("shard_policy=pad"), state
+
+
 def test_a_refused_state_leaves_the_loader_where_it_was(folder):
     kw = dict(folder=str(folder), batch_size=4, crop=16, seed=11, device="cpu")
     reference = run(conveyor.Loader(**kw), 2)
@@ -206,6 +215,48 @@ def test_a_torch_tensor_keeps_its_batch():
     with pytest.raises(RuntimeError, match="device slots are held"):
         next(it)
     del labels
+    assert next(it)[0].shape == (2, 4)
+
+
+def cuda_torch_or_skip():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU this torch can use: the CUDA path is checked on a GPU machine (./go gpu)")
+    return torch
+
+
+def test_on_a_gpu_auto_gives_device_tensors_with_the_cpu_paths_values(folder):
+    torch = cuda_torch_or_skip()
+    import conveyor.torch as ct
+    kw = dict(folder=str(folder), batch_size=4, workers=2, crop=16, seed=7, epochs=1, normalize="float16")
+    cpu = [(i.clone(), l.clone()) for i, l in ct.Loader(device="cpu", **kw)]
+    loader = ct.Loader(device="auto", **kw)
+    assert loader.device == "cuda:0", loader.device_description
+    side = torch.cuda.Stream()
+    gpu = []
+    with torch.cuda.stream(side):  # ready on the caller's current stream, whichever it is
+        for images, labels in loader:
+            assert images.is_cuda and labels.is_cuda and images.dtype == torch.float16
+            gpu.append(((images * 1).cpu(), (labels + 0).cpu()))
+    assert len(gpu) == len(cpu) == len(loader)
+    for (gi, gl), (ci, cl) in zip(gpu, cpu):
+        assert torch.equal(gl, cl) and torch.equal(gi, ci)  # the kernel's bits are the host's
+
+
+def test_on_a_gpu_a_device_tensor_keeps_its_batch():
+    torch = cuda_torch_or_skip()
+    import conveyor.torch as ct
+    x = np.arange(64 * 4, dtype=np.uint8).reshape(64, 4)
+    loader = ct.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, host_queue=1, device_queue=1,
+                       device="cuda")
+    it = iter(loader)
+    tensors = [next(it) for _ in range(3)]
+    images, labels = tensors[0]
+    assert images.is_cuda and torch.equal(images.cpu(), torch.from_numpy(x[labels.cpu().numpy()]))
+    del tensors[0]
+    with pytest.raises(RuntimeError, match="device slots are held"):
+        next(it)
+    del images, labels
     assert next(it)[0].shape == (2, 4)
 
 
