@@ -149,8 +149,10 @@ gpu_checks() {
   }
   step test_cuda "$b/tests/test_cuda"
   local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  step memcheck "$cs" --tool memcheck --error-exitcode 1 "$b/tests/test_cuda"
-  step synccheck "$cs" --tool synccheck --error-exitcode 1 "$b/tests/test_cuda"
+  # Under the sanitizers without the [errors] cases: they make CUDA calls fail on purpose, and
+  # compute-sanitizer counts each failing API call as an error.
+  step memcheck "$cs" --tool memcheck --error-exitcode 1 "$b/tests/test_cuda" "~[errors]"
+  step synccheck "$cs" --tool synccheck --error-exitcode 1 "$b/tests/test_cuda" "~[errors]"
   step h2d "$b/apps/conveyor-bench-device" --device cuda h2d
   local w; w=$(nproc)
   # Transfer-bound (issue 16's table): each prints its link utilisation, target >= 95%.
@@ -188,19 +190,28 @@ gpu_checks() {
   if [ -d "$photos" ]; then
     local list=$out/photos-x10.txt
     : >"$list"
+    photos=$(cd "$photos" && pwd)  # the list's relative paths would be read against $out
     for _ in $(seq 10); do for p in "$photos"/*; do echo "$p 0" >>"$list"; done; done
     for round in 1 2; do
       step "decode-cpu-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode off
       step "decode-hybrid-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode auto
+      # Two cores left to the transfer thread and nvJPEG's host side (docs/tuning.md).
+      step "decode-hybrid-w$((w - 2))-$round" "$b/apps/conveyor" bench --list "$list" --workers "$((w - 2))" --normalize float16 \
+        --epochs 3 --gpu-decode auto
       step "decode-nvjpeg-loop-$round" python3 apps/peers/nvjpeg_loop.py --list "$list" --epochs 3
     done
+    # Issue 19's GPU row: Conveyor (C++ and Python) against DataLoader(num_workers=nproc,
+    # pin_memory=True) with the normalize on the GPU, side by side.
+    step peers-cuda python3 apps/peers/compare.py --device cuda --folder "$photos" --repeat 10 --workers "$w" \
+      --rounds 3 --only "conveyor,conveyor-python,dataloader-$w" --build "$b" --out "$out/peers-cuda.md"
   else
     rows+=("skip  gpu decode benchmark (no photos: set CONVEYOR_PHOTOS, or ./go gpu-bundle carries ../shared/data/photos-200)")
   fi
   { echo "./go gpu on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
     grep -h -E "GB/s|batches/s|utilisation" "$out"/h2d.log "$out"/pipeline-*.log 2>/dev/null
     for f in "$out"/pipeline-*.log; do [ -f "$f" ] && grep -H "^median" "$f"; done
-    for f in "$out"/decode-*.log; do [ -f "$f" ] && grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f"; done; } | tee "$out/gpu-summary.txt"
+    for f in "$out"/decode-*.log; do [ -f "$f" ] && grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f"; done
+    [ -f "$out/peers-cuda.md" ] && cat "$out/peers-cuda.md"; } | tee "$out/gpu-summary.txt"
   return $rc
 }
 
@@ -241,7 +252,7 @@ case "$cmd" in
     # carry (toml++'s headers) unpacked into its sysroot.
     [ -x ../shared/tools/gpu-bundle.sh ] || { say "gpu-bundle: ../shared/tools/gpu-bundle.sh not found"; exit 1; }
     ../shared/tools/gpu-bundle.sh
-    (cd .gpu && apt-get download -q libtomlplusplus-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
+    (cd .gpu && apt-get download -q libtomlplusplus-dev libdlpack-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
       || { say "gpu-bundle: apt-get download libtomlplusplus-dev failed"; exit 1; }
     if [ -d ../shared/data/photos-200 ]; then cp -r ../shared/data/photos-200 .gpu/photos; fi  # issue 22's benchmark
     say "gpu-bundle: .gpu/ ready, toml++ added; on the GPU machine: bash .gpu/build.sh && ./go gpu"

@@ -37,14 +37,20 @@ def read_list(path):
     return samples
 
 
-def train_transform(size=224):
-    """RandomResizedCrop + horizontal flip + float normalize: torchvision's ImageNet training recipe."""
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def train_transform(size=224, normalize=True):
+    """RandomResizedCrop + horizontal flip + float normalize: torchvision's ImageNet training recipe.
+    normalize=False stops at uint8 CHW tensors, for a normalize on the GPU (apex's prefetcher)."""
     from torchvision import transforms as T
+    if not normalize:
+        return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.PILToTensor()])
     return T.Compose([
         T.RandomResizedCrop(size),
         T.RandomHorizontalFlip(),
         T.ToTensor(),
-        T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+        T.Normalize(mean=MEAN, std=STD),
     ])
 
 
@@ -58,10 +64,17 @@ def report(epoch, images, seconds):
     print(f"epoch {epoch}: {images} images in {seconds:.4f} s", flush=True)
 
 
-def time_epochs(loader, epochs):
-    """Takes every batch of `epochs` epochs of an iterable of (images, labels), reporting each epoch."""
+def time_epochs(loader, epochs, step=None, sync=None):
+    """Takes every batch of `epochs` epochs of an iterable of (images, labels), reporting each epoch.
+
+    step(images, labels), when given, runs on each batch (e.g. the copy to the GPU and its
+    normalize); sync(), when given, runs before each epoch's clock stops (e.g. the GPU's queue)."""
     for e in range(epochs):
         t0, n = time.perf_counter(), 0
         for images, labels in loader:
+            if step:
+                step(images, labels)
             n += images.shape[0]
+        if sync:
+            sync()
         report(e, n, time.perf_counter() - t0)

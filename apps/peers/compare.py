@@ -162,6 +162,10 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"), help="Conveyor build folder")
     ap.add_argument("--python", help="interpreter with torch, torchvision and PIL (default: the first found)")
     ap.add_argument("--only", help="comma list of systems to run")
+    ap.add_argument("--device", choices=["host", "cuda"], default="host",
+                    help="cuda (a GPU machine): Conveyor's batches go to the GPU and are normalized there; "
+                         "DataLoader pins its batches (pin_memory=True), copies them non_blocking and "
+                         "normalizes on the GPU")
     ap.add_argument("--out", help="also write the table (Markdown) to this file")
     a = ap.parse_args()
 
@@ -180,25 +184,29 @@ def main():
             listfile, size = os.path.abspath(a.list), sum(1 for l in open(a.list) if l.strip() and not l.startswith("#"))
         total = a.epochs + 1
         w = str(a.workers)
+        gpu = a.device == "cuda"
         def conveyor_bench(workers, normalize_in="device"):
+            where = ["--device", "cuda"] if gpu else ["--device", "host", "--host-transfer", "handover"]
             return ([conveyor, "bench", "--list", listfile, "--workers", workers, "--batch", "64", "--crop", "224",
-                     "--augment", "rrc", "--normalize", "float32", "--normalize-in", normalize_in, "--device", "host",
-                     "--host-transfer", "handover", "--epochs", str(total)], CONVEYOR_EPOCH)
+                     "--augment", "rrc", "--normalize", "float32", "--normalize-in", normalize_in] + where +
+                    ["--epochs", str(total)], CONVEYOR_EPOCH)
+        peer_device = ["--device", "cuda"] if gpu else []
 
         systems = {
             "conveyor": conveyor_bench(w),
             "conveyor-1": conveyor_bench("1"),
-            "dataloader-0": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "0", "--epochs", str(total)], PEER_EPOCH),
-            "dataloader-1": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "1", "--epochs", str(total)], PEER_EPOCH),
-            "dataloader-2": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "2", "--epochs", str(total)], PEER_EPOCH),
+            "dataloader-0": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "0", "--epochs", str(total)] + peer_device, PEER_EPOCH),
+            "dataloader-1": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "1", "--epochs", str(total)] + peer_device, PEER_EPOCH),
+            "dataloader-2": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "2", "--epochs", str(total)] + peer_device, PEER_EPOCH),
             "conveyor-python": ([py, "conveyor_python.py", "--list", listfile, "--workers", w, "--epochs", str(total),
-                                 "--module", os.path.join(a.build, "python")], PEER_EPOCH),
+                                 "--module", os.path.join(a.build, "python")] + peer_device, PEER_EPOCH),
             "two-queue": ([py, "two_queue.py", "--list", listfile, "--workers", w, "--epochs", str(total)], PEER_EPOCH),
             "decode-only-1": ([bench_images, "full-decode", listfile, "--threads", "1", "--epochs", str(total)], PEER_EPOCH),
             "decode-only-2": ([bench_images, "full-decode", listfile, "--threads", "2", "--epochs", str(total)], PEER_EPOCH),
         }
         if a.workers != 2:
-            systems["dataloader-" + w] = ([py, "torch_dataloader.py", "--list", listfile, "--workers", w, "--epochs", str(total)], PEER_EPOCH)
+            systems["dataloader-" + w] = ([py, "torch_dataloader.py", "--list", listfile, "--workers", w, "--epochs", str(total)] + peer_device,
+                                          PEER_EPOCH)
         # Run only when --only names them: the workers normalizing (no work left
         # on the transfer thread), with 2 and 1 workers.
         extras = {"conveyor-wn": conveyor_bench(w, "workers"), "conveyor-wn-1": conveyor_bench("1", "workers")}

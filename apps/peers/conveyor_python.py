@@ -15,6 +15,8 @@ from common import arguments, time_epochs
 def main():
     ap = arguments(__doc__)
     ap.add_argument("--module", required=True, help="folder holding the conveyor package (BUILD/python)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: device tensors, normalized on the GPU")
     a = ap.parse_args()
     sys.path.insert(0, a.module)
     import torch
@@ -22,8 +24,8 @@ def main():
 
     torch.set_num_threads(1)
     loader = Loader(list=a.list, batch_size=a.batch, workers=a.workers, crop=224, augment="rrc",
-                    normalize="float32", device="cpu", epochs=a.epochs)
-    time_epochs(loader, a.epochs)
+                    normalize="float32", device=a.device, epochs=a.epochs)
+    time_epochs(loader, a.epochs, sync=torch.cuda.synchronize if a.device == "cuda" else None)
 
 
 if __name__ == "__main__":

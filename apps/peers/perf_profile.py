@@ -3,7 +3,7 @@
 
     cmake -S . -B build/profile -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g \\
           -DCONVEYOR_TESTS=OFF -DCONVEYOR_STATIC_JPEG=ON && cmake --build build/profile
-    python3 apps/peers/profile.py --list photos.txt [--build build/profile] [-- extra bench flags]
+    python3 apps/peers/perf_profile.py --list photos.txt [--build build/profile] [-- extra bench flags]
 
 Debian's libjpeg-turbo shared libraries are stripped, so a profile of the
 normal build shows one anonymous blob for the whole decoder; CONVEYOR_STATIC_JPEG
@@ -55,7 +55,7 @@ def main():
     a = ap.parse_args()
     conveyor = os.path.join(a.build, "apps", "conveyor")
     if not os.access(conveyor, os.X_OK):
-        sys.exit(f"profile: {conveyor} is not built (see the configure line in this script's help)")
+        sys.exit(f"perf_profile: {conveyor} is not built (see the configure line in this script's help)")
     with tempfile.TemporaryDirectory(prefix="conveyor-profile-") as work:
         data = os.path.join(work, "perf.data")
         bench = [conveyor, "bench", "--list", a.list, "--workers", a.workers, "--batch", "64", "--crop", "224",
@@ -64,7 +64,7 @@ def main():
         rec = subprocess.run(["perf", "record", "-F", "1999", "--delay", a.delay_ms, "-o", data, "--"] + bench,
                              capture_output=True, text=True)
         if rec.returncode != 0:
-            sys.exit("profile: perf record failed: " + (rec.stderr.strip().splitlines() or ["?"])[-1])
+            sys.exit("perf_profile: perf record failed: " + (rec.stderr.strip().splitlines() or ["?"])[-1])
         m = re.search(r"bench: (\d+) images/s over (\d+) epoch", rec.stdout)
         rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "symbol", "--stdio",
                               "--percent-limit", "0"], capture_output=True, text=True)
