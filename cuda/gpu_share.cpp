@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <span>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "pipeline/rng.h"
@@ -25,6 +27,12 @@ std::string GpuShare::describe(std::size_t workers) const {
   return line;
 }
 
+std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores) {
+  if (cores < 4 || workers + 2 <= cores) return {};
+  return "; hint: --workers " + std::to_string(cores - 2) + " leaves the transfer thread that feeds the decoder a core (" +
+         std::to_string(cores) + " here; docs/cuda.md)";
+}
+
 GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers) {
   if (wanted == 0.0) return {};
   if (!wanted && device.backend() == Backend::host) {
@@ -36,11 +44,13 @@ GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& pro
   if (wanted) {
     char share[32];
     std::snprintf(share, sizeof share, "%g", *wanted);
-    return {*wanted, decoder, std::string("gpu decode: share ") + share + " on " + decoder->describe()};
+    return {*wanted, decoder, std::string("gpu decode: share ") + share + " on " + decoder->describe() +
+                                  gpu_decode_core_hint(workers, std::thread::hardware_concurrency())};
   }
   const GpuShare m = measure_gpu_share(probe, *decoder, device, workers);
   if (m.share == 0) return {0, nullptr, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
-  return {m.share, decoder, "gpu decode: auto, " + m.describe(workers) + ", on " + decoder->describe()};
+  return {m.share, decoder, "gpu decode: auto, " + m.describe(workers) + ", on " + decoder->describe() +
+                               gpu_decode_core_hint(workers, std::thread::hardware_concurrency())};
 }
 
 GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,

@@ -243,6 +243,16 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   REQUIRE(z.share == 0);
 }
 
+TEST_CASE("gpu decode: the line hints at leaving the transfer thread a core when the workers take them all",
+          "[gpu-decode][auto]") {
+  REQUIRE(gpu_decode_core_hint(16, 16).find("--workers 14 ") != std::string::npos);
+  REQUIRE(gpu_decode_core_hint(15, 16).find("--workers 14 ") != std::string::npos);
+  REQUIRE(gpu_decode_core_hint(14, 16).empty());
+  REQUIRE(gpu_decode_core_hint(32, 16).find("(16 here") != std::string::npos);
+  REQUIRE(gpu_decode_core_hint(2, 2).empty());  // too few cores for a hint to help
+  REQUIRE(gpu_decode_core_hint(4, 4).find("--workers 2 ") != std::string::npos);
+}
+
 TEST_CASE("gpu decode: samples the decoder refuses go to the CPU, the rest render from their own images",
           "[gpu-decode][errors]") {
   t::TempDir dir;
