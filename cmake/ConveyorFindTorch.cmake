@@ -36,12 +36,20 @@ macro(conveyor_find_torch)
   # pip's torch also warns, whenever CMAKE_CUDA_ARCHITECTURES is DEFINED, that it "is not
   # compatible with" it, and sets it to OFF, which would leave our .cu files to nvcc's default
   # architecture (seen on the H100 machine): hidden from LibTorch (it has TORCH_CUDA_ARCH_LIST
-  # above) and put back afterwards. A value given with -D is a cache entry, which stays
-  # visible: LibTorch then warns, and the value is still put back.
+  # above), a cache entry (-D) as well as the variable, and put back afterwards.
   if(DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(_conveyor_cuda_archs_before "${CMAKE_CUDA_ARCHITECTURES}")
+    set(_conveyor_cuda_archs_cached OFF)
+    if(DEFINED CACHE{CMAKE_CUDA_ARCHITECTURES})
+      set(_conveyor_cuda_archs_cached ON)
+      get_property(_conveyor_cuda_archs_doc CACHE CMAKE_CUDA_ARCHITECTURES PROPERTY HELPSTRING)
+      unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+    endif()
     unset(CMAKE_CUDA_ARCHITECTURES)
     find_package(Torch ${ARGN})
+    if(_conveyor_cuda_archs_cached)
+      set(CMAKE_CUDA_ARCHITECTURES "${_conveyor_cuda_archs_before}" CACHE STRING "${_conveyor_cuda_archs_doc}" FORCE)
+    endif()
     set(CMAKE_CUDA_ARCHITECTURES "${_conveyor_cuda_archs_before}")
   else()
     find_package(Torch ${ARGN})
@@ -57,6 +65,8 @@ macro(conveyor_find_torch)
   endif()
   unset(_conveyor_cuda_flags_before)
   unset(_conveyor_cuda_archs_before)
+  unset(_conveyor_cuda_archs_cached)
+  unset(_conveyor_cuda_archs_doc)
   unset(_conveyor_set_arch_list)
   unset(_conveyor_arch)
   unset(_conveyor_torch_arch)
