@@ -41,16 +41,15 @@ GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& pro
   std::string why;
   std::shared_ptr<JpegBatchDecoder> decoder = device.create_jpeg_decoder(probe.config().limits, why);
   if (!decoder) return {0, nullptr, "gpu decode: off, the CPU workers decode alone: " + why};
+  const std::string on = " on " + decoder->describe() + gpu_decode_core_hint(workers, std::thread::hardware_concurrency());
   if (wanted) {
     char share[32];
     std::snprintf(share, sizeof share, "%g", *wanted);
-    return {*wanted, decoder, std::string("gpu decode: share ") + share + " on " + decoder->describe() +
-                                  gpu_decode_core_hint(workers, std::thread::hardware_concurrency())};
+    return {*wanted, decoder, std::string("gpu decode: share ") + share + on};
   }
   const GpuShare m = measure_gpu_share(probe, *decoder, device, workers);
   if (m.share == 0) return {0, nullptr, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
-  return {m.share, decoder, "gpu decode: auto, " + m.describe(workers) + ", on " + decoder->describe() +
-                               gpu_decode_core_hint(workers, std::thread::hardware_concurrency())};
+  return {m.share, decoder, "gpu decode: auto, " + m.describe(workers) + "," + on};
 }
 
 GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,

@@ -439,6 +439,14 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
     StageCounters::end_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, t1, Clock::now());
     return pushed;
   };
+  // Runs wait() as time the stage is starved (nothing to transfer); returns what it got.
+  auto starved = [&](auto wait) {
+    const auto t0 = Clock::now();
+    StageCounters::begin_wait(transfer_counters_.starved_since, t0);
+    auto got = wait();
+    StageCounters::end_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, t0, Clock::now());
+    return got;
+  };
   auto finish_and_publish = [&](BatchHandle& batch) { return run(stages_.finish, *batch) && publish(batch); };
   auto finish_in_flight = [&] {
     BatchHandle batch = std::move(*in_flight);
@@ -455,18 +463,12 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
       // overlap, publish the batch in flight rather than hold it while waiting.
       in = host_queue_.try_pop();
       if (!in) {
-        const auto t0 = Clock::now();
-        StageCounters::begin_wait(transfer_counters_.starved_since, t0);
-        if (host_queue_.wait_ready_for(kNextBatchGrace)) in = host_queue_.try_pop();
-        StageCounters::end_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, t0, Clock::now());
+        in = starved([&] { return host_queue_.wait_ready_for(kNextBatchGrace) ? host_queue_.try_pop() : std::nullopt; });
       }
       if (!in && !finish_in_flight()) return;
     }
     if (!in) {
-      auto t0 = Clock::now();
-      StageCounters::begin_wait(transfer_counters_.starved_since, t0);
-      in = host_queue_.pop();
-      StageCounters::end_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, t0, Clock::now());
+      in = starved([&] { return host_queue_.pop(); });
       if (!in) return;  // stopped
     }
     early.emplace((*in)->sequence, std::move(*in));

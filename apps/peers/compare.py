@@ -191,13 +191,16 @@ def main():
                      "--augment", "rrc", "--normalize", "float32", "--normalize-in", normalize_in] + where +
                     ["--epochs", str(total)], CONVEYOR_EPOCH)
         peer_device = ["--device", "cuda"] if gpu else []
+        def dataloader(workers):
+            return ([py, "torch_dataloader.py", "--list", listfile, "--workers", workers, "--epochs", str(total)] + peer_device,
+                    PEER_EPOCH)
 
         systems = {
             "conveyor": conveyor_bench(w),
             "conveyor-1": conveyor_bench("1"),
-            "dataloader-0": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "0", "--epochs", str(total)] + peer_device, PEER_EPOCH),
-            "dataloader-1": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "1", "--epochs", str(total)] + peer_device, PEER_EPOCH),
-            "dataloader-2": ([py, "torch_dataloader.py", "--list", listfile, "--workers", "2", "--epochs", str(total)] + peer_device, PEER_EPOCH),
+            "dataloader-0": dataloader("0"),
+            "dataloader-1": dataloader("1"),
+            "dataloader-2": dataloader("2"),
             "conveyor-python": ([py, "conveyor_python.py", "--list", listfile, "--workers", w, "--epochs", str(total),
                                  "--module", os.path.join(a.build, "python")] + peer_device, PEER_EPOCH),
             "two-queue": ([py, "two_queue.py", "--list", listfile, "--workers", w, "--epochs", str(total)], PEER_EPOCH),
@@ -205,8 +208,7 @@ def main():
             "decode-only-2": ([bench_images, "full-decode", listfile, "--threads", "2", "--epochs", str(total)], PEER_EPOCH),
         }
         if a.workers != 2:
-            systems["dataloader-" + w] = ([py, "torch_dataloader.py", "--list", listfile, "--workers", w, "--epochs", str(total)] + peer_device,
-                                          PEER_EPOCH)
+            systems["dataloader-" + w] = dataloader(w)
         # Run only when --only names them: the workers normalizing (no work left
         # on the transfer thread), with 2 and 1 workers.
         extras = {"conveyor-wn": conveyor_bench(w, "workers"), "conveyor-wn-1": conveyor_bench("1", "workers")}
