@@ -195,9 +195,11 @@ gpu_checks() {
     for round in 1 2; do
       step "decode-cpu-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode off
       step "decode-hybrid-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode auto
-      # Two cores left to the transfer thread and nvJPEG's host side (docs/tuning.md).
-      step "decode-hybrid-w$((w - 2))-$round" "$b/apps/conveyor" bench --list "$list" --workers "$((w - 2))" --normalize float16 \
-        --epochs 3 --gpu-decode auto
+      # Two cores left to the transfer thread and nvJPEG's host side (docs/cuda.md).
+      if [ "$w" -gt 4 ]; then
+        step "decode-hybrid-w$((w - 2))-$round" "$b/apps/conveyor" bench --list "$list" --workers "$((w - 2))" \
+          --normalize float16 --epochs 3 --gpu-decode auto
+      fi
       step "decode-nvjpeg-loop-$round" python3 apps/peers/nvjpeg_loop.py --list "$list" --epochs 3
     done
     # Issue 19's GPU row: Conveyor (C++ and Python) against DataLoader(num_workers=nproc,
@@ -208,10 +210,10 @@ gpu_checks() {
     rows+=("skip  gpu decode benchmark (no photos: set CONVEYOR_PHOTOS, or ./go gpu-bundle carries ../shared/data/photos-200)")
   fi
   { echo "./go gpu on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
-    grep -h -E "GB/s|batches/s|utilisation" "$out"/h2d.log "$out"/pipeline-*.log 2>/dev/null
-    for f in "$out"/pipeline-*.log; do [ -f "$f" ] && grep -H "^median" "$f"; done
+    if [ -f "$out/h2d.log" ]; then cat "$out/h2d.log"; fi
+    for f in "$out"/pipeline-*.log; do [ -f "$f" ] && grep -H -E "^(pinned copy|median)" "$f"; done
     for f in "$out"/decode-*.log; do [ -f "$f" ] && grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f"; done
-    [ -f "$out/peers-cuda.md" ] && cat "$out/peers-cuda.md"; } | tee "$out/gpu-summary.txt"
+    if [ -f "$out/peers-cuda.md" ]; then cat "$out/peers-cuda.md"; fi; } | tee "$out/gpu-summary.txt"
   return $rc
 }
 
@@ -249,13 +251,13 @@ case "$cmd" in
   gpu-bundle)
     # Here, before lending the checkout to a GPU machine without a package
     # registry: ../shared/tools/gpu-bundle.sh's .gpu/, plus what it does not
-    # carry (toml++'s headers) unpacked into its sysroot.
+    # carry (toml++'s and dlpack's headers) unpacked into its sysroot.
     [ -x ../shared/tools/gpu-bundle.sh ] || { say "gpu-bundle: ../shared/tools/gpu-bundle.sh not found"; exit 1; }
     ../shared/tools/gpu-bundle.sh
     (cd .gpu && apt-get download -q libtomlplusplus-dev libdlpack-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
-      || { say "gpu-bundle: apt-get download libtomlplusplus-dev failed"; exit 1; }
+      || { say "gpu-bundle: apt-get download libtomlplusplus-dev libdlpack-dev failed"; exit 1; }
     if [ -d ../shared/data/photos-200 ]; then cp -r ../shared/data/photos-200 .gpu/photos; fi  # issue 22's benchmark
-    say "gpu-bundle: .gpu/ ready, toml++ added; on the GPU machine: bash .gpu/build.sh && ./go gpu"
+    say "gpu-bundle: .gpu/ ready, toml++ and dlpack added; on the GPU machine: bash .gpu/build.sh && ./go gpu"
     ;;
   gpu)
     # The GPU machine's checks (issue 16), from a build with CUDA and LibTorch:

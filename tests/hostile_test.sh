@@ -46,7 +46,7 @@ fifo)  # 17.1: a FIFO among the images is refused by name without blocking, in a
   ;;
 memory)  # 17.2: the pools' bytes are checked against a budget before anything is allocated
   # The default budget is a quarter of physical memory: the pools of the first and last runs
-  # (110 GiB, 28 TiB) exceed it on any machine; the other two (9.3 and 9.0 GiB) name a budget,
+  # (110 GiB, 28 TiB) exceed it below 440 GiB of memory; the other two (9.3 and 9.0 GiB) name a budget,
   # since a 128 GiB GPU machine's quarter would take them.
   for flags in "--host-queue 4096 --device-queue 4096 --crop 224" "--workers 1024 --crop 224 --max-memory-mb 4096" \
                "--crop 16384 --batch 1 --max-memory-mb 4096" "--batch 16777216"; do
