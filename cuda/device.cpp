@@ -33,11 +33,18 @@ CudaProbe probe_cuda() {
 #endif
 }
 
+namespace {
+std::shared_ptr<Device> open_host(DeviceConfig config, std::string why) {
+  if (config.handover_if_host) config.host_transfer = HostTransfer::handover;
+  return open_host_device(config, std::move(why));
+}
+}  // namespace
+
 std::shared_ptr<Device> open_device(const DeviceConfig& config) {
   if (!(config.link_gbps >= 0) || !std::isfinite(config.link_gbps)) {
     throw std::invalid_argument("device: link_gbps must be a finite number >= 0, got " + std::to_string(config.link_gbps));
   }
-  if (config.backend == BackendChoice::host) return open_host_device(config, "asked for");
+  if (config.backend == BackendChoice::host) return open_host(config, "asked for");
 
   // Options that only the host backend has decide for it under auto, and are an error under cuda.
   std::string host_only;
@@ -48,14 +55,14 @@ std::shared_ptr<Device> open_device(const DeviceConfig& config) {
     if (config.backend == BackendChoice::cuda) {
       throw std::invalid_argument("device: " + host_only + " is a host-backend option; the cuda backend has a real device");
     }
-    return open_host_device(config, "auto: " + host_only + " asks for the host backend");
+    return open_host(config, "auto: " + host_only + " asks for the host backend");
   }
 
   // One probe; on the host backend nothing else touches CUDA.
   const CudaProbe probe = probe_cuda();
   const bool have_device = probe.built_with_cuda && probe.error == 0 && probe.devices > 0;
   if (config.backend == BackendChoice::automatic && !have_device) {
-    return open_host_device(config, "auto: " + probe.explain());
+    return open_host(config, "auto: " + probe.explain());
   }
   if (!have_device) throw DeviceError("device cuda: " + probe.explain());
   if (config.cuda_device < 0 || config.cuda_device >= probe.devices) {

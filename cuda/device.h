@@ -64,8 +64,15 @@ struct DeviceConfig {
   // CUDA device ordinal. Default: 0.
   int cuda_device = 0;
 
-  // Host backend: copy or hand over. Default: copy.
+  // Host backend: copy or hand over. Default: copy. handover is a host-only
+  // option: under auto it chooses the host backend by itself.
   HostTransfer host_transfer = HostTransfer::copy;
+
+  // Hand over instead of copying *if* the host backend is the one opened (asked
+  // for, or auto's fallback), without choosing it: for a consumer that reads
+  // batches on the CPU whatever the backend, such as the Python Loader. Ignored
+  // on cuda. Default: false.
+  bool handover_if_host = false;
 
   // Host backend: simulated host-to-device link in GB/s (1e9 bytes/s); every
   // copy takes at least bytes / bandwidth. Default: 0, no simulated link.

@@ -33,15 +33,10 @@ Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sa
   if (dataset_size == 0) throw std::invalid_argument("dataset: no samples");
   settings_.config.sample_bytes = sample_bytes;
   settings_.config.validate();
-  // A CPU consumer reads the workers' buffers in place (handover). That is a host-backend option,
-  // which under auto would itself choose the host backend: so it is set once the backend is known
-  // to be the host, and a GPU, when there is one, is opened as it is.
-  if (settings_.device.backend != BackendChoice::host) device_ = open_device(settings_.device);
-  if (!device_ || device_->backend() == Backend::host) {
-    settings_.device.backend = BackendChoice::host;
-    settings_.device.host_transfer = HostTransfer::handover;
-    device_ = open_device(settings_.device);
-  }
+  // A CPU consumer reads the workers' buffers in place (handover) when the host backend is the one
+  // opened; a GPU, when auto finds one, is opened as it is. One probe, and the reason auto gives.
+  settings_.device.handover_if_host = true;
+  device_ = open_device(settings_.device);
   if (device_->backend() == Backend::cuda) {
     transfer_.current_consumer_stream = [this] { return stream_; };
   }

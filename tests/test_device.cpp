@@ -307,6 +307,21 @@ TEST_CASE("open_device chooses once and says why", "[device][backend]") {
     cfg.link_gbps = -1;
     REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("link_gbps must be"));
   }
+  SECTION("handover_if_host hands over on the host backend without choosing it") {
+    DeviceConfig cfg;
+    cfg.handover_if_host = true;
+    cfg.backend = BackendChoice::host;
+    REQUIRE(open_device(cfg)->hands_over());
+    cfg.backend = BackendChoice::automatic;
+    auto d = open_device(cfg);
+    if (probe.devices > 0) {
+      REQUIRE(d->backend() == Backend::cuda);  // unlike host_transfer = handover, which would pick host
+      REQUIRE_FALSE(d->hands_over());
+    } else {
+      REQUIRE(d->hands_over());
+      REQUIRE_THAT(d->describe(), Catch::Contains("auto: ") && !Catch::Contains("asks for the host backend"));
+    }
+  }
   SECTION("names parse") {
     REQUIRE(parse_backend("auto") == BackendChoice::automatic);
     REQUIRE(parse_backend("cuda") == BackendChoice::cuda);

@@ -225,6 +225,15 @@ def cuda_torch_or_skip():
     return torch
 
 
+def test_auto_says_why_it_chose_and_a_cpu_consumer_reads_in_place(folder):
+    loader = conveyor.Loader(folder=str(folder), batch_size=4, workers=1, crop=16, epochs=1)
+    if loader.device == "cpu":  # auto's own reason, not "asked for": the device is opened once
+        assert "auto: " in loader.device_description and "handover" in loader.device_description, \
+            loader.device_description
+    cpu = conveyor.Loader(folder=str(folder), batch_size=4, workers=1, crop=16, epochs=1, device="cpu")
+    assert cpu.device == "cpu" and "handover" in cpu.device_description and "asked for" in cpu.device_description
+
+
 def test_on_a_gpu_auto_gives_device_tensors_with_the_cpu_paths_values(folder):
     torch = cuda_torch_or_skip()
     import conveyor.torch as ct
