@@ -14,7 +14,8 @@
 #                       gpu-bundle.sh plus toml++), then there: bash .gpu/build.sh && ./go gpu
 #   ./go gpu            on a machine with an NVIDIA GPU: test_cuda, compute-sanitizer
 #                       memcheck and synccheck, the H2D and pipeline benchmarks,
-#                       conveyor train --device cuda --deterministic resumed; a summary
+#                       conveyor train --device cuda --deterministic resumed, and what that switch
+#                       costs on the small ResNet; a 5 ms step-bound run; a summary
 #   ./go peers ARGS     Conveyor against PyTorch's DataLoader and the Python
 #                       two-queue pipeline (apps/peers/compare.py ARGS)
 #
@@ -170,7 +171,42 @@ gpu_checks() {
       fi
     done
   done
+  # Step-bound (issue 16): a 5 ms step on the device; the consumer (the GPU) must never wait,
+  # and the report must name the consumer, not the transfer that waits for its slots.
+  step pipeline-step-5ms "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
+    --step-us 5000 --batch 128
+  local idle named
+  idle=$(sed -n 's/^median.*consumer idle \([0-9.]*\)%.*/\1/p' "$out/pipeline-step-5ms.log")
+  named=$(grep -c "bottleneck: consumer" "$out/pipeline-step-5ms.log" || true)
+  if [ -n "$idle" ] && awk -v i="$idle" 'BEGIN { exit !(i <= 1.0) }' && [ "$named" -ge 1 ]; then
+    rows+=("pass  pipeline-step-5ms: consumer idle ${idle}% (target <= 1%), bottleneck named consumer in $named of the runs")
+  else
+    rows+=("MISS  pipeline-step-5ms: consumer idle ${idle:-?}% (target <= 1%), bottleneck named consumer in ${named:-0} runs")
+  fi
   if [ -x "$b/apps/conveyor-train" ]; then
+    # What --deterministic costs: the small ResNet at 128 px (LeNet's epochs are too short to
+    # tell), with and without it, alternated, 3 rounds; images/s of epochs 2-3.
+    local round mode
+    for round in 1 2 3; do
+      for mode in default deterministic; do
+        step "train-cost-$mode-$round" "$b/apps/conveyor" train --device cuda --model resnet --crop 128 --epochs 3 \
+          --seed 7 --workers "$w" $([ "$mode" = deterministic ] && echo --deterministic)
+      done
+    done
+    rows+=("$(python3 - "$out" <<'PY'
+import glob, re, statistics, sys
+rate = {}
+for mode in ("default", "deterministic"):
+    runs = []
+    for f in sorted(glob.glob(f"{sys.argv[1]}/train-cost-{mode}-*.log")):
+        r = [float(m) for m in re.findall(r"^epoch [2-9]\d*/\d+:.*?, (\d+) images/s", open(f).read(), re.M)]
+        if r: runs.append(statistics.median(r))
+    rate[mode] = statistics.median(runs) if runs else None
+d, s = rate["default"], rate["deterministic"]
+print(f"info  --deterministic cost, resnet 128 px: {s:.0f} images/s against {d:.0f} without, {s / d:.3f}x"
+      if d and s else "MISS  --deterministic cost: no epoch figures in train-cost-*.log")
+PY
+)")
     local t=("$b/apps/conveyor" train --device cuda --deterministic --epochs 3 --seed 7 --workers "$w")
     step train-straight "${t[@]}"
     step train-part1 "${t[@]}" --stop-after 50 --checkpoint "$out/resume.pt"
@@ -212,6 +248,7 @@ gpu_checks() {
   { echo "./go gpu on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
     if [ -f "$out/h2d.log" ]; then cat "$out/h2d.log"; fi
     for f in "$out"/pipeline-*.log; do [ -f "$f" ] && grep -H -E "^(pinned copy|median)" "$f"; done
+    if [ -f "$out/pipeline-step-5ms.log" ]; then grep -m1 -o "bottleneck: .*" "$out/pipeline-step-5ms.log"; fi
     for f in "$out"/decode-*.log; do [ -f "$f" ] && grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f"; done
     if [ -f "$out/peers-cuda.md" ]; then cat "$out/peers-cuda.md"; fi; } | tee "$out/gpu-summary.txt"
   return $rc

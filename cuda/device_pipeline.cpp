@@ -136,7 +136,9 @@ struct TransferCore {
       device->bind_thread();  // 3: first, on this thread (the calls guard themselves too)
       thread_bound = true;
     }
+    const auto waited_from = Clock::now();
     auto id = free_slots.pop();  // blocks while the consumer holds every slot; empty once stopped
+    batch.transfer_blocked_ns += elapsed_ns(waited_from, Clock::now());  // the consumer's time, not ours
     if (!id) {
       // Closed by stop() (the core ignores errors while stopping) or by a failed release.
       std::lock_guard lk(error_mu);
@@ -197,6 +199,12 @@ struct TransferCore {
     NvtxRange range("conveyor.finish");
     DeviceSlot& s = *static_cast<DeviceSlot*>(batch.user);
     try {
+      // The copy waited on the device for the consumer's last use of this slot
+      // (its step may still run on the GPU after its thread released the batch):
+      // that wait is the consumer's time, which the stage reports as blocked.
+      const auto waited_from = Clock::now();
+      device->synchronize(*s.consumed);
+      batch.transfer_blocked_ns += elapsed_ns(waited_from, Clock::now());
       device->synchronize(*s.copied);
     } catch (...) {
       drain_streams();  // as in transfer(): H must outlive the DMA that reads it

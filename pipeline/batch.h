@@ -79,6 +79,14 @@ struct Batch {
   // Free for a transfer backend to hang per-batch device state on; the core
   // never reads it.
   void* user = nullptr;
+
+  // Nanoseconds of the current transfer phase (transfer or finish) spent
+  // waiting for the consumer to give memory back: a free device slot, or the
+  // device's own use of one (a training step still running on the GPU after the
+  // consumer's thread moved on). The core zeroes it before each phase and counts
+  // it as the transfer stage's blocked time rather than busy, so a consumer
+  // bound by its device work is not reported as a slow transfer.
+  std::uint64_t transfer_blocked_ns = 0;
 };
 
 // FNV-1a over what a consumer sees of a batch: epoch, index, indices, labels,

@@ -414,10 +414,13 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
     }
   } leftover{in_flight, stages_.finish};
 
-  // Runs one phase of the transfer; its time is the stage's busy time. False
-  // when it threw: a phase woken by on_stop throws to get out, which is not an error.
+  // Runs one phase of the transfer; its time is the stage's busy time, less what
+  // the phase says it waited for the consumer (Batch::transfer_blocked_ns), which
+  // is blocked time. False when it threw: a phase woken by on_stop throws to get
+  // out, which is not an error.
   auto run = [&](const TransferFn& phase, Batch& batch) {
     const auto t0 = Clock::now();
+    batch.transfer_blocked_ns = 0;
     try {
       phase(batch);
     } catch (...) {
@@ -427,7 +430,10 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
       }
       return false;
     }
-    StageCounters::add(transfer_counters_.busy_ns, elapsed_ns(t0, Clock::now()));
+    const auto took = elapsed_ns(t0, Clock::now());
+    const auto blocked = std::min<std::uint64_t>(batch.transfer_blocked_ns, took);
+    StageCounters::add(transfer_counters_.busy_ns, took - blocked);
+    StageCounters::add(transfer_counters_.blocked_ns, blocked);
     return true;
   };
   // Hands a transferred batch to the consumer; false once stopped.

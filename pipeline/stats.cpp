@@ -19,11 +19,29 @@ void accumulate(StageStats& into, const StageCounters& c, Clock::time_point now)
   into.starved_s += double(c.starved_ns.load(std::memory_order_relaxed)) * 1e-9;
 }
 
+namespace {
+const StageStats* find_stage(const std::vector<StageStats>& stages, const char* name) {
+  for (const auto& s : stages) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+// The consumer's share of the time measured where its thread cannot see it: the
+// transfer stage's time blocked on it (device queue full, no free device slot).
+double hidden_consumer_fraction(const std::vector<StageStats>& stages) {
+  const StageStats* transfer = find_stage(stages, "transfer");
+  return transfer ? transfer->blocked_fraction() : 0.0;
+}
+}  // namespace
+
 const StageStats* PipelineStats::bottleneck() const {
   const StageStats* best = nullptr;
   for (const auto& s : stages) {
     if (!best || s.busy_fraction() > best->busy_fraction()) best = &s;
   }
+  const StageStats* consumer = find_stage(stages, "consumer");
+  if (best && consumer && hidden_consumer_fraction(stages) > best->busy_fraction()) return consumer;
   return best;
 }
 
@@ -41,12 +59,14 @@ const char* hint_for(const std::string& stage) {
 std::string PipelineStats::bottleneck_summary() const {
   const StageStats* b = bottleneck();
   if (!b) return "bottleneck: none (no stage ran)";
-  const StageStats* consumer = nullptr;
-  for (const auto& s : stages) {
-    if (s.name == "consumer") consumer = &s;
-  }
+  const StageStats* consumer = find_stage(stages, "consumer");
   char line[512];
-  if (consumer && b != consumer) {
+  if (b == consumer && hidden_consumer_fraction(stages) > b->busy_fraction()) {
+    std::snprintf(line, sizeof line,
+                  "bottleneck: consumer (busy %d%% on its thread; the transfer waited %d%% of the time for buffers it "
+                  "still held, as when its step runs on the device) - %s",
+                  pct(b->busy_fraction()), pct(hidden_consumer_fraction(stages)), hint_for(b->name));
+  } else if (consumer && b != consumer) {
     std::snprintf(line, sizeof line, "bottleneck: %s (busy %d%%), consumer waiting %d%% - %s", b->name.c_str(),
                   pct(b->busy_fraction()), pct(consumer->starved_fraction()), hint_for(b->name));
   } else {

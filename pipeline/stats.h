@@ -85,7 +85,11 @@ struct PipelineStats {
   std::vector<StageStats> stages;
   std::vector<NamedQueueStats> queues;
 
-  // The stage with the highest busy fraction: the one that sets the pace.
+  // The stage that sets the pace: the one with the highest busy fraction, or the
+  // consumer when the transfer stage waited for it (blocked) longer than any
+  // stage was busy. That is a consumer whose work runs on a device after its
+  // thread has returned (a GPU training step): its thread looks idle while the
+  // buffers it released are still in use.
   const StageStats* bottleneck() const;
   // One line naming the bottleneck with the evidence and a hint, e.g.
   // "bottleneck: workers (busy 98%); consumer waited 61% of the time - add workers or make samples cheaper".

@@ -355,12 +355,14 @@ class FaultyDevice final : public Device {
   // its destination, the bytes its source held when it was enqueued, its stream.
   void* copy_dst = nullptr;
   std::vector<std::byte> copy_source;
-  Stream* copy_stream = nullptr;
-  Stream* normalize_stream = nullptr;  // the last normalize's (transfer thread)
-  // For each synchronize(Event&), how many copies had been enqueued by then.
+  Stream* copy_stream = nullptr;       // under sync_mu while the pipeline runs
+  Stream* normalize_stream = nullptr;  // the last normalize's (transfer thread); likewise
+  // For each synchronize(Event&) on an event last recorded on the copy or the
+  // normalize stream (a slot's "copied"), how many copies had been enqueued by then.
   std::atomic<std::size_t> copies{0};
   std::mutex sync_mu;
   std::vector<std::size_t> copies_at_sync;
+  std::set<const Event*> transfer_events;  // under sync_mu
 
   Backend backend() const override { return inner_->backend(); }
   std::string describe() const override { return "faulty " + inner_->describe(); }
@@ -384,7 +386,10 @@ class FaultyDevice final : public Device {
     inner_->copy_to_device(d, s, n, st);
     copy_dst = d;
     copy_source.assign(static_cast<const std::byte*>(s), static_cast<const std::byte*>(s) + n);
-    copy_stream = &st;
+    {
+      std::lock_guard lk(sync_mu);  // record() reads it on the consumer's thread
+      copy_stream = &st;
+    }
     ++copies;
   }
   void copy_to_host(void* d, const void* s, std::size_t n, Stream& st) override { inner_->copy_to_host(d, s, n, st); }
@@ -392,6 +397,7 @@ class FaultyDevice final : public Device {
   void normalize(const NormalizeJob& j, Stream& st) override {
     fail_once(AfterCopy::normalize, "normalize_kernel launch");
     inner_->normalize(j, st);
+    std::lock_guard lk(sync_mu);
     normalize_stream = &st;
   }
   void gather(const GatherJob& j, Stream& st) override { inner_->gather(j, st); }
@@ -400,6 +406,9 @@ class FaultyDevice final : public Device {
     if (fail_cpu_records && st.native() == nullptr) throw DeviceError("cudaEventRecord(...) at cuda/fake.cu:2: injected failure");
     if (st.native() != nullptr) fail_once(AfterCopy::record, "cudaEventRecord(...)");
     inner_->record(e, st);
+    std::lock_guard lk(sync_mu);
+    if (&st == copy_stream || &st == normalize_stream) transfer_events.insert(&e);
+    else transfer_events.erase(&e);
   }
   void wait(Stream& st, Event& e) override {
     if (st.native() == nullptr) ++waits_on_cpu_stream;
@@ -409,7 +418,7 @@ class FaultyDevice final : public Device {
   void synchronize(Event& e) override {
     {
       std::lock_guard lk(sync_mu);
-      copies_at_sync.push_back(copies.load());
+      if (transfer_events.count(&e)) copies_at_sync.push_back(copies.load());
     }
     fail_once(AfterCopy::synchronize, "cudaEventSynchronize(...)");
     inner_->synchronize(e);
@@ -1195,4 +1204,30 @@ TEST_CASE("current_consumer_stream: each batch is ready on, and released from, t
   for (auto& [key, count] : seen) samples += std::size_t(count);
   REQUIRE(samples == 2 * 14);
   REQUIRE(wrong == 0);
+}
+
+TEST_CASE("a consumer bound by its work on the device is named the bottleneck, not the transfer",
+          "[device][pipeline][stats]") {
+  // The consumer's thread only enqueues a 4 ms step on its stream and releases the
+  // batch: its thread is idle, while the transfer waits for the slots the step
+  // still reads. Those waits are the consumer's time (blocked), so the report
+  // names the consumer, as on a GPU whose training step is the limit.
+  auto device = host_device();
+  auto stream = device->create_stream();
+  TransferConfig tc;
+  tc.consumer_stream = stream->native();
+  Config cfg = small_config(2, 2, 2);
+  cfg.epochs = 1;
+  DevicePipeline dp(cfg, 120, test::fill_pattern, tc, device);  // 30 batches, 120 ms of steps
+  REQUIRE(run_stream_consumer(dp, *device, *stream, cfg.seed, nullptr, 4000) == 0);
+  const PipelineStats st = dp.stats();
+  const StageStats* transfer = nullptr;
+  for (const auto& s : st.stages) {
+    if (s.name == "transfer") transfer = &s;
+  }
+  REQUIRE(transfer);
+  CHECK(transfer->busy_fraction() < 0.3);
+  CHECK(transfer->blocked_fraction() > 0.5);
+  REQUIRE(st.bottleneck()->name == "consumer");
+  REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("the transfer waited"));
 }

@@ -785,6 +785,25 @@ TEST_CASE("pipeline: stats name the bottleneck", "[pipeline][stats]") {
     REQUIRE(st.queues[1].stats.high_water >= 1);
     REQUIRE_THAT(st.table(), Catch::Contains("device queue"));
   }
+  SECTION("a transfer that waits for the consumer's memory is blocked, not busy") {
+    // As a device transfer waiting for a slot the GPU's step still uses: the
+    // consumer's thread is quick, the time shows up in the transfer phase.
+    TransferFn waiting = [](Batch& b) {
+      const auto t0 = Clock::now();
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      b.transfer_blocked_ns += elapsed_ns(t0, Clock::now());
+    };
+    Pipeline p(c, 140, {fill_pattern, waiting});
+    while (p.next()) {
+    }
+    const auto st = p.stats();
+    const StageStats& transfer = st.stages[1];
+    REQUIRE(transfer.name == "transfer");
+    REQUIRE(transfer.blocked_fraction() > 0.5);
+    REQUIRE(transfer.busy_fraction() < 0.2);
+    REQUIRE(st.bottleneck()->name == "consumer");
+    REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("the transfer waited") && Catch::Contains("training step"));
+  }
 }
 
 TEST_CASE("pipeline: a wait under way counts in the snapshot taken during it", "[pipeline][stats]") {
