@@ -4,10 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__SSE2__)
-#include <emmintrin.h>  // SSE2: baseline on x86-64, so no runtime dispatch
+#include <emmintrin.h>  // SSE2: baseline on x86-64
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>  // AVX2, compiled per function (target attribute) and chosen at run time
+#define CONVEYOR_RESIZE_AVX2 1
 #endif
 
 namespace conveyor {
@@ -107,6 +112,86 @@ void horizontal_row(const std::int16_t* row, const std::int32_t* first, const st
 #endif
 }
 
+#if defined(CONVEYOR_RESIZE_AVX2)
+// The same two passes 256 bits wide, for CPUs that have AVX2 (resize_isa()).
+// Every output value is the same integer sum in the same order as in the SSE2
+// and scalar loops, so the three give the same bits (tests/test_augment.cpp runs
+// each against resize_reference()).
+
+// 32 bytes at a time; the rest goes to the SSE2 loop.
+__attribute__((target("avx2"))) void vertical_row_avx2(const unsigned char* base, std::ptrdiff_t stride,
+                                                        const std::int16_t* w, int n, std::size_t len,
+                                                        std::int16_t* out) {
+  std::size_t x = 0;
+  const __m256i zero = _mm256_setzero_si256();
+  for (; x + 32 <= len; x += 32) {
+    __m256i a0 = _mm256_set1_epi32(kVHalf), a1 = a0, a2 = a0, a3 = a0;
+    for (int k = 0; k < n; k += 2) {
+      const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + k * stride + std::ptrdiff_t(x)));
+      const bool pair = k + 1 < n;
+      const __m256i r1 =
+          pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + (k + 1) * stride + std::ptrdiff_t(x)))
+               : zero;
+      const __m256i wk = _mm256_set1_epi32(int(std::uint32_t(std::uint16_t(w[k])) |
+                                               (std::uint32_t(std::uint16_t(pair ? w[k + 1] : 0)) << 16)));
+      // Unpacks work within each 128-bit lane: a0..a3 hold bytes 0-3, 4-7, 8-11,
+      // 12-15 of the low lane and 16-19, 20-23, 24-27, 28-31 of the high one.
+      const __m256i lo0 = _mm256_unpacklo_epi8(r0, zero), lo1 = _mm256_unpacklo_epi8(r1, zero);
+      const __m256i hi0 = _mm256_unpackhi_epi8(r0, zero), hi1 = _mm256_unpackhi_epi8(r1, zero);
+      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_unpacklo_epi16(lo0, lo1), wk));
+      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_unpackhi_epi16(lo0, lo1), wk));
+      a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_unpacklo_epi16(hi0, hi1), wk));
+      a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_unpackhi_epi16(hi0, hi1), wk));
+    }
+    a0 = _mm256_srai_epi32(a0, kVShift), a1 = _mm256_srai_epi32(a1, kVShift);
+    a2 = _mm256_srai_epi32(a2, kVShift), a3 = _mm256_srai_epi32(a3, kVShift);
+    const __m256i p01 = _mm256_packs_epi32(a0, a1);  // x 0-7 | x 16-23
+    const __m256i p23 = _mm256_packs_epi32(a2, a3);  // x 8-15 | x 24-31
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + x), _mm256_permute2x128_si256(p01, p23, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + x + 16), _mm256_permute2x128_si256(p01, p23, 0x31));
+  }
+  vertical_row(base + x, stride, w, n, len - x, out + x);
+}
+
+// Two output pixels at a time, one per 128-bit lane, each as the SSE2 loop
+// computes one; an odd last pixel goes to the SSE2 loop.
+__attribute__((target("avx2"))) void horizontal_row_avx2(const std::int16_t* row, const std::int32_t* first,
+                                                          const std::int16_t* weights, int out_width, int taps,
+                                                          bool mirror, unsigned char* out) {
+  const int pairs = (taps + 1) / 2;
+  int q = 0;
+  for (; q + 1 < out_width; q += 2) {
+    const int o0 = mirror ? out_width - 1 - q : q, o1 = mirror ? o0 - 1 : o0 + 1;
+    const std::int16_t* p0 = row + std::ptrdiff_t(first[o0]) * 3;
+    const std::int16_t* p1 = row + std::ptrdiff_t(first[o1]) * 3;
+    const std::int16_t* w0 = weights + std::size_t(o0) * std::size_t(pairs) * 8;
+    const std::int16_t* w1 = weights + std::size_t(o1) * std::size_t(pairs) * 8;
+    __m256i acc = _mm256_set1_epi32(kHHalf);
+    for (int j = 0; j < pairs; ++j) {
+      const __m256i a = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 6 * j))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 6 * j)), 1);
+      const __m256i ab = _mm256_unpacklo_epi16(a, _mm256_srli_si256(a, 6));  // per lane: r r g g b b . .
+      const __m256i wv = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w0 + 8 * j))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(w1 + 8 * j)), 1);
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ab, wv));
+    }
+    acc = _mm256_srai_epi32(acc, kHShift);
+    const __m256i px = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc), acc);
+    const std::uint32_t rgbx0 = std::uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(px)));
+    const std::uint32_t rgbx1 = std::uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(px, 1)));
+    std::memcpy(out + std::ptrdiff_t(q) * 3, &rgbx0, 4);  // its spare byte is pixel q + 1's, written next
+    std::memcpy(out + std::ptrdiff_t(q + 1) * 3, &rgbx1, q + 2 < out_width ? 4 : 3);
+  }
+  if (q < out_width) {  // the odd last pixel: the SSE2 loop over a one-pixel row
+    const int o = mirror ? 0 : q;
+    horizontal_row(row, first + o, weights + std::size_t(o) * std::size_t(pairs) * 8, 1, taps, false,
+                   out + std::ptrdiff_t(q) * 3);
+  }
+}
+#endif
+
 // The horizontal weights in the layout horizontal_row reads: with SSE2, per
 // pixel and pair of taps, (w0 w1 w0 w1 w0 w1 0 0); without, the taps as made.
 void layout_horizontal_weights(const std::vector<std::int16_t>& taps_weights, int out_width, int taps,
@@ -204,9 +289,33 @@ void resize_reference(const unsigned char* src, int width, int height, std::ptrd
   }
 }
 
+const char* resize_isa() {
+  static const char* const isa = [] {
+#if defined(CONVEYOR_RESIZE_AVX2)
+    const char* force = std::getenv("CONVEYOR_RESIZE_ISA");
+    const bool baseline = force && std::strcmp(force, "sse2") == 0;
+    if (!baseline && __builtin_cpu_supports("avx2")) return "avx2";
+#endif
+#if defined(__SSE2__)
+    return "sse2";
+#else
+    return "scalar";
+#endif
+  }();
+  return isa;
+}
+
 void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                      double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
                      ResizeScratch& s, bool mirror) {
+#if defined(CONVEYOR_RESIZE_AVX2)
+  const bool avx2 = resize_isa()[0] == 'a';
+  const auto vertical = avx2 ? vertical_row_avx2 : vertical_row;
+  const auto horizontal = avx2 ? horizontal_row_avx2 : horizontal_row;
+#else
+  const auto vertical = vertical_row;
+  const auto horizontal = horizontal_row;
+#endif
   const ResizeBox box = clamp_resize_box(u0, v0, u1, v1, width, height, out_width, out_height);
   make_resize_taps(box.u0, box.u1, width, out_width, s.x);
   make_resize_taps(box.v0, box.v1, height, out_height, s.y);
@@ -218,22 +327,22 @@ void resize_triangle(const unsigned char* src, int width, int height, std::ptrdi
   const int col_lo = s.x.first.front();
   const int cols = s.x.first.back() + s.x.count.back() - col_lo;
   const std::size_t in_len = std::size_t(cols) * 3;
-  // Zero padding of x_taps + 2 pixels: fixed-length taps, and the SSE2 loads
+  // Zero padding of x_taps + 2 pixels: fixed-length taps, and the SIMD loads
   // of 8 values from a pair's first pixel, stay inside the row.
   const std::size_t stride = std::size_t(cols + x_taps + 2) * 3;
   s.rows.resize(std::size_t(out_height) * stride);
   for (int o = 0; o < out_height; ++o) {
     const unsigned char* base = src + std::ptrdiff_t(s.y.first[std::size_t(o)]) * src_stride + std::ptrdiff_t(col_lo) * 3;
     std::int16_t* out = s.rows.data() + std::size_t(o) * stride;
-    vertical_row(base, src_stride, &s.y.weights[std::size_t(o) * y_taps], s.y.count[std::size_t(o)], in_len, out);
+    vertical(base, src_stride, &s.y.weights[std::size_t(o) * y_taps], s.y.count[std::size_t(o)], in_len, out);
     std::fill(out + in_len, out + stride, std::int16_t{0});
   }
   // Horizontal pass over the out_height filtered rows; x_first relative to col_lo.
   for (auto& f : s.x.first) f -= col_lo;
   layout_horizontal_weights(s.x.weights, out_width, x_taps, s.x_lanes);
   for (int o = 0; o < out_height; ++o) {
-    horizontal_row(s.rows.data() + std::size_t(o) * stride, s.x.first.data(), s.x_lanes.data(), out_width, x_taps,
-                   mirror, dst + o * dst_stride);
+    horizontal(s.rows.data() + std::size_t(o) * stride, s.x.first.data(), s.x_lanes.data(), out_width, x_taps, mirror,
+               dst + o * dst_stride);
   }
 }
 

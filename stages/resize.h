@@ -8,8 +8,9 @@
 // nothings/stb#1449, open), which we hit on ordinary RandomResizedCrop boxes of
 // ImageNet photos. An abort cannot be caught or skipped, so the library path
 // cannot ship; `conveyor-bench-images resize` compares the two's speed
-// (docs/benchmarks.md). Both passes use SSE2 (x86-64's baseline, so no
-// runtime dispatch), with a scalar loop elsewhere. The arithmetic is
+// (docs/benchmarks.md). Both passes use AVX2 where the CPU has it (chosen
+// once at run time), else SSE2 (x86-64's baseline), with a scalar loop
+// elsewhere; all three give the same bits. The arithmetic is
 // resize_math.h's, which the GPU decode path's kernel shares; tests hold the
 // two to the same bits.
 //
@@ -30,6 +31,11 @@ struct ResizeScratch {
   std::vector<std::int16_t> x_lanes;  // x.weights laid out for the horizontal pass
   std::vector<std::int16_t> rows;     // vertically filtered rows, 7 fraction bits, zero-padded
 };
+
+// The kernels resize_triangle runs in this process: "avx2", "sse2" or "scalar".
+// AVX2 is used when the CPU has it, unless the environment has
+// CONVEYOR_RESIZE_ISA=sse2 (read once; the tests run both paths this way).
+const char* resize_isa();
 
 // Samples the box [u0, u1) x [v0, v1) (in pixels of src, 0 <= u0 < u1 <= width,
 // likewise v) into out_width x out_height pixels at dst (row stride dst_stride

@@ -3,7 +3,7 @@
 // the CUDA kernels (CONVEYOR_HD marks it __host__ __device__ under nvcc, as
 // normalize_value is), so the GPU decode path's resize is tested on the CPU.
 //
-// resize_triangle() runs the same sums row by row in SSE2; resize_reference()
+// resize_triangle() runs the same sums row by row in SIMD; resize_reference()
 // below runs them pixel by pixel through resize_value(), the function a kernel
 // calls, and tests require the two to give the same bits.
 //

@@ -2,6 +2,7 @@
 // kernel shares (resize_math.h) against the SSE2 resize, the split of samples
 // by index and share, which files and boxes the GPU may take, and the host twin
 // of what the GPU writes. Images are generated here (image_writers.h).
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -20,7 +21,24 @@
 using namespace conveyor;
 namespace t = conveyor::test;
 
-TEST_CASE("resize math: pixel by pixel (the kernel's arithmetic) equals the SSE2 resize bit for bit", "[gpu-plan][resize]") {
+TEST_CASE("resize_isa names the kernels in use: AVX2 where the CPU has it, unless CONVEYOR_RESIZE_ISA=sse2",
+          "[gpu-plan][resize]") {
+  const std::string isa = resize_isa();
+  const char* force = std::getenv("CONVEYOR_RESIZE_ISA");
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (force && std::string(force) == "sse2") {
+    REQUIRE(isa == "sse2");
+  } else {
+    REQUIRE(isa == (__builtin_cpu_supports("avx2") ? "avx2" : "sse2"));
+  }
+#else
+  (void)force;
+  REQUIRE((isa == "sse2" || isa == "scalar"));
+#endif
+}
+
+TEST_CASE("resize math: pixel by pixel (the kernel's arithmetic) equals the SIMD resize bit for bit", "[gpu-plan][resize]") {
+  INFO("resize kernels: " << resize_isa());
   const t::Rgb img = t::photo_like(301, 211, 7);
   Rng rng(9, 0, 0);
   ResizeScratch scratch;
