@@ -69,7 +69,7 @@ __global__ void gather_kernel(const Word* __restrict__ src, Word* __restrict__ d
 }
 
 // The GPU decode path's render (issue 22): one thread per output byte of one
-// sample, each resize_value() -- the arithmetic the CPU's SSE2 resize and the
+// sample, each resize_value() -- the arithmetic the CPU's SIMD resize and the
 // host twin share (stages/resize_math.h) -- over the full decoded image.
 __global__ void resize_kernel(const std::uint8_t* __restrict__ src, std::ptrdiff_t stride, ResizeTapsView x,
                               ResizeTapsView y, int out_width, int out_height, bool mirror, std::uint8_t* __restrict__ dst) {

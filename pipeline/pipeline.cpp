@@ -434,6 +434,7 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
     const auto blocked = std::min<std::uint64_t>(batch.transfer_blocked_ns, took);
     StageCounters::add(transfer_counters_.busy_ns, took - blocked);
     StageCounters::add(transfer_counters_.blocked_ns, blocked);
+    StageCounters::add(transfer_counters_.consumer_wait_ns, blocked);
     return true;
   };
   // Hands a transferred batch to the consumer; false once stopped.

@@ -17,6 +17,7 @@ void accumulate(StageStats& into, const StageCounters& c, Clock::time_point now)
   into.busy_s += double(c.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
   into.blocked_s += double(c.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;
   into.starved_s += double(c.starved_ns.load(std::memory_order_relaxed)) * 1e-9;
+  into.consumer_wait_s += double(c.consumer_wait_ns.load(std::memory_order_relaxed)) * 1e-9;
 }
 
 namespace {
@@ -28,10 +29,12 @@ const StageStats* find_stage(const std::vector<StageStats>& stages, const char* 
 }
 
 // The consumer's share of the time measured where its thread cannot see it: the
-// transfer stage's time blocked on it (device queue full, no free device slot).
+// transfer's waits for memory the consumer still held (a slot its device work
+// reads). Not the waits for room in the device queue: those a consumer's own
+// thread shows as busy, or they come before it first asks for a batch.
 double hidden_consumer_fraction(const std::vector<StageStats>& stages) {
   const StageStats* transfer = find_stage(stages, "transfer");
-  return transfer ? transfer->blocked_fraction() : 0.0;
+  return transfer ? transfer->consumer_wait_fraction() : 0.0;
 }
 }  // namespace
 
@@ -116,6 +119,7 @@ PipelineStats PipelineStats::since(const PipelineStats& earlier) const {
     s.busy_s -= e.busy_s;
     s.blocked_s -= e.blocked_s;
     s.starved_s -= e.starved_s;
+    s.consumer_wait_s -= e.consumer_wait_s;
     s.wall_s -= e.wall_s;
   }
   return d;

@@ -33,6 +33,10 @@ struct alignas(64) StageCounters {
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> blocked_ns{0};
   std::atomic<std::uint64_t> starved_ns{0};
+  // Part of blocked_ns: the transfer's waits inside its phases for memory the
+  // consumer still uses (Batch::transfer_blocked_ns), as opposed to waits for
+  // room in the device queue.
+  std::atomic<std::uint64_t> consumer_wait_ns{0};
 
   // The start of the wait (or, for busy_since, the work) under way, in Clock
   // ticks, 0 when none: a snapshot adds the interval so far, so a long one
@@ -63,9 +67,11 @@ struct StageStats {
   std::size_t threads = 1;
   std::uint64_t items = 0;  // samples for workers, batches otherwise
   double busy_s = 0, blocked_s = 0, starved_s = 0;
+  double consumer_wait_s = 0;  // part of blocked_s: waits for memory the consumer holds (transfer only)
   double wall_s = 0;
 
   double busy_fraction() const { return fraction(busy_s); }
+  double consumer_wait_fraction() const { return fraction(consumer_wait_s); }
   double blocked_fraction() const { return fraction(blocked_s); }
   double starved_fraction() const { return fraction(starved_s); }
 
@@ -86,10 +92,10 @@ struct PipelineStats {
   std::vector<NamedQueueStats> queues;
 
   // The stage that sets the pace: the one with the highest busy fraction, or the
-  // consumer when the transfer stage waited for it (blocked) longer than any
-  // stage was busy. That is a consumer whose work runs on a device after its
-  // thread has returned (a GPU training step): its thread looks idle while the
-  // buffers it released are still in use.
+  // consumer when the transfer stage waited for memory the consumer still held
+  // (consumer_wait_fraction) longer than any stage was busy. That is a consumer
+  // whose work runs on a device after its thread has returned (a GPU training
+  // step): its thread looks idle while the buffers it released are in use.
   const StageStats* bottleneck() const;
   // One line naming the bottleneck with the evidence and a hint, e.g.
   // "bottleneck: workers (busy 98%); consumer waited 61% of the time - add workers or make samples cheaper".

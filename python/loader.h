@@ -71,7 +71,7 @@ struct ArrayRows {
 // What is common to both kinds of dataset.
 struct LoaderSettings {
   Config config;                   // sample_bytes is set by the loader
-  DeviceConfig device;             // on the host backend, host_transfer is set to handover
+  DeviceConfig device;             // the loader sets handover_if_host: a CPU consumer reads in place
   std::optional<DType> normalize;  // on the device, for uint8 HWC samples of 1..3 channels
   // Images only: the share of JPEGs the device's decoder takes (issue 22):
   // 0 off, a share in (0, 1], nullopt auto (cuda/gpu_share.h). Default: off.

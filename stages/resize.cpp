@@ -115,8 +115,8 @@ void horizontal_row(const std::int16_t* row, const std::int32_t* first, const st
 #if defined(CONVEYOR_RESIZE_AVX2)
 // The same two passes 256 bits wide, for CPUs that have AVX2 (resize_isa()).
 // Every output value is the same integer sum in the same order as in the SSE2
-// and scalar loops, so the three give the same bits (tests/test_augment.cpp runs
-// each against resize_reference()).
+// and scalar loops, so the three give the same bits (tests/test_gpu_decode_plan.cpp
+// holds each to resize_reference(); CMake runs it again with CONVEYOR_RESIZE_ISA=sse2).
 
 // 32 bytes at a time; the rest goes to the SSE2 loop.
 __attribute__((target("avx2"))) void vertical_row_avx2(const unsigned char* base, std::ptrdiff_t stride,

@@ -34,7 +34,8 @@ struct ResizeScratch {
 
 // The kernels resize_triangle runs in this process: "avx2", "sse2" or "scalar".
 // AVX2 is used when the CPU has it, unless the environment has
-// CONVEYOR_RESIZE_ISA=sse2 (read once; the tests run both paths this way).
+// CONVEYOR_RESIZE_ISA=sse2 (read once, at the first resize; the tests run both
+// paths this way). Any other value changes nothing: all paths give the same bits.
 const char* resize_isa();
 
 // Samples the box [u0, u1) x [v0, v1) (in pixels of src, 0 <= u0 < u1 <= width,

@@ -1,5 +1,5 @@
 // The CPU half of the GPU decode path (issue 22): the resize arithmetic the
-// kernel shares (resize_math.h) against the SSE2 resize, the split of samples
+// kernel shares (resize_math.h) against the SIMD resize, the split of samples
 // by index and share, which files and boxes the GPU may take, and the host twin
 // of what the GPU writes. Images are generated here (image_writers.h).
 #include <cstdlib>

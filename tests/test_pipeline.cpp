@@ -788,7 +788,10 @@ TEST_CASE("pipeline: stats name the bottleneck", "[pipeline][stats]") {
   SECTION("a transfer that waits for the consumer's memory is blocked, not busy") {
     // As a device transfer waiting for a slot the GPU's step still uses: the
     // consumer's thread is quick, the time shows up in the transfer phase.
+    // 1 ms of its own work, then 3 ms of waiting: the core zeroes the report
+    // before each phase (the buffers are pooled), so only the 3 ms are blocked.
     TransferFn waiting = [](Batch& b) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       const auto t0 = Clock::now();
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
       b.transfer_blocked_ns += elapsed_ns(t0, Clock::now());
@@ -799,10 +802,26 @@ TEST_CASE("pipeline: stats name the bottleneck", "[pipeline][stats]") {
     const auto st = p.stats();
     const StageStats& transfer = st.stages[1];
     REQUIRE(transfer.name == "transfer");
-    REQUIRE(transfer.blocked_fraction() > 0.5);
-    REQUIRE(transfer.busy_fraction() < 0.2);
+    REQUIRE(transfer.consumer_wait_fraction() > 0.5);
+    REQUIRE(transfer.blocked_fraction() >= transfer.consumer_wait_fraction());
+    REQUIRE(transfer.busy_fraction() > 0.1);  // the 1 ms: not swallowed by a report left over from an earlier phase
+    REQUIRE(transfer.busy_fraction() < 0.45);
     REQUIRE(st.bottleneck()->name == "consumer");
     REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("the transfer waited") && Catch::Contains("training step"));
+  }
+  SECTION("a consumer that starts late does not make a slow transfer look like a slow consumer") {
+    // The transfer is the limit (3 ms a batch of its own work, 60 ms in all);
+    // the consumer arrives 200 ms late, so the transfer first waits on a full
+    // device queue for longer than it works. That wait is blocked time, but not
+    // a wait for the consumer's memory.
+    TransferFn slow = [](Batch&) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); };
+    Pipeline p(c, 140, {fill_pattern, slow});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    while (p.next()) {
+    }
+    const auto st = p.stats();
+    REQUIRE(st.stages[1].consumer_wait_fraction() == 0);
+    REQUIRE(st.bottleneck()->name == "transfer");
   }
 }
 
