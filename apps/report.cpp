@@ -54,7 +54,8 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   for (std::size_t i = 0; i < r.stats.stages.size(); ++i) {
     const auto& s = r.stats.stages[i];
     out << (i ? ", " : "") << "\"" << s.name << "\": {\"busy\": " << s.busy_fraction() << ", \"blocked\": "
-        << s.blocked_fraction() << ", \"starved\": " << s.starved_fraction() << "}";
+        << s.blocked_fraction() << ", \"starved\": " << s.starved_fraction()
+        << ", \"consumer_wait\": " << s.consumer_wait_fraction() << "}";
   }
   out << "},\n";
   // Per epoch, for checking shards across ranks (tests/cli_test.sh): counts and digests.

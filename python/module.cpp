@@ -373,7 +373,9 @@ py::dict stats_dict(const PipelineStats& s) {
   for (const auto& st : s.stages) {
     stages[py::str(st.name)] = py::dict("threads"_a = st.threads, "items"_a = st.items, "busy"_a = st.busy_fraction(),
                                         "blocked"_a = st.blocked_fraction(), "starved"_a = st.starved_fraction(),
-                                        "busy_s"_a = st.busy_s, "blocked_s"_a = st.blocked_s, "starved_s"_a = st.starved_s);
+                                        "busy_s"_a = st.busy_s, "blocked_s"_a = st.blocked_s, "starved_s"_a = st.starved_s,
+                                        "consumer_wait"_a = st.consumer_wait_fraction(),
+                                        "consumer_wait_s"_a = st.consumer_wait_s);
   }
   for (const auto& q : s.queues) {
     queues[py::str(q.name)] = py::dict("mean_occupancy"_a = q.stats.mean_occupancy, "high_water"_a = q.stats.high_water,

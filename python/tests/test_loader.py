@@ -348,6 +348,8 @@ def test_stats_name_slow_workers_as_the_bottleneck(tmp_path):
     stats = loader.stats()
     assert stats["bottleneck"].startswith("bottleneck: workers"), stats
     assert stats["stages"]["consumer"]["starved"] > 0.5 and stats["batches"] == 3
+    transfer = stats["stages"]["transfer"]
+    assert 0 <= transfer["consumer_wait"] <= transfer["blocked"] and transfer["consumer_wait_s"] <= transfer["blocked_s"]
 
 
 def threads():
