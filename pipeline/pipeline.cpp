@@ -440,19 +440,12 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
   // Hands a transferred batch to the consumer; false once stopped.
   auto publish = [&](BatchHandle& batch) {
     StageCounters::add(transfer_counters_.items, 1);
-    const auto t1 = Clock::now();
-    StageCounters::begin_wait(transfer_counters_.blocked_since, t1);
-    const bool pushed = device_queue_.push(batch);
-    StageCounters::end_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, t1, Clock::now());
-    return pushed;
+    return StageCounters::timed_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, Clock::now(),
+                                     [&] { return device_queue_.push(batch); });
   };
   // Runs wait() as time the stage is starved (nothing to transfer); returns what it got.
   auto starved = [&](auto wait) {
-    const auto t0 = Clock::now();
-    StageCounters::begin_wait(transfer_counters_.starved_since, t0);
-    auto got = wait();
-    StageCounters::end_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, t0, Clock::now());
-    return got;
+    return StageCounters::timed_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, Clock::now(), wait);
   };
   auto finish_and_publish = [&](BatchHandle& batch) { return run(stages_.finish, *batch) && publish(batch); };
   auto finish_in_flight = [&] {
@@ -506,10 +499,8 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
 std::optional<BatchHandle> Pipeline::next() {
   throw_if_failed();
   if (stopping_flag()) return std::nullopt;
-  const auto t0 = consumer_arrives();
-  StageCounters::begin_wait(consumer_counters_.starved_since, t0);
-  auto batch = device_queue_.pop();
-  StageCounters::end_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, t0, Clock::now());
+  auto batch = StageCounters::timed_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns,
+                                        consumer_arrives(), [&] { return device_queue_.pop(); });
   throw_if_failed();
   if (!batch || stopping_flag()) return std::nullopt;
   note_delivered(**batch);
@@ -529,11 +520,8 @@ bool Pipeline::wait_ready(std::chrono::microseconds timeout) {
   if (stopping_flag()) return true;
   // Waiting here is the consumer starving, as in next(): the stats must not
   // count a consumer that waits in slices (Python) as busy.
-  const auto t0 = consumer_arrives();
-  StageCounters::begin_wait(consumer_counters_.starved_since, t0);
-  const bool ready = device_queue_.wait_ready_for(timeout) || stopping_flag();
-  StageCounters::end_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, t0, Clock::now());
-  return ready;
+  return StageCounters::timed_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, consumer_arrives(),
+                                   [&] { return device_queue_.wait_ready_for(timeout) || stopping_flag(); });
 }
 
 void Pipeline::consumer_away() {

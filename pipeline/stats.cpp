@@ -36,17 +36,26 @@ double hidden_consumer_fraction(const std::vector<StageStats>& stages) {
   const StageStats* transfer = find_stage(stages, "transfer");
   return transfer ? transfer->consumer_wait_fraction() : 0.0;
 }
-}  // namespace
 
-const StageStats* PipelineStats::bottleneck() const {
-  const StageStats* best = nullptr;
+// The stage that sets the pace (PipelineStats::bottleneck), and whether it is
+// the consumer named for its hidden share rather than its own busy time.
+struct Pace {
+  const StageStats* stage = nullptr;
+  bool by_hidden_share = false;
+};
+
+Pace pace_setter(const std::vector<StageStats>& stages) {
+  Pace p;
   for (const auto& s : stages) {
-    if (!best || s.busy_fraction() > best->busy_fraction()) best = &s;
+    if (!p.stage || s.busy_fraction() > p.stage->busy_fraction()) p.stage = &s;
   }
   const StageStats* consumer = find_stage(stages, "consumer");
-  if (best && consumer && hidden_consumer_fraction(stages) > best->busy_fraction()) return consumer;
-  return best;
+  if (p.stage && consumer && hidden_consumer_fraction(stages) > p.stage->busy_fraction()) p = {consumer, true};
+  return p;
 }
+}  // namespace
+
+const StageStats* PipelineStats::bottleneck() const { return pace_setter(stages).stage; }
 
 namespace {
 int pct(double f) { return int(f * 100.0 + 0.5); }
@@ -60,11 +69,12 @@ const char* hint_for(const std::string& stage) {
 }  // namespace
 
 std::string PipelineStats::bottleneck_summary() const {
-  const StageStats* b = bottleneck();
+  const Pace pace = pace_setter(stages);
+  const StageStats* b = pace.stage;
   if (!b) return "bottleneck: none (no stage ran)";
   const StageStats* consumer = find_stage(stages, "consumer");
   char line[512];
-  if (b == consumer && hidden_consumer_fraction(stages) > b->busy_fraction()) {
+  if (pace.by_hidden_share) {
     std::snprintf(line, sizeof line,
                   "bottleneck: consumer (busy %d%% on its thread; the transfer waited %d%% of the time for buffers it "
                   "still held, as when its step runs on the device) - %s",

@@ -60,6 +60,16 @@ struct alignas(64) StageCounters {
     since.store(0, std::memory_order_relaxed);
     add(total, elapsed_ns(t0, t1));
   }
+  // Runs wait() as one wait that began at t0 (begin_wait, then end_wait when it
+  // returns); returns what wait() returned.
+  template <class Wait>
+  static auto timed_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
+                         Wait&& wait) {
+    begin_wait(since, t0);
+    auto got = wait();
+    end_wait(since, total, t0, Clock::now());
+    return got;
+  }
 };
 
 struct StageStats {

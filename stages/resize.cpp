@@ -289,27 +289,41 @@ void resize_reference(const unsigned char* src, int width, int height, std::ptrd
   }
 }
 
-const char* resize_isa() {
-  static const char* const isa = [] {
+namespace {
+enum class Isa { avx2, sse2, scalar };
+
+// Chosen once, at the first resize (resize_isa()'s contract).
+Isa chosen_isa() {
+  static const Isa isa = [] {
 #if defined(CONVEYOR_RESIZE_AVX2)
     const char* force = std::getenv("CONVEYOR_RESIZE_ISA");
     const bool baseline = force && std::strcmp(force, "sse2") == 0;
-    if (!baseline && __builtin_cpu_supports("avx2")) return "avx2";
+    if (!baseline && __builtin_cpu_supports("avx2")) return Isa::avx2;
 #endif
 #if defined(__SSE2__)
-    return "sse2";
+    return Isa::sse2;
 #else
-    return "scalar";
+    return Isa::scalar;
 #endif
   }();
   return isa;
+}
+}  // namespace
+
+const char* resize_isa() {
+  switch (chosen_isa()) {
+    case Isa::avx2: return "avx2";
+    case Isa::sse2: return "sse2";
+    case Isa::scalar: break;
+  }
+  return "scalar";
 }
 
 void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                      double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
                      ResizeScratch& s, bool mirror) {
 #if defined(CONVEYOR_RESIZE_AVX2)
-  const bool avx2 = resize_isa()[0] == 'a';
+  const bool avx2 = chosen_isa() == Isa::avx2;
   const auto vertical = avx2 ? vertical_row_avx2 : vertical_row;
   const auto horizontal = avx2 ? horizontal_row_avx2 : horizontal_row;
 #else
