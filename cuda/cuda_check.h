@@ -11,8 +11,10 @@
 // and cudaGetLastError() after a launch would report it again, as the launch's.
 // So a failure is cleared (cudaGetLastError) before it is thrown or printed,
 // and kernels launch through CONVEYOR_CUDA_LAUNCH, which clears whatever an
-// earlier call left (one that bypassed this check: the caller's, LibTorch's)
-// before launching. A sticky error (the context is lost) cannot be cleared; it
+// earlier call of ours left (one that bypassed this check) before launching.
+// Conveyor links cudart statically, so the last error is this runtime's own:
+// LibTorch's or a caller's failures (their shared libcudart) never show here,
+// while contexts, streams and events, the driver's, are shared. A sticky error (the context is lost) cannot be cleared; it
 // fails every later call, and so is still reported.
 #pragma once
 
@@ -42,11 +44,14 @@ inline void check(cudaError_t e, const char* call, const char* file, int line) {
   if (e != cudaSuccess) throw_error(e, call, file, line);
 }
 
-inline void check_nothrow(cudaError_t e, const char* call, const char* file, int line) noexcept {
-  if (e == cudaSuccess || e == cudaErrorCudartUnloading) return;
+// True when the call succeeded.
+inline bool check_nothrow(cudaError_t e, const char* call, const char* file, int line) noexcept {
+  if (e == cudaSuccess) return true;
+  if (e == cudaErrorCudartUnloading) return false;
   (void)cudaGetLastError();
   std::fprintf(stderr, "conveyor: %s at %s:%d: %s (in a destructor; ignored)\n", call, short_path(file), line,
                cudaGetErrorString(e));
+  return false;
 }
 
 }  // namespace conveyor::cuda

@@ -10,13 +10,17 @@
 // any thread and leaves the thread's current device as it found it (3); sync events are cudaEventDisableTiming | cudaEventBlockingSync, so a
 // waiting host thread sleeps instead of spinning (8); every call is checked and
 // every launch goes through CONVEYOR_CUDA_LAUNCH, which checks cudaGetLastError (9).
+#include <cuda.h>  // CUcontext and CUresult only: the driver is reached through the runtime
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <cstring>
 #include <new>
+#include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <vector>
@@ -94,40 +98,93 @@ __global__ void busy_kernel(unsigned long long ns) {
   } while (now - start < ns);
 }
 
+// The driver's current-context pair, resolved once through the runtime so
+// nothing links libcuda (a binary must start where no driver is installed).
+// Null where the runtime cannot give them: ScopedDevice then restores by device
+// number, as before CUDA 12, where that did not create a context.
+struct ContextCalls {
+  CUresult (*get)(CUcontext*) = nullptr;
+  CUresult (*set)(CUcontext) = nullptr;
+};
+
+const ContextCalls& context_calls() {
+  static const ContextCalls calls = [] {
+    ContextCalls c;
+    const auto resolve = [](const char* symbol, void** fn) {
+      cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+      const cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, fn, 12000, cudaEnableDefault, &found);
+#elif CUDART_VERSION >= 12000
+      const cudaError_t e = cudaGetDriverEntryPoint(symbol, fn, cudaEnableDefault, &found);
+#else
+      const cudaError_t e = cudaErrorNotSupported;
+#endif
+      (void)cudaGetLastError();  // a failure here only means the device-number fallback
+      if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) *fn = nullptr;
+    };
+    void* get = nullptr;
+    void* set = nullptr;
+    resolve("cuCtxGetCurrent", &get);
+    resolve("cuCtxSetCurrent", &set);
+    if (get && set) {
+      c.get = reinterpret_cast<CUresult (*)(CUcontext*)>(get);
+      c.set = reinterpret_cast<CUresult (*)(CUcontext)>(set);
+    }
+    return c;
+  }();
+  return calls;
+}
+
 // Makes `ordinal` the calling thread's current device for one scope and then
-// restores the thread's previous device (taskflow's cudaScopedDevice). The
-// current device is per host thread and belongs to the caller (its LibTorch
-// work runs on it): a bare cudaSetDevice in next() or a release would change it
-// under them, and a call made without one would go to whatever device the
-// thread happens to be on. On a thread already on `ordinal` it costs one
-// cudaGetDevice.
+// gives the thread back the context it had (taskflow's cudaScopedDevice; the
+// restore as PyTorch's device guards do it). The current device is per host
+// thread and belongs to the caller (its LibTorch work runs on it): a bare
+// cudaSetDevice in next() or a release would change it under them, and a call
+// made without one would go to whatever device the thread happens to be on.
+//
+// The restore puts back the driver's current context, not a device number: a
+// thread that never touched CUDA reports device 0 without holding a context,
+// and since CUDA 12 cudaSetDevice(0) creates device 0's primary context. So
+// `--gpu 1`, a Python Loader on cuda:1 or a deleter on a fresh thread would
+// leave a context of a few hundred MB on GPU 0 in every process (every rank).
+// Restoring "no context" leaves none. On a thread already on `ordinal` the
+// guard costs one cudaGetDevice.
 class ScopedDevice {
  public:
   explicit ScopedDevice(int ordinal) {
     CONVEYOR_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != ordinal) {
-      CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal));
-      switched_ = true;
-    }
+    if (previous_ == ordinal) return;
+    remember_context();
+    CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal));
+    switched_ = true;
   }
   // For destructors: a failure is printed (see check_nothrow), not thrown.
   ScopedDevice(int ordinal, std::nothrow_t) noexcept {
-    const cudaError_t e = cudaGetDevice(&previous_);
-    CONVEYOR_CUDA_CHECK_NOTHROW(e);
-    if (e == cudaSuccess && previous_ != ordinal) {
-      const cudaError_t set = cudaSetDevice(ordinal);
-      CONVEYOR_CUDA_CHECK_NOTHROW(set);
-      switched_ = set == cudaSuccess;
-    }
+    if (!CONVEYOR_CUDA_CHECK_NOTHROW(cudaGetDevice(&previous_)) || previous_ == ordinal) return;
+    remember_context();
+    switched_ = CONVEYOR_CUDA_CHECK_NOTHROW(cudaSetDevice(ordinal));
   }
   ~ScopedDevice() {
-    if (switched_) CONVEYOR_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+    if (!switched_) return;
+    if (restore_context_) {
+      const CUresult r = context_calls().set(previous_context_);
+      if (r != CUDA_SUCCESS) std::fprintf(stderr, "conveyor: cuCtxSetCurrent failed (%d) restoring the caller's context\n", int(r));
+    } else {
+      CONVEYOR_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+    }
   }
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
 
  private:
+  void remember_context() noexcept {
+    const ContextCalls& c = context_calls();
+    restore_context_ = c.get && c.get(&previous_context_) == CUDA_SUCCESS;
+  }
+
   int previous_ = 0;
+  CUcontext previous_context_ = nullptr;  // null: the thread had none, and gets none back
+  bool restore_context_ = false;
   bool switched_ = false;
 };
 
@@ -228,24 +285,29 @@ class PinnedBytes {
 // documentation; unverified on a GPU until a GPU session runs it (docs/cuda.md).
 class CudaJpegDecoder final : public JpegBatchDecoder {
  public:
+  // Called under the caller's ScopedDevice on `ordinal` (create_jpeg_decoder).
   CudaJpegDecoder(std::shared_ptr<const NvJpegLibrary> library, int ordinal)
-      : ordinal_(ordinal), handle_(std::move(library)), taps_staging_(ordinal) {
-    const NvJpegApi& api = handle_.library().api();
-    check(api.state_create(handle_.get(), &state_), "nvjpegJpegStateCreate");
+      : ordinal_(ordinal), handle_(std::in_place, std::move(library)), taps_staging_(ordinal),
+        taps_copied_(EventKind::sync, ordinal) {
+    const NvJpegApi& api = handle_->library().api();
+    check(api.state_create(handle_->get(), &state_), "nvjpegJpegStateCreate");
   }
   ~CudaJpegDecoder() override {
     const ScopedDevice on(ordinal_, std::nothrow);
-    if (state_) (void)handle_.library().api().state_destroy(state_);
+    if (state_) (void)handle_->library().api().state_destroy(state_);
+    // Here, not as a member after this body: the handle's streams and buffers
+    // are the device's, and `on` is released when the body ends.
+    handle_.reset();
   }
 
   std::string describe() const override {
-    return "nvJPEG " + handle_.library().version() + " (" + handle_.library().name() + ", " +
-           (handle_.hardware() ? "hardware backend)" : "default backend)");
+    return "nvJPEG " + handle_->library().version() + " (" + handle_->library().name() + ", " +
+           (handle_->hardware() ? "hardware backend)" : "default backend)");
   }
 
   std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
     const ScopedDevice on(ordinal_);
-    const NvJpegApi& api = handle_.library().api();
+    const NvJpegApi& api = handle_->library().api();
     std::vector<std::string> refused(items.size());
     // The files nvJPEG's header parse accepts, with the size the worker's parse found.
     std::vector<const unsigned char*> data;
@@ -255,7 +317,7 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     if (images_.size() < items.size()) images_.resize(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
       int components = 0, subsampling = 0, widths[4] = {}, heights[4] = {};
-      const nvjpeg::Status st = api.get_image_info(handle_.get(), items[i].file.data(), items[i].file.size(), &components,
+      const nvjpeg::Status st = api.get_image_info(handle_->get(), items[i].file.data(), items[i].file.size(), &components,
                                                    &subsampling, widths, heights);
       if (st != nvjpeg::kSuccess) {
         refused[i] = "nvjpegGetImageInfo: " + nvjpeg_status_name(st);
@@ -281,11 +343,11 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     }
     if (accepted_.empty()) return refused;
     if (int(accepted_.size()) != batch_size_) {
-      check(api.decode_batched_initialize(handle_.get(), state_, int(accepted_.size()), 1, nvjpeg::kOutputRgbInterleaved),
+      check(api.decode_batched_initialize(handle_->get(), state_, int(accepted_.size()), 1, nvjpeg::kOutputRgbInterleaved),
             "nvjpegDecodeBatchedInitialize");
       batch_size_ = int(accepted_.size());
     }
-    const nvjpeg::Status st = api.decode_batched(handle_.get(), state_, data.data(), lengths.data(), outputs.data(), native(stream));
+    const nvjpeg::Status st = api.decode_batched(handle_->get(), state_, data.data(), lengths.data(), outputs.data(), native(stream));
     if (st != nvjpeg::kSuccess) {  // the batch as a whole failed: the CPU decodes each of them instead
       for (const std::size_t i : accepted_) refused[i] = "nvjpegDecodeBatched: " + nvjpeg_status_name(st);
       accepted_.clear();
@@ -318,6 +380,10 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
       layouts.push_back(std::move(l));
     }
     if (layouts.empty()) return;
+    // The last render's copy may still be reading the staging tables: today the
+    // pipeline finishes each GPU-decoded batch before the next one starts
+    // (transfer_would_wait), but this decoder does not lean on that.
+    CONVEYOR_CUDA_CHECK(cudaEventSynchronize(taps_copied_.get()));
     std::byte* host = taps_staging_.reserve(total);
     if (!taps_device_ || taps_device_->bytes() < total) taps_device_ = std::make_unique<CudaBuffer>(total, ordinal_);
     auto* device = static_cast<std::byte*>(taps_device_->data());
@@ -341,6 +407,7 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
       views.emplace_back(x, y);
     }
     CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(device, host, total, cudaMemcpyHostToDevice, native(stream)));
+    CONVEYOR_CUDA_CHECK(cudaEventRecord(taps_copied_.get(), native(stream)));
     for (std::size_t k = 0; k < layouts.size(); ++k) {
       const JpegItem& item = items[layouts[k].item];
       const DeviceImage& img = images_.at(layouts[k].item);
@@ -363,12 +430,13 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     int width = 0, height = 0;
   };
   int ordinal_;
-  NvJpegHandle handle_;
+  std::optional<NvJpegHandle> handle_;  // always set; optional so the destructor can end it under its guard
   nvjpeg::State state_ = nullptr;
   int batch_size_ = 0;                 // what nvjpegDecodeBatchedInitialize was last told
   std::vector<DeviceImage> images_;    // per item position; grown, reused
   std::vector<std::size_t> accepted_;  // the items the last decode() passed to nvJPEG
   PinnedBytes taps_staging_;
+  CudaEvent taps_copied_;  // recorded after each copy out of taps_staging_
   std::unique_ptr<CudaBuffer> taps_device_;
 };
 
@@ -428,6 +496,14 @@ class CudaDevice final : public Device {
     }
   }
   std::unique_ptr<Stream> wrap_stream(void* s) override {
+    // cudaStreamPerThread names the calling thread's own stream, a different
+    // one on each thread: a release (a deleter on another thread, a garbage
+    // collector) would record "consumed" on the wrong stream, and the slot
+    // would be refilled while this thread's kernels still read it.
+    if (static_cast<cudaStream_t>(s) == cudaStreamPerThread) {
+      throw DeviceError("the per-thread default stream (cudaStreamPerThread) cannot be waited on and released from "
+                        "other threads: pass an explicit stream");
+    }
     return std::make_unique<CudaStream>(static_cast<cudaStream_t>(s), ordinal_);
   }
 

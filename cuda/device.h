@@ -192,7 +192,10 @@ class Device {
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;  // non-blocking
   virtual std::unique_ptr<Event> create_event(EventKind kind = EventKind::sync) = 0;
-  // Wraps a stream the caller owns (see Stream::native); not destroyed with the handle.
+  // Wraps a stream the caller owns (see Stream::native); not destroyed with the
+  // handle. Streams of this device only. Throws DeviceError for CUDA's
+  // per-thread default stream (cudaStreamPerThread, 0x2): it names another
+  // stream on each thread, and a release may run on any thread.
   virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
   // The GPU decode path's decoder, or null with `why` set to one line saying
   // why there is none (on CUDA: no nvJPEG library, see cuda/nvjpeg_library.h).

@@ -85,8 +85,9 @@ torch::Device torch_device(const Device& device);
 // TransferConfig::consumer_stream: nullptr (the legacy default stream, which
 // LibTorch uses unless told otherwise) for the host backend and for CUDA when
 // LibTorch's current stream is its default one. Throws std::invalid_argument
-// when the caller switched LibTorch to another stream: pass that stream's
-// at::cuda::CUDAStream::stream() yourself.
+// when the caller switched LibTorch to another stream. A fixed stream is right
+// only for a step that never changes streams; otherwise use
+// torch_current_stream below, asked at every batch.
 void* torch_consumer_stream(const Device& device);
 
 // LibTorch's current stream for `device`, asked at each call: give it to

@@ -117,7 +117,13 @@ void capsule_destructor(PyObject* capsule) {
 py::capsule to_dlpack(const Array& a, std::optional<std::intptr_t> stream) {
   if (a.on_cuda() && stream != -1) {
     // DLPack's stream: None or 1 the legacy default stream, 2 the per-thread
-    // one, else a cudaStream_t, passed as is (cudaStreamLegacy is 0x1).
+    // one, else a cudaStream_t, passed as is (cudaStreamLegacy is 0x1). The
+    // per-thread one is refused (support for streams is optional in the
+    // standard): the batch may be released on another thread, whose own
+    // per-thread stream is not the one that read it.
+    if (stream == 2) {
+      throw py::buffer_error("__dlpack__(stream=2): the per-thread default stream is not supported; pass an explicit stream");
+    }
     void* s = stream ? reinterpret_cast<void*>(*stream) : nullptr;
     if (s == reinterpret_cast<void*>(1)) s = nullptr;
     if (s != a.held->ready_on) a.held->batch.use_on(s);

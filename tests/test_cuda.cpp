@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "cuda/device.h"
 #include "cuda/device_pipeline.h"
@@ -241,6 +242,51 @@ TEST_CASE("an error already reported, or left by the caller, is not reported aga
   REQUIRE_NOTHROW(g->busy(10, *stream));
   REQUIRE_NOTHROW(g->synchronize(*stream));
 }
+
+#if __has_include(<cuda_runtime.h>)
+TEST_CASE("the per-thread default stream is refused: a release may run on another thread", "[cuda][streams]") {
+  auto g = gpu();
+  REQUIRE_THROWS_WITH(g->wrap_stream(cudaStreamPerThread), Catch::Contains("cudaStreamPerThread"));
+  REQUIRE_NOTHROW(g->wrap_stream(nullptr));
+}
+
+#if CUDART_VERSION >= 12050  // cudaGetDriverEntryPointByVersion
+TEST_CASE("work on a second GPU leaves each thread's context as it was", "[cuda][device-guard]") {
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  if (count < 2) {
+    WARN("the device guard's restore is not checked: it needs two GPUs, this machine has " << count);
+    return;
+  }
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  REQUIRE(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess);
+  const auto ctx_get_current = reinterpret_cast<int (*)(void**)>(fn);
+  DeviceConfig cfg;
+  cfg.backend = BackendChoice::cuda;
+  cfg.cuda_device = 1;
+  // A thread that never used CUDA has no context, and must have none after:
+  // restoring "device 0" would create device 0's primary context.
+  void* after = reinterpret_cast<void*>(1);
+  std::thread fresh([&] {
+    auto g1 = open_device(cfg);
+    auto e = g1->create_event();
+    e.reset();
+    g1.reset();
+    (void)ctx_get_current(&after);
+  });
+  fresh.join();
+  REQUIRE(after == nullptr);
+  // A thread on device 0 stays there.
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  auto g1 = open_device(cfg);
+  auto stream = g1->create_stream();
+  int now = -1;
+  REQUIRE(cudaGetDevice(&now) == cudaSuccess);
+  REQUIRE(now == 0);
+}
+#endif
+#endif
 
 // ---- the GPU decode path (issue 22): nvJPEG + resize_kernel against the host twin and the CPU path
 
