@@ -168,6 +168,20 @@ CheckpointState load_checkpoint(const std::string& file, Net& model, torch::opti
   archive.read("optimizer", opt);
   model.load(m);
   optimizer.load(opt);
+  // The archive has no checksum of its own: a flipped float that became NaN or
+  // inf would otherwise train on silently. (A flip to another finite value is
+  // not caught here; the loss check in the training step sees its effect.)
+  for (const auto& p : model.named_parameters()) {
+    if (!torch::isfinite(p.value()).all().item<bool>()) {
+      throw UsageError("--resume: " + file + ": parameter " + p.key() + " holds NaN or infinity (a corrupt checkpoint)");
+    }
+  }
+  for (const auto& [key, st] : optimizer.state()) {
+    const torch::Tensor& momentum = static_cast<const torch::optim::SGDParamState&>(*st).momentum_buffer();
+    if (momentum.defined() && !torch::isfinite(momentum).all().item<bool>()) {
+      throw UsageError("--resume: " + file + ": a momentum buffer holds NaN or infinity (a corrupt checkpoint)");
+    }
+  }
   CheckpointState state;
   try {
     state.pipeline = PipelineState::parse(read_string(archive, "pipeline_state", file));

@@ -137,17 +137,33 @@ int make_dataset(const Options& o) {
   return 0;
 }
 
+// --resident decodes each image once, with Resize + CenterCrop: a setting that
+// asks for something else per epoch or per sample cannot apply to it.
+void check_resident(const Options& o, const CLI::App& sub) {
+  if (!o.resident) return;
+  if (o.serial) throw UsageError("--resident: not with --serial (a resident set has no samples to fill per batch)");
+  if (o.synthetic_ms > 0) throw UsageError("--resident: not with --synthetic-ms (the set is decoded once, for real)");
+  if (sub.count("--augment") > 0 && o.augment != Augmentation::center) {
+    throw UsageError("--resident: decodes each image once with Resize + CenterCrop (--augment center), not --augment " +
+                     std::string(name_of(kAugments, o.augment)));
+  }
+}
+
 // The parsed subcommand, its inputs checked first: every output file before
 // the run rather than found unwritable after it.
 int dispatch(const Subcommands& s, const Options& o) {
   check_shard(o);
   if (*s.make) return make_dataset(o);
   if (*s.pack) return pack(o);
+  check_outputs(o);
   check_writable("--trace", o.trace);
   check_writable("--json", o.json);
   check_writable("--csv", o.csv);
   check_writable("--plot", o.plot);
   check_normalize(o);  // one usage error, not a failed row per sweep point
+  for (const CLI::App* sub : {s.run, s.bench, s.sweep}) {
+    if (sub->parsed()) check_resident(o, *sub);
+  }
   (void)gpu_decode_share(o);
   if (*s.inspect) return inspect(o);
   if (*s.sweep) return sweep(o);

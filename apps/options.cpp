@@ -3,6 +3,8 @@
 #include "apps/cli.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
 
 namespace conveyor::apps {
 
@@ -120,6 +122,45 @@ void check_normalize(const Options& o) {
   if (o.normalize_in != NormalizeIn::workers) return;
   if (o.normalize != DType::float32) throw UsageError("--normalize-in workers: needs --normalize float32 (what the workers write)");
   if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
+}
+
+void check_outputs(const Options& o) {
+  namespace fs = std::filesystem;
+  const auto canonical = [](const std::string& p) {
+    const fs::path absolute = fs::absolute(p).lexically_normal();
+    std::error_code ec;
+    const fs::path c = fs::weakly_canonical(absolute, ec);  // links resolved where the path exists
+    return ec ? absolute : c;
+  };
+  const auto inside = [](const fs::path& file, const fs::path& dir) {
+    const fs::path rel = file.lexically_relative(dir);
+    return !rel.empty() && rel != "." && *rel.begin() != "..";
+  };
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"--trace", &o.trace}, {"--json", &o.json}, {"--csv", &o.csv}, {"--plot", &o.plot}};
+  for (std::size_t i = 0; i < std::size(outputs); ++i) {
+    const auto& [flag, file] = outputs[i];
+    if (file->empty()) continue;
+    const fs::path out = canonical(*file);
+    const std::string named = std::string(flag) + " " + *file;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (!outputs[j].second->empty() && canonical(*outputs[j].second) == out) {
+        throw UsageError(named + ": the same file as " + outputs[j].first + "; each output needs its own");
+      }
+    }
+    if (!o.list.empty() && canonical(o.list) == out) throw UsageError(named + ": that is the --list file, which it would overwrite");
+    if (!o.folder.empty() && inside(out, canonical(o.folder))) {
+      throw UsageError(named + ": inside the --folder dataset " + o.folder + "; write outputs elsewhere");
+    }
+    if (!o.shards.empty() && inside(out, canonical(o.shards))) {
+      throw UsageError(named + ": inside the --shards folder " + o.shards + "; write outputs elsewhere");
+    }
+  }
+  if (!o.plot.empty()) {
+    const std::string ext = fs::path(o.plot).extension().string();
+    if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + o.plot + ": name a .png or .svg file (the format follows it)");
+    if (o.csv.empty()) throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
+  }
 }
 
 std::optional<double> gpu_decode_share(const Options& o) {

@@ -163,6 +163,10 @@ void shard_from_environment(Options& o);
 void check_shard(const Options& o);
 // --normalize-in workers: with --normalize float32, and not with --resident.
 void check_normalize(const Options& o);
+// The output files (--trace, --json, --csv, --plot): none the same as another,
+// none the --list file or inside the --folder or --shards dataset (a run would
+// truncate it at start-up); --plot a .png or .svg, and with --csv.
+void check_outputs(const Options& o);
 // --gpu-decode as a share: 0 for off, the number for SHARE, nullopt for auto.
 // Throws UsageError for anything else, or for a mode it cannot combine with.
 std::optional<double> gpu_decode_share(const Options& o);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -125,8 +126,14 @@ void progress(std::size_t done, std::size_t total, std::size_t shards, std::uint
 
 }  // namespace
 
+// The shards are written into a sibling folder, OUT.partial-PID, which becomes
+// OUT by one rename once every shard is complete: a pack that is killed
+// (SIGKILL, a crash, a full disk) never leaves an OUT that `--shards` would read
+// as a smaller dataset. SIGINT and SIGTERM stop it between samples and remove
+// the partial folder.
 int pack(const Options& o) {
-  const fs::path out = o.out;
+  fs::path out = fs::path(o.out).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "shards/"
   std::error_code ec;
   const bool existed = fs::exists(out, ec);
   if (existed && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
@@ -134,12 +141,24 @@ int pack(const Options& o) {
   }
   const Dataset d = open_dataset(o, Announce::when_made);
   for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
-  fs::create_directories(out);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  const fs::path partial = out.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(partial, ec);
+  fs::create_directory(partial);
+  catch_interrupts();
+  bool renamed = false;
   try {
-    ShardWriter w(out, std::uint64_t(o.shard_mb) << 20);
+    ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
     std::vector<unsigned char> bytes;
     const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
     for (std::size_t i = 0; i < d.size(); ++i) {
+      if (const int sig = interrupt_signal(); sig != 0) {
+        wipe_progress_line();
+        fs::remove_all(partial, ec);
+        std::printf("pack: interrupted by %s after %zu of %zu samples; nothing written\n",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM", i, d.size());
+        return 128 + sig;
+      }
       try {
         d.read(i, *posix_file_system(), DecodeLimits{}.max_file_bytes, bytes);
       } catch (const std::exception& e) {
@@ -152,6 +171,9 @@ int pack(const Options& o) {
     }
     w.finish();
     wipe_progress_line();
+    // rename(2) replaces an empty folder: OUT appears whole, or not at all.
+    fs::rename(partial, out);
+    renamed = true;
     IndexSource how = IndexSource::built;
     const ShardIndex index = load_shard_index(out, &how);  // scans what was written: the index --shards reads
     if (index.samples.size() != d.size()) {
@@ -163,9 +185,12 @@ int pack(const Options& o) {
                 how == IndexSource::built_beside ? index_beside(out).c_str()
                 : how == IndexSource::built_cached ? index_in_cache(out).c_str() : "not written");
   } catch (...) {
-    // Nothing half-made is left: the shards and .tmp files written so far go.
-    for (const auto& e : fs::directory_iterator(out, ec)) fs::remove(e.path(), ec);
-    if (!existed) fs::remove(out, ec);
+    // Nothing half-made is left: the partial folder goes, or OUT as it was.
+    fs::remove_all(partial, ec);
+    if (renamed) {
+      for (const auto& e : fs::directory_iterator(out, ec)) fs::remove_all(e.path(), ec);
+      if (!existed) fs::remove(out, ec);
+    }
     throw;
   }
   return 0;

@@ -37,6 +37,7 @@ void check_budget(const Options& o, double need_mb) {
 struct DecodedSet {
   std::vector<std::byte> pixels;
   std::vector<std::int64_t> labels;
+  std::vector<SkippedSample> skipped;  // --on-error skip: left out of the set, with their reasons
   double seconds = 0;
 };
 
@@ -64,6 +65,7 @@ DecodedSet decode_all(const Options& o, const Dataset& dataset, ImageSource& ima
       if (interrupt_signal() != 0) break;  // the loader stops its workers as it goes out of scope
     }
     set.pixels.resize(at * row);
+    set.skipped = loader.skipped();
   }
   set.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return set;
@@ -89,10 +91,13 @@ RunResult run_resident(const Options& o, Dataset dataset, Output output) {
   ResidentDataset resident(device, samples, set.labels, pipeline_config(o), resident_config(o, crop));
   RunResult result;
   result.device = device->describe();
+  result.skipped = std::move(set.skipped);  // listed after the run, as a streaming run lists its own
   if (output == Output::print) {
-    std::printf("dataset: %zu images decoded once at %dx%d in %.1f s (%.0f MiB on the device); rank %zu of %zu\n%s\n",
-                set.labels.size(), crop, crop, set.seconds, double(resident.device_bytes()) / double(1 << 20), o.rank,
-                o.world_size, result.device.c_str());
+    const std::string left_out =
+        result.skipped.empty() ? "" : " (" + std::to_string(result.skipped.size()) + " skipped, listed at the end)";
+    std::printf("dataset: %zu images decoded once at %dx%d in %.1f s%s (%.0f MiB on the device); rank %zu of %zu\n%s\n",
+                set.labels.size(), crop, crop, set.seconds, left_out.c_str(),
+                double(resident.device_bytes()) / double(1 << 20), o.rank, o.world_size, result.device.c_str());
   }
   EpochLinePrinter reporter(output == Output::print ? print_epoch : EpochLinePrinter::Print());
   result.interrupted = for_each_epoch(

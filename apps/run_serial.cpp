@@ -31,18 +31,27 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
   std::vector<std::byte> host(cfg.batch_size * cfg.sample_bytes);
   auto dev = device->allocate(host.size());
   auto stream = device->wrap_stream(nullptr);
-  // One batch: its samples filled, copied, stepped; the digest of its indices.
-  const auto one_batch = [&](std::uint64_t e, const std::uint64_t* indices, std::size_t n) {
+  // One batch: its samples filled, copied, stepped. As the pipeline does, a
+  // sample the filler skips (--on-error skip) is left out and listed, and the
+  // next one takes its place. Counts the batch in `tally`.
+  const auto one_batch = [&](EpochTally& tally, const std::uint64_t* indices, std::size_t n) {
+    const std::uint64_t e = tally.epoch();
     std::uint64_t digest = 0;
+    std::size_t kept = 0;
     const auto a = Clock::now();
     for (std::size_t j = 0; j < n; ++j) {
       digest += sample_digest(indices[j]);
-      Sample s{indices[j], e, j, std::span<std::byte>(host.data() + j * cfg.sample_bytes, cfg.sample_bytes), 0,
+      Sample s{indices[j], e, kept, std::span<std::byte>(host.data() + kept * cfg.sample_bytes, cfg.sample_bytes), 0,
                Rng(cfg.seed, e, indices[j])};
       fill(s);
+      if (s.skipped) {
+        result.skipped.push_back({e, indices[j], std::move(*s.skipped)});
+      } else {
+        ++kept;
+      }
     }
     const auto filled = Clock::now();
-    device->copy_to_device(dev->data(), host.data(), n * cfg.sample_bytes, *stream);
+    device->copy_to_device(dev->data(), host.data(), kept * cfg.sample_bytes, *stream);
     const auto copied = Clock::now();
     synthetic_step(o);
     if (tracer) {
@@ -50,7 +59,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
       tracer->span("transfer", 1, filled, copied);
       tracer->span("step", 1, copied, Clock::now());
     }
-    return digest;
+    tally.add(kept, n - kept, digest);
   };
   EpochLinePrinter reporter(output == Output::print ? print_epoch : EpochLinePrinter::Print());
   result.interrupted = for_each_epoch(
@@ -60,7 +69,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
         const auto order = sampler.epoch_order(tally.epoch());
         for (std::size_t b = 0; b < sampler.batches_per_epoch(); ++b) {
           const std::size_t n = sampler.batch_length(b);
-          tally.add(n, 0, one_batch(tally.epoch(), order.data() + b * cfg.batch_size, n));
+          one_batch(tally, order.data() + b * cfg.batch_size, n);
           if (!tally.go_on()) break;
         }
       });

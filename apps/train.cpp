@@ -282,7 +282,14 @@ void Trainer::train_batch(DeviceBatch batch) {
   loss.backward();
   optimizer_->step();
   const auto n = labels.size(0);
-  sums_.loss += loss.item<double>() * double(n);
+  const double value = loss.item<double>();  // the sync the running mean needs anyway
+  if (!std::isfinite(value)) {
+    // Training on would only carry NaN into every later figure and checkpoint.
+    throw std::runtime_error("the loss is " + std::to_string(value) + " at epoch " +
+                             std::to_string(pipeline_->state().epoch) +
+                             ": the model diverged (lower --lr) or its weights are corrupt (the --resume file?)");
+  }
+  sums_.loss += value * double(n);
   sums_.correct += std::uint64_t(out.argmax(1).eq(labels).sum().item<std::int64_t>());
   sums_.count += std::uint64_t(n);
 }  // tb dies here: the batch goes back to the pipeline

@@ -234,6 +234,19 @@ Dataset Dataset::rank_subset(std::size_t rank, std::size_t world_size, ShardPoli
     ++count[r];
     if (r == rank) mine.push_back(i);
   }
+  // A rank whose shards hold no sample would have nothing to pad from: it would
+  // run zero steps while the others wait for it (a hung collective). Every
+  // rank finds the same count, so every rank refuses alike.
+  if (const auto empty = std::find(count.begin(), count.end(), std::size_t{0}); empty != count.end()) {
+    const std::size_t r = std::size_t(empty - count.begin());
+    std::string names;
+    for (std::size_t k = r; k < shards_.size(); k += world_size) {
+      names += (names.empty() ? "" : ", ") + shards_[k].filename().string();
+    }
+    throw std::invalid_argument("dataset: rank " + std::to_string(r) + " of " + std::to_string(world_size) +
+                                " would get no samples: its shards (" + names +
+                                ") hold none; remove the empty shards or shard by sample instead");
+  }
   const std::size_t target = policy == ShardPolicy::pad ? *std::max_element(count.begin(), count.end())
                                                         : *std::min_element(count.begin(), count.end());
   if (mine.size() > target) mine.resize(target);

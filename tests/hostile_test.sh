@@ -3,7 +3,8 @@
 # reproduces the input or the careless operation and checks the behaviour the
 # issue asks for. Usage: hostile_test.sh CONVEYOR_BINARY CASE
 # Cases: fifo memory trace resident write-errors outputs empty skip-list classes
-#        big-png workers toml subcommands nul env
+#        big-png workers toml subcommands nul env; round 3: skip-modes clobber
+#        contradictions pack-interrupt shard-ranks
 set -uo pipefail
 bin=$1 case=$2
 work=$(mktemp -d)
@@ -101,7 +102,7 @@ resident)  # 17.4: --resident stops on SIGINT/SIGTERM, while decoding the set on
     if [ $phase = decode ]; then sleep 0.3; else for _ in $(seq 200); do grep -q "^epoch 1" "$work/out" && break; sleep 0.05; done; fi
     t0=$(date +%s%N)
     kill -INT $pid
-    wait $pid
+    wait $pid 2>/dev/null
     rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     [ $rc -eq 130 ] || fail "$phase: SIGINT gave status $rc, not 130: $(tail -2 "$work/out")"
     limit=3000
@@ -290,6 +291,84 @@ env)  # 17.15: RANK / WORLD_SIZE must be decimal integers in range; anything els
   OMPI_COMM_WORLD_SIZE=-3 expect 2 "OMPI_COMM_WORLD_SIZE=-3" -- inspect --folder "$work/ds"
   err_has "OMPI_COMM_WORLD_SIZE='-3'" "OMPI"
   RANK=1 WORLD_SIZE=2 "$bin" run --folder "$work/ds" --batch 4 >"$work/out" 2>&1 || fail "RANK=1 WORLD_SIZE=2 refused"
+  ;;
+# ---- round 3: a second outside tester (2026-11-25)
+skip-modes)  # --on-error skip counts and lists the skipped samples in every run mode, streaming, --serial and --resident
+  printf 'junk' >"$work/ds/1-square/zz-bad-1.jpg"
+  head -c 5000 /dev/urandom >"$work/ds/1-square/zz-bad-2.jpg"
+  for mode in "" --serial --resident; do
+    timeout 60 "$bin" run --folder "$work/ds" --batch 4 --on-error skip $mode --json "$work/m.json" >"$work/out" 2>&1 ||
+      fail "run $mode --on-error skip: $(tail -2 "$work/out")"
+    grep -q "^skipped 2 sample(s)" "$work/out" || fail "run $mode: the terminal does not list the 2 skipped: $(tail -4 "$work/out")"
+    python3 - "$work/m.json" "$mode" <<'PY' || fail "run $mode: --json does not account for every sample"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert sum(d["epoch_images"]) == 30, d["epoch_images"]
+names = sorted(s["reason"].split(": ")[0].rsplit("/", 1)[1] for s in d["skipped"])
+assert names == ["zz-bad-1.jpg", "zz-bad-2.jpg"], d["skipped"]
+if sys.argv[2] != "--resident":  # the resident set leaves them out once, before its epochs
+    assert d["epoch_skipped"] == [2], d["epoch_skipped"]
+PY
+  done
+  ;;
+clobber)  # an output named like an input (the list, a file of the --folder dataset) or like another output is refused before anything is written
+  find "$work/ds" -name '*.jpg' | sort | awk '{ print $0, 0 }' >"$work/list.txt"
+  cp "$work/list.txt" "$work/list.orig"
+  cp "$first" "$work/first.orig"
+  expect 2 "--json = the --list file" -- run --list "$work/list.txt" --json "$work/list.txt"
+  err_has "that is the --list file" "--json = --list"
+  expect 2 "--trace = a dataset file" -- run --folder "$work/ds" --trace "$first"
+  err_has "inside the --folder dataset" "--trace in the dataset"
+  expect 2 "--trace = a dataset file, by another path" -- run --folder "$work/ds/" --trace "$work/ds/../ds/0-disk/$(basename "$first")"
+  expect 2 "--json = --trace" -- run --folder "$work/ds" --json "$work/o.json" --trace "$work/./o.json"
+  err_has "the same file as --trace" "--json = --trace"
+  cmp -s "$work/list.txt" "$work/list.orig" || fail "the list file was changed"
+  cmp -s "$first" "$work/first.orig" || fail "a dataset file was changed"
+  ;;
+contradictions)  # settings a mode cannot honour are refused up front, not ignored or found after the run
+  expect 2 "--resident --serial" -- run --folder "$work/ds" --resident --serial
+  expect 2 "--resident --synthetic-ms" -- run --folder "$work/ds" --resident --synthetic-ms 1
+  expect 2 "--resident --augment rrc" -- run --folder "$work/ds" --resident --augment rrc
+  err_has "Resize + CenterCrop" "--resident --augment"
+  printf '[run]\nresident = true\naugment = "crop"\n' >"$work/c.toml"
+  expect 2 "--resident with augment from a config" -- run --config "$work/c.toml" --folder "$work/ds"
+  timeout 60 "$bin" run --folder "$work/ds" --resident --augment center --batch 4 >"$work/out" 2>&1 || fail "--resident --augment center refused"
+  t0=$(date +%s%N)
+  expect 2 "sweep --plot without --csv" -- sweep --folder "$work/ds" --workers 1,2 --epochs 3 --compute-ms 50 --plot "$work/p.png"
+  [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 5000 ] || fail "sweep --plot without --csv: refused after the grid ran"
+  expect 2 "--plot with another extension" -- sweep --folder "$work/ds" --workers 1 --csv "$work/s.csv" --plot "$work/p.txt"
+  err_has ".png or .svg" "--plot p.txt"
+  ;;
+pack-interrupt)  # a pack stopped by a signal leaves no --out that --shards would read as a smaller dataset
+  for _ in $(seq 400); do find "$work/ds" -name '*.jpg' | awk '{ print $0, 0 }'; done >"$work/big.txt"
+  for sig in TERM KILL; do
+    rm -rf "$work/sh" "$work"/sh.partial-*
+    "$bin" pack --list "$work/big.txt" --out "$work/sh" --shard-mb 1 >"$work/out" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do compgen -G "$work/sh.partial-*/shard-000001.tar" >/dev/null && break; sleep 0.02; done
+    kill -$sig $pid
+    wait $pid 2>/dev/null
+    rc=$?
+    if [ $sig = TERM ]; then
+      [ $rc -eq 143 ] || fail "pack on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
+      grep -q "interrupted by SIGTERM .*nothing written" "$work/out" || fail "pack on SIGTERM: $(tail -2 "$work/out")"
+      compgen -G "$work/sh.partial-*" >/dev/null && fail "pack on SIGTERM left its partial folder"
+    fi
+    [ ! -e "$work/sh" ] || fail "pack killed by SIG$sig left $work/sh: $(ls "$work/sh" | head -3)"
+    expect 2 "run on what a SIG$sig pack left" -- run --shards "$work/sh"
+  done
+  "$bin" pack --list "$work/big.txt" --out "$work/sh/" --shard-mb 1 >"$work/out" 2>&1 || fail "pack after the interrupted ones: $(tail -2 "$work/out")"
+  grep -q "^packed $(wc -l <"$work/big.txt") samples" "$work/out" || fail "pack: $(tail -1 "$work/out")"
+  compgen -G "$work/sh.partial-*" >/dev/null && [ $(ls -d "$work"/sh.partial-* | wc -l) -gt 1 ] && fail "partial folders pile up"
+  ;;
+shard-ranks)  # --rank-by-shard with a rank whose shards are empty: every rank refuses, naming it (none runs zero steps)
+  "$bin" pack --folder "$work/ds" --out "$work/sh" >/dev/null 2>&1 || fail "pack"
+  cp "$work/sh/shard-000000.tar" "$work/sh/shard-000001.tar"
+  tar cf "$work/sh/shard-000002.tar" --files-from /dev/null
+  for r in 0 1 2; do
+    expect 2 "rank $r of 3 with an empty shard" -- run --shards "$work/sh" --rank-by-shard --world-size 3 --rank $r --batch 4
+    err_has "rank 2 of 3 would get no samples: its shards (shard-000002.tar) hold none" "rank $r"
+  done
   ;;
 *)
   echo "unknown case $case"; exit 2 ;;

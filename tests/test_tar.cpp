@@ -479,4 +479,14 @@ TEST_CASE("shards: whole shards per rank, every sample in exactly one rank, coun
   REQUIRE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
   REQUIRE_THROWS_WITH(all.rank_subset(0, 6, ShardPolicy::pad), Catch::Contains("5 shards cannot go whole to 6 ranks"));
   REQUIRE_THROWS_WITH(Dataset({"a.jpg"}, {0}).rank_subset(0, 1, ShardPolicy::pad), Catch::Contains("needs a shard dataset"));
+  // An empty shard that leaves a rank with nothing: every rank refuses, naming it
+  // (one rank running zero steps would hang the others' collectives).
+  spit(folder / "s5.tar", kEnd);  // 6 shards; rank 2 of 3 gets s2 (3 samples) and s5 (none)
+  spit(folder / "s8.tar", kEnd);
+  const Dataset with_empty = Dataset::from_shards(folder);
+  for (std::size_t r = 0; r < 3; ++r) REQUIRE_NOTHROW(with_empty.rank_subset(r, 3, ShardPolicy::pad));
+  for (std::size_t r = 0; r < 7; ++r) {  // 7 shards over 7 ranks: s5 and s8 alone on ranks 5 and 6
+    REQUIRE_THROWS_WITH(with_empty.rank_subset(r, 7, ShardPolicy::pad),
+                        Catch::Contains("rank 5 of 7 would get no samples: its shards (s5.tar) hold none"));
+  }
 }

@@ -12,6 +12,14 @@ export CONVEYOR_CACHE=$work/cache
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 final() { grep '^final:' "$1"; }
+# Bad input: status 2 and one line on stderr.
+expect_usage_error() {
+  local what=$1; shift
+  "$bin" train "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  [ $rc -eq 2 ] || fail "$what: status $rc, not 2"
+  [ "$(wc -l <"$work/err")" -eq 1 ] || fail "$what: stderr is not one line: $(cat "$work/err")"
+}
 
 # 1. Learning, bounded in time: 5 epochs of LeNet-5 take ~5 s here; 120 s is the limit.
 start=$SECONDS
@@ -97,21 +105,26 @@ done
 grep -q "train.txt; 40 training and 10 validation images, 10 classes" "$work/list" || fail "train --list: $(head -2 "$work/list")"
 grep -q '^final: ' "$work/list" || fail "train --list did not finish"
 
-# 5. A diverged run (loss nan) still checkpoints and resumes; no validation split prints no fake figures.
-"$bin" train --workers 2 --epochs 2 --lr 90 --stop-after 10 --checkpoint "$work/nan.pt" >"$work/nan1" 2>&1 || fail "lr 90 run: $(tail -2 "$work/nan1")"
-"$bin" train --workers 2 --epochs 2 --lr 90 --resume "$work/nan.pt" >"$work/nan2" 2>&1 || fail "resuming a nan checkpoint: $(tail -2 "$work/nan2")"
-grep -Eq 'train loss -?nan' "$work/nan2" || fail "the lr 90 run did not diverge, so this check proves nothing: $(grep '^epoch' "$work/nan2")"
+# 5. A diverged run (loss nan or inf) stops with one line and status 1, without
+# saving its weights over the checkpoint; a checkpoint whose weights hold NaN
+# (a flipped float: 0xffffffff) is refused at --resume, naming what holds it;
+# no validation split prints no fake figures.
+"$bin" train --workers 2 --epochs 2 --lr 90 --checkpoint "$work/nan.pt" >"$work/nan1" 2>"$work/nan1.err"
+rc=$?
+[ $rc -eq 1 ] && grep -Eq 'the loss is -?(nan|inf)' "$work/nan1.err" && [ "$(wc -l <"$work/nan1.err")" -eq 1 ] ||
+  fail "lr 90: status $rc, not 1 with the loss named: $(tail -2 "$work/nan1.err")"
+[ ! -e "$work/nan.pt" ] || fail "lr 90: a checkpoint was written ($(ls -l "$work/nan.pt"))"
+size=$(stat -c %s "$work/full.pt")
+for tenths in 3 8; do  # inside fc1's weights, then inside their momentum (LeNet's largest tensors)
+  cp "$work/full.pt" "$work/flip.pt"
+  printf '\xff\xff\xff\xff' | dd of="$work/flip.pt" bs=1 seek=$((size * tenths / 10)) conv=notrunc 2>/dev/null
+  expect_usage_error "checkpoint with NaN at $tenths/10" --workers 2 --epochs 5 --resume "$work/flip.pt"
+  grep -q 'holds NaN or infinity' "$work/err" || fail "NaN checkpoint ($tenths/10): $(cat "$work/err")"
+done
 "$bin" train --workers 2 --epochs 1 --val-fraction 0 >"$work/noval" 2>&1 || fail "--val-fraction 0: $(tail -2 "$work/noval")"
 grep -q '| no validation split |' "$work/noval" && grep -q '^final: train loss' "$work/noval" || fail "--val-fraction 0: $(grep -E '^(epoch|final)' "$work/noval")"
 
 # 6. Bad input: status 2 and one line.
-expect_usage_error() {
-  local what=$1; shift
-  "$bin" train "$@" >"$work/out" 2>"$work/err"
-  local rc=$?
-  [ $rc -eq 2 ] || fail "$what: status $rc, not 2"
-  [ "$(wc -l <"$work/err")" -eq 1 ] || fail "$what: stderr is not one line: $(cat "$work/err")"
-}
 expect_usage_error "unknown model" --model vgg
 expect_usage_error "lenet at 64 px" --model lenet --crop 64
 expect_usage_error "missing checkpoint" --resume "$work/nope.pt"
