@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <fstream>
+#include <string_view>
 
 #include "apps/toml_config.h"
 #include "stages/default_dataset.h"
@@ -116,6 +119,38 @@ void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc,
                    std::to_string(cfg.batch_size) + " x " + std::to_string(cfg.sample_bytes) + " bytes a sample (--crop), --workers " + std::to_string(cfg.workers) + ", --host-queue " +
                    std::to_string(cfg.host_queue_depth) + ", --device-queue " + std::to_string(cfg.device_queue_depth) +
                    "), over --max-memory-mb " + whole(limit) + (o.max_memory_mb > 0 ? "" : " (default: a quarter of physical memory)"));
+}
+
+void decimal_integers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string full = opt->get_type_name();  // "UINT", or "UINT:INT in [1 - 16]" with a range check
+    const std::string type = full.substr(0, full.find(':'));
+    if (type != "INT" && type != "UINT") continue;
+    const bool is_signed = type == "INT";
+    // A transform runs before the option's other checks (its range), and hands
+    // them the number as canonical decimal: "08" is 8, "+3" is 3.
+    opt->transform(CLI::Validator(
+        [is_signed](std::string& value) -> std::string {
+          std::string_view digits = value;
+          const bool negative = is_signed && !digits.empty() && digits.front() == '-';
+          if (negative || (!digits.empty() && digits.front() == '+')) digits.remove_prefix(1);
+          if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+            return value + ": not a decimal integer" + (is_signed ? "" : " of 0 or more");
+          }
+          while (digits.size() > 1 && digits.front() == '0') digits.remove_prefix(1);
+          const std::string canonical = (negative ? "-" : "") + std::string(digits);
+          std::uint64_t u = 0;
+          std::int64_t i = 0;
+          const char* last = canonical.data() + canonical.size();
+          const auto [end, ec] = is_signed ? std::from_chars(canonical.data(), last, i)
+                                           : std::from_chars(canonical.data(), last, u);
+          if (ec != std::errc() || end != last) return value + ": out of range";
+          value = canonical;
+          return {};
+        },
+        "", "DECIMAL"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integers(*sub);
 }
 
 void check_writable(const std::string& flag, const std::string& file) {

@@ -82,6 +82,23 @@ void check_subcommand(int argc, char** argv, const CLI::App& app) {
   throw UsageError("unknown subcommand '" + first + "': give one of " + kSubcommands + " (conveyor --help)");
 }
 
+// The subcommand's word: the first argument after a leading --config FILE
+// (`conveyor --config c.toml run` and `conveyor run --config c.toml` alike).
+std::string subcommand_word(int argc, char** argv) {
+  int i = 1;
+  while (i < argc) {
+    const std::string_view a = argv[i];
+    if (a == "--config") {
+      i += 2;
+    } else if (a.starts_with("--config=")) {
+      i += 1;
+    } else {
+      break;
+    }
+  }
+  return i < argc ? argv[i] : "";
+}
+
 struct Subcommands {
   CLI::App *run, *bench, *sweep, *inspect, *pack, *make;
 };
@@ -179,8 +196,9 @@ int main(int argc, char** argv) {
   const Subcommands subcommands = add_subcommands(app, o);
   // --config is the program's (CLI11 reads config files for the top-level app
   // only); its keys set the flags of the subcommand named first.
-  const std::string section = argc > 1 ? argv[1] : "";
+  const std::string section = subcommand_word(argc, argv);
   add_config_option(app, section, section);
+  decimal_integers(app);
   try {
     check_subcommand(argc, argv, app);
     shard_from_environment(o);

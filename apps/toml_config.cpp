@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdio>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -165,6 +166,15 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
   std::vector<std::string> parents;
   if (!section_.empty()) parents.push_back(section_);
   collect(root, parents, own_table_, true, found);
+  // A key at the top and again in the subcommand's own table mean the same
+  // flag; CLI11 would keep the first without a word. (TOML itself refuses a
+  // key twice in one table.)
+  std::set<std::string> seen;
+  for (const CLI::ConfigItem& item : found) {
+    if (!seen.insert(item.fullname()).second) {
+      fail("'" + item.name + "' is set both at the top and in [" + own_table_ + "]; keep one");
+    }
+  }
   return found;
 }
 

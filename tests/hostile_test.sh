@@ -4,7 +4,7 @@
 # issue asks for. Usage: hostile_test.sh CONVEYOR_BINARY CASE
 # Cases: fifo memory trace resident write-errors outputs empty skip-list classes
 #        big-png workers toml subcommands nul env; round 3: skip-modes clobber
-#        contradictions pack-interrupt shard-ranks
+#        contradictions pack-interrupt shard-ranks integers
 set -uo pipefail
 bin=$1 case=$2
 work=$(mktemp -d)
@@ -338,6 +338,13 @@ contradictions)  # settings a mode cannot honour are refused up front, not ignor
   [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 5000 ] || fail "sweep --plot without --csv: refused after the grid ran"
   expect 2 "--plot with another extension" -- sweep --folder "$work/ds" --workers 1 --csv "$work/s.csv" --plot "$work/p.txt"
   err_has ".png or .svg" "--plot p.txt"
+  printf 'batch = 16\n[run]\nbatch = 32\n' >"$work/twice.toml"
+  expect 2 "a key at the top and in [run]" -- run --config "$work/twice.toml" --folder "$work/ds"
+  err_has "'batch' is set both at the top and in \[run\]" "batch twice"
+  # --config before the subcommand, as `conveyor --help` shows it, sets that subcommand's flags
+  printf 'batch = 7\nepochs = 1\n' >"$work/seven.toml"
+  timeout 60 "$bin" --config "$work/seven.toml" run --folder "$work/ds" >"$work/out" 2>&1 || fail "conveyor --config F run: $(tail -1 "$work/out")"
+  grep -q "^epoch 0: 30 images in 5 batches" "$work/out" || fail "conveyor --config F run: $(grep '^epoch' "$work/out")"
   ;;
 pack-interrupt)  # a pack stopped by a signal leaves no --out that --shards would read as a smaller dataset
   for _ in $(seq 400); do find "$work/ds" -name '*.jpg' | awk '{ print $0, 0 }'; done >"$work/big.txt"
@@ -369,6 +376,18 @@ shard-ranks)  # --rank-by-shard with a rank whose shards are empty: every rank r
     expect 2 "rank $r of 3 with an empty shard" -- run --shards "$work/sh" --rank-by-shard --world-size 3 --rank $r --batch 4
     err_has "rank 2 of 3 would get no samples: its shards (shard-000002.tar) hold none" "rank $r"
   done
+  ;;
+integers)  # integer flags are decimal: "010" is 10 (not octal 8), hex is refused, and a sign or overflow is not saturated
+  timeout 60 "$bin" run --folder "$work/ds" --batch 010 --epochs 1 >"$work/out" 2>&1 || fail "--batch 010: $(tail -2 "$work/out")"
+  grep -q "^epoch 0: 30 images in 3 batches" "$work/out" || fail "--batch 010 is not 10: $(grep '^epoch' "$work/out")"
+  expect 2 "--batch 0x10" -- run --folder "$work/ds" --batch 0x10
+  err_has "not a decimal integer" "--batch 0x10"
+  expect 2 "--seed -1" -- run --folder "$work/ds" --seed -1
+  expect 2 "--seed 2^64" -- run --folder "$work/ds" --seed 18446744073709551616
+  err_has "out of range" "--seed 2^64"
+  expect 2 "sweep --workers 1,0x2" -- sweep --folder "$work/ds" --workers 1,0x2
+  timeout 60 "$bin" run --folder "$work/ds" --rank 010 --world-size 11 --batch 4 >"$work/out" 2>&1 || fail "--rank 010: $(tail -2 "$work/out")"
+  grep -q "rank 10 of 11" "$work/out" || fail "--rank 010 is not rank 10: $(head -2 "$work/out")"
   ;;
 *)
   echo "unknown case $case"; exit 2 ;;
