@@ -47,19 +47,31 @@ void on_signal(int sig) { g_signal.store(sig); }
 }  // namespace
 
 void catch_interrupts() {
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGPIPE}) {
     struct sigaction old {};
     sigaction(sig, nullptr, &old);
     if (old.sa_handler == SIG_IGN) continue;  // e.g. a background job: keep ignoring it
     struct sigaction sa {};
     sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;  // reads and writes in flight carry on
+    // Reads and writes in flight carry on. A second SIGINT or SIGTERM ends the
+    // program at once; SIGPIPE stays caught, since every later write to the
+    // closed pipe raises it again while the run stops and writes its files.
+    sa.sa_flags = SA_RESTART | (sig == SIGPIPE ? 0 : SA_RESETHAND);
     sigemptyset(&sa.sa_mask);
     sigaction(sig, &sa, nullptr);
   }
 }
 
 int interrupt_signal() { return g_signal.load(); }
+
+const char* signal_word(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGPIPE: return "SIGPIPE (the reader of standard output went away)";
+    default: return "a signal";
+  }
+}
 
 Dataset open_dataset(const Options& o, Announce announce) {
   if (int(!o.list.empty()) + int(!o.folder.empty()) + int(!o.shards.empty()) > 1) {
@@ -215,6 +227,7 @@ void wipe_progress_line(std::size_t width) {
 
 int finish_stdout(const char* program, int status) {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  if (status == 128 + SIGPIPE) return status;  // `| head`: the reader left, as it meant to
   std::fprintf(stderr, "%s: cannot write standard output: %s\n", program, std::strerror(errno));
   return status != 0 ? status : 1;
 }

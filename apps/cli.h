@@ -40,13 +40,17 @@ double default_max_memory_mb();
 double memory_limit_mb(const Options& o);
 
 
-// SIGINT and SIGTERM set a flag instead of ending the program, so the caller
-// can finish its step, report and save, then exit 128 + the signal. The
-// handler resets itself: a second Ctrl-C ends the program at once. A signal
-// inherited as ignored (a background job) stays ignored.
+// SIGINT, SIGTERM and SIGPIPE set a flag instead of ending the program, so the
+// caller can finish its step, report and save (the trace and --json files),
+// then exit 128 + the signal. SIGPIPE: the reader of a pipe on standard output
+// left (`conveyor run | head`). The SIGINT and SIGTERM handlers reset
+// themselves: a second Ctrl-C ends the program at once. A signal inherited as
+// ignored (a background job) stays ignored.
 void catch_interrupts();
 // The signal caught since catch_interrupts(), or 0.
 int interrupt_signal();
+// "SIGINT", "SIGTERM", or what SIGPIPE means, for "interrupted by ..." lines.
+const char* signal_word(int sig);
 
 // Whether open_dataset says on stderr which embedded dataset it uses.
 enum class Announce { always, when_made };

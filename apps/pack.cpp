@@ -156,7 +156,7 @@ int pack(const Options& o) {
         wipe_progress_line();
         fs::remove_all(partial, ec);
         std::printf("pack: interrupted by %s after %zu of %zu samples; nothing written\n",
-                    sig == SIGINT ? "SIGINT" : "SIGTERM", i, d.size());
+                    signal_word(sig), i, d.size());
         return 128 + sig;
       }
       try {

@@ -82,12 +82,24 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
       0, o.epochs, reporter, result.epochs, [&](std::uint64_t) { return pipeline.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
       [&](EpochTally& tally) {
+        // Waits for the next batch here, not in next(), so that a signal is
+        // seen while the workers are slow (a stalled read, --synthetic-ms).
+        const auto batch_ready = [&] {
+          while (!pipeline.wait_ready(std::chrono::milliseconds(100))) {
+            if (!tally.go_on()) return false;
+          }
+          return true;
+        };
+        if (!batch_ready()) return;
         for (auto& batch : pipeline.epoch(tally.epoch())) {
           const auto a = Clock::now();
           synthetic_step(o);
           if (trace) trace->step(batch.host().index, a, Clock::now());
           tally.add(batch.host());
           if (!tally.go_on()) break;  // after this step: report what ran
+          const bool last = batch.host().last_in_epoch;
+          batch.reset();  // back to the pipeline before the wait, as the range would
+          if (!last && !batch_ready()) break;
         }
       });
   result.stats = pipeline.stats();
@@ -106,14 +118,26 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
 
 }  // namespace
 
+namespace {
+// Sleeps `ms`, in slices of at most 50 ms, and returns early once `stop()`:
+// a long synthetic cost must not hold off Ctrl-C or a pipeline's stop.
+template <typename Stop>
+void sleep_unless(double ms, Stop&& stop) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+  for (auto now = Clock::now(); now < until && !stop(); now = Clock::now()) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - now, std::chrono::milliseconds(50)));
+  }
+}
+}  // namespace
+
 void synthetic_step(const Options& o) {
   if (o.compute_ms <= 0) return;
   const auto d = std::chrono::duration<double, std::milli>(o.compute_ms);
   if (o.compute == Compute::sleep) {
-    std::this_thread::sleep_for(d);
+    sleep_unless(o.compute_ms, [] { return interrupt_signal() != 0; });
   } else {
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(d);
-    while (Clock::now() < until) {
+    while (Clock::now() < until && interrupt_signal() == 0) {
     }
   }
 }
@@ -123,7 +147,8 @@ Filler synthetic_filler(double ms) {
     const std::uint64_t id[2] = {s.epoch, s.index};
     std::memcpy(s.data.data(), id, std::min(s.data.size(), sizeof id));
     s.label = 0;
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    // A pipeline's worker stops on the pipeline's flag; --serial's loop on the signal.
+    sleep_unless(ms, [&s] { return s.stop_requested() || interrupt_signal() != 0; });
   };
 }
 
@@ -169,7 +194,7 @@ int run_command(const Options& o, RunKind kind) {
   if (kind == RunKind::bench) report_bench(r);
   if (!o.json.empty()) write_json(o.json, o, r);
   if (r.interrupted) {
-    std::printf("interrupted by %s\n", r.interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+    std::printf("interrupted by %s\n", signal_word(r.interrupted));
     return 128 + r.interrupted;
   }
   return 0;

@@ -71,7 +71,7 @@ std::string run_identity(const Options& o, const TrainOptions& t, int crop, cons
 }
 
 int report_interrupt(int sig, std::size_t batches, std::uint64_t epoch, const std::string& checkpoint) {
-  std::printf("interrupted by %s after %zu batch(es) of this run, in epoch %llu%s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+  std::printf("interrupted by %s after %zu batch(es) of this run, in epoch %llu%s\n", signal_word(sig),
               batches, (unsigned long long)epoch,
               checkpoint.empty() ? " (no --checkpoint: nothing saved)" : ("; saved; resume with --resume " + checkpoint).c_str());
   std::fflush(stdout);

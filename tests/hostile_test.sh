@@ -4,7 +4,7 @@
 # issue asks for. Usage: hostile_test.sh CONVEYOR_BINARY CASE
 # Cases: fifo memory trace resident write-errors outputs empty skip-list classes
 #        big-png workers toml subcommands nul env; round 3: skip-modes clobber
-#        contradictions pack-interrupt shard-ranks integers
+#        contradictions pack-interrupt shard-ranks integers sigpipe slow-signal
 set -uo pipefail
 bin=$1 case=$2
 work=$(mktemp -d)
@@ -388,6 +388,29 @@ integers)  # integer flags are decimal: "010" is 10 (not octal 8), hex is refuse
   expect 2 "sweep --workers 1,0x2" -- sweep --folder "$work/ds" --workers 1,0x2
   timeout 60 "$bin" run --folder "$work/ds" --rank 010 --world-size 11 --batch 4 >"$work/out" 2>&1 || fail "--rank 010: $(tail -2 "$work/out")"
   grep -q "rank 10 of 11" "$work/out" || fail "--rank 010 is not rank 10: $(head -2 "$work/out")"
+  ;;
+sigpipe)  # a run piped to `head` stops when the reader leaves: status 141, nothing on stderr, the trace and --json whole
+  timeout 60 "$bin" run --folder "$work/ds" --batch 4 --epochs 100000 --compute-ms 1 --trace "$work/t.json" --json "$work/j.json" 2>"$work/err" | head -1 >/dev/null
+  rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 141 ] || fail "run | head: status $rc, not 141"
+  [ ! -s "$work/err" ] || fail "run | head: stderr says $(head -c 300 "$work/err")"
+  python3 -c 'import json, sys; json.load(open(sys.argv[1])); assert sum(json.load(open(sys.argv[2]))["epoch_images"]) > 0' \
+    "$work/t.json" "$work/j.json" || fail "run | head: the trace or --json is not whole"
+  ;;
+slow-signal)  # SIGTERM is honoured at once while a worker, the serial loop or the step takes a minute per sample
+  for args in "--synthetic-ms 60000 --workers 1" "--serial --synthetic-ms 60000" "--compute-ms 60000"; do
+    "$bin" run --folder "$work/ds" --batch 4 $args >"$work/out" 2>&1 &
+    pid=$!
+    sleep 1
+    t0=$(date +%s%N)
+    kill -TERM $pid
+    wait $pid
+    rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ $rc -eq 143 ] || fail "$args: status $rc, not 143: $(tail -2 "$work/out")"
+    [ $ms -lt 5000 ] || fail "$args: exited $ms ms after SIGTERM"
+    grep -q "^interrupted by SIGTERM" "$work/out" || fail "$args: $(tail -2 "$work/out")"
+  done
   ;;
 *)
   echo "unknown case $case"; exit 2 ;;
