@@ -109,6 +109,18 @@ def test_arrays_rows_arrive_as_given_with_their_labels():
         assert sorted(seen) == list(range(50))
 
 
+@pytest.mark.parametrize("y, says", [
+    (np.array([-1, 0, 1, 2]), r"y\[0\] = -1: a label must be 0 to"),
+    (np.array([0, 0, 0, 2**63 - 1]), r"y\[3\] = 9223372036854775807"),
+    (np.array([0.5, 1, 2, 3]), r"y must be a 1-D sequence of integer labels"),
+    (np.zeros((4, 2), np.int64), r"y must be a 1-D sequence of integer labels"),
+])
+def test_arrays_labels_are_checked_as_a_datasets_are(y, says):
+    x = np.zeros((4, 4), np.uint8)
+    with pytest.raises(ValueError, match=says):
+        conveyor.Loader(arrays=(x, y), batch_size=2, device="cpu")
+
+
 def test_normalize_gives_nchw_of_the_dtype(folder):
     loader = conveyor.Loader(folder=str(folder), batch_size=4, crop=16, normalize="float16", device="cpu", epochs=1)
     images, labels = next(iter(loader))
