@@ -3,10 +3,13 @@
 // point's peak RSS is its own and a failing point cannot take the sweep down.
 #include "apps/sweep.h"
 
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -25,6 +28,7 @@ struct SweepPoint {
   double link_gbps, compute_ms;
   double images_per_s = 0, consumer_idle = 0, peak_rss_mib = 0;
   bool ok = false;
+  bool interrupted = false;  // cut short by a signal to the sweep: not a row
 };
 
 // Runs one point in a child process, so its peak RSS is its own (wait4's rusage)
@@ -47,6 +51,7 @@ SweepPoint run_point(Options o, SweepPoint p) {
     double figures[2] = {0, 0};
     try {
       const RunResult r = run_once(o, Output::quiet);
+      if (r.interrupted) ::_exit(128 + r.interrupted);  // a cut-short point has no figures to give
       figures[0] = r.total().images_per_s();
       figures[1] = consumer_idle(r.stats);
     } catch (const std::exception& e) {
@@ -57,13 +62,27 @@ SweepPoint run_point(Options o, SweepPoint p) {
     ::_exit(wrote ? 0 : 1);
   }
   ::close(fd[1]);
+  // Waits for the child's figures, passing on a signal the sweep gets (Ctrl-C
+  // reaches the whole process group; SIGTERM from `timeout` only the sweep).
+  pollfd ready{fd[0], POLLIN, 0};
+  bool forwarded = false;
+  for (;;) {
+    const int r = ::poll(&ready, 1, 100);
+    if (r > 0 || (r < 0 && errno != EINTR)) break;  // figures, end of file, or an error the read below reports
+    if (const int sig = interrupt_signal(); sig != 0 && !forwarded) {
+      ::kill(pid, sig == SIGPIPE ? SIGTERM : sig);
+      forwarded = true;
+    }
+  }
   double figures[2] = {0, 0};
   const bool got = ::read(fd[0], figures, sizeof figures) == ssize_t(sizeof figures);
   ::close(fd[0]);
   int status = 0;
   rusage usage{};
-  ::wait4(pid, &status, 0, &usage);
+  while (::wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
+  }
   p.ok = got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  p.interrupted = interrupt_signal() != 0 && !p.ok;
   p.images_per_s = figures[0];
   p.consumer_idle = figures[1];
   p.peak_rss_mib = double(usage.ru_maxrss) / 1024.0;
@@ -111,26 +130,36 @@ int sweep(const Options& o) {
              D = axis(o.sw_device_queue, o.device_queue), B = axis(o.sw_batch, o.batch);
   const auto L = axisd(o.sw_link, o.link_gbps), C = axisd(o.sw_compute, o.compute_ms);
   (void)open_dataset(o, Announce::always);  // make (or check) the dataset once, before the children
+  catch_interrupts();  // the rows so far are written on SIGINT, SIGTERM or SIGPIPE; the children inherit it
   std::printf("%8s %10s %12s %6s %9s %10s %12s %10s %9s\n", "workers", "host_queue", "device_queue", "batch",
               "link_gbps", "compute_ms", "images_per_s", "idle_pct", "rss_mib");
-  std::vector<SweepPoint> points;
+  std::vector<SweepPoint> grid;
   for (auto w : W)
     for (auto h : H)
       for (auto d : D)
         for (auto b : B)
           for (auto l : L)
-            for (auto c : C) {
-              const SweepPoint p = run_point(o, SweepPoint{w, h, d, b, l, c});
-              points.push_back(p);
-              if (p.ok) {
-                std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12.0f %10.1f %9.0f\n", w, h, d, b, l, c, p.images_per_s,
-                            100 * p.consumer_idle, p.peak_rss_mib);
-              } else {
-                std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12s\n", w, h, d, b, l, c, "failed");
-              }
-              std::fflush(stdout);
-            }
+            for (auto c : C) grid.push_back(SweepPoint{w, h, d, b, l, c});
+  std::vector<SweepPoint> points;
+  for (const SweepPoint& at : grid) {
+    if (interrupt_signal() != 0) break;
+    const SweepPoint p = run_point(o, at);
+    if (p.interrupted) break;
+    points.push_back(p);
+    if (p.ok) {
+      std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12.0f %10.1f %9.0f\n", p.workers, p.host_queue, p.device_queue,
+                  p.batch, p.link_gbps, p.compute_ms, p.images_per_s, 100 * p.consumer_idle, p.peak_rss_mib);
+    } else {
+      std::printf("%8zu %10zu %12zu %6zu %9.1f %10.1f %12s\n", p.workers, p.host_queue, p.device_queue, p.batch,
+                  p.link_gbps, p.compute_ms, "failed");
+    }
+    std::fflush(stdout);
+  }
   write_csv(o, points, H, D[0], B[0]);
+  if (const int sig = interrupt_signal(); sig != 0) {
+    std::printf("interrupted by %s after %zu of %zu points\n", signal_word(sig), points.size(), grid.size());
+    return 128 + sig;
+  }
   for (auto& p : points) {
     if (!p.ok) return 1;
   }

@@ -4,7 +4,7 @@
 # issue asks for. Usage: hostile_test.sh CONVEYOR_BINARY CASE
 # Cases: fifo memory trace resident write-errors outputs empty skip-list classes
 #        big-png workers toml subcommands nul env; round 3: skip-modes clobber
-#        contradictions pack-interrupt shard-ranks integers sigpipe slow-signal
+#        contradictions pack-interrupt shard-ranks integers sigpipe slow-signal sweep-signal
 set -uo pipefail
 bin=$1 case=$2
 work=$(mktemp -d)
@@ -411,6 +411,22 @@ slow-signal)  # SIGTERM is honoured at once while a worker, the serial loop or t
     [ $ms -lt 5000 ] || fail "$args: exited $ms ms after SIGTERM"
     grep -q "^interrupted by SIGTERM" "$work/out" || fail "$args: $(tail -2 "$work/out")"
   done
+  ;;
+sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished rows are written to --csv, status 143
+  "$bin" sweep --folder "$work/ds" --workers 1,2,1,2 --batch 4 --epochs 10 --compute-ms 10 --csv "$work/s.csv" >"$work/out" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do [ "$(grep -c ' 10.0 ' "$work/out")" -ge 1 ] && break; sleep 0.05; done  # the first row is out
+  kill -TERM $pid
+  t0=$(date +%s%N)
+  wait $pid
+  rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $rc -eq 143 ] || fail "sweep on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
+  [ $ms -lt 5000 ] || fail "sweep on SIGTERM: exited after $ms ms"
+  grep -q "^interrupted by SIGTERM after [1-3] of 4 points" "$work/out" || fail "sweep on SIGTERM: $(tail -2 "$work/out")"
+  rows=$(($(wc -l <"$work/s.csv") - 1))
+  [ $rows -ge 1 ] && [ $rows -le 3 ] || fail "sweep on SIGTERM: $rows rows in --csv, not the finished ones"
+  pgrep -f "sweep --folder $work/ds" >/dev/null && fail "sweep on SIGTERM left a point running"
   ;;
 *)
   echo "unknown case $case"; exit 2 ;;
