@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -137,6 +138,20 @@ void decimal_integers(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     const std::string full = opt->get_type_name();  // "UINT", or "UINT:INT in [1 - 16]" with a range check
     const std::string type = full.substr(0, full.find(':'));
+    if (type == "FLOAT") {
+      // A range check lets NaN through (every comparison with it is false).
+      opt->transform(CLI::Validator(
+          [](std::string& value) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(value.c_str(), &end);
+            if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(x)) {
+              return value + ": not a finite number";
+            }
+            return {};
+          },
+          "", "FINITE"));
+      continue;
+    }
     if (type != "INT" && type != "UINT") continue;
     const bool is_signed = type == "INT";
     // A transform runs before the option's other checks (its range), and hands

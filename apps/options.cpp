@@ -42,7 +42,7 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   option("--epochs", o.epochs, "epochs to run")->check(range(1, std::size_t(1) << 30));
   option("--seed", o.seed, "seed of the order and of every augmentation");
   option("--crop", o.crop, "output size of RandomResizedCrop (default 0: 64 on the embedded dataset, else 224)")
-      ->check(CLI::Range(1, 16384));
+      ->check(CLI::Range(1, kMaxCrop));
   add_choice(app, "--augment", o.augment, kAugments,
              "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop");
   add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");

@@ -142,7 +142,12 @@ void Trainer::check_outputs() {
   check_shard(o_);
   t_.checkpoint = per_rank(t_.checkpoint, o_);
   t_.resume = per_rank(t_.resume, o_);
-  if (!t_.resume.empty() && !std::filesystem::is_regular_file(t_.resume)) throw UsageError("--resume " + t_.resume + ": no such file");
+  if (!t_.resume.empty()) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(t_.resume, ec);
+    if (!std::filesystem::exists(st)) throw UsageError("--resume " + t_.resume + ": no such file");
+    if (!std::filesystem::is_regular_file(st)) throw UsageError("--resume " + t_.resume + ": not a regular file (a checkpoint is one)");
+  }
   check_writable("--checkpoint", t_.checkpoint + ".tmp");  // written there, then renamed over it
   check_writable("--plot", t_.plot);
 }

@@ -327,6 +327,12 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
                                       std::optional<std::string> shards, bool rank_by_shard, std::optional<py::tuple> arrays,
                                       ImageConfig image, LoaderSettings s) {
   if (rank_by_shard && !shards) throw py::value_error("rank_by_shard=True: needs shards=");
+  // A path is a C string below: a NUL would cut it short, to another path.
+  for (const auto& [name, path] : {std::pair{"folder", &folder}, std::pair{"list", &list}, std::pair{"shards", &shards}}) {
+    if (*path && (*path)->find('\0') != std::string::npos) {
+      throw py::value_error(std::string(name) + "=" + py::repr(py::str(**path)).cast<std::string>() + ": a path holds no NUL byte");
+    }
+  }
   const int given = int(folder.has_value()) + int(list.has_value()) + int(shards.has_value()) + int(arrays.has_value());
   if (given != 1) throw py::value_error("give exactly one dataset: folder=, list=, shards= or arrays=(x, y)");
   auto L = std::make_unique<PyLoader>();
@@ -462,6 +468,9 @@ void bind_loader(py::module_& m) {
              ImageConfig ic;
              if (arrays && (crop || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
+             }
+             if (crop && (*crop < 1 || *crop > kMaxCrop)) {
+               throw py::value_error("crop=" + std::to_string(*crop) + ": expected 1 to " + std::to_string(kMaxCrop));
              }
              if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), crop.value_or(kDefaultCrop));
              ic.on_error = pick("on_error", on_error, kErrorPolicies);

@@ -73,6 +73,8 @@ inline constexpr std::array<AugmentPresetName, 3> kAugmentPresets{
 // ImageConfig's default recipe: RandomResizedCrop(224) + flip.
 inline constexpr AugmentPreset kDefaultAugmentPreset = AugmentPreset::rrc;
 inline constexpr int kDefaultCrop = 224;
+// The largest output side the command's --crop and Python's crop= take.
+inline constexpr int kMaxCrop = 16384;
 // The preset's transforms at output size crop x crop. Throws nothing.
 std::vector<Transform> preset_transforms(AugmentPreset preset, int crop);
 

@@ -388,6 +388,10 @@ integers)  # integer flags are decimal: "010" is 10 (not octal 8), hex is refuse
   expect 2 "sweep --workers 1,0x2" -- sweep --folder "$work/ds" --workers 1,0x2
   timeout 60 "$bin" run --folder "$work/ds" --rank 010 --world-size 11 --batch 4 >"$work/out" 2>&1 || fail "--rank 010: $(tail -2 "$work/out")"
   grep -q "rank 10 of 11" "$work/out" || fail "--rank 010 is not rank 10: $(head -2 "$work/out")"
+  # and a real-valued flag is a finite number: a range check alone lets NaN through
+  expect 2 "--max-memory-mb nan" -- run --folder "$work/ds" --max-memory-mb nan
+  err_has "nan: not a finite number" "--max-memory-mb nan"
+  expect 2 "sweep --compute-ms 1,inf" -- sweep --folder "$work/ds" --compute-ms 1,inf
   ;;
 sigpipe)  # a run piped to `head` stops when the reader leaves: status 141, nothing on stderr, the trace and --json whole
   timeout 60 "$bin" run --folder "$work/ds" --batch 4 --epochs 100000 --compute-ms 1 --trace "$work/t.json" --json "$work/j.json" 2>"$work/err" | head -1 >/dev/null

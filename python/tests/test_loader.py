@@ -121,6 +121,14 @@ def test_arrays_labels_are_checked_as_a_datasets_are(y, says):
         conveyor.Loader(arrays=(x, y), batch_size=2, device="cpu")
 
 
+def test_bad_paths_and_crops_are_value_errors_naming_the_argument(folder):
+    with pytest.raises(ValueError, match=r"folder=.*: a path holds no NUL byte"):
+        conveyor.Loader(folder=str(folder) + "\0x", device="cpu")
+    for crop in (0, -3, 16385):
+        with pytest.raises(ValueError, match=rf"crop={crop}: expected 1 to 16384"):
+            conveyor.Loader(folder=str(folder), crop=crop, device="cpu")
+
+
 def test_normalize_gives_nchw_of_the_dtype(folder):
     loader = conveyor.Loader(folder=str(folder), batch_size=4, crop=16, normalize="float16", device="cpu", epochs=1)
     images, labels = next(iter(loader))
