@@ -4,6 +4,7 @@
 #include "apps/inspect.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 namespace conveyor::apps {
 
 int inspect(const Options& o) {
+  catch_interrupts();  // Ctrl-C: the counts so far, then exit 130
   Dataset dataset = open_dataset(o, Announce::always);
   struct Counts {
     std::map<std::string, std::size_t> formats, modes, sizes;
@@ -51,8 +53,17 @@ int inspect(const Options& o) {
     }
   };
   Pipeline p(cfg, dataset.size(), std::move(stages));
-  std::size_t seen = 0;
-  while (auto b = p.next()) seen += (*b)->size();
+  // Waits in slices, so that a signal is seen while a read stalls.
+  const auto interrupted = [&] {
+    while (!p.wait_ready(std::chrono::milliseconds(100))) {
+      if (interrupt_signal() != 0) return true;
+    }
+    return interrupt_signal() != 0;
+  };
+  while (!interrupted()) {
+    if (!p.next()) break;
+  }
+  p.stop();  // every worker joined: its counts are final
   Counts all;
   for (auto& c : per_worker) {
     for (auto& [k, v] : c.formats) all.formats[k] += v;
@@ -60,7 +71,9 @@ int inspect(const Options& o) {
     for (auto& [k, v] : c.sizes) all.sizes[k] += v;
     all.failed.insert(all.failed.end(), c.failed.begin(), c.failed.end());
   }
-  std::printf("%zu samples decoded, %zu unreadable\n", seen - all.failed.size(), all.failed.size());
+  std::size_t decoded = 0;
+  for (auto& [k, v] : all.formats) decoded += v;
+  std::printf("%zu samples decoded, %zu unreadable\n", decoded, all.failed.size());
   auto show = [](const char* title, const std::map<std::string, std::size_t>& m) {
     std::printf("%s:", title);
     for (auto& [k, v] : m) std::printf(" %s %zu;", k.c_str(), v);
@@ -71,6 +84,11 @@ int inspect(const Options& o) {
   show("largest side", all.sizes);
   std::sort(all.failed.begin(), all.failed.end());
   for (auto& [path, why] : all.failed) std::printf("unreadable: %s: %s\n", path.c_str(), why.c_str());
+  if (const int sig = interrupt_signal(); sig != 0) {
+    std::printf("interrupted by %s after %zu of %zu samples\n", signal_word(sig), decoded + all.failed.size(),
+                dataset.size());
+    return 128 + sig;
+  }
   return all.failed.empty() ? 0 : 1;
 }
 

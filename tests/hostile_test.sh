@@ -416,7 +416,7 @@ slow-signal)  # SIGTERM is honoured at once while a worker, the serial loop or t
     grep -q "^interrupted by SIGTERM" "$work/out" || fail "$args: $(tail -2 "$work/out")"
   done
   ;;
-sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished rows are written to --csv, status 143
+sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished rows are written to --csv, status 143; inspect prints its counts so far
   "$bin" sweep --folder "$work/ds" --workers 1,2,1,2 --batch 4 --epochs 10 --compute-ms 10 --csv "$work/s.csv" >"$work/out" 2>&1 &
   pid=$!
   for _ in $(seq 300); do [ "$(grep -c ' 10.0 ' "$work/out")" -ge 1 ] && break; sleep 0.05; done  # the first row is out
@@ -431,6 +431,17 @@ sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished r
   rows=$(($(wc -l <"$work/s.csv") - 1))
   [ $rows -ge 1 ] && [ $rows -le 3 ] || fail "sweep on SIGTERM: $rows rows in --csv, not the finished ones"
   pgrep -f "sweep --folder $work/ds" >/dev/null && fail "sweep on SIGTERM left a point running"
+  # inspect likewise: its counts so far, then 143
+  for _ in $(seq 100000); do echo "$first 0"; done >"$work/many.txt"
+  "$bin" inspect --list "$work/many.txt" --workers 1 >"$work/out" 2>&1 &
+  pid=$!
+  sleep 0.5
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ $rc -eq 143 ] || fail "inspect on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
+  grep -Eq "^interrupted by SIGTERM after [0-9]+ of 100000 samples" "$work/out" && grep -q "^formats:" "$work/out" ||
+    fail "inspect on SIGTERM: $(cat "$work/out")"
   ;;
 *)
   echo "unknown case $case"; exit 2 ;;
