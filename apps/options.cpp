@@ -9,6 +9,19 @@
 namespace conveyor::apps {
 
 namespace {
+
+// --link-gbps: 0 (off), or 0.01 to 1e6 GB/s. A simulated copy sleeps while
+// its stream runs, so a slower link would make one batch (and a stop that
+// waits for it) last minutes: 10 MB/s is already a thousand times below PCIe.
+CLI::Validator link_range() {
+  return CLI::Validator(
+      [](const std::string& value) -> std::string {
+        const double x = std::strtod(value.c_str(), nullptr);
+        if (x == 0 || (x >= 0.01 && x <= 1e6)) return {};
+        return "Value " + value + " is neither 0 nor in 0.01 to 1e6 (GB/s)";
+      },
+      "0 or 0.01-1e6");
+}
 // Adds a flag unless the subcommand already has one of that name (sweep's
 // axes), which then keeps its own meaning; returns whichever it has.
 template <typename T>
@@ -47,7 +60,7 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
              "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop");
   add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");
   option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s (0: as fast as memcpy)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(link_range());
   add_choice(app, "--host-transfer", o.host_transfer, kHostTransfers,
              "host backend: copy (each batch into a separate buffer, as a GPU copy would) or handover "
              "(the consumer gets the worker's buffer: CPU training)");
@@ -98,7 +111,7 @@ void add_sweep_flags(CLI::App& app, Options& o) {
   list("--host-queue", o.sw_host_queue, "comma list")->check(CLI::Range(1, 4096));
   list("--device-queue", o.sw_device_queue, "comma list")->check(CLI::Range(1, 4096));
   list("--batch", o.sw_batch, "comma list")->check(CLI::Range(std::size_t(1), Config::kMaxBatchSize));
-  list("--link-gbps", o.sw_link, "comma list (host backend)")->check(CLI::Range(0.0, 1e6));
+  list("--link-gbps", o.sw_link, "comma list (host backend)")->check(link_range());
   list("--compute-ms", o.sw_compute, "comma list")->check(CLI::Range(0.0, 1e6));
   app.add_option("--csv", o.csv, "write the rows as CSV");
   app.add_option("--plot", o.plot, "draw images/s by workers to FILE.png or FILE.svg with gnuplot (needs --csv)");
