@@ -135,7 +135,8 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
   for (auto* sub : {s.run, s.bench}) sub->add_option("--json", o.json, "write the figures (and every skipped sample) as JSON");
   add_pipeline_flags(*s.inspect, o);
   add_dataset_flags(*s.pack, o);
-  s.pack->add_option("--out", o.out, "folder for the shards (new, or empty)")->required();
+  s.pack->add_option("--out", o.out, "folder for the shards (new, or empty); written as OUT.partial-PID, renamed when whole")
+      ->required();
   s.pack->add_option("--shard-mb", o.shard_mb, "start a new shard before one would pass this many MiB")
       ->check(CLI::Range(1, 1 << 20));
   for (auto* sub : {s.run, s.bench, s.sweep, s.inspect, s.pack, s.make}) sub->fallthrough();  // `conveyor run --config F`
