@@ -9,6 +9,7 @@
 #include <atomic>
 #include <charconv>
 #include <cmath>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -134,10 +135,25 @@ void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc,
                    "), over --max-memory-mb " + whole(limit) + (o.max_memory_mb > 0 ? "" : " (default: a quarter of physical memory)"));
 }
 
-void decimal_integers(CLI::App& app) {
+void strict_values(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     const std::string full = opt->get_type_name();  // "UINT", or "UINT:INT in [1 - 16]" with a range check
     const std::string type = full.substr(0, full.find(':'));
+    if (type == "BOOLEAN") {
+      // CLI11 reads any integer as a boolean (-1 as false) and "" as true.
+      opt->transform(CLI::Validator(
+          [](std::string& value) -> std::string {
+            static constexpr std::string_view kWords[] = {"1", "0", "true", "false", "on", "off", "yes", "no"};
+            std::string lower = value;
+            std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+            for (std::string_view w : kWords) {
+              if (lower == w) return {};
+            }
+            return value + ": expected on or off (true/false, yes/no, 1/0)";
+          },
+          "", "ON_OFF"));
+      continue;
+    }
     if (type == "FLOAT") {
       // A range check lets NaN through (every comparison with it is false).
       opt->transform(CLI::Validator(
@@ -177,7 +193,7 @@ void decimal_integers(CLI::App& app) {
         },
         "", "DECIMAL"));
   }
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integers(*sub);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) strict_values(*sub);
 }
 
 void check_writable(const std::string& flag, const std::string& file) {

@@ -78,8 +78,10 @@ void write_file(const std::string& flag, const std::string& file, const std::str
 // decimal digits only, and a value that fits 64 bits. CLI11 2.1 reads them with
 // strtoull(..., 0): "--batch 010" was 8, "0x10" 16, and "-1" or a value past
 // 2^64 became 2^64-1 for an unsigned flag. Every FLOAT flag takes a finite
-// number: a range check passes NaN. Call after the flags are added.
-void decimal_integers(CLI::App& app);
+// number: a range check passes NaN. Every BOOLEAN flag value is on/off,
+// true/false, yes/no or 1/0 (CLI11 took -1 as false). Call after the flags
+// are added.
+void strict_values(CLI::App& app);
 // The exit status for the exception being handled (call it in a catch block),
 // the same ladder for every program: --help is CLI11's (0); a bad flag, a bad
 // --config file (named with `section`'s reading of it) or a UsageError is one

@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
   // only); its keys set the flags of the subcommand named first.
   const std::string section = subcommand_word(argc, argv);
   add_config_option(app, section, section);
-  decimal_integers(app);
+  strict_values(app);
   try {
     check_subcommand(argc, argv, app);
     shard_from_environment(o);

@@ -376,7 +376,7 @@ int main(int argc, char** argv) {
   o.augment = Augmentation::crop;
   TrainOptions t;
   add_train_flags(app, o, t);
-  decimal_integers(app);
+  strict_values(app);
   try {
     shard_from_environment(o);
     app.parse(argc, argv);

@@ -392,6 +392,9 @@ integers)  # integer flags are decimal: "010" is 10 (not octal 8), hex is refuse
   expect 2 "--max-memory-mb nan" -- run --folder "$work/ds" --max-memory-mb nan
   err_has "nan: not a finite number" "--max-memory-mb nan"
   expect 2 "sweep --compute-ms 1,inf" -- sweep --folder "$work/ds" --compute-ms 1,inf
+  # and an on/off flag's value is one of its words (CLI11 took -1 as off)
+  expect 2 "--read-ahead -1" -- run --folder "$work/ds" --read-ahead -1
+  err_has "expected on or off" "--read-ahead -1"
   ;;
 sigpipe)  # a run piped to `head` stops when the reader leaves: status 141, nothing on stderr, the trace and --json whole
   timeout 60 "$bin" run --folder "$work/ds" --batch 4 --epochs 100000 --compute-ms 1 --trace "$work/t.json" --json "$work/j.json" 2>"$work/err" | head -1 >/dev/null
