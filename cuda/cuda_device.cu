@@ -10,13 +10,15 @@
 // any thread and leaves the thread's current device as it found it (3); sync events are cudaEventDisableTiming | cudaEventBlockingSync, so a
 // waiting host thread sleeps instead of spinning (8); every call is checked and
 // every launch goes through CONVEYOR_CUDA_LAUNCH, which checks cudaGetLastError (9).
-#include <cuda.h>  // CUcontext and CUresult only: the driver is reached through the runtime
+#include <cuda.h>  // the driver's types only: its functions are reached through the runtime
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -98,78 +100,99 @@ __global__ void busy_kernel(unsigned long long ns) {
   } while (now - start < ns);
 }
 
-// The driver's current-context pair, resolved once through the runtime so
+// The driver calls the device guard uses, resolved once through the runtime so
 // nothing links libcuda (a binary must start where no driver is installed).
-// Null where the runtime cannot give them: ScopedDevice then restores by device
-// number, as before CUDA 12, where that did not create a context.
-struct ContextCalls {
-  CUresult (*get)(CUcontext*) = nullptr;
-  CUresult (*set)(CUcontext) = nullptr;
+// All null where the runtime cannot give them (before CUDA 12): ScopedDevice
+// then switches with cudaSetDevice, as the runtime alone can.
+struct DriverCalls {
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*primary_ctx_retain)(CUcontext*, CUdevice) = nullptr;
 };
 
-const ContextCalls& context_calls() {
-  static const ContextCalls calls = [] {
-    ContextCalls c;
-    const auto resolve = [](const char* symbol, void** fn) {
+const DriverCalls& driver_calls() {
+  static const DriverCalls calls = [] {
+    DriverCalls c;
+    int count = 0;
+    (void)cudaGetDeviceCount(&count);  // initializes the driver, creates no context
+#if CUDART_VERSION >= 12000
+    void* fn[4] = {};
+    const char* names[4] = {"cuCtxGetCurrent", "cuCtxSetCurrent", "cuDeviceGet", "cuDevicePrimaryCtxRetain"};
+    for (int i = 0; i < 4; ++i) {
       cudaDriverEntryPointQueryResult found{};
 #if CUDART_VERSION >= 12050
-      const cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, fn, 12000, cudaEnableDefault, &found);
-#elif CUDART_VERSION >= 12000
-      const cudaError_t e = cudaGetDriverEntryPoint(symbol, fn, cudaEnableDefault, &found);
+      const cudaError_t e = cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault, &found);
 #else
-      const cudaError_t e = cudaErrorNotSupported;
+      const cudaError_t e = cudaGetDriverEntryPoint(names[i], &fn[i], cudaEnableDefault, &found);
 #endif
-      (void)cudaGetLastError();  // a failure here only means the device-number fallback
-      if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) *fn = nullptr;
-    };
-    void* get = nullptr;
-    void* set = nullptr;
-    resolve("cuCtxGetCurrent", &get);
-    resolve("cuCtxSetCurrent", &set);
-    if (get && set) {
-      c.get = reinterpret_cast<CUresult (*)(CUcontext*)>(get);
-      c.set = reinterpret_cast<CUresult (*)(CUcontext)>(set);
+      (void)cudaGetLastError();  // a failure here only means the cudaSetDevice fallback
+      if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) return c;
     }
+#else
+    void* fn[4] = {};
+    return c;
+#endif
+    c.ctx_get_current = reinterpret_cast<CUresult (*)(CUcontext*)>(fn[0]);
+    c.ctx_set_current = reinterpret_cast<CUresult (*)(CUcontext)>(fn[1]);
+    c.device_get = reinterpret_cast<CUresult (*)(CUdevice*, int)>(fn[2]);
+    c.primary_ctx_retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(fn[3]);
     return c;
   }();
   return calls;
 }
 
-// Makes `ordinal` the calling thread's current device for one scope and then
-// gives the thread back the context it had (taskflow's cudaScopedDevice; the
-// restore as PyTorch's device guards do it). The current device is per host
-// thread and belongs to the caller (its LibTorch work runs on it): a bare
-// cudaSetDevice in next() or a release would change it under them, and a call
-// made without one would go to whatever device the thread happens to be on.
+// Device `ordinal`'s primary context (the runtime's), retained once for the
+// process and kept; null when the driver calls are unavailable or fail.
+CUcontext primary_context(int ordinal) {
+  static std::mutex mu;
+  static std::map<int, CUcontext> retained;
+  const DriverCalls& d = driver_calls();
+  if (!d.primary_ctx_retain) return nullptr;
+  std::lock_guard lk(mu);
+  if (auto it = retained.find(ordinal); it != retained.end()) return it->second;
+  CUdevice dev{};
+  CUcontext ctx = nullptr;
+  if (d.device_get(&dev, ordinal) != CUDA_SUCCESS || d.primary_ctx_retain(&ctx, dev) != CUDA_SUCCESS) return nullptr;
+  return retained[ordinal] = ctx;
+}
+
+// Makes device `ordinal` current on the calling thread for one scope, then
+// gives the thread back exactly what it had (taskflow's cudaScopedDevice,
+// done as DALI's DeviceGuard does it). The current device is per host thread and
+// belongs to the caller (its LibTorch work runs on it): a bare cudaSetDevice
+// in next() or a release would change it under them, and a call made without
+// one would go to whatever device the thread happens to be on.
 //
-// The restore puts back the driver's current context, not a device number: a
-// thread that never touched CUDA reports device 0 without holding a context,
-// and since CUDA 12 cudaSetDevice(0) creates device 0's primary context. So
-// `--gpu 1`, a Python Loader on cuda:1 or a deleter on a fresh thread would
-// leave a context of a few hundred MB on GPU 0 in every process (every rank).
-// Restoring "no context" leaves none. On a thread already on `ordinal` the
-// guard costs one cudaGetDevice.
+// The switch and the restore go through the driver's current context, not
+// cudaSetDevice: the device's primary context (the one the runtime uses) is
+// made current, and the context found on entry, null included, is put back.
+// Since CUDA 12 cudaSetDevice creates the device's primary context, so
+// restoring "device 0" on a thread that never used CUDA (it reports device 0
+// without having a context) would leave a few hundred MB on GPU 0 in every
+// process run with `--gpu 1` or a Loader on cuda:1; and the runtime's own
+// per-thread choice of device is never touched. A thread already in that
+// context pays one cuCtxGetCurrent and a lookup.
 class ScopedDevice {
  public:
   explicit ScopedDevice(int ordinal) {
-    CONVEYOR_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (enter(ordinal)) return;
+    CONVEYOR_CUDA_CHECK(cudaGetDevice(&previous_));  // the runtime alone
     if (previous_ == ordinal) return;
-    remember_context();
     CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal));
-    switched_ = true;
+    switched_device_ = true;
   }
   // For destructors: a failure is printed (see check_nothrow), not thrown.
   ScopedDevice(int ordinal, std::nothrow_t) noexcept {
+    if (enter(ordinal)) return;
     if (!CONVEYOR_CUDA_CHECK_NOTHROW(cudaGetDevice(&previous_)) || previous_ == ordinal) return;
-    remember_context();
-    switched_ = CONVEYOR_CUDA_CHECK_NOTHROW(cudaSetDevice(ordinal));
+    switched_device_ = CONVEYOR_CUDA_CHECK_NOTHROW(cudaSetDevice(ordinal));
   }
   ~ScopedDevice() {
-    if (!switched_) return;
-    if (restore_context_) {
-      const CUresult r = context_calls().set(previous_context_);
+    if (switched_context_) {
+      const CUresult r = driver_calls().ctx_set_current(previous_context_);
       if (r != CUDA_SUCCESS) std::fprintf(stderr, "conveyor: cuCtxSetCurrent failed (%d) restoring the caller's context\n", int(r));
-    } else {
+    } else if (switched_device_) {
       CONVEYOR_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
     }
   }
@@ -177,15 +200,22 @@ class ScopedDevice {
   ScopedDevice& operator=(const ScopedDevice&) = delete;
 
  private:
-  void remember_context() noexcept {
-    const ContextCalls& c = context_calls();
-    restore_context_ = c.get && c.get(&previous_context_) == CUDA_SUCCESS;
+  // The driver's way; false when it is unavailable (then the runtime's way).
+  bool enter(int ordinal) noexcept {
+    const DriverCalls& d = driver_calls();
+    if (!d.ctx_get_current) return false;
+    const CUcontext target = primary_context(ordinal);
+    if (!target || d.ctx_get_current(&previous_context_) != CUDA_SUCCESS) return false;
+    if (previous_context_ == target) return true;
+    if (d.ctx_set_current(target) != CUDA_SUCCESS) return false;
+    switched_context_ = true;
+    return true;
   }
 
-  int previous_ = 0;
   CUcontext previous_context_ = nullptr;  // null: the thread had none, and gets none back
-  bool restore_context_ = false;
-  bool switched_ = false;
+  bool switched_context_ = false;
+  int previous_ = 0;
+  bool switched_device_ = false;
 };
 
 class CudaBuffer final : public Buffer {

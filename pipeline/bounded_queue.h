@@ -107,7 +107,7 @@ class BoundedQueue {
     // Borrow a token and give it back: the count stays that of the items.
     if (!ready_items_.tryWait()) {
       const auto t0 = Clock::now();
-      const bool got = ready_items_.wait(std::int64_t(timeout.count()));
+      const bool got = wait_for(ready_items_, timeout);  // yields first, as pop() does
       starved_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
       if (!got) return closed();
     }
@@ -219,13 +219,14 @@ class BoundedQueue {
     }
   }
 
-  // A token from `s`: yield-and-look wait_yields_ times, then sleep (see the top).
-  bool wait_for(Sema& s) {
+  // A token from `s`: yield-and-look wait_yields_ times, then sleep (see the top),
+  // for `timeout` at most when one is given.
+  bool wait_for(Sema& s, std::optional<std::chrono::microseconds> timeout = std::nullopt) {
     for (std::size_t i = 0; i < wait_yields_; ++i) {
       std::this_thread::yield();
       if (s.tryWait()) return true;
     }
-    return s.wait();
+    return timeout ? s.wait(std::int64_t(timeout->count())) : s.wait();
   }
 
   std::optional<T> take_if_any() {

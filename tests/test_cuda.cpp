@@ -268,15 +268,18 @@ TEST_CASE("work on a second GPU leaves each thread's context as it was", "[cuda]
   // A thread that never used CUDA has no context, and must have none after:
   // restoring "device 0" would create device 0's primary context.
   void* after = reinterpret_cast<void*>(1);
+  int runtime_device = -1;
   std::thread fresh([&] {
     auto g1 = open_device(cfg);
     auto e = g1->create_event();
     e.reset();
     g1.reset();
     (void)ctx_get_current(&after);
+    (void)cudaGetDevice(&runtime_device);  // the runtime's own choice, untouched: still 0
   });
   fresh.join();
   REQUIRE(after == nullptr);
+  REQUIRE(runtime_device == 0);
   // A thread on device 0 stays there.
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   auto g1 = open_device(cfg);
