@@ -258,7 +258,11 @@ void wipe_progress_line(std::size_t width) {
 
 int finish_stdout(const char* program, int status) {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
-  if (status == 128 + SIGPIPE) return status;  // `| head`: the reader left, as it meant to
+  // `| head`: the reader left, as it meant to. Also when the pipe closed only
+  // as the last lines were written, after the run's own checks for a signal.
+  if (status == 128 + SIGPIPE || errno == EPIPE || interrupt_signal() == SIGPIPE) {
+    return status != 0 ? status : 128 + SIGPIPE;
+  }
   std::fprintf(stderr, "%s: cannot write standard output: %s\n", program, std::strerror(errno));
   return status != 0 ? status : 1;
 }
@@ -304,7 +308,9 @@ bool gnuplot(const std::string& output, const std::string& script_body, const st
     return false;
   }
   const std::string script = output + ".gp";
-  const bool svg = output.size() > 4 && output.substr(output.size() - 4) == ".svg";
+  std::string ext = output.size() > 4 ? output.substr(output.size() - 4) : "";
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  const bool svg = ext == ".svg";
   write_file("--plot", script,
                   std::string("set terminal ") + (svg ? "svg" : "pngcairo") + " size 800,500\nset output " +
                       gnuplot_quote(output) + "\nset datafile separator ','\n" + script_body);

@@ -2,6 +2,8 @@
 
 #include "apps/cli.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -139,11 +141,18 @@ void check_normalize(const Options& o) {
 
 void check_outputs(const Options& o) {
   namespace fs = std::filesystem;
+  // Links resolved where the path exists, and ".." after them (so lk/.. is
+  // the link target's parent, as the kernel sees it).
   const auto canonical = [](const std::string& p) {
-    const fs::path absolute = fs::absolute(p).lexically_normal();
     std::error_code ec;
-    const fs::path c = fs::weakly_canonical(absolute, ec);  // links resolved where the path exists
-    return ec ? absolute : c;
+    const fs::path c = fs::weakly_canonical(fs::absolute(p), ec);
+    return ec ? fs::absolute(p).lexically_normal() : c;
+  };
+  // /dev/null or /dev/stdout may take several outputs: only files can clash.
+  const auto device = [](const std::string& p) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);
+    return !ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st);
   };
   const auto inside = [](const fs::path& file, const fs::path& dir) {
     const fs::path rel = file.lexically_relative(dir);
@@ -153,7 +162,7 @@ void check_outputs(const Options& o) {
       {"--trace", &o.trace}, {"--json", &o.json}, {"--csv", &o.csv}, {"--plot", &o.plot}};
   for (std::size_t i = 0; i < std::size(outputs); ++i) {
     const auto& [flag, file] = outputs[i];
-    if (file->empty()) continue;
+    if (file->empty() || device(*file)) continue;
     const fs::path out = canonical(*file);
     const std::string named = std::string(flag) + " " + *file;
     for (std::size_t j = 0; j < i; ++j) {
@@ -170,7 +179,8 @@ void check_outputs(const Options& o) {
     }
   }
   if (!o.plot.empty()) {
-    const std::string ext = fs::path(o.plot).extension().string();
+    std::string ext = fs::path(o.plot).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
     if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + o.plot + ": name a .png or .svg file (the format follows it)");
     if (o.csv.empty()) throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
   }

@@ -1,11 +1,13 @@
 #include "apps/pack.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -126,27 +128,55 @@ void progress(std::size_t done, std::size_t total, std::size_t shards, std::uint
 
 }  // namespace
 
-// The shards are written into a sibling folder, OUT.partial-PID, which becomes
-// OUT by one rename once every shard is complete: a pack that is killed
-// (SIGKILL, a crash, a full disk) never leaves an OUT that `--shards` would read
-// as a smaller dataset. SIGINT and SIGTERM stop it between samples and remove
-// the partial folder.
+namespace {
+
+// Removes what a pack into `out` that was killed left there (kPartialPrefix
+// folders whose process is gone). Throws UsageError when another pack is
+// writing into it now, or when anything else is there.
+void clear_stale_partials(const fs::path& out, const std::string& flag_value) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(kPartialPrefix)) throw UsageError("--out " + flag_value + ": exists and is not an empty folder");
+    const std::string pid = name.substr(kPartialPrefix.size());
+    const long n = std::strtol(pid.c_str(), nullptr, 10);
+    if (n > 0 && (::kill(pid_t(n), 0) == 0 || errno == EPERM)) {
+      throw UsageError("--out " + flag_value + ": another pack (process " + pid + ") is writing into it");
+    }
+    fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+// The shards are written into OUT/.partial-PID and moved up into OUT once
+// every one is complete; `--shards` refuses a folder holding such a partial
+// folder, so a pack that is killed (SIGKILL, a crash, a full disk) never
+// leaves an OUT that reads as a smaller dataset, and the next pack into OUT
+// clears what it left. SIGINT and SIGTERM stop it between samples and remove
+// what it wrote. Inside OUT, not beside it: OUT may be a mount point, a link
+// or ".", and the moves stay on one file system.
 int pack(const Options& o) {
   fs::path out = fs::path(o.out).lexically_normal();
-  if (!out.has_filename()) out = out.parent_path();  // "shards/"
+  if (!out.has_filename() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();  // "shards/"
   std::error_code ec;
   const bool existed = fs::exists(out, ec);
-  if (existed && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
-    throw UsageError("--out " + o.out + ": exists and is not an empty folder");
-  }
+  if (existed && !fs::is_directory(out, ec)) throw UsageError("--out " + o.out + ": exists and is not an empty folder");
+  if (existed) clear_stale_partials(out, o.out);
   const Dataset d = open_dataset(o, Announce::when_made);
   for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  const fs::path partial = out.string() + ".partial-" + std::to_string(::getpid());
-  fs::remove_all(partial, ec);
+  fs::create_directories(out);
+  const fs::path partial = out / (std::string(kPartialPrefix) + std::to_string(::getpid()));
   fs::create_directory(partial);
   catch_interrupts();
-  bool renamed = false;
+  std::vector<fs::path> moved;
+  // Nothing half-made is left: the partial folder, what was moved, and OUT if pack made it.
+  const auto undo = [&] {
+    fs::remove_all(partial, ec);
+    for (const fs::path& f : moved) fs::remove(f, ec);
+    fs::remove(out / ".conveyor-index", ec);
+    if (!existed) fs::remove(out, ec);
+  };
   try {
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
     std::vector<unsigned char> bytes;
@@ -154,9 +184,8 @@ int pack(const Options& o) {
     for (std::size_t i = 0; i < d.size(); ++i) {
       if (const int sig = interrupt_signal(); sig != 0) {
         wipe_progress_line();
-        fs::remove_all(partial, ec);
-        std::printf("pack: interrupted by %s after %zu of %zu samples; nothing written\n",
-                    signal_word(sig), i, d.size());
+        undo();
+        std::printf("pack: interrupted by %s after %zu of %zu samples; nothing written\n", signal_word(sig), i, d.size());
         return 128 + sig;
       }
       try {
@@ -171,9 +200,14 @@ int pack(const Options& o) {
     }
     w.finish();
     wipe_progress_line();
-    // rename(2) replaces an empty folder: OUT appears whole, or not at all.
-    fs::rename(partial, out);
-    renamed = true;
+    std::vector<fs::path> shards;
+    for (const auto& e : fs::directory_iterator(partial)) shards.push_back(e.path());
+    std::sort(shards.begin(), shards.end());
+    for (const fs::path& f : shards) {
+      fs::rename(f, out / f.filename());
+      moved.push_back(out / f.filename());
+    }
+    fs::remove(partial);  // empty now: OUT reads as whole from here on
     IndexSource how = IndexSource::built;
     const ShardIndex index = load_shard_index(out, &how);  // scans what was written: the index --shards reads
     if (index.samples.size() != d.size()) {
@@ -185,12 +219,7 @@ int pack(const Options& o) {
                 how == IndexSource::built_beside ? index_beside(out).c_str()
                 : how == IndexSource::built_cached ? index_in_cache(out).c_str() : "not written");
   } catch (...) {
-    // Nothing half-made is left: the partial folder goes, or OUT as it was.
-    fs::remove_all(partial, ec);
-    if (renamed) {
-      for (const auto& e : fs::directory_iterator(out, ec)) fs::remove_all(e.path(), ec);
-      if (!existed) fs::remove(out, ec);
-    }
+    undo();
     throw;
   }
   return 0;

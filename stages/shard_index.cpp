@@ -254,6 +254,10 @@ std::vector<ShardIndex::Shard> list_shards(const fs::path& dir) {
   std::vector<ShardIndex::Shard> out;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& p = it->path();
+    if (p.filename().string().starts_with(kPartialPrefix)) {
+      throw DatasetError(name + ": holds " + p.filename().string() +
+                         ", left by a `conveyor pack` into it that did not finish; pack again (it clears it) or remove it");
+    }
     if (p.extension() != ".tar" || !it->is_regular_file(ec)) continue;
     const auto size = it->file_size(ec);
     const auto mtime = it->last_write_time(ec);

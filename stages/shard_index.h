@@ -45,8 +45,14 @@ struct ShardIndex {
   static ShardIndex parse(std::string_view text, const std::string& where);
 };
 
+// What `conveyor pack` writes its shards into, inside the output folder
+// (".partial-PID"), before it moves them up: a folder holding one is not a
+// whole dataset.
+inline constexpr std::string_view kPartialPrefix = ".partial-";
+
 // The folder's shards as they are now (name, size, mtime), sorted by name.
-// Throws DatasetError: not a directory, no .tar in it, cannot be listed.
+// Throws DatasetError: not a directory, no .tar in it, cannot be listed, or a
+// pack's unfinished kPartialPrefix folder in it.
 std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir);
 
 // Scans every shard (Dataset::from_shards's rules for keys, images and .cls).

@@ -6,7 +6,7 @@
 #        big-png workers toml subcommands nul env; round 3: skip-modes clobber
 #        contradictions pack-interrupt shard-ranks integers sigpipe slow-signal sweep-signal
 set -uo pipefail
-bin=$1 case=$2
+bin=$(realpath "$1") case=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export CONVEYOR_CACHE=$work/cache
@@ -322,6 +322,11 @@ clobber)  # an output named like an input (the list, a file of the --folder data
   expect 2 "--trace = a dataset file, by another path" -- run --folder "$work/ds/" --trace "$work/ds/../ds/0-disk/$(basename "$first")"
   expect 2 "--json = --trace" -- run --folder "$work/ds" --json "$work/o.json" --trace "$work/./o.json"
   err_has "the same file as --trace" "--json = --trace"
+  # a link followed by .. is resolved as the kernel resolves it
+  ln -s "$work/ds/0-disk" "$work/lk"
+  expect 2 "--trace through lk/.." -- run --folder "$work/ds" --trace "$work/lk/../0-disk/$(basename "$first")"
+  # devices are not files: /dev/null may take several outputs
+  timeout 60 "$bin" run --folder "$work/ds" --batch 4 --json /dev/null --trace /dev/null >"$work/out" 2>&1 || fail "--json /dev/null --trace /dev/null: $(tail -1 "$work/out")"
   cmp -s "$work/list.txt" "$work/list.orig" || fail "the list file was changed"
   cmp -s "$first" "$work/first.orig" || fail "a dataset file was changed"
   ;;
@@ -348,25 +353,40 @@ contradictions)  # settings a mode cannot honour are refused up front, not ignor
   ;;
 pack-interrupt)  # a pack stopped by a signal leaves no --out that --shards would read as a smaller dataset
   for _ in $(seq 400); do find "$work/ds" -name '*.jpg' | awk '{ print $0, 0 }'; done >"$work/big.txt"
-  for sig in TERM KILL; do
-    rm -rf "$work/sh" "$work"/sh.partial-*
-    "$bin" pack --list "$work/big.txt" --out "$work/sh" --shard-mb 1 >"$work/out" 2>&1 &
+  samples=$(wc -l <"$work/big.txt")
+  start_pack() {  # start_pack OUT: in the background, until its second shard is written
+    "$bin" pack --list "$work/big.txt" --out "$1" --shard-mb 1 >"$work/out" 2>&1 &
     pid=$!
-    for _ in $(seq 200); do compgen -G "$work/sh.partial-*/shard-000001.tar" >/dev/null && break; sleep 0.02; done
-    kill -$sig $pid
-    wait $pid 2>/dev/null
-    rc=$?
-    if [ $sig = TERM ]; then
-      [ $rc -eq 143 ] || fail "pack on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
-      grep -q "interrupted by SIGTERM .*nothing written" "$work/out" || fail "pack on SIGTERM: $(tail -2 "$work/out")"
-      compgen -G "$work/sh.partial-*" >/dev/null && fail "pack on SIGTERM left its partial folder"
-    fi
-    [ ! -e "$work/sh" ] || fail "pack killed by SIG$sig left $work/sh: $(ls "$work/sh" | head -3)"
-    expect 2 "run on what a SIG$sig pack left" -- run --shards "$work/sh"
+    for _ in $(seq 400); do compgen -G "$1/.partial-*/shard-000001.tar" >/dev/null && break; sleep 0.02; done
+  }
+  rm -rf "$work/sh"
+  start_pack "$work/sh"
+  kill -TERM $pid
+  wait $pid 2>/dev/null
+  rc=$?
+  [ $rc -eq 143 ] || fail "pack on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
+  grep -q "interrupted by SIGTERM .*nothing written" "$work/out" || fail "pack on SIGTERM: $(tail -2 "$work/out")"
+  [ ! -e "$work/sh" ] || fail "pack on SIGTERM left $work/sh: $(ls -A "$work/sh" | head -3)"
+  start_pack "$work/sh"
+  kill -KILL $pid
+  wait $pid 2>/dev/null
+  expect 2 "run on what a killed pack left" -- run --shards "$work/sh"
+  err_has "left by a \`conveyor pack\` into it that did not finish" "run on a killed pack's folder"
+  "$bin" pack --list "$work/big.txt" --out "$work/sh/" --shard-mb 1 >"$work/out" 2>&1 || fail "pack over a killed one: $(tail -2 "$work/out")"
+  grep -q "^packed $samples samples" "$work/out" || fail "pack over a killed one: $(tail -1 "$work/out")"
+  [ -z "$(ls -A "$work/sh" | grep -v -e '\.tar$' -e '^\.conveyor-index$')" ] || fail "pack left: $(ls -A "$work/sh")"
+  # --out as ".", as a link to an empty folder, and as an existing empty folder
+  mkdir -p "$work/dot" "$work/target" "$work/empty"
+  ln -s "$work/target" "$work/link"
+  (cd "$work/dot" && "$bin" pack --folder "$work/ds" --out . >"$work/out" 2>&1) || fail "pack --out .: $(tail -1 "$work/out")"
+  for out in "$work/link" "$work/empty"; do
+    "$bin" pack --folder "$work/ds" --out "$out" >"$work/out" 2>&1 || fail "pack --out $out: $(tail -1 "$work/out")"
   done
-  "$bin" pack --list "$work/big.txt" --out "$work/sh/" --shard-mb 1 >"$work/out" 2>&1 || fail "pack after the interrupted ones: $(tail -2 "$work/out")"
-  grep -q "^packed $(wc -l <"$work/big.txt") samples" "$work/out" || fail "pack: $(tail -1 "$work/out")"
-  compgen -G "$work/sh.partial-*" >/dev/null && [ $(ls -d "$work"/sh.partial-* | wc -l) -gt 1 ] && fail "partial folders pile up"
+  for out in "$work/dot" "$work/target" "$work/empty"; do
+    timeout 60 "$bin" run --shards "$out" --batch 4 >"$work/out" 2>&1 && grep -q "^epoch 0: 30 images" "$work/out" ||
+      fail "run --shards $out: $(tail -2 "$work/out")"
+  done
+  [ -L "$work/link" ] || fail "pack --out LINK replaced the link"
   ;;
 shard-ranks)  # --rank-by-shard with a rank whose shards are empty: every rank refuses, naming it (none runs zero steps)
   "$bin" pack --folder "$work/ds" --out "$work/sh" >/dev/null 2>&1 || fail "pack"
@@ -403,6 +423,13 @@ sigpipe)  # a run piped to `head` stops when the reader leaves: status 141, noth
   [ ! -s "$work/err" ] || fail "run | head: stderr says $(head -c 300 "$work/err")"
   python3 -c 'import json, sys; json.load(open(sys.argv[1])); assert sum(json.load(open(sys.argv[2]))["epoch_images"]) > 0' \
     "$work/t.json" "$work/j.json" || fail "run | head: the trace or --json is not whole"
+  # the reader gone before the last lines (after the run's own checks): 141 and quiet too
+  for cmd in "run --folder $work/ds --batch 4 --epochs 1" "inspect --folder $work/ds"; do
+    "$bin" $cmd 2>"$work/err" | head -c 0
+    rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 141 ] || [ "$rc" -eq 0 ] || fail "$cmd | head -c 0: status $rc, not 141"
+    [ ! -s "$work/err" ] || fail "$cmd | head -c 0: stderr says $(head -c 300 "$work/err")"
+  done
   ;;
 slow-signal)  # SIGTERM is honoured at once while a worker, the serial loop or the step takes a minute per sample
   for args in "--synthetic-ms 60000 --workers 1" "--serial --synthetic-ms 60000" "--compute-ms 60000"; do

@@ -117,7 +117,8 @@ rc=$?
 size=$(stat -c %s "$work/full.pt")
 for tenths in 3 8; do  # inside fc1's weights, then inside their momentum (LeNet's largest tensors)
   cp "$work/full.pt" "$work/flip.pt"
-  printf '\xff\xff\xff\xff' | dd of="$work/flip.pt" bs=1 seek=$((size * tenths / 10)) conv=notrunc 2>/dev/null
+  # on a 4-byte boundary: the archive's records start 64-byte aligned, so this is one whole float
+  printf '\xff\xff\xff\xff' | dd of="$work/flip.pt" bs=1 seek=$((size * tenths / 10 / 4 * 4)) conv=notrunc 2>/dev/null
   expect_usage_error "checkpoint with NaN at $tenths/10" --workers 2 --epochs 5 --resume "$work/flip.pt"
   grep -q 'holds NaN or infinity' "$work/err" || fail "NaN checkpoint ($tenths/10): $(cat "$work/err")"
 done
