@@ -23,6 +23,16 @@ expect() {
   [ $rc -eq "$want" ] || fail "$what: status $rc, not $want: $(head -c 400 "$work/err")"
   [ "$(wc -l <"$work/err")" -eq 1 ] || fail "$what: stderr is not one line: $(head -c 400 "$work/err")"
 }
+# stop_job PID SIG: sends the signal and waits for the job; leaves its status
+# in $rc and the milliseconds the wait took in $ms.
+stop_job() {
+  local t0
+  t0=$(date +%s%N)
+  kill -"$2" "$1"
+  wait "$1" 2>/dev/null
+  rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+}
 err_has() { grep -q -- "$1" "$work/err" || fail "$2: stderr lacks '$1': $(cat "$work/err")"; }
 
 "$bin" make-dataset --out "$work/ds" --images-per-class 3 >/dev/null || { echo "make-dataset failed"; exit 1; }
@@ -361,15 +371,12 @@ pack-interrupt)  # a pack stopped by a signal leaves no --out that --shards woul
   }
   rm -rf "$work/sh"
   start_pack "$work/sh"
-  kill -TERM $pid
-  wait $pid 2>/dev/null
-  rc=$?
+  stop_job $pid TERM
   [ $rc -eq 143 ] || fail "pack on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
   grep -q "interrupted by SIGTERM .*nothing written" "$work/out" || fail "pack on SIGTERM: $(tail -2 "$work/out")"
   [ ! -e "$work/sh" ] || fail "pack on SIGTERM left $work/sh: $(ls -A "$work/sh" | head -3)"
   start_pack "$work/sh"
-  kill -KILL $pid
-  wait $pid 2>/dev/null
+  stop_job $pid KILL
   expect 2 "run on what a killed pack left" -- run --shards "$work/sh"
   err_has "left by a \`conveyor pack\` into it that did not finish" "run on a killed pack's folder"
   "$bin" pack --list "$work/big.txt" --out "$work/sh/" --shard-mb 1 >"$work/out" 2>&1 || fail "pack over a killed one: $(tail -2 "$work/out")"
@@ -436,11 +443,7 @@ slow-signal)  # SIGTERM is honoured at once while a worker, the serial loop or t
     "$bin" run --folder "$work/ds" --batch 4 $args >"$work/out" 2>&1 &
     pid=$!
     sleep 1
-    t0=$(date +%s%N)
-    kill -TERM $pid
-    wait $pid
-    rc=$?
-    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    stop_job $pid TERM
     [ $rc -eq 143 ] || fail "$args: status $rc, not 143: $(tail -2 "$work/out")"
     [ $ms -lt 5000 ] || fail "$args: exited $ms ms after SIGTERM"
     grep -q "^interrupted by SIGTERM" "$work/out" || fail "$args: $(tail -2 "$work/out")"
@@ -450,11 +453,7 @@ sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished r
   "$bin" sweep --folder "$work/ds" --workers 1,2,1,2 --batch 4 --epochs 10 --compute-ms 10 --csv "$work/s.csv" >"$work/out" 2>&1 &
   pid=$!
   for _ in $(seq 300); do [ "$(grep -c ' 10.0 ' "$work/out")" -ge 1 ] && break; sleep 0.05; done  # the first row is out
-  kill -TERM $pid
-  t0=$(date +%s%N)
-  wait $pid
-  rc=$?
-  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  stop_job $pid TERM
   [ $rc -eq 143 ] || fail "sweep on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
   [ $ms -lt 5000 ] || fail "sweep on SIGTERM: exited after $ms ms"
   grep -q "^interrupted by SIGTERM after [1-3] of 4 points" "$work/out" || fail "sweep on SIGTERM: $(tail -2 "$work/out")"
@@ -466,9 +465,7 @@ sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished r
   "$bin" inspect --list "$work/many.txt" --workers 1 >"$work/out" 2>&1 &
   pid=$!
   sleep 0.5
-  kill -TERM $pid
-  wait $pid
-  rc=$?
+  stop_job $pid TERM
   [ $rc -eq 143 ] || fail "inspect on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
   grep -Eq "^interrupted by SIGTERM after [0-9]+ of 100000 samples" "$work/out" && grep -q "^formats:" "$work/out" ||
     fail "inspect on SIGTERM: $(cat "$work/out")"
