@@ -71,7 +71,15 @@ Loader::Loader(ArrayRows rows, LoaderSettings settings)
     : Loader(std::move(settings), rows.labels.size(),
              saturating_mul(product(rows.row_shape), std::size_t(rows.element.bits / 8))) {
   labels_ = std::move(rows.labels);
-  for (auto l : labels_) num_classes_ = std::max(num_classes_, l + 1);
+  // As a list or folder dataset's labels: 0 to kMaxLabel, so num_classes = max + 1 fits.
+  for (std::size_t i = 0; i < labels_.size(); ++i) {
+    const std::int64_t l = labels_[i];
+    if (l < 0 || l > kMaxLabel) {
+      throw std::invalid_argument("arrays: y[" + std::to_string(i) + "] = " + std::to_string(l) + ": a label must be 0 to " +
+                                  std::to_string(kMaxLabel));
+    }
+    num_classes_ = std::max(num_classes_, l + 1);
+  }
   rows_ = std::make_unique<ArraySource>(rows.data, settings_.config.sample_bytes, labels_);
   sample_shape_ = rows.row_shape;
   element_ = rows.element;

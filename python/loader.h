@@ -84,7 +84,8 @@ class Loader {
   // transforms; samples are uint8 HWC RGB, or `normalize`'s dtype CHW).
   Loader(Dataset dataset, ImageConfig image, LoaderSettings settings);
   // Rows of an array, copied into the batch as they are. With `normalize`,
-  // rows must be uint8 [H, W, C] with C in 1..3.
+  // rows must be uint8 [H, W, C] with C in 1..3. Throws std::invalid_argument
+  // for a label outside 0..kMaxLabel, naming its row.
   Loader(ArrayRows rows, LoaderSettings settings);
   ~Loader();
   Loader(const Loader&) = delete;

@@ -18,7 +18,6 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -366,14 +365,6 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   } catch (const py::cast_error&) {
     throw py::value_error("arrays: y must be a 1-D sequence of integer labels (int64), one per row of x; got " +
                           std::string(py::str(py::type::of((*arrays)[1]))));
-  }
-  // As a list or folder dataset's labels: 0 or more, and room for num_classes = max + 1.
-  for (std::size_t i = 0; i < rows.labels.size(); ++i) {
-    const std::int64_t l = rows.labels[i];
-    if (l < 0 || l == std::numeric_limits<std::int64_t>::max()) {
-      throw py::value_error("arrays: y[" + std::to_string(i) + "] = " + std::to_string(l) + ": a label must be 0 to " +
-                            std::to_string(std::numeric_limits<std::int64_t>::max() - 1));
-    }
   }
   if (rows.labels.size() != std::size_t(v.shape[0])) {
     throw py::value_error("arrays: x has " + std::to_string(v.shape[0]) + " samples but y has " +

@@ -25,9 +25,6 @@ namespace {
 constexpr std::array<std::string_view, 13> kImageExtensions = {
     ".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".pnm", ".bmp", ".tga", ".gif", ".tif", ".tiff", ".webp"};
 
-// The largest label: num_classes() = max label + 1 must fit int64 too.
-constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max() - 1;
-
 constexpr std::string_view kBlank = " \t\r\v\f";
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 

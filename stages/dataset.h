@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -28,6 +29,9 @@
 namespace conveyor {
 
 class FileSystem;
+
+// The largest label a sample may have: num_classes = max label + 1 must fit int64 too.
+inline constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max() - 1;
 
 // A bad list file or image folder. what() is one line naming the file, and the line number for
 // list files: "data/train.txt:17: label 'x1' is not a non-negative integer".

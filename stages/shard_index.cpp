@@ -28,7 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kMagic = "conveyor-shard-index 1";
-constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max() - 1;
 
 // Names go at the end of their line: '%', CR and LF escaped so any name fits.
 std::string escape(std::string_view s) {
