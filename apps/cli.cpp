@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string_view>
 
@@ -65,6 +66,11 @@ void catch_interrupts() {
 }
 
 int interrupt_signal() { return g_signal.load(); }
+
+std::string lower_case(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return s;
+}
 
 const char* signal_word(int sig) {
   switch (sig) {
@@ -144,8 +150,7 @@ void strict_values(CLI::App& app) {
       opt->transform(CLI::Validator(
           [](std::string& value) -> std::string {
             static constexpr std::string_view kWords[] = {"1", "0", "true", "false", "on", "off", "yes", "no"};
-            std::string lower = value;
-            std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+            const std::string lower = lower_case(value);
             for (std::string_view w : kWords) {
               if (lower == w) return {};
             }
@@ -308,9 +313,7 @@ bool gnuplot(const std::string& output, const std::string& script_body, const st
     return false;
   }
   const std::string script = output + ".gp";
-  std::string ext = output.size() > 4 ? output.substr(output.size() - 4) : "";
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  const bool svg = ext == ".svg";
+  const bool svg = lower_case(std::filesystem::path(output).extension().string()) == ".svg";
   write_file("--plot", script,
                   std::string("set terminal ") + (svg ? "svg" : "pngcairo") + " size 800,500\nset output " +
                       gnuplot_quote(output) + "\nset datafile separator ','\n" + script_body);

@@ -6,6 +6,7 @@
 // Used by `conveyor` (apps/conveyor.cpp and its parts) and `conveyor-train`.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -51,6 +52,19 @@ void catch_interrupts();
 int interrupt_signal();
 // "SIGINT", "SIGTERM", or what SIGPIPE means, for "interrupted by ..." lines.
 const char* signal_word(int sig);
+// Waits until source.next() (a Pipeline or DevicePipeline) would not block, in
+// 100 ms slices, asking stop() between them; false when stop() said so first.
+// For a consumer that must see a signal while the workers are slow.
+template <typename Source, typename Stop>
+bool wait_for_batch(Source& source, Stop&& stop) {
+  while (!source.wait_ready(std::chrono::milliseconds(100))) {
+    if (stop()) return false;
+  }
+  return true;
+}
+
+// s in ASCII lower case (file extensions, flag words).
+std::string lower_case(std::string s);
 
 // Whether open_dataset says on stderr which embedded dataset it uses.
 enum class Announce { always, when_made };

@@ -135,7 +135,7 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
   for (auto* sub : {s.run, s.bench}) sub->add_option("--json", o.json, "write the figures (and every skipped sample) as JSON");
   add_pipeline_flags(*s.inspect, o);
   add_dataset_flags(*s.pack, o);
-  s.pack->add_option("--out", o.out, "folder for the shards (new, or empty); written as OUT.partial-PID, renamed when whole")
+  s.pack->add_option("--out", o.out, "folder for the shards (new, or empty); written in OUT/.partial-PID, moved up when whole")
       ->required();
   s.pack->add_option("--shard-mb", o.shard_mb, "start a new shard before one would pass this many MiB")
       ->check(CLI::Range(1, 1 << 20));

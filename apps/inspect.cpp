@@ -4,7 +4,6 @@
 #include "apps/inspect.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -54,13 +53,8 @@ int inspect(const Options& o) {
   };
   Pipeline p(cfg, dataset.size(), std::move(stages));
   // Waits in slices, so that a signal is seen while a read stalls.
-  const auto interrupted = [&] {
-    while (!p.wait_ready(std::chrono::milliseconds(100))) {
-      if (interrupt_signal() != 0) return true;
-    }
-    return interrupt_signal() != 0;
-  };
-  while (!interrupted()) {
+  const auto signalled = [] { return interrupt_signal() != 0; };
+  while (wait_for_batch(p, signalled) && !signalled()) {
     if (!p.next()) break;
   }
   p.stop();  // every worker joined: its counts are final

@@ -2,8 +2,6 @@
 
 #include "apps/cli.h"
 
-#include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -179,8 +177,7 @@ void check_outputs(const Options& o) {
     }
   }
   if (!o.plot.empty()) {
-    std::string ext = fs::path(o.plot).extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    const std::string ext = lower_case(fs::path(o.plot).extension().string());
     if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + o.plot + ": name a .png or .svg file (the format follows it)");
     if (o.csv.empty()) throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
   }

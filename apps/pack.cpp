@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -114,8 +113,7 @@ std::string image_extension(const Dataset& d, std::size_t i) {
     throw UsageError("pack: " + d.name(i) + ": '" + ext + "' is not an image extension (" +
                      std::string(Dataset::image_extensions()[0]) + ", ...): a reader of the shards would not know it for one");
   }
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  return ext;
+  return lower_case(ext);
 }
 
 void progress(std::size_t done, std::size_t total, std::size_t shards, std::uint64_t bytes) {
@@ -125,10 +123,6 @@ void progress(std::size_t done, std::size_t total, std::size_t shards, std::uint
                shards + 1, double(bytes) / 1e6);
   std::fflush(stderr);
 }
-
-}  // namespace
-
-namespace {
 
 // Removes what a pack into `out` that was killed left there (kPartialPrefix
 // folders whose process is gone). Throws UsageError when another pack is

@@ -84,12 +84,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
       [&](EpochTally& tally) {
         // Waits for the next batch here, not in next(), so that a signal is
         // seen while the workers are slow (a stalled read, --synthetic-ms).
-        const auto batch_ready = [&] {
-          while (!pipeline.wait_ready(std::chrono::milliseconds(100))) {
-            if (!tally.go_on()) return false;
-          }
-          return true;
-        };
+        const auto batch_ready = [&] { return wait_for_batch(pipeline, [&] { return !tally.go_on(); }); };
         if (!batch_ready()) return;
         for (auto& batch : pipeline.epoch(tally.epoch())) {
           const auto a = Clock::now();
@@ -116,9 +111,6 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
   return result;
 }
 
-}  // namespace
-
-namespace {
 // Sleeps `ms`, in slices of at most 50 ms, and returns early once `stop()`:
 // a long synthetic cost must not hold off Ctrl-C or a pipeline's stop.
 template <typename Stop>

@@ -14,8 +14,9 @@
 // earlier call of ours left (one that bypassed this check) before launching.
 // Conveyor links cudart statically, so the last error is this runtime's own:
 // LibTorch's or a caller's failures (their shared libcudart) never show here,
-// while contexts, streams and events, the driver's, are shared. A sticky error (the context is lost) cannot be cleared; it
-// fails every later call, and so is still reported.
+// while contexts, streams and events, the driver's, are shared. A sticky
+// error (the context is lost) cannot be cleared; it fails every later call,
+// and so is still reported.
 #pragma once
 
 #include <cuda_runtime.h>
