@@ -1,12 +1,16 @@
 #include "stages/shard_index.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -27,7 +31,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kMagic = "conveyor-shard-index 1";
+// Version 2 added each shard's change time and inode: a version 1 index
+// fails the first line's check and is rebuilt.
+constexpr std::string_view kMagic = "conveyor-shard-index 2";
 
 // Names go at the end of their line: '%', CR and LF escaped so any name fits.
 std::string escape(std::string_view s) {
@@ -203,7 +209,10 @@ bool write_atomically(const fs::path& file, const std::string& text) {
 
 std::string ShardIndex::serialize() const {
   std::string body = std::string(kMagic) + "\n";
-  for (const auto& s : shards) body += "shard " + std::to_string(s.size) + " " + std::to_string(s.mtime_ns) + " " + escape(s.file) + "\n";
+  for (const auto& s : shards) {
+    body += "shard " + std::to_string(s.size) + " " + std::to_string(s.mtime_ns) + " " + std::to_string(s.ctime_ns) + " " +
+            std::to_string(s.inode) + " " + escape(s.file) + "\n";
+  }
   for (const auto& s : samples) {
     body += "sample " + std::to_string(s.shard) + " " + std::to_string(s.offset) + " " + std::to_string(s.size) + " " +
             std::to_string(s.label) + " " + escape(s.member) + "\n";
@@ -230,7 +239,7 @@ ShardIndex ShardIndex::parse(std::string_view text, const std::string& where) {
     }
     if (line.starts_with("shard ")) {
       Shard s;
-      if (!fields(line.substr(6), s.file, s.size, s.mtime_ns)) throw bad("line " + std::to_string(line_no));
+      if (!fields(line.substr(6), s.file, s.size, s.mtime_ns, s.ctime_ns, s.inode)) throw bad("line " + std::to_string(line_no));
       index.shards.push_back(std::move(s));
     } else if (line.starts_with("sample ")) {
       Sample s;
@@ -257,12 +266,14 @@ std::vector<ShardIndex::Shard> list_shards(const fs::path& dir) {
       throw DatasetError(name + ": holds " + p.filename().string() +
                          ", left by a `conveyor pack` into it that did not finish; pack again (it clears it) or remove it");
     }
-    if (p.extension() != ".tar" || !it->is_regular_file(ec)) continue;
-    const auto size = it->file_size(ec);
-    const auto mtime = it->last_write_time(ec);
-    if (ec) break;
-    out.push_back({p.filename().string(), size,
-                   std::int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count())});
+    if (p.extension() != ".tar") continue;
+    struct stat st {};
+    // A .tar that is a dangling link or not a file is refused, not skipped:
+    // skipping it would train on part of the dataset without a word.
+    if (::stat(p.c_str(), &st) != 0) throw DatasetError(p.string() + ": cannot stat: " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw DatasetError(p.string() + ": not a regular file (a shard must be a .tar file)");
+    const auto ns = [](const timespec& t) { return std::int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec; };
+    out.push_back({p.filename().string(), std::uint64_t(st.st_size), ns(st.st_mtim), ns(st.st_ctim), std::uint64_t(st.st_ino)});
   }
   if (ec) throw DatasetError(name + ": cannot list: " + ec.message());
   if (out.empty()) throw DatasetError(name + ": no .tar shards in this folder");

@@ -1,5 +1,5 @@
 // ShardIndex: what Dataset::from_shards needs to know about a folder of tar
-// shards (each shard's name, size and modification time; each sample's shard,
+// shards (each shard's name, size, times and inode; each sample's shard,
 // member, byte range and label), scanned once and cached, so later opens read
 // one small file instead of every tar header.
 //
@@ -7,8 +7,12 @@
 // folder) $XDG_CACHE_HOME/conveyor (default ~/.cache/conveyor), under a name
 // made from the folder's absolute path. It is text: a version line, one line
 // per shard and per sample, and a checksum (FNV-1a of everything before it).
-// An index whose checksum, format or shard list (names, sizes, mtimes) does
-// not match the folder is stale or corrupt: it is ignored and rebuilt.
+// An index whose checksum, format or shard list (names, sizes, modification
+// and change times, inodes) does not match the folder is stale or corrupt: it
+// is ignored and rebuilt. The change time (ctime) is what makes a shard
+// rewritten with its old size and modification time (`cp -p`, `touch -r`)
+// stale: no user call can set it back. The price: copying a folder with its
+// index, or a chmod, costs one rebuild.
 //
 // Thread safety: free functions; concurrent writers of one cache each write a
 // temporary file and rename it, so a reader never sees half an index.
@@ -27,6 +31,8 @@ struct ShardIndex {
     std::string file;          // name within the folder, "shard-000000.tar"
     std::uint64_t size = 0;
     std::int64_t mtime_ns = 0;  // last write time, as the file system reports it
+    std::int64_t ctime_ns = 0;  // last change of contents or metadata (stat's st_ctim)
+    std::uint64_t inode = 0;    // a shard renamed over the old one has a new inode
     bool operator==(const Shard&) const = default;
   };
   struct Sample {
@@ -50,7 +56,7 @@ struct ShardIndex {
 // whole dataset.
 inline constexpr std::string_view kPartialPrefix = ".partial-";
 
-// The folder's shards as they are now (name, size, mtime), sorted by name.
+// The folder's shards as they are now (name, size, times, inode), sorted by name.
 // Throws DatasetError: not a directory, no .tar in it, cannot be listed, or a
 // pack's unfinished kPartialPrefix folder in it.
 std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir);

@@ -3,6 +3,7 @@
 // Dataset::from_shards over tar shards against the same files read one by one.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -437,9 +439,56 @@ TEST_CASE("shards: the index is cached beside the shards, or in the user's cache
   ::unsetenv("XDG_CACHE_HOME");
 
   ShardIndex odd;  // names with the escape character and line breaks survive the text form
-  odd.shards = {{"we%ird\n.tar", 10, -3}};
+  odd.shards = {{"we%ird\n.tar", 10, -3, -4, 5}};
   odd.samples = {{0, "a\r\nb%0A.jpg", 512, 7, 2}};
   REQUIRE(ShardIndex::parse(odd.serialize(), "x") == odd);
+}
+
+TEST_CASE("shards: a shard rewritten with its old size and modification time is re-indexed", "[tar][shards]") {
+  TempDir dir;
+  const auto folder = dir / "s";
+  std::filesystem::create_directories(folder);
+  const auto shard = folder / "a.tar";
+  spit(shard, member("k/1.jpg", "xx") + member("k/1.cls", "3") + kEnd);
+  const auto mtime = std::filesystem::last_write_time(shard);
+  const auto size = std::filesystem::file_size(shard);
+  IndexSource how{};
+  REQUIRE(load_shard_index(folder, &how).samples.at(0).label == 3);
+  REQUIRE(how == IndexSource::built_beside);
+
+  // Renamed over the old one (as `cp` to a temporary then `mv`, or rsync, do),
+  // with the old mtime put back: the same size and mtime, a new inode.
+  spit(folder / "new", member("k/1.jpg", "xx") + member("k/1.cls", "4") + kEnd);
+  std::filesystem::last_write_time(folder / "new", mtime);
+  std::filesystem::rename(folder / "new", shard);
+  REQUIRE(std::filesystem::file_size(shard) == size);
+  REQUIRE(load_shard_index(folder, &how).samples.at(0).label == 4);
+  REQUIRE(how == IndexSource::built_beside);
+
+  // Rewritten in place (`cp -p` over it), mtime put back: the same inode, a new
+  // change time. Timestamps tick at the kernel's clock granularity (a few ms),
+  // so the rewrite waits past it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  spit(shard, member("k/1.jpg", "xx") + member("k/1.cls", "5") + kEnd);
+  std::filesystem::last_write_time(shard, mtime);
+  REQUIRE(std::filesystem::file_size(shard) == size);
+  REQUIRE(load_shard_index(folder, &how).samples.at(0).label == 5);
+  REQUIRE(how == IndexSource::built_beside);
+  REQUIRE(load_shard_index(folder, &how).samples.at(0).label == 5);
+  REQUIRE(how == IndexSource::cached);
+  REQUIRE(Dataset::from_shards(folder).label(0) == 5);
+}
+
+TEST_CASE("shards: a .tar that is a dangling link or a folder is refused by name, not skipped", "[tar][shards]") {
+  TempDir dir;
+  const auto folder = dir / "s";
+  std::filesystem::create_directories(folder);
+  spit(folder / "a.tar", member("k/1.jpg", "xx") + member("k/1.cls", "3") + kEnd);
+  std::filesystem::create_symlink(dir / "gone.tar", folder / "b.tar");
+  REQUIRE_THROWS_WITH(list_shards(folder), Catch::Contains("b.tar: cannot stat: No such file or directory"));
+  std::filesystem::remove(folder / "b.tar");
+  std::filesystem::create_directories(folder / "c.tar");
+  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains("c.tar: not a regular file"));
 }
 
 TEST_CASE("shards: whole shards per rank, every sample in exactly one rank, counts evened by pad or drop", "[tar][shards]") {
