@@ -18,8 +18,11 @@
 namespace conveyor::apps {
 
 int inspect(const Options& o) {
-  catch_interrupts();  // Ctrl-C: the counts so far, then exit 130
+  // A signal during the folder scan ends the program at once (nothing counted
+  // yet, nothing to print); from the first sample on, Ctrl-C prints the counts
+  // so far, then exits 130.
   Dataset dataset = open_dataset(o, Announce::always);
+  catch_interrupts();
   struct Counts {
     std::map<std::string, std::size_t> formats, modes, sizes;
     std::vector<std::pair<std::string, std::string>> failed;

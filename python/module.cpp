@@ -16,12 +16,15 @@
 #include <dlpack/dlpack.h>
 
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -280,26 +283,58 @@ constexpr std::array<std::pair<const char*, DType>, 3> kNormalizeTypes{
 constexpr std::array<std::pair<const char*, ErrorPolicy>, 2> kErrorPolicies{
     {{"fail", ErrorPolicy::fail}, {"skip", ErrorPolicy::skip}}};
 
-LoaderSettings settings(std::size_t batch_size, std::size_t workers, std::uint64_t seed, bool shuffle, bool drop_last,
-                        std::uint64_t epochs, const std::string& device, std::optional<std::string> normalize,
-                        std::size_t host_queue, std::size_t device_queue, std::size_t device_buffers, std::size_t rank,
-                        std::size_t world_size) {
+// An integer argument (batch_size=, seed=, crop=, ...) as Python takes an
+// index: an int or anything with __index__ (NumPy's integers), not a bool or a
+// float, in [lo, hi]; else a one-line TypeError or ValueError naming it.
+// pybind11's own conversion would answer batch_size=-1 with a TypeError that
+// lists the whole signature, and would take True as 1.
+std::uint64_t whole(const char* name, const py::handle& v, std::uint64_t lo = 0,
+                    std::uint64_t hi = std::numeric_limits<std::uint64_t>::max()) {
+  const std::string shown = std::string(name) + "=" + py::repr(v).cast<std::string>();
+  if (PyBool_Check(v.ptr())) throw py::type_error(shown + ": expected an integer, not a bool");
+  PyObject* index = PyNumber_Index(v.ptr());
+  if (!index) {
+    PyErr_Clear();
+    throw py::type_error(shown + ": expected an integer, not " + std::string(Py_TYPE(v.ptr())->tp_name));
+  }
+  const auto n = py::reinterpret_steal<py::int_>(index);
+  if (n < py::int_(lo) || n > py::int_(hi)) {
+    throw py::value_error(shown + (lo == 0 && n < py::int_(0) ? ": expected a non-negative integer"
+                                                               : ": expected " + std::to_string(lo) + " to " + std::to_string(hi)));
+  }
+  return n.cast<std::uint64_t>();
+}
+
+// The Loader's integer arguments, as Python objects until whole() checks them.
+struct Counts {
+  py::object batch_size, workers, seed, epochs, host_queue, device_queue, device_buffers, rank, world_size;
+};
+
+LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std::string& device,
+                        std::optional<std::string> normalize) {
   LoaderSettings s;
   Config& c = s.config;
-  c.batch_size = batch_size;
-  c.workers = workers;
-  c.seed = seed;
+  c.batch_size = whole("batch_size", n.batch_size);
+  c.workers = whole("workers", n.workers);
+  c.seed = whole("seed", n.seed);
   c.shuffle = shuffle;
   c.drop_last = drop_last;
-  c.epochs = epochs;
-  c.host_queue_depth = host_queue;
-  c.device_queue_depth = device_queue;
-  c.device_buffers = device_buffers;
-  c.rank = rank;
-  c.world_size = world_size;
+  c.epochs = whole("epochs", n.epochs);
+  c.host_queue_depth = whole("host_queue", n.host_queue);
+  c.device_queue_depth = whole("device_queue", n.device_queue);
+  c.device_buffers = whole("device_buffers", n.device_buffers);
+  c.rank = whole("rank", n.rank);
+  c.world_size = whole("world_size", n.world_size);
   std::string kind = device;
   if (kind.rfind("cuda:", 0) == 0) {
-    s.device.cuda_device = std::stoi(kind.substr(5));
+    // "cuda:N", N a decimal GPU index (std::stoi took "cuda:1x" as cuda:1).
+    const std::string_view digits = std::string_view(kind).substr(5);
+    int ordinal = -1;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+    if (digits.empty() || err != std::errc{} || end != digits.data() + digits.size() || ordinal < 0) {
+      throw py::value_error("device='" + device + "': expected 'auto', 'cuda', 'cuda:N' (N a GPU index) or 'cpu'");
+    }
+    s.device.cuda_device = ordinal;
     kind = "cuda";
   }
   s.device.backend = pick("device", kind, kDevices);
@@ -451,22 +486,22 @@ void bind_loader(py::module_& m) {
   py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
       .def(py::init([](std::optional<std::string> folder, std::optional<std::string> list, std::optional<std::string> shards,
                        std::optional<py::tuple> arrays,
-                       std::size_t batch_size, std::size_t workers, std::optional<int> crop, std::optional<std::string> augment,
-                       std::uint64_t seed, bool shuffle, bool drop_last, std::uint64_t epochs, const std::string& device,
-                       std::optional<std::string> normalize, std::size_t host_queue, std::size_t device_queue,
-                       std::size_t device_buffers, const std::string& on_error, std::size_t rank, std::size_t world_size,
+                       py::object batch_size, py::object workers, const py::object& crop, std::optional<std::string> augment,
+                       py::object seed, bool shuffle, bool drop_last, py::object epochs, const std::string& device,
+                       std::optional<std::string> normalize, py::object host_queue, py::object device_queue,
+                       py::object device_buffers, const std::string& on_error, py::object rank, py::object world_size,
                        bool rank_by_shard, const py::object& gpu_decode) {
              ImageConfig ic;
-             if (arrays && (crop || augment)) {
+             if (arrays && (!crop.is_none() || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
              }
-             if (crop && (*crop < 1 || *crop > kMaxCrop)) {
-               throw py::value_error("crop=" + std::to_string(*crop) + ": expected 1 to " + std::to_string(kMaxCrop));
-             }
-             if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), crop.value_or(kDefaultCrop));
+             const int side = crop.is_none() ? kDefaultCrop : int(whole("crop", crop, 1, kMaxCrop));
+             if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), side);
              ic.on_error = pick("on_error", on_error, kErrorPolicies);
-             LoaderSettings s = settings(batch_size, workers, seed, shuffle, drop_last, epochs, device, normalize,
-                                         host_queue, device_queue, device_buffers, rank, world_size);
+             LoaderSettings s = settings({std::move(batch_size), std::move(workers), std::move(seed), std::move(epochs),
+                                          std::move(host_queue), std::move(device_queue), std::move(device_buffers),
+                                          std::move(rank), std::move(world_size)},
+                                         shuffle, drop_last, device, normalize);
              s.gpu_decode = gpu_decode_share(gpu_decode);
              if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
              return make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
@@ -482,7 +517,7 @@ void bind_loader(py::module_& m) {
            "gpu_decode"_a = "off")
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
-      .def("epoch", [](py::object self, std::uint64_t e) { return epoch_iter(self, e); }, "e"_a)
+      .def("epoch", [](py::object self, const py::object& e) { return epoch_iter(self, whole("e", e)); }, "e"_a)
       .def_property_readonly("current_epoch", [](PyLoader& L) { return L.locked([](Loader& l) { return l.state().epoch; }); })
       .def_property_readonly("dataset_size", [](PyLoader& L) { return L.loader->dataset_size(); })
       .def_property_readonly("num_classes", [](PyLoader& L) { return L.loader->num_classes(); })

@@ -124,9 +124,36 @@ def test_arrays_labels_are_checked_as_a_datasets_are(y, says):
 def test_bad_paths_and_crops_are_value_errors_naming_the_argument(folder):
     with pytest.raises(ValueError, match=r"folder=.*: a path holds no NUL byte"):
         conveyor.Loader(folder=str(folder) + "\0x", device="cpu")
-    for crop in (0, -3, 16385):
+    for crop in (0, -3, 16385, 2**40):
         with pytest.raises(ValueError, match=rf"crop={crop}: expected 1 to 16384"):
             conveyor.Loader(folder=str(folder), crop=crop, device="cpu")
+
+
+@pytest.mark.parametrize("kw, error, says", [
+    (dict(batch_size=-1), ValueError, r"^batch_size=-1: expected a non-negative integer$"),
+    (dict(seed=2**64), ValueError, r"^seed=18446744073709551616: expected 0 to 18446744073709551615$"),
+    (dict(workers=-2), ValueError, r"^workers=-2: expected a non-negative integer$"),
+    (dict(epochs=-1), ValueError, r"^epochs=-1"),
+    (dict(rank=-1), ValueError, r"^rank=-1"),
+    (dict(batch_size=2.5), TypeError, r"^batch_size=2.5: expected an integer, not float$"),
+    (dict(batch_size=True), TypeError, r"^batch_size=True: expected an integer, not a bool$"),
+    (dict(device_queue="2"), TypeError, r"^device_queue='2': expected an integer, not str$"),
+    (dict(device="cuda:1x"), ValueError, r"^device='cuda:1x': expected 'auto', 'cuda', 'cuda:N'"),
+    (dict(device="cuda:-1"), ValueError, r"^device='cuda:-1'"),
+])
+def test_integer_arguments_get_one_line_errors_naming_them(kw, error, says):
+    # pybind11's own conversion answered -1 with a TypeError listing the whole
+    # signature, took True as 1, and std::stoi read "cuda:1x" as cuda:1.
+    x = np.zeros((4, 4), np.uint8)
+    with pytest.raises(error, match=says):
+        conveyor.Loader(arrays=(x, np.arange(4)), **{"device": "cpu", **kw})
+
+
+def test_numpy_integers_are_taken_as_ints():
+    x = np.zeros((6, 4), np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(6)), batch_size=np.int64(3), workers=np.uint8(1), device="cpu")
+    assert loader.batch_size == 3 and len(loader) == 2
+    assert len(list(loader.epoch(np.int32(0)))) == 2
 
 
 def test_normalize_gives_nchw_of_the_dtype(folder):
