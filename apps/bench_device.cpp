@@ -300,7 +300,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string backend = "auto";
   int runs = 5;
+  int gpu = 0;
   app.add_option("--device", backend, "auto | cuda | host")->check(CLI::IsMember({"auto", "cuda", "host"}));
+  app.add_option("--gpu", gpu, "the CUDA device to use, numbered as CUDA_VISIBLE_DEVICES shows them")
+      ->check(CLI::Range(0, 1023));
   app.add_option("--runs", runs, "repeats; the median is reported")->check(CLI::PositiveNumber);
 
   auto* h2d_cmd = app.add_subcommand("h2d", "GPU: H2D GB/s, pinned vs pageable");
@@ -345,6 +348,7 @@ int main(int argc, char** argv) {
     }
     DeviceConfig dc;
     dc.backend = *parse_backend(backend);
+    dc.cuda_device = gpu;
     dc.link_gbps = link;
     auto device = open_device(dc);
     if (*h2d_cmd) return h2d(*device, sizes, runs);

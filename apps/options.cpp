@@ -59,6 +59,8 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   add_choice(app, "--augment", o.augment, kAugments,
              "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop");
   add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");
+  option("--gpu", o.gpu, "the CUDA device to use, numbered as CUDA_VISIBLE_DEVICES shows them (default 0)")
+      ->check(range(0, 1023));
   option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s (0: as fast as memcpy)")
       ->check(link_range());
   add_choice(app, "--host-transfer", o.host_transfer, kHostTransfers,
@@ -222,8 +224,12 @@ Config pipeline_config(const Options& o) {
 }
 
 DeviceConfig device_config(const Options& o) {
+  if (o.gpu != 0 && o.device == BackendChoice::host) {
+    throw UsageError("--gpu " + std::to_string(o.gpu) + ": not with --device host (it picks a CUDA device)");
+  }
   DeviceConfig dc;
   dc.backend = o.device;
+  dc.cuda_device = o.gpu;
   dc.link_gbps = o.link_gbps;
   dc.host_transfer = o.host_transfer;
   return dc;

@@ -66,6 +66,7 @@ struct Options {
 
   // ---- device
   BackendChoice device = BackendChoice::automatic;   // Default: auto.
+  int gpu = 0;  // --gpu N: the CUDA device, numbered as CUDA_VISIBLE_DEVICES shows them. Default: 0.
   double link_gbps = 0;                              // host backend's simulated link. Default: 0, none.
   HostTransfer host_transfer = HostTransfer::copy;   // Default: copy.
 

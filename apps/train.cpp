@@ -86,7 +86,8 @@ std::string per_rank(const std::string& file, const Options& o) {
 // CUDA when both LibTorch and Conveyor have one; otherwise the host backend
 // handing its buffers over, so the tensors are the batches.
 std::shared_ptr<Device> open_training_device(const Options& o) {
-  if (o.device != BackendChoice::host && torch::cuda::is_available()) return open_device(device_config(o));
+  const DeviceConfig asked = device_config(o);  // refuses --gpu N with --device host
+  if (o.device != BackendChoice::host && torch::cuda::is_available()) return open_device(asked);
   if (o.device == BackendChoice::cuda) throw UsageError("--device cuda: this LibTorch was built without CUDA");
   DeviceConfig dc;
   dc.backend = BackendChoice::host;

@@ -360,6 +360,11 @@ contradictions)  # settings a mode cannot honour are refused up front, not ignor
   printf 'batch = 7\nepochs = 1\n' >"$work/seven.toml"
   timeout 60 "$bin" --config "$work/seven.toml" run --folder "$work/ds" >"$work/out" 2>&1 || fail "conveyor --config F run: $(tail -1 "$work/out")"
   grep -q "^epoch 0: 30 images in 5 batches" "$work/out" || fail "conveyor --config F run: $(grep '^epoch' "$work/out")"
+  # --gpu N picks a CUDA device; with the host backend asked for it means nothing
+  expect 2 "--gpu 1 --device host" -- run --folder "$work/ds" --gpu 1 --device host
+  err_has "--gpu 1: not with --device host" "--gpu with host"
+  expect 2 "--gpu -1" -- run --folder "$work/ds" --gpu -1
+  timeout 60 "$bin" run --folder "$work/ds" --gpu 0 --device host --epochs 1 >"$work/out" 2>&1 || fail "--gpu 0 --device host refused"
   ;;
 pack-interrupt)  # a pack stopped by a signal leaves no --out that --shards would read as a smaller dataset
   for _ in $(seq 400); do find "$work/ds" -name '*.jpg' | awk '{ print $0, 0 }'; done >"$work/big.txt"
