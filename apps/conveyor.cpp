@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
     check_subcommand(argc, argv, app);
     shard_from_environment(o);
     app.parse(argc, argv);
+    o.config = config_file(app);
     return finish_stdout("conveyor", dispatch(subcommands, o));
   } catch (...) {
     return exit_status("conveyor", app, section);

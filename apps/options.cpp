@@ -2,9 +2,12 @@
 
 #include "apps/cli.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
+
+#include "stages/decode.h"
 
 namespace conveyor::apps {
 
@@ -139,7 +142,7 @@ void check_normalize(const Options& o) {
   if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
 }
 
-void check_outputs(const Options& o) {
+void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {
   namespace fs = std::filesystem;
   // Links resolved where the path exists, and ".." after them (so lk/.. is
   // the link target's parent, as the kernel sees it).
@@ -154,32 +157,53 @@ void check_outputs(const Options& o) {
     const fs::file_status st = fs::status(p, ec);
     return !ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st);
   };
-  const auto inside = [](const fs::path& file, const fs::path& dir) {
+  const auto inside_or_at = [](const fs::path& file, const fs::path& dir) {
     const fs::path rel = file.lexically_relative(dir);
-    return !rel.empty() && rel != "." && *rel.begin() != "..";
+    return !rel.empty() && *rel.begin() != "..";
   };
-  const std::pair<const char*, const std::string*> outputs[] = {
-      {"--trace", &o.trace}, {"--json", &o.json}, {"--csv", &o.csv}, {"--plot", &o.plot}};
-  for (std::size_t i = 0; i < std::size(outputs); ++i) {
-    const auto& [flag, file] = outputs[i];
-    if (file->empty() || device(*file)) continue;
-    const fs::path out = canonical(*file);
-    const std::string named = std::string(flag) + " " + *file;
+  // An image by its magic bytes (TGA has none, and a CSV or JSON file could
+  // pass stb's loose TGA probe: not counted).
+  const auto image_format = [](const std::string& p) -> std::string {
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    if (!f) return {};
+    unsigned char head[32];
+    const std::size_t n = std::fread(head, 1, sizeof head, f);
+    std::fclose(f);
+    const ImageFormat format = sniff_format({head, n});
+    return format == ImageFormat::unknown || format == ImageFormat::tga ? "" : format_name(format);
+  };
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const OutputFile& output = outputs[i];
+    if (output.path.empty() || device(output.path)) continue;
+    const fs::path out = canonical(output.path);
+    const std::string named = std::string(output.flag) + " " + output.path;
     for (std::size_t j = 0; j < i; ++j) {
-      if (!outputs[j].second->empty() && canonical(*outputs[j].second) == out) {
-        throw UsageError(named + ": the same file as " + outputs[j].first + "; each output needs its own");
+      if (!outputs[j].path.empty() && canonical(outputs[j].path) == out) {
+        throw UsageError(named + ": the same file as " + outputs[j].flag + "; each output needs its own");
       }
     }
     if (!o.list.empty() && canonical(o.list) == out) throw UsageError(named + ": that is the --list file, which it would overwrite");
-    if (!o.folder.empty() && inside(out, canonical(o.folder))) {
+    if (!o.config.empty() && canonical(o.config) == out) {
+      throw UsageError(named + ": that is the --config file, which it would overwrite");
+    }
+    if (!o.folder.empty() && inside_or_at(out, canonical(o.folder))) {
       throw UsageError(named + ": inside the --folder dataset " + o.folder + "; write outputs elsewhere");
     }
-    if (!o.shards.empty() && inside(out, canonical(o.shards))) {
+    if (!o.shards.empty() && inside_or_at(out, canonical(o.shards))) {
       throw UsageError(named + ": inside the --shards folder " + o.shards + "; write outputs elsewhere");
     }
+    if (std::error_code ec; !output.folder && !output.image && fs::is_regular_file(out, ec)) {
+      if (const std::string format = image_format(out.string()); !format.empty()) {
+        throw UsageError(named + ": an existing " + format + " image, maybe a file of the dataset; name another file");
+      }
+    }
   }
+}
+
+void check_outputs(const Options& o) {
+  check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}, {"--csv", o.csv}, {"--plot", o.plot, false, true}});
   if (!o.plot.empty()) {
-    const std::string ext = lower_case(fs::path(o.plot).extension().string());
+    const std::string ext = lower_case(std::filesystem::path(o.plot).extension().string());
     if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + o.plot + ": name a .png or .svg file (the format follows it)");
     if (o.csv.empty()) throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
   }

@@ -90,6 +90,7 @@ struct Options {
 
   // ---- make-dataset
   std::string out;                                   // required
+  std::string config;  // the --config file, once parsed (for check_outputs). Default: none.
   std::size_t images_per_class = 300;                // Default: 300.
 };
 
@@ -164,9 +165,22 @@ void shard_from_environment(Options& o);
 void check_shard(const Options& o);
 // --normalize-in workers: with --normalize float32, and not with --resident.
 void check_normalize(const Options& o);
-// The output files (--trace, --json, --csv, --plot): none the same as another,
-// none the --list file or inside the --folder or --shards dataset (a run would
-// truncate it at start-up); --plot a .png or .svg, and with --csv.
+// A file or folder a subcommand writes, for check_outputs.
+struct OutputFile {
+  const char* flag;  // "--trace"
+  std::string path;  // empty: not asked for
+  bool folder = false;  // pack's --out: shards are written inside it
+  bool image = false;   // --plot: itself an image, so an image there may be an earlier plot
+};
+// None of the outputs may destroy an input or another output (a run would
+// truncate it at start-up): none the same as another, the --list or --config
+// file, inside the --folder or --shards dataset, or an existing image file (a
+// file of a --list dataset, found by its magic bytes: the list may name
+// millions; not for an output that is an image itself). Devices (/dev/null)
+// are exempt. Throws UsageError naming the flag.
+void check_outputs(const Options& o, const std::vector<OutputFile>& outputs);
+// run, bench, sweep: --trace, --json, --csv and --plot as above; --plot a .png
+// or .svg, and with --csv.
 void check_outputs(const Options& o);
 // --gpu-decode as a share: 0 for off, the number for SHARE, nullopt for auto.
 // Throws UsageError for anything else, or for a mode it cannot combine with.

@@ -125,12 +125,14 @@ void progress(std::size_t done, std::size_t total, std::size_t shards, std::uint
 }
 
 // Removes what a pack into `out` that was killed left there (kPartialPrefix
-// folders whose process is gone). Throws UsageError when another pack is
-// writing into it now, or when anything else is there.
-void clear_stale_partials(const fs::path& out, const std::string& flag_value) {
+// folders whose process is gone), but not `own`, this pack's. Throws
+// UsageError when another pack is writing into it now, or when anything else
+// is there.
+void clear_stale_partials(const fs::path& out, const std::string& flag_value, const std::string& own) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string name = e.path().filename().string();
+    if (name == own) continue;
     if (!name.starts_with(kPartialPrefix)) throw UsageError("--out " + flag_value + ": exists and is not an empty folder");
     const std::string pid = name.substr(kPartialPrefix.size());
     const long n = std::strtol(pid.c_str(), nullptr, 10);
@@ -151,27 +153,32 @@ void clear_stale_partials(const fs::path& out, const std::string& flag_value) {
 // what it wrote. Inside OUT, not beside it: OUT may be a mount point, a link
 // or ".", and the moves stay on one file system.
 int pack(const Options& o) {
+  check_outputs(o, {{"--out", o.out, true}});
   fs::path out = fs::path(o.out).lexically_normal();
   if (!out.has_filename() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();  // "shards/"
   std::error_code ec;
   const bool existed = fs::exists(out, ec);
   if (existed && !fs::is_directory(out, ec)) throw UsageError("--out " + o.out + ": exists and is not an empty folder");
-  if (existed) clear_stale_partials(out, o.out);
-  const Dataset d = open_dataset(o, Announce::when_made);
-  for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
+  // OUT is claimed before anything is checked or read: this pack's partial
+  // folder first, then a look for another's. Two packs started at once into
+  // one OUT each see the other's folder and refuse, rather than both writing.
   fs::create_directories(out);
   const fs::path partial = out / (std::string(kPartialPrefix) + std::to_string(::getpid()));
   fs::create_directory(partial);
   catch_interrupts();
   std::vector<fs::path> moved;
-  // Nothing half-made is left: the partial folder, what was moved, and OUT if pack made it.
+  // Nothing half-made is left: the partial folder, what was moved (and the
+  // index made of it), and OUT if pack made it.
   const auto undo = [&] {
     fs::remove_all(partial, ec);
     for (const fs::path& f : moved) fs::remove(f, ec);
-    fs::remove(out / ".conveyor-index", ec);
+    if (!moved.empty()) fs::remove(out / ".conveyor-index", ec);
     if (!existed) fs::remove(out, ec);
   };
   try {
+    clear_stale_partials(out, o.out, partial.filename().string());
+    const Dataset d = open_dataset(o, Announce::when_made);
+    for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
     std::vector<unsigned char> bytes;
     const std::size_t step = std::max<std::size_t>(1, d.size() / 100);

@@ -185,9 +185,13 @@ void add_config_option(CLI::App& app, const std::string& section, const std::str
   app.allow_config_extras(CLI::config_extras_mode::error);
 }
 
+std::string config_file(const CLI::App& app) {
+  const CLI::Option* opt = app.get_config_ptr();
+  return opt && opt->count() > 0 ? opt->as<std::string>() : std::string();
+}
+
 std::string config_error_line(const CLI::App& app, const std::string& section, const CLI::ConfigError& e) {
-  std::string file;
-  if (const CLI::Option* opt = app.get_config_ptr(); opt && opt->count() > 0) file = opt->as<std::string>();
+  const std::string file = config_file(app);
   std::string what = e.what();
   // CLI11 says "INI was not able to parse [SECTION.]KEY" of an unknown key: it is TOML, and the key is no flag.
   const std::string ini = "INI was not able to parse ";

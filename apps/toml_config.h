@@ -50,6 +50,8 @@ class TomlConfig final : public CLI::Config {
 // subcommand `section` ("" for none), with unknown keys an error.
 void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table);
 
+// The --config file app read, or "" when none was given.
+std::string config_file(const CLI::App& app);
 // The one-line message for a CLI::ConfigError raised while app read its --config
 // file: "--config FILE: <what>".
 std::string config_error_line(const CLI::App& app, const std::string& section, const CLI::ConfigError& e);

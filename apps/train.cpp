@@ -149,6 +149,9 @@ void Trainer::check_outputs() {
     if (!std::filesystem::exists(st)) throw UsageError("--resume " + t_.resume + ": no such file");
     if (!std::filesystem::is_regular_file(st)) throw UsageError("--resume " + t_.resume + ": not a regular file (a checkpoint is one)");
   }
+  apps::check_outputs(o_, {{"--checkpoint", t_.checkpoint},
+                           {"--plot", t_.plot, false, true},
+                           {"--plot (its table)", t_.plot.empty() ? "" : t_.plot + ".csv"}});
   check_writable("--checkpoint", t_.checkpoint + ".tmp");  // written there, then renamed over it
   check_writable("--plot", t_.plot);
 }
@@ -381,6 +384,7 @@ int main(int argc, char** argv) {
   try {
     shard_from_environment(o);
     app.parse(argc, argv);
+    o.config = config_file(app);
     catch_interrupts();
     return finish_stdout("conveyor train", Trainer(o, std::move(t)).run());
   } catch (const c10::Error& e) {

@@ -149,6 +149,9 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
     if (fresh) samples.push_back({std::string(key)});
     Grouped& g = samples[it->second];
     if (ext == ".cls") {
+      // `tar rf shard.tar k.cls` appends a second label; which one is meant is
+      // not ours to guess (as two images are not).
+      if (g.cls) throw DatasetError(shard.string() + ":" + g.key + ": two labels (" + g.cls->name + ", " + m.name + ")");
       g.cls = &m;
     } else if (Dataset::is_image_extension(ext)) {
       if (g.image) throw DatasetError(shard.string() + ":" + g.key + ": two images (" + g.image->name + ", " + m.name + ")");
@@ -266,7 +269,9 @@ std::vector<ShardIndex::Shard> list_shards(const fs::path& dir) {
       throw DatasetError(name + ": holds " + p.filename().string() +
                          ", left by a `conveyor pack` into it that did not finish; pack again (it clears it) or remove it");
     }
-    if (p.extension() != ".tar") continue;
+    std::string ext = p.extension().string();  // .TAR too, as image extensions are matched
+    for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (ext != ".tar") continue;
     struct stat st {};
     // A .tar that is a dangling link or not a file is refused, not skipped:
     // skipping it would train on part of the dataset without a word.

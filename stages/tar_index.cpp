@@ -94,6 +94,7 @@ class Scanner {
     std::vector<TarMember> out;
     std::optional<std::string> next_name;  // from a pax 'x' or GNU 'L' header
     std::uint64_t next_size = kNoSize;
+    if (size_ == 0) fail("an empty file (0 bytes), not a tar archive");
     while (at_ + kBlock <= size_) {
       Header h{};
       read_exact(at_, h);
@@ -125,14 +126,25 @@ class Scanner {
           if (!safe_path(member)) fail("member " + member + ": a path that is absolute or climbs out with ..");
           out.push_back({std::move(member), data_at, data_size});
           break;
-        default:  // directories, links, devices, FIFOs, 'g' global and 'K' GNU long-link headers
+        // A link or a sparse member holds no bytes of its own (or not all of
+        // them) at its offset: refused by name rather than read as nothing
+        // (a sample that then has "no image member").
+        case '1':
+          fail("member " + member + ": a hard link, which Conveyor does not follow (tar --hard-dereference, or conveyor pack)");
+        case '2':
+          fail("member " + member + ": a symbolic link, which Conveyor does not follow (tar --dereference, or conveyor pack)");
+        case 'S':
+          fail("member " + member + ": a GNU sparse file, which Conveyor does not read (tar without --sparse)");
+        default:  // directories, devices, FIFOs, 'g' global and 'K' GNU long-link headers
           break;
       }
       next_name.reset();
       next_size = kNoSize;
     }
     if (at_ < size_) fail("the file ends inside a header at byte " + std::to_string(at_));
-    return out;  // no end marker: accepted, as tar does (with a warning there)
+    // tar reads on with a warning; a shard still being written or copied, or
+    // cut at a member boundary, would read as fewer samples without a word.
+    fail("no end-of-archive marker after byte " + std::to_string(at_) + ": cut short, or still being written");
   }
 
  private:
@@ -178,6 +190,9 @@ class Scanner {
       if (eq == std::string_view::npos) fail("pax header at byte " + std::to_string(offset) + ": a record without '='");
       const auto key = record.substr(0, eq), value = record.substr(eq + 1);
       if (key == "path") path = std::string(value);
+      if (key.starts_with("GNU.sparse.")) {
+        fail("pax header at byte " + std::to_string(offset) + ": a GNU sparse file, which Conveyor does not read (tar without --sparse)");
+      }
       if (key == "size") {
         std::uint64_t v = 0;
         if (value.empty() || value.size() > 19) fail("pax header at byte " + std::to_string(offset) + ": bad size " + std::string(value));

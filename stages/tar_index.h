@@ -15,12 +15,16 @@
 //
 // Accepted: ustar, pax (POSIX.1-2001, Python's tarfile default) and GNU
 // (`tar` on Debian) archives, as `tar` and Python's tarfile write them.
-// Directories, links, devices, FIFOs and pax global headers are skipped (not
+// Directories, devices, FIFOs and pax global headers are skipped (not
 // samples). Refused, with a TarError naming the archive, the member or byte
 // offset and the problem: a header checksum error, a member whose claimed size
 // runs past the end of the file (truncation, or a hostile size), a member path
 // that is absolute or climbs out with "..", a pax record that does not parse,
-// a pax or long-name header over 1 MiB, and a file that ends inside a header.
+// a pax or long-name header over 1 MiB, a file that ends inside a header or
+// without the end-of-archive marker (a zero block; tar only warns, but a shard
+// cut at a member boundary would read as fewer samples), an empty file, and
+// hard links, symbolic links and sparse members (no bytes of their own at
+// their offset).
 //
 // Thread safety: free functions without shared state.
 #pragma once

@@ -337,8 +337,49 @@ clobber)  # an output named like an input (the list, a file of the --folder data
   expect 2 "--trace through lk/.." -- run --folder "$work/ds" --trace "$work/lk/../0-disk/$(basename "$first")"
   # devices are not files: /dev/null may take several outputs
   timeout 60 "$bin" run --folder "$work/ds" --batch 4 --json /dev/null --trace /dev/null >"$work/out" 2>&1 || fail "--json /dev/null --trace /dev/null: $(tail -1 "$work/out")"
+  # round 4: a file the list names (found by its magic bytes), the --config file, train's and pack's outputs
+  expect 2 "--json = an image the list names" -- run --list "$work/list.txt" --json "$first"
+  err_has "an existing JPEG image" "--json on a listed image"
+  printf 'json = "%s"\n' "$work/self.toml" >"$work/self.toml"
+  cp "$work/self.toml" "$work/self.orig"
+  expect 2 "--json = the --config file" -- run --config "$work/self.toml" --folder "$work/ds"
+  err_has "that is the --config file" "--json = --config"
+  cmp -s "$work/self.toml" "$work/self.orig" || fail "the config file was changed"
+  expect 2 "pack --out inside the --folder dataset" -- pack --folder "$work/ds" --out "$work/ds/shards"
+  err_has "inside the --folder dataset" "pack --out in the dataset"
+  [ ! -e "$work/ds/shards" ] || fail "pack --out inside the dataset made a folder there"
+  if train_built; then
+    expect 2 "train --checkpoint = the --list file" -- train --list "$work/list.txt" --epochs 1 --checkpoint "$work/list.txt"
+    err_has "that is the --list file" "train --checkpoint = --list"
+    expect 2 "train --checkpoint = an image the list names" -- train --list "$work/list.txt" --epochs 1 --checkpoint "$first"
+    expect 2 "train --plot inside the --folder dataset" -- train --folder "$work/ds" --epochs 1 --plot "$work/ds/0-disk/p.png"
+  fi
   cmp -s "$work/list.txt" "$work/list.orig" || fail "the list file was changed"
   cmp -s "$first" "$work/first.orig" || fail "a dataset file was changed"
+  ;;
+pack-race)  # two packs started at once into one new --out: one packs the whole dataset and the other refuses, or both refuse
+  find "$work/ds" -name '*.jpg' | sort | awk '{ print $0, 0 }' >"$work/a.txt"
+  head -5 "$work/a.txt" >"$work/b.txt"
+  whole=$(wc -l <"$work/a.txt")
+  for i in $(seq 10); do
+    out="$work/race$i"
+    "$bin" pack --list "$work/a.txt" --out "$out" >"$work/a.out" 2>&1 & pa=$!
+    "$bin" pack --list "$work/b.txt" --out "$out" >"$work/b.out" 2>&1 & pb=$!
+    wait $pa; ra=$?
+    wait $pb; rb=$?
+    if [ $ra -eq 0 ] && [ $rb -eq 0 ]; then fail "round $i: both packs into one --out succeeded"; fi
+    if [ $ra -eq 0 ] || [ $rb -eq 0 ]; then
+      want=$([ $ra -eq 0 ] && echo "$whole" || echo 5)
+      got=$("$bin" inspect --shards "$out" 2>/dev/null | sed -n 's/^\([0-9]*\) samples decoded.*/\1/p')
+      [ "$got" = "$want" ] || fail "round $i: the pack that succeeded left $got samples, not $want"
+    fi
+    for f in "$work/a.out" "$work/b.out"; do
+      if grep -q "^conveyor" "$f"; then
+        grep -q "another pack (process [0-9]*) is writing into it\|exists and is not an empty folder" "$f" \
+          || fail "round $i: a refusal that does not say why: $(cat "$f")"
+      fi
+    done
+  done
   ;;
 contradictions)  # settings a mode cannot honour are refused up front, not ignored or found after the run
   expect 2 "--resident --serial" -- run --folder "$work/ds" --resident --serial
