@@ -261,7 +261,25 @@ void wipe_progress_line(std::size_t width) {
   if (::isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%*s\r", int(width), "");
 }
 
+namespace {
+bool g_stdout_closed = false;  // set once, before any thread starts
+}  // namespace
+
+void hold_standard_fds() {
+  for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    // open() returns the lowest free descriptor: this one.
+    const int held = ::open("/dev/null", fd == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+    if (held != fd && held >= 0) ::close(held);
+    if (fd == STDOUT_FILENO) g_stdout_closed = true;
+  }
+}
+
 int finish_stdout(const char* program, int status) {
+  if (g_stdout_closed) {
+    std::fprintf(stderr, "%s: cannot write standard output: it is closed\n", program);
+    return status != 0 ? status : 1;
+  }
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
   // `| head`: the reader left, as it meant to. Also when the pipe closed only
   // as the last lines were written, after the run's own checks for a signal.

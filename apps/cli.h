@@ -106,8 +106,14 @@ int exit_status(const char* program, const CLI::App& app, const std::string& sec
 // Wipes a progress line from a terminal's stderr (nothing when it is not one).
 void wipe_progress_line(std::size_t width = 80);
 
-// Flushes standard output; on failure (a full disk, /dev/full) prints one line
-// on stderr and returns 1, else returns status.
+// Opens /dev/null on each of standard input, output and error that is closed
+// (`conveyor run >&-`), first thing in main: otherwise the first file the run
+// opens (the --trace file) becomes descriptor 1 and takes the printed lines.
+void hold_standard_fds();
+
+// Flushes standard output; on failure (a full disk, /dev/full, a standard
+// output that was closed) prints one line on stderr and returns 1, else
+// returns status.
 int finish_stdout(const char* program, int status);
 
 // Peak resident set size of this process, KiB.

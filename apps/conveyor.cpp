@@ -191,6 +191,7 @@ int dispatch(const Subcommands& s, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hold_standard_fds();
   if (argc > 1 && std::string_view(argv[1]) == "train") return exec_train(argc, argv);
   CLI::App app{"conveyor: an input pipeline for C++ training code (decode workers -> transfer thread -> your step)"};
   Options o;

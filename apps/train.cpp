@@ -365,6 +365,7 @@ int Trainer::finish() const {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hold_standard_fds();
   CLI::App app{"conveyor train: train LeNet-5 or a small ResNet with LibTorch on Conveyor's batches"};
   app.option_defaults()->always_capture_default();  // --help shows each flag's default
   app.set_version_flag("--version", std::string("conveyor train ") + CONVEYOR_VERSION_STRING);

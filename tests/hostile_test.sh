@@ -126,6 +126,12 @@ resident)  # 17.4: --resident stops on SIGINT/SIGTERM, while decoding the set on
   done
   ;;
 write-errors)  # 17.5: a failed write of any output is a one-line error and a non-zero exit
+  # standard output closed: the --trace file must not become descriptor 1 and take the printed lines
+  "$bin" run --folder "$work/ds" --batch 4 --trace "$work/closed.json" >&- 2>"$work/err"
+  rc=$?
+  [ $rc -eq 1 ] || fail "run >&-: status $rc, not 1"
+  err_has "cannot write standard output: it is closed" "run >&-"
+  python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$work/closed.json" || fail "run >&-: the trace is not JSON"
   [ -w /dev/full ] || { echo "note: no /dev/full here"; exit 0; }
   expect 1 "run --trace /dev/full" -- run --folder "$work/ds" --batch 4 --trace /dev/full
   err_has "cannot write /dev/full" "--trace /dev/full"
