@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "pipeline/rng.h"
+#include "stages/file_system.h"
 
 namespace conveyor {
 namespace {
@@ -126,12 +127,12 @@ std::filesystem::path default_dataset_dir(const DefaultDatasetOptions& o) {
   fs::path base;
   if (!env("CONVEYOR_CACHE").empty()) {
     base = env("CONVEYOR_CACHE");
-  } else if (!env("XDG_CACHE_HOME").empty()) {
-    base = fs::path(env("XDG_CACHE_HOME")) / "conveyor";
-  } else if (!env("HOME").empty()) {
-    base = fs::path(env("HOME")) / ".cache" / "conveyor";
+  } else if (const auto user = user_cache_dir()) {
+    base = *user;
   } else {
-    base = fs::temp_directory_path() / "conveyor-cache";
+    throw std::runtime_error("no cache folder for the default dataset: set CONVEYOR_CACHE, XDG_CACHE_HOME or HOME (" +
+                             (fs::temp_directory_path() / ("conveyor-" + std::to_string(::geteuid()))).string() +
+                             " is not a private folder of this user)");
   }
   return base / ("default-v" + std::to_string(kVersion) + "-" + std::to_string(o.images_per_class) + "-" +
                  std::to_string(o.seed) + "-q" + std::to_string(o.quality));

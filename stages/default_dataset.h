@@ -34,9 +34,10 @@ const std::vector<std::string>& default_dataset_classes();
 // std::runtime_error naming the file for a write or encode failure.
 void write_default_dataset(const std::filesystem::path& dir, const DefaultDatasetOptions& options = {});
 
-// The cache folder: $CONVEYOR_CACHE, else $XDG_CACHE_HOME/conveyor, else
-// $HOME/.cache/conveyor, else the system temp folder; with a subfolder naming
-// the set's version and options.
+// The cache folder: $CONVEYOR_CACHE, else user_cache_dir() ($XDG_CACHE_HOME/
+// conveyor, $HOME/.cache/conveyor, or a private TMPDIR/conveyor-UID); with a
+// subfolder naming the set's version and options. Throws std::runtime_error
+// when none qualifies.
 std::filesystem::path default_dataset_dir(const DefaultDatasetOptions& options = {});
 
 // The cached set, generated first if missing or incomplete. Returns its folder.

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace conveyor {
@@ -85,6 +87,23 @@ class PosixFileSystem final : public FileSystem {
 }  // namespace
 
 std::uint64_t posix_file_opens() { return g_opens.load(std::memory_order_relaxed); }
+
+std::optional<std::filesystem::path> user_cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return std::filesystem::path(xdg) / "conveyor";
+  const char* home = std::getenv("HOME");
+  if (home && *home) return std::filesystem::path(home) / ".cache" / "conveyor";
+  std::error_code ec;
+  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  const std::filesystem::path dir = tmp / ("conveyor-" + std::to_string(::geteuid()));
+  ::mkdir(dir.c_str(), 0700);  // EEXIST is checked below, like any other folder found there
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return std::nullopt;
+  }
+  return dir;
+}
 
 std::shared_ptr<FileSystem> posix_file_system() {
   static const auto fs = std::make_shared<PosixFileSystem>();

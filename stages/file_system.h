@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -58,6 +59,15 @@ class FileSystem {
 
 // open(2) / fstat(2) / read(2), retrying EINTR. Shared; stateless.
 std::shared_ptr<FileSystem> posix_file_system();
+
+// The user's cache folder for Conveyor: $XDG_CACHE_HOME/conveyor, else
+// $HOME/.cache/conveyor, else a private one in the temp folder
+// (TMPDIR/conveyor-UID, made with mode 0700). A temp folder is used only while
+// it is a real folder (not a link) owned by this user with no access for
+// anyone else: a shared /tmp/.cache would let any local user plant a cached
+// shard index with other labels. Returns nullopt when no folder qualifies.
+// Does not create the first two (their writers do).
+std::optional<std::filesystem::path> user_cache_dir();
 
 // Thrown by read_whole_file when *stopping was set while it read.
 class ReadCancelled : public std::runtime_error {

@@ -305,15 +305,15 @@ fs::path index_in_cache(const fs::path& dir) {
   const fs::path absolute = fs::weakly_canonical(fs::absolute(dir, ec), ec);
   Fnv1a h;
   h.add(absolute.native().data(), absolute.native().size());
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const fs::path root = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
-  return root / "conveyor" / ("shards-" + hex(h.value) + ".index");
+  const auto root = user_cache_dir();
+  return root ? *root / ("shards-" + hex(h.value) + ".index") : fs::path();
 }
 
 ShardIndex load_shard_index(const fs::path& dir, IndexSource* source) {
   const auto now = list_shards(dir);
-  for (const fs::path& file : {index_beside(dir), index_in_cache(dir)}) {
+  const fs::path cache = index_in_cache(dir);
+  for (const fs::path& file : {index_beside(dir), cache}) {
+    if (file.empty()) continue;
     const auto text = slurp(file);
     if (!text) continue;
     try {
@@ -330,7 +330,7 @@ ShardIndex load_shard_index(const fs::path& dir, IndexSource* source) {
   IndexSource how = IndexSource::built;
   if (write_atomically(index_beside(dir), text)) {
     how = IndexSource::built_beside;
-  } else if (write_atomically(index_in_cache(dir), text)) {
+  } else if (!cache.empty() && write_atomically(cache, text)) {
     how = IndexSource::built_cached;
   }
   if (source) *source = how;

@@ -4,7 +4,8 @@
 // one small file instead of every tar header.
 //
 // The cache: DIR/.conveyor-index, or where that cannot be written (a read-only
-// folder) $XDG_CACHE_HOME/conveyor (default ~/.cache/conveyor), under a name
+// folder) the user's cache folder (user_cache_dir(): $XDG_CACHE_HOME/conveyor,
+// ~/.cache/conveyor, or a private folder in the temp folder), under a name
 // made from the folder's absolute path. It is text: a version line, one line
 // per shard and per sample, and a checksum (FNV-1a of everything before it).
 // An index whose checksum, format or shard list (names, sizes, modification
@@ -77,7 +78,8 @@ enum class IndexSource {
 // the cache. Throws what build_shard_index throws.
 ShardIndex load_shard_index(const std::filesystem::path& dir, IndexSource* source = nullptr);
 
-// Where load_shard_index looks: DIR/.conveyor-index, then the user cache's file.
+// Where load_shard_index looks: DIR/.conveyor-index, then the user cache's file
+// (an empty path when user_cache_dir() has none).
 std::filesystem::path index_beside(const std::filesystem::path& dir);
 std::filesystem::path index_in_cache(const std::filesystem::path& dir);
 

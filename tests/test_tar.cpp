@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdlib.h>
+#include <unistd.h>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -460,6 +461,28 @@ TEST_CASE("shards: the index is cached beside the shards, or in the user's cache
   REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
   REQUIRE(how == IndexSource::cached);
   ::unsetenv("XDG_CACHE_HOME");
+
+  // Neither XDG_CACHE_HOME nor HOME: a private folder in the temp folder, never
+  // a shared one where another user could plant an index with other labels.
+  const std::string home = std::getenv("HOME") ? std::getenv("HOME") : "";
+  const std::string tmpdir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "";
+  ::unsetenv("HOME");
+  ::setenv("TMPDIR", (dir / "tmp").c_str(), 1);
+  std::filesystem::create_directories(dir / "tmp");
+  const auto mine = dir / "tmp" / ("conveyor-" + std::to_string(::geteuid()));
+  REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
+  REQUIRE(how == IndexSource::built_cached);
+  REQUIRE(index_in_cache(folder).parent_path() == mine);
+  REQUIRE((std::filesystem::status(mine).permissions() & std::filesystem::perms::all) == std::filesystem::perms::owner_all);
+  REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
+  REQUIRE(how == IndexSource::cached);
+  std::filesystem::permissions(mine, std::filesystem::perms::all);  // opened to everyone: no longer trusted
+  REQUIRE(index_in_cache(folder).empty());
+  REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
+  REQUIRE(how == IndexSource::built);
+  if (!home.empty()) ::setenv("HOME", home.c_str(), 1);
+  if (tmpdir.empty()) ::unsetenv("TMPDIR");
+  else ::setenv("TMPDIR", tmpdir.c_str(), 1);
 
   ShardIndex odd;  // names with the escape character and line breaks survive the text form
   odd.shards = {{"we%ird\n.tar", 10, -3, -4, 5}};
