@@ -118,13 +118,7 @@ std::size_t class_count(const Dataset& d) {
   return std::size_t(std::unique(labels.begin(), labels.end()) - labels.begin());
 }
 
-double default_max_memory_mb() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 4096;  // unknown: a figure any training machine has
-  // A quarter: pools beyond it are a mistyped flag far more often than a plan,
-  // and the decoders, the consumer and the OS need the rest.
-  return double(pages) * double(page) / double(1 << 20) / 4;
-}
+double default_max_memory_mb() { return double(default_pool_budget_bytes()) / double(1 << 20); }
 
 double memory_limit_mb(const Options& o) { return o.max_memory_mb > 0 ? o.max_memory_mb : default_max_memory_mb(); }
 

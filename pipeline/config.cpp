@@ -1,5 +1,7 @@
 #include "pipeline/config.h"
 
+#include <unistd.h>
+
 namespace conveyor {
 
 namespace {
@@ -47,5 +49,11 @@ SamplerOptions Config::sampler_options(std::size_t dataset_size) const {
 }
 
 std::size_t Config::device_buffer_count() const { return device_buffers ? device_buffers : device_queue_depth + 2; }
+
+std::uint64_t default_pool_budget_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{4} << 30;
+  return std::uint64_t(pages) * std::uint64_t(page) / 4;
+}
 
 }  // namespace conveyor

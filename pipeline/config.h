@@ -112,4 +112,11 @@ struct Config {
   std::size_t host_pool_bytes() const;
 };
 
+// The default ceiling on a pipeline's batch pools (host and device together),
+// for the command line's --max-memory-mb and the Python module's
+// max_memory_mb=: a quarter of physical memory, 4 GiB where that is unknown.
+// Pools beyond it are a mistyped setting far more often than a plan, and the
+// decoders, the consumer and the OS need the rest. Throws nothing.
+std::uint64_t default_pool_budget_bytes();
+
 }  // namespace conveyor

@@ -65,6 +65,7 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
   } else {
     sample_shape_ = {out.height, out.width, 3};
   }
+  check_memory();
 }
 
 Loader::Loader(ArrayRows rows, LoaderSettings settings)
@@ -95,6 +96,23 @@ Loader::Loader(ArrayRows rows, LoaderSettings settings)
     sample_shape_ = {s[2], s[0], s[1]};
     element_ = element_of(*settings_.normalize);
   }
+  check_memory();
+}
+
+void Loader::check_memory() const {
+  const Config& c = settings_.config;
+  const double mib = double(1 << 20);
+  const double need = (double(c.host_pool_bytes()) + double(device_pool_bytes(c, transfer_, *device_))) / mib;
+  const bool asked = settings_.max_memory_mb > 0;
+  const double limit = asked ? settings_.max_memory_mb : double(default_pool_budget_bytes()) / mib;
+  if (need <= limit) return;
+  const auto whole = [](double x) { return std::to_string((unsigned long long)(x + 0.5)); };
+  throw std::invalid_argument(
+      "the batch pools need " + whole(need) + " MiB (host " + std::to_string(c.host_buffer_count()) + " buffers + device " +
+      std::to_string(c.device_buffer_count()) + " slots of batch_size " + std::to_string(c.batch_size) + " x " +
+      std::to_string(c.sample_bytes) + " bytes a sample, workers " + std::to_string(c.workers) + ", host_queue " +
+      std::to_string(c.host_queue_depth) + ", device_queue " + std::to_string(c.device_queue_depth) +
+      "), over max_memory_mb " + whole(limit) + (asked ? "" : " (default: a quarter of physical memory)"));
 }
 
 Loader::~Loader() { close(); }

@@ -76,12 +76,18 @@ struct LoaderSettings {
   // Images only: the share of JPEGs the device's decoder takes (issue 22):
   // 0 off, a share in (0, 1], nullopt auto (cuda/gpu_share.h). Default: off.
   std::optional<double> gpu_decode = 0.0;
+  // The most the batch pools (host and device) may take, in MiB; checked
+  // before anything is allocated. Default: 0, default_pool_budget_bytes() (a
+  // quarter of physical memory), as the command line's --max-memory-mb.
+  double max_memory_mb = 0;
 };
 
 class Loader {
  public:
   // Image files, decoded and augmented by ImageSource (crop size from the
   // transforms; samples are uint8 HWC RGB, or `normalize`'s dtype CHW).
+  // Both constructors throw std::invalid_argument when the batch pools would
+  // exceed settings.max_memory_mb, naming what sizes them.
   Loader(Dataset dataset, ImageConfig image, LoaderSettings settings);
   // Rows of an array, copied into the batch as they are. With `normalize`,
   // rows must be uint8 [H, W, C] with C in 1..3. Throws std::invalid_argument
@@ -130,6 +136,8 @@ class Loader {
  private:
   Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sample_bytes);
   void start(std::optional<PipelineState> from);
+  // The end of both constructors: the pools' bytes against max_memory_mb.
+  void check_memory() const;
 
   LoaderSettings settings_;
   std::size_t dataset_size_ = 0;

@@ -18,6 +18,7 @@
 #include <array>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -490,7 +491,7 @@ void bind_loader(py::module_& m) {
                        py::object seed, bool shuffle, bool drop_last, py::object epochs, const std::string& device,
                        std::optional<std::string> normalize, py::object host_queue, py::object device_queue,
                        py::object device_buffers, const std::string& on_error, py::object rank, py::object world_size,
-                       bool rank_by_shard, const py::object& gpu_decode) {
+                       bool rank_by_shard, const py::object& gpu_decode, double max_memory_mb) {
              ImageConfig ic;
              if (arrays && (!crop.is_none() || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
@@ -503,6 +504,11 @@ void bind_loader(py::module_& m) {
                                           std::move(rank), std::move(world_size)},
                                          shuffle, drop_last, device, normalize);
              s.gpu_decode = gpu_decode_share(gpu_decode);
+             if (!std::isfinite(max_memory_mb) || max_memory_mb < 0) {
+               throw py::value_error("max_memory_mb=" + py::repr(py::float_(max_memory_mb)).cast<std::string>() +
+                                     ": expected 0 (a quarter of physical memory) or a positive number of MiB");
+             }
+             s.max_memory_mb = max_memory_mb;
              if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
              return make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
            }),
@@ -514,7 +520,7 @@ void bind_loader(py::module_& m) {
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
            "rank"_a = config.rank, "world_size"_a = config.world_size, "rank_by_shard"_a = false,
-           "gpu_decode"_a = "off")
+           "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0)
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
       .def("epoch", [](py::object self, const py::object& e) { return epoch_iter(self, whole("e", e)); }, "e"_a)

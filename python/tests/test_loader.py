@@ -149,6 +149,21 @@ def test_integer_arguments_get_one_line_errors_naming_them(kw, error, says):
         conveyor.Loader(arrays=(x, np.arange(4)), **{"device": "cpu", **kw})
 
 
+def test_batch_pools_over_the_memory_budget_are_refused_before_allocation():
+    # host_queue=2**31 grew the process to 24 GB until the OOM killer ended it
+    x = np.zeros((40, 1), np.uint8)
+    with pytest.raises(ValueError, match=r"^the batch pools need \d+ MiB .*host_queue 2147483648.*over max_memory_mb \d+ "
+                                         r"\(default: a quarter of physical memory\)$"):
+        conveyor.Loader(arrays=(x, np.arange(40)), batch_size=8, host_queue=2**31, device="cpu")
+    rows = np.zeros((8, 64, 64, 3), np.uint8)  # 12 KiB a row: 64 batches of 8 are 6 MiB
+    with pytest.raises(ValueError, match=r"over max_memory_mb 1$"):
+        conveyor.Loader(arrays=(rows, np.arange(8)), batch_size=8, host_queue=64, max_memory_mb=1, device="cpu")
+    assert len(conveyor.Loader(arrays=(rows, np.arange(8)), batch_size=8, max_memory_mb=64, device="cpu")) == 1
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"^max_memory_mb="):
+            conveyor.Loader(arrays=(rows, np.arange(8)), max_memory_mb=bad, device="cpu")
+
+
 def test_numpy_integers_are_taken_as_ints():
     x = np.zeros((6, 4), np.uint8)
     loader = conveyor.Loader(arrays=(x, np.arange(6)), batch_size=np.int64(3), workers=np.uint8(1), device="cpu")
