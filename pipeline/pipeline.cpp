@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <sstream>
 
 namespace conveyor {
 
@@ -53,8 +54,13 @@ PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t
   expect.epoch = resume->epoch;
   expect.delivered = resume->delivered;
   if (!(expect == *resume)) {
-    throw std::invalid_argument("resume: state was taken with other settings (" + resume->serialize() +
-                                ") than this pipeline's (" + expect.serialize() + ")");
+    // Only the fields that differ: the two whole lines hid them among ten others.
+    std::istringstream there(resume->serialize()), here(expect.serialize());
+    std::string differ;
+    for (std::string a, b; there >> a && here >> b;) {
+      if (a != b) differ += (differ.empty() ? "" : ", ") + a + " there, " + b.substr(b.find('=') + 1) + " here";
+    }
+    throw std::invalid_argument("resume: state was taken with other settings: " + differ);
   }
   for (std::size_t i = 0; i < resume->delivered.size(); ++i) {
     if (resume->delivered[i] >= sampler.batches_per_epoch() || (i && resume->delivered[i] <= resume->delivered[i - 1])) {

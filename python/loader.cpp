@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "pipeline/fnv1a.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sampler.h"
 
@@ -46,6 +47,13 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
     : Loader(std::move(settings), dataset.size(), 0) {
   num_classes_ = dataset.num_classes();
   classes_ = dataset.classes();
+  Fnv1a h;
+  for (std::size_t i = 0; i < dataset.size(); ++i) {
+    const std::string name = dataset.name(i);
+    h.add(name.data(), name.size() + 1);  // with its NUL: "ab"+"c" differs from "a"+"bc"
+    h.add_value(dataset.label(i));
+  }
+  dataset_digest_ = h.value;
   images_ = std::make_unique<ImageSource>(std::move(dataset), image, settings_.config.workers);
   settings_.config.sample_bytes = images_->sample_bytes();
   gpu_ = choose_gpu_decode(settings_.gpu_decode, *images_, *device_, settings_.config.workers);
@@ -82,6 +90,14 @@ Loader::Loader(ArrayRows rows, LoaderSettings settings)
     num_classes_ = std::max(num_classes_, l + 1);
   }
   rows_ = std::make_unique<ArraySource>(rows.data, settings_.config.sample_bytes, labels_);
+  Fnv1a h;
+  for (const std::int64_t d : rows.row_shape) h.add_value(d);
+  h.add_value(rows.element.kind);
+  h.add_value(rows.element.bits);
+  h.add(labels_.data(), labels_.size() * sizeof labels_[0]);
+  const std::size_t row = settings_.config.sample_bytes, n = labels_.size();
+  for (std::size_t k = 0; k < std::min<std::size_t>(64, n); ++k) h.add(rows.data.data() + (k * n / std::min<std::size_t>(64, n)) * row, row);
+  dataset_digest_ = h.value;
   sample_shape_ = rows.row_shape;
   element_ = rows.element;
   if (settings_.normalize) {

@@ -112,6 +112,11 @@ class Loader {
   // says why (empty when it was not asked for).
   double gpu_share() const { return gpu_.share; }
   const std::string& gpu_decode_note() const { return gpu_.line; }
+  // What tells this dataset from another of the same size, for a state taken
+  // on it (FNV-1a): image files, every name and label; arrays, the row shape,
+  // dtype, labels and 64 rows spread over the array (hashing every byte of a
+  // large array would cost seconds at each construction).
+  std::uint64_t dataset_digest() const { return dataset_digest_; }
 
   // Where the consumer stands: initial_state() before anything was taken.
   PipelineState state() const;
@@ -141,6 +146,7 @@ class Loader {
 
   LoaderSettings settings_;
   std::size_t dataset_size_ = 0;
+  std::uint64_t dataset_digest_ = 0;
   std::vector<std::int64_t> sample_shape_;
   Element element_;
   std::int64_t num_classes_ = 0;

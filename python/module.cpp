@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -245,6 +246,13 @@ py::object next_batch(EpochIter& it) {
   held->element = L.loader->element();
   held->ready_on = stream;
   return py::make_tuple(wrap(held, false), wrap(held, true));
+}
+
+// A dataset digest as state_dict() keeps it: "fnv1a:" and 16 hex digits.
+std::string digest_text(std::uint64_t digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return std::string("fnv1a:") + hex;
 }
 
 EpochIter epoch_iter(py::object self, std::optional<std::uint64_t> e) {
@@ -538,10 +546,20 @@ void bind_loader(py::module_& m) {
       .def_property_readonly("device_description", [](PyLoader& L) { return L.loader->device().describe(); })
       .def("_set_stream_source", [](PyLoader& L, py::object f) { L.stream_source = std::move(f); })
       .def("state_dict", [](PyLoader& L) {
-        return py::dict("conveyor_state"_a = L.locked([](Loader& l) { return l.state().serialize(); }));
+        return py::dict("conveyor_state"_a = L.locked([](Loader& l) { return l.state().serialize(); }),
+                        "dataset"_a = digest_text(L.loader->dataset_digest()));
       })
       .def("load_state_dict", [](PyLoader& L, const py::dict& d) {
         if (!d.contains("conveyor_state")) throw py::key_error("load_state_dict: no 'conveyor_state' (not a conveyor.Loader state)");
+        // The order depends on the size alone, so a state of another dataset of
+        // that size would resume without a word. A state saved before the
+        // digest was kept has none, and is taken as before.
+        const std::string here = digest_text(L.loader->dataset_digest());
+        if (d.contains("dataset") && d["dataset"].cast<std::string>() != here) {
+          throw py::value_error("load_state_dict: the state was taken on another dataset of the same size (dataset " +
+                                d["dataset"].cast<std::string>() + " there, " + here +
+                                " here: other files, labels or rows)");
+        }
         L.seek(PipelineState::parse(d["conveyor_state"].cast<std::string>()));
       })
       .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })

@@ -631,9 +631,15 @@ TEST_CASE("pipeline: a state from other settings is refused", "[pipeline][resume
     s = p.state();
   }
   c.seed = 4;
-  REQUIRE_THROWS_WITH(Pipeline(c, 100, {fill_pattern}, s), Catch::Contains("other settings"));
+  // Only the fields that differ are named, each with both values.
+  REQUIRE_THROWS_WITH(Pipeline(c, 100, {fill_pattern}, s),
+                      Catch::Equals("resume: state was taken with other settings: seed=3 there, 4 here"));
   c.seed = 3;
-  REQUIRE_THROWS_AS(Pipeline(c, 101, {fill_pattern}, s), std::invalid_argument);
+  c.batch_size = 9;
+  REQUIRE_THROWS_WITH(Pipeline(c, 101, {fill_pattern}, s),
+                      Catch::Equals("resume: state was taken with other settings: dataset_size=100 there, 101 here, "
+                                    "batch_size=7 there, 9 here"));
+  c.batch_size = 7;
   s.delivered = {99};
   REQUIRE_THROWS_WITH(Pipeline(c, 100, {fill_pattern}, s), Catch::Contains("delivered"));
 }

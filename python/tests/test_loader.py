@@ -211,13 +211,32 @@ def test_the_state_is_whole_with_torch_loaded_first():
     assert "epoch=0 " in state and state.endswith("shard_policy=pad"), state
 
 
+def test_a_state_of_another_dataset_of_the_same_size_is_refused(folder, tmp_path):
+    x = np.arange(64, dtype=np.uint8).reshape(16, 4)
+    state = conveyor.Loader(arrays=(x, np.arange(16) % 3), batch_size=4, device="cpu").state_dict()
+    assert state["dataset"].startswith("fnv1a:")
+    conveyor.Loader(arrays=(x.copy(), np.arange(16) % 3), batch_size=4, device="cpu").load_state_dict(state)  # same data
+    for other in [(x + 1, np.arange(16) % 3), (x, np.arange(16) % 2), (x.view(np.int8), np.arange(16) % 3)]:
+        with pytest.raises(ValueError, match=r"^load_state_dict: the state was taken on another dataset of the same size"):
+            conveyor.Loader(arrays=other, batch_size=4, device="cpu").load_state_dict(state)
+    # files: another list of the same length (two lines swapped) is another dataset
+    files = sorted(str(p) for p in folder.rglob("*.ppm"))[:4]
+    (tmp_path / "a.txt").write_text("".join(f"{f} {i % 2}\n" for i, f in enumerate(files)))
+    (tmp_path / "b.txt").write_text("".join(f"{f} {i % 2}\n" for i, f in enumerate(files[::-1])))
+    a = conveyor.Loader(list=str(tmp_path / "a.txt"), batch_size=2, crop=16, device="cpu").state_dict()
+    with pytest.raises(ValueError, match="another dataset"):
+        conveyor.Loader(list=str(tmp_path / "b.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(a)
+    legacy = {"conveyor_state": a["conveyor_state"]}  # a state saved before the digest: taken as it was
+    conveyor.Loader(list=str(tmp_path / "b.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(legacy)
+
+
 def test_a_refused_state_leaves_the_loader_where_it_was(folder):
     kw = dict(folder=str(folder), batch_size=4, crop=16, seed=11, device="cpu")
     reference = run(conveyor.Loader(**kw), 2)
     loader = conveyor.Loader(**kw)
     it = iter(loader)
     first = [next(it) for _ in range(2)]
-    with pytest.raises(ValueError, match="other settings"):
+    with pytest.raises(ValueError, match="other settings: seed=12 there, 11 here$"):
         loader.load_state_dict(conveyor.Loader(**{**kw, "seed": 12}).state_dict())
     del first
     assert run(loader, 2)[: len(reference) - 2] == reference[2:]
