@@ -228,8 +228,17 @@ void write_file(const std::string& flag, const std::string& file, const std::str
 int exit_status(const char* program, const CLI::App& app, const std::string& section) {
   std::fflush(stdout);
   wipe_progress_line();
+  // One line whatever the message quotes: a path or a TOML key may hold a
+  // line break (or a NUL, which would cut the line short), written as \n.
   const auto say = [program](const std::string& line, int status) {
-    std::fprintf(stderr, "%s: %s\n", program, line.c_str());
+    std::string one;
+    for (const char c : line) {
+      if (c == '\n') one += "\\n";
+      else if (c == '\r') one += "\\r";
+      else if (c == '\0') one += "\\0";
+      else one += c;
+    }
+    std::fprintf(stderr, "%s: %s\n", program, one.c_str());
     return status;
   };
   try {

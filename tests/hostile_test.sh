@@ -294,6 +294,12 @@ nul)  # 17.14: a NUL byte in a list path is refused at parse time with file:line
   printf '%s 0\n%s\0x.jpg 1\n' "$first" "$work/ds/0-disk/a" >"$work/nul.txt"
   expect 2 "a NUL in a list path" -- run --list "$work/nul.txt"
   err_has "nul.txt:2: the line holds a NUL byte" "NUL"
+  # a line break in a path or a TOML key stays one line on stderr, written as \n
+  expect 2 "a line break in --folder" -- run --folder "$work/a
+b"
+  err_has 'a\\nb' "a line break in --folder"
+  printf '"a\\nb" = 1\n' >"$work/nl.toml"
+  expect 2 "a line break in a TOML key" -- run --config "$work/nl.toml" --folder "$work/ds"
   ;;
 env)  # 17.15: RANK / WORLD_SIZE must be decimal integers in range; anything else names the variable
   for v in -1 +1 " 1" 1x 18446744073709551617 99999999999999999999999 1048576; do
