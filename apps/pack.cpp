@@ -210,7 +210,10 @@ int pack(const Options& o) {
     }
     fs::remove(partial);  // empty now: OUT reads as whole from here on
     IndexSource how = IndexSource::built;
-    const ShardIndex index = load_shard_index(out, &how);  // scans what was written: the index --shards reads
+    // Scans what was written: the index --shards reads. A pack started beside
+    // this one may have made its partial folder here and be about to remove it
+    // (it saw this pack's and refuses): not a reason to fail this one.
+    const ShardIndex index = load_shard_index(out, &how, PartialFolders::ignore);
     if (index.samples.size() != d.size()) {
       throw std::runtime_error("pack: the shards in " + out.string() + " hold " + std::to_string(index.samples.size()) +
                                " samples, not " + std::to_string(d.size()));

@@ -258,14 +258,14 @@ ShardIndex ShardIndex::parse(std::string_view text, const std::string& where) {
   return index;
 }
 
-std::vector<ShardIndex::Shard> list_shards(const fs::path& dir) {
+std::vector<ShardIndex::Shard> list_shards(const fs::path& dir, PartialFolders partials) {
   const std::string name = dir.string();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw DatasetError(name + ": not a directory (--shards wants a folder of .tar files)");
   std::vector<ShardIndex::Shard> out;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& p = it->path();
-    if (p.filename().string().starts_with(kPartialPrefix)) {
+    if (partials == PartialFolders::refuse && p.filename().string().starts_with(kPartialPrefix)) {
       throw DatasetError(name + ": holds " + p.filename().string() +
                          ", left by a `conveyor pack` into it that did not finish; pack again (it clears it) or remove it");
     }
@@ -309,8 +309,8 @@ fs::path index_in_cache(const fs::path& dir) {
   return root ? *root / ("shards-" + hex(h.value) + ".index") : fs::path();
 }
 
-ShardIndex load_shard_index(const fs::path& dir, IndexSource* source) {
-  const auto now = list_shards(dir);
+ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFolders partials) {
+  const auto now = list_shards(dir, partials);
   const fs::path cache = index_in_cache(dir);
   for (const fs::path& file : {index_beside(dir), cache}) {
     if (file.empty()) continue;

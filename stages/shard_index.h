@@ -57,10 +57,16 @@ struct ShardIndex {
 // whole dataset.
 inline constexpr std::string_view kPartialPrefix = ".partial-";
 
+// What list_shards does with a kPartialPrefix folder: refuse the folder (a
+// reader), or list the shards beside it (`conveyor pack` indexing what it has
+// just moved up, while another pack's claim on the folder is being withdrawn).
+enum class PartialFolders { refuse, ignore };
+
 // The folder's shards as they are now (name, size, times, inode), sorted by name.
 // Throws DatasetError: not a directory, no .tar in it, cannot be listed, or a
-// pack's unfinished kPartialPrefix folder in it.
-std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir);
+// pack's unfinished kPartialPrefix folder in it (unless `partials` is ignore).
+std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir,
+                                           PartialFolders partials = PartialFolders::refuse);
 
 // Scans every shard (Dataset::from_shards's rules for keys, images and .cls).
 // Throws DatasetError naming the shard and member.
@@ -76,7 +82,8 @@ enum class IndexSource {
 
 // The cached index when it is current, else build_shard_index() written to
 // the cache. Throws what build_shard_index throws.
-ShardIndex load_shard_index(const std::filesystem::path& dir, IndexSource* source = nullptr);
+ShardIndex load_shard_index(const std::filesystem::path& dir, IndexSource* source = nullptr,
+                            PartialFolders partials = PartialFolders::refuse);
 
 // Where load_shard_index looks: DIR/.conveyor-index, then the user cache's file
 // (an empty path when user_cache_dir() has none).

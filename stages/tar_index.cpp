@@ -98,7 +98,10 @@ class Scanner {
     while (at_ + kBlock <= size_) {
       Header h{};
       read_exact(at_, h);
-      if (all_zero(h)) return out;  // the end-of-archive marker
+      if (all_zero(h)) {  // the end-of-archive marker
+        refuse_joined_archive(at_);
+        return out;
+      }
       if (!checksum_ok(h)) fail("header checksum error at byte " + std::to_string(at_));
       const auto header_at = at_;
       const auto stored = number(h, 124, 12);
@@ -149,6 +152,23 @@ class Scanner {
 
  private:
   [[noreturn]] void fail(const std::string& what) const { throw TarError(name_ + ": " + what); }
+
+  // `cat a.tar b.tar` leaves b's members behind a's end marker, where tar
+  // (without -i) and this scanner stop: b's samples would be lost without a
+  // word. GNU tar and Python's tarfile pad an archive to a record of 20
+  // blocks, so a header that cat placed lies within the 20 blocks after the
+  // marker: those are read (10 KiB at most, once per shard index), no more.
+  void refuse_joined_archive(std::uint64_t marker) {
+    std::uint64_t at = marker + kBlock;
+    for (int n = 0; n < 20 && at + kBlock <= size_; ++n, at += kBlock) {
+      Header h{};
+      read_exact(at, h);
+      if (!all_zero(h) && checksum_ok(h)) {
+        fail("a tar header at byte " + std::to_string(at) + ", after the end-of-archive marker at byte " +
+             std::to_string(marker) + ": archives joined with cat? (tar --concatenate them, or conveyor pack)");
+      }
+    }
+  }
 
   void read_exact(std::uint64_t offset, std::span<unsigned char> out) {
     const auto got = read_(offset, std::as_writable_bytes(out));

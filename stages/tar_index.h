@@ -22,7 +22,9 @@
 // that is absolute or climbs out with "..", a pax record that does not parse,
 // a pax or long-name header over 1 MiB, a file that ends inside a header or
 // without the end-of-archive marker (a zero block; tar only warns, but a shard
-// cut at a member boundary would read as fewer samples), an empty file, and
+// cut at a member boundary would read as fewer samples), another archive's
+// header within the 20 blocks after that marker (archives joined with `cat`,
+// whose second part tar would not read either), an empty file, and
 // hard links, symbolic links and sparse members (no bytes of their own at
 // their offset).
 //

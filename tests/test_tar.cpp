@@ -161,6 +161,14 @@ TEST_CASE("tar: corrupt, truncated and hostile archives are refused by name", "[
   REQUIRE_THROWS_WITH(scan(member("k/0001.jpg", "hello")),
                       Catch::Contains("t.tar: no end-of-archive marker after byte 1024: cut short, or still being written"));
   REQUIRE(scan(member("k/0001.jpg", "hello") + std::string(512, '\0')).size() == 1);  // one zero block ends it too
+  // `cat a.tar b.tar`: b's members behind a's marker, directly or after a's padding to a 10 KiB record
+  REQUIRE_THROWS_WITH(scan(archive("k/1.jpg", "x") + archive("k/2.jpg", "y")),
+                      Catch::Contains("t.tar: a tar header at byte 2048, after the end-of-archive marker at byte 1024: "
+                                      "archives joined with cat?"));
+  std::string padded = archive("k/1.jpg", "x");
+  padded.resize(10240, '\0');
+  REQUIRE_THROWS_WITH(scan(padded + archive("k/2.jpg", "y")), Catch::Contains("a tar header at byte 10240"));
+  REQUIRE(scan(padded + std::string(10240, '\0') + archive("k/2.jpg", "y")).size() == 1);  // beyond a record: not looked at
 
   std::string bad = good;
   bad[0] = 'K';  // the checksum no longer matches
