@@ -348,6 +348,10 @@ int main(int argc, char** argv) {
     }
     DeviceConfig dc;
     dc.backend = *parse_backend(backend);
+    if (gpu != 0 && dc.backend == BackendChoice::host) {
+      std::fprintf(stderr, "conveyor-bench-device: --gpu %d: not with --device host (it picks a CUDA device)\n", gpu);
+      return 2;
+    }
     dc.cuda_device = gpu;
     dc.link_gbps = link;
     auto device = open_device(dc);

@@ -191,8 +191,9 @@ int dispatch(const Subcommands& s, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hold_standard_fds();
+  // conveyor-train holds its own: it must see a closed stdout as closed.
   if (argc > 1 && std::string_view(argv[1]) == "train") return exec_train(argc, argv);
+  hold_standard_fds();
   CLI::App app{"conveyor: an input pipeline for C++ training code (decode workers -> transfer thread -> your step)"};
   Options o;
   const Subcommands subcommands = add_subcommands(app, o);

@@ -159,12 +159,21 @@ int pack(const Options& o) {
   std::error_code ec;
   const bool existed = fs::exists(out, ec);
   if (existed && !fs::is_directory(out, ec)) throw UsageError("--out " + o.out + ": exists and is not an empty folder");
-  // OUT is claimed before anything is checked or read: this pack's partial
-  // folder first, then a look for another's. Two packs started at once into
-  // one OUT each see the other's folder and refuse, rather than both writing.
+  // The dataset first, before anything is made: a signal during a long scan
+  // ends the program with nothing to undo.
+  const Dataset d = open_dataset(o, Announce::when_made);
+  for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
+  // Then OUT is claimed: this pack's partial folder first, then a look for
+  // another's. Two packs started at once into one OUT each see the other's
+  // folder and refuse, rather than both writing.
   fs::create_directories(out);
   const fs::path partial = out / (std::string(kPartialPrefix) + std::to_string(::getpid()));
-  fs::create_directory(partial);
+  // One with this PID was left by a dead process whose PID was reused (common
+  // in containers): it is not ours to adopt.
+  if (!fs::create_directory(partial)) {
+    fs::remove_all(partial);
+    fs::create_directory(partial);
+  }
   catch_interrupts();
   std::vector<fs::path> moved;
   // Nothing half-made is left: the partial folder, what was moved (and the
@@ -177,8 +186,6 @@ int pack(const Options& o) {
   };
   try {
     clear_stale_partials(out, o.out, partial.filename().string());
-    const Dataset d = open_dataset(o, Announce::when_made);
-    for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
     std::vector<unsigned char> bytes;
     const std::size_t step = std::max<std::size_t>(1, d.size() / 100);

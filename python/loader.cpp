@@ -47,10 +47,26 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
     : Loader(std::move(settings), dataset.size(), 0) {
   num_classes_ = dataset.num_classes();
   classes_ = dataset.classes();
+  // Names relative to the dataset's folder (or the list's): the same dataset
+  // reached as "ds", "./ds" or "/data/ds", or staged to another disk, is the same.
+  std::vector<std::string> bases;
+  for (const auto& base : {dataset.source(), dataset.source().parent_path()}) {
+    if (base.empty()) continue;
+    bases.push_back(base.native());
+    if (bases.back().back() != '/') bases.back() += '/';
+  }
   Fnv1a h;
   for (std::size_t i = 0; i < dataset.size(); ++i) {
     const std::string name = dataset.name(i);
-    h.add(name.data(), name.size() + 1);  // with its NUL: "ab"+"c" differs from "a"+"bc"
+    std::string_view tail = name;
+    for (const auto& base : bases) {
+      if (tail.starts_with(base)) {
+        tail.remove_prefix(base.size());
+        break;
+      }
+    }
+    h.add(tail.data(), tail.size());
+    h.add("", 1);  // a separator: "ab"+"c" differs from "a"+"bc"
     h.add_value(dataset.label(i));
   }
   dataset_digest_ = h.value;

@@ -113,7 +113,8 @@ class Loader {
   double gpu_share() const { return gpu_.share; }
   const std::string& gpu_decode_note() const { return gpu_.line; }
   // What tells this dataset from another of the same size, for a state taken
-  // on it (FNV-1a): image files, every name and label; arrays, the row shape,
+  // on it (FNV-1a): image files, every name (relative to the folder, or to
+  // the list's folder) and label; arrays, the row shape,
   // dtype, labels and 64 rows spread over the array (hashing every byte of a
   // large array would cost seconds at each construction).
   std::uint64_t dataset_digest() const { return dataset_digest_; }

@@ -297,21 +297,51 @@ constexpr std::array<std::pair<const char*, ErrorPolicy>, 2> kErrorPolicies{
 // float, in [lo, hi]; else a one-line TypeError or ValueError naming it.
 // pybind11's own conversion would answer batch_size=-1 with a TypeError that
 // lists the whole signature, and would take True as 1.
+// "name=repr(v)" for an error message; built only when there is one (a
+// repr may raise, or exceed Python's digit limit for a huge int).
+std::string shown(const char* name, const py::handle& v) {
+  std::string text;
+  try {
+    text = py::repr(v).cast<std::string>();
+  } catch (const py::error_already_set&) {
+    text = "<" + std::string(Py_TYPE(v.ptr())->tp_name) + ">";
+  }
+  if (text.size() > 60) text = text.substr(0, 40) + "...";
+  return std::string(name) + "=" + text;
+}
+
 std::uint64_t whole(const char* name, const py::handle& v, std::uint64_t lo = 0,
                     std::uint64_t hi = std::numeric_limits<std::uint64_t>::max()) {
-  const std::string shown = std::string(name) + "=" + py::repr(v).cast<std::string>();
-  if (PyBool_Check(v.ptr())) throw py::type_error(shown + ": expected an integer, not a bool");
+  if (PyBool_Check(v.ptr())) throw py::type_error(shown(name, v) + ": expected an integer, not a bool");
   PyObject* index = PyNumber_Index(v.ptr());
   if (!index) {
+    // Not an index: a TypeError of our own wording. Anything else __index__
+    // raised (KeyboardInterrupt) goes on as it is.
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
     PyErr_Clear();
-    throw py::type_error(shown + ": expected an integer, not " + std::string(Py_TYPE(v.ptr())->tp_name));
+    throw py::type_error(shown(name, v) + ": expected an integer, not " + std::string(Py_TYPE(v.ptr())->tp_name));
   }
   const auto n = py::reinterpret_steal<py::int_>(index);
   if (n < py::int_(lo) || n > py::int_(hi)) {
-    throw py::value_error(shown + (lo == 0 && n < py::int_(0) ? ": expected a non-negative integer"
-                                                               : ": expected " + std::to_string(lo) + " to " + std::to_string(hi)));
+    throw py::value_error(shown(name, v) + (lo == 0 && n < py::int_(0) ? ": expected a non-negative integer"
+                                                                        : ": expected " + std::to_string(lo) + " to " +
+                                                                              std::to_string(hi)));
   }
   return n.cast<std::uint64_t>();
+}
+
+// A real-valued argument: an int or a float (not a bool), finite, >= 0.
+double non_negative(const char* name, const py::handle& v) {
+  if (PyBool_Check(v.ptr()) || !(PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()))) {
+    throw py::type_error(shown(name, v) + ": expected a number, not " + std::string(Py_TYPE(v.ptr())->tp_name));
+  }
+  const double x = PyFloat_AsDouble(v.ptr());  // an int too large for a double raises OverflowError
+  if (x == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error(shown(name, v) + ": too large");
+  }
+  if (!std::isfinite(x) || x < 0) throw py::value_error(shown(name, v) + ": expected a finite number >= 0");
+  return x;
 }
 
 // The Loader's integer arguments, as Python objects until whole() checks them.
@@ -499,7 +529,7 @@ void bind_loader(py::module_& m) {
                        py::object seed, bool shuffle, bool drop_last, py::object epochs, const std::string& device,
                        std::optional<std::string> normalize, py::object host_queue, py::object device_queue,
                        py::object device_buffers, const std::string& on_error, py::object rank, py::object world_size,
-                       bool rank_by_shard, const py::object& gpu_decode, double max_memory_mb) {
+                       bool rank_by_shard, const py::object& gpu_decode, const py::object& max_memory_mb) {
              ImageConfig ic;
              if (arrays && (!crop.is_none() || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
@@ -512,11 +542,7 @@ void bind_loader(py::module_& m) {
                                           std::move(rank), std::move(world_size)},
                                          shuffle, drop_last, device, normalize);
              s.gpu_decode = gpu_decode_share(gpu_decode);
-             if (!std::isfinite(max_memory_mb) || max_memory_mb < 0) {
-               throw py::value_error("max_memory_mb=" + py::repr(py::float_(max_memory_mb)).cast<std::string>() +
-                                     ": expected 0 (a quarter of physical memory) or a positive number of MiB");
-             }
-             s.max_memory_mb = max_memory_mb;
+             s.max_memory_mb = non_negative("max_memory_mb", max_memory_mb);  // 0: a quarter of physical memory
              if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
              return make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
            }),

@@ -131,8 +131,7 @@ std::filesystem::path default_dataset_dir(const DefaultDatasetOptions& o) {
     base = *user;
   } else {
     throw std::runtime_error("no cache folder for the default dataset: set CONVEYOR_CACHE, XDG_CACHE_HOME or HOME (" +
-                             (fs::temp_directory_path() / ("conveyor-" + std::to_string(::geteuid()))).string() +
-                             " is not a private folder of this user)");
+                             private_temp_dir().string() + " is not a private folder of this user)");
   }
   return base / ("default-v" + std::to_string(kVersion) + "-" + std::to_string(o.images_per_class) + "-" +
                  std::to_string(o.seed) + "-q" + std::to_string(o.quality));

@@ -88,18 +88,26 @@ class PosixFileSystem final : public FileSystem {
 
 std::uint64_t posix_file_opens() { return g_opens.load(std::memory_order_relaxed); }
 
+std::filesystem::path private_temp_dir() {
+  std::error_code ec;
+  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  tmp = std::filesystem::absolute(tmp, ec);  // a relative TMPDIR would follow the working directory
+  if (ec) tmp = "/tmp";
+  return tmp / ("conveyor-" + std::to_string(::geteuid()));
+}
+
 std::optional<std::filesystem::path> user_cache_dir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg && *xdg) return std::filesystem::path(xdg) / "conveyor";
   const char* home = std::getenv("HOME");
   if (home && *home) return std::filesystem::path(home) / ".cache" / "conveyor";
-  std::error_code ec;
-  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
-  if (ec) tmp = "/tmp";
-  const std::filesystem::path dir = tmp / ("conveyor-" + std::to_string(::geteuid()));
+  const std::filesystem::path dir = private_temp_dir();
   ::mkdir(dir.c_str(), 0700);  // EEXIST is checked below, like any other folder found there
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+  // Ours alone, and usable by us (a umask of 0277 would make it 0500).
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0 ||
+      (st.st_mode & S_IRWXU) != S_IRWXU) {
     return std::nullopt;
   }
   return dir;

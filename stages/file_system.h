@@ -68,6 +68,9 @@ std::shared_ptr<FileSystem> posix_file_system();
 // shard index with other labels. Returns nullopt when no folder qualifies.
 // Does not create the first two (their writers do).
 std::optional<std::filesystem::path> user_cache_dir();
+// The private temp folder user_cache_dir() falls back to, whether or not it
+// qualifies (for messages): the absolute TMPDIR (else /tmp) / conveyor-UID.
+std::filesystem::path private_temp_dir();
 
 // Thrown by read_whole_file when *stopping was set while it read.
 class ReadCancelled : public std::runtime_error {

@@ -148,6 +148,12 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
     const auto [it, fresh] = by_key.try_emplace(key, samples.size());
     if (fresh) samples.push_back({std::string(key)});
     Grouped& g = samples[it->second];
+    if (!m.unreadable.empty()) {
+      // A link or sparse file as the image or the label cannot be read; as
+      // any other member (KEY.json) it is not read at all.
+      if (ext == ".cls" || Dataset::is_image_extension(ext)) throw DatasetError(shard.string() + ":" + m.name + ": " + m.unreadable);
+      continue;
+    }
     if (ext == ".cls") {
       // `tar rf shard.tar k.cls` appends a second label; which one is meant is
       // not ours to guess (as two images are not).

@@ -13,7 +13,8 @@
 // is ignored and rebuilt. The change time (ctime) is what makes a shard
 // rewritten with its old size and modification time (`cp -p`, `touch -r`)
 // stale: no user call can set it back. The price: copying a folder with its
-// index, or a chmod, costs one rebuild.
+// index, or a chmod, costs one rebuild, and on file systems whose inode
+// numbers change at each mount (some FUSE and CIFS mounts) each mount does.
 //
 // Thread safety: free functions; concurrent writers of one cache each write a
 // temporary file and rename it, so a reader never sees half an index.

@@ -86,6 +86,8 @@ bool safe_path(std::string_view p) {
   return true;
 }
 
+constexpr const char* kSparse = "a GNU sparse file, which Conveyor does not read (tar without --sparse)";
+
 class Scanner {
  public:
   Scanner(const ReadAt& read, std::uint64_t size, const std::string& name) : read_(read), size_(size), name_(name) {}
@@ -94,6 +96,7 @@ class Scanner {
     std::vector<TarMember> out;
     std::optional<std::string> next_name;  // from a pax 'x' or GNU 'L' header
     std::uint64_t next_size = kNoSize;
+    bool next_sparse = false;  // a pax GNU.sparse.* record: the next member's bytes are not laid out whole
     if (size_ == 0) fail("an empty file (0 bytes), not a tar archive");
     while (at_ + kBlock <= size_) {
       Header h{};
@@ -118,7 +121,7 @@ class Scanner {
       at_ = data_at + round_up(data_size);
       switch (type) {
         case 'x': {  // pax: records for the next member
-          parse_pax(data_at, data_size, next_name, next_size);
+          parse_pax(data_at, data_size, next_name, next_size, next_sparse);
           continue;  // keeps next_* for the member it describes
         }
         case 'L':  // GNU long name for the next member
@@ -127,22 +130,25 @@ class Scanner {
           continue;
         case '0': case '\0': case '7':  // regular (and contiguous) files: the samples (`regular`)
           if (!safe_path(member)) fail("member " + member + ": a path that is absolute or climbs out with ..");
-          out.push_back({std::move(member), data_at, data_size});
+          out.push_back({std::move(member), data_at, data_size, next_sparse ? kSparse : ""});
           break;
         // A link or a sparse member holds no bytes of its own (or not all of
-        // them) at its offset: refused by name rather than read as nothing
-        // (a sample that then has "no image member").
-        case '1':
-          fail("member " + member + ": a hard link, which Conveyor does not follow (tar --hard-dereference, or conveyor pack)");
-        case '2':
-          fail("member " + member + ": a symbolic link, which Conveyor does not follow (tar --dereference, or conveyor pack)");
-        case 'S':
-          fail("member " + member + ": a GNU sparse file, which Conveyor does not read (tar without --sparse)");
+        // them) at its offset: listed as unreadable, not read as nothing (a
+        // sample that then has "no image member") or as the wrong bytes.
+        case '1': case '2': case 'S': {
+          if (!safe_path(member)) fail("member " + member + ": a path that is absolute or climbs out with ..");
+          const char* why = type == '1'   ? "a hard link, which Conveyor does not follow (tar --hard-dereference, or conveyor pack)"
+                            : type == '2' ? "a symbolic link, which Conveyor does not follow (tar --dereference, or conveyor pack)"
+                                          : kSparse;
+          out.push_back({std::move(member), data_at, type == 'S' ? data_size : 0, why});
+          break;
+        }
         default:  // directories, devices, FIFOs, 'g' global and 'K' GNU long-link headers
           break;
       }
       next_name.reset();
       next_size = kNoSize;
+      next_sparse = false;
     }
     if (at_ < size_) fail("the file ends inside a header at byte " + std::to_string(at_));
     // tar reads on with a warning; a shard still being written or copied, or
@@ -195,7 +201,7 @@ class Scanner {
 
   // Records "LEN key=value\n", LEN counting the whole record.
   void parse_pax(std::uint64_t offset, std::uint64_t size, std::optional<std::string>& path,
-                 std::uint64_t& file_size) {
+                 std::uint64_t& file_size, bool& sparse) {
     const std::string text = read_text(offset, size, "pax");
     std::size_t i = 0;
     while (i < text.size()) {
@@ -210,9 +216,7 @@ class Scanner {
       if (eq == std::string_view::npos) fail("pax header at byte " + std::to_string(offset) + ": a record without '='");
       const auto key = record.substr(0, eq), value = record.substr(eq + 1);
       if (key == "path") path = std::string(value);
-      if (key.starts_with("GNU.sparse.")) {
-        fail("pax header at byte " + std::to_string(offset) + ": a GNU sparse file, which Conveyor does not read (tar without --sparse)");
-      }
+      if (key.starts_with("GNU.sparse.")) sparse = true;
       if (key == "size") {
         std::uint64_t v = 0;
         if (value.empty() || value.size() > 19) fail("pax header at byte " + std::to_string(offset) + ": bad size " + std::string(value));

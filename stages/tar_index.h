@@ -24,9 +24,8 @@
 // without the end-of-archive marker (a zero block; tar only warns, but a shard
 // cut at a member boundary would read as fewer samples), another archive's
 // header within the 20 blocks after that marker (archives joined with `cat`,
-// whose second part tar would not read either), an empty file, and
-// hard links, symbolic links and sparse members (no bytes of their own at
-// their offset).
+// whose second part tar would not read either), and an empty file. Hard
+// links, symbolic links and sparse files are listed with `unreadable` set.
 //
 // Thread safety: free functions without shared state.
 #pragma once
@@ -53,6 +52,11 @@ struct TarMember {
   std::string name;
   std::uint64_t offset = 0;  // of the data, from the start of the archive
   std::uint64_t size = 0;
+  // Empty for a regular file. For a hard or symbolic link or a sparse file,
+  // whose bytes are not (all) at `offset`: why it cannot be read, for the
+  // caller to refuse where the member matters (an image, a label) and skip
+  // where it does not (an extra member such as KEY.json).
+  std::string unreadable;
   bool operator==(const TarMember&) const = default;
 };
 

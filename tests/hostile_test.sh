@@ -364,6 +364,7 @@ clobber)  # an output named like an input (the list, a file of the --folder data
     expect 2 "train --checkpoint = the --list file" -- train --list "$work/list.txt" --epochs 1 --checkpoint "$work/list.txt"
     err_has "that is the --list file" "train --checkpoint = --list"
     expect 2 "train --checkpoint = an image the list names" -- train --list "$work/list.txt" --epochs 1 --checkpoint "$first"
+    err_has "an existing JPEG image" "train --checkpoint on a listed image"
     expect 2 "train --plot inside the --folder dataset" -- train --folder "$work/ds" --epochs 1 --plot "$work/ds/0-disk/p.png"
   fi
   cmp -s "$work/list.txt" "$work/list.orig" || fail "the list file was changed"
@@ -373,14 +374,18 @@ pack-race)  # two packs started at once into one new --out: one packs the whole 
   find "$work/ds" -name '*.jpg' | sort | awk '{ print $0, 0 }' >"$work/a.txt"
   head -5 "$work/a.txt" >"$work/b.txt"
   whole=$(wc -l <"$work/a.txt")
+  won=0
   for i in $(seq 10); do
     out="$work/race$i"
     "$bin" pack --list "$work/a.txt" --out "$out" >"$work/a.out" 2>&1 & pa=$!
+    # rounds 1-5 start both at once; 6-10 start the second a little later, while the first writes
+    [ "$i" -gt 5 ] && sleep 0.0$((i - 5))
     "$bin" pack --list "$work/b.txt" --out "$out" >"$work/b.out" 2>&1 & pb=$!
     wait $pa; ra=$?
     wait $pb; rb=$?
     if [ $ra -eq 0 ] && [ $rb -eq 0 ]; then fail "round $i: both packs into one --out succeeded"; fi
     if [ $ra -eq 0 ] || [ $rb -eq 0 ]; then
+      won=$((won + 1))
       want=$([ $ra -eq 0 ] && echo "$whole" || echo 5)
       got=$("$bin" inspect --shards "$out" 2>/dev/null | sed -n 's/^\([0-9]*\) samples decoded.*/\1/p')
       [ "$got" = "$want" ] || fail "round $i: the pack that succeeded left $got samples, not $want"
@@ -391,7 +396,15 @@ pack-race)  # two packs started at once into one new --out: one packs the whole 
           || fail "round $i: a refusal that does not say why: $(cat "$f")"
       fi
     done
+    ! compgen -G "$out/.partial-*" >/dev/null || fail "round $i: a partial folder was left in --out"
   done
+  [ "$won" -ge 1 ] || fail "no pack succeeded in 10 rounds"
+  # a partial folder left by a dead process whose PID this pack now has is not adopted
+  "$bin" pack --list "$work/b.txt" --out "$work/old" >/dev/null 2>&1 || fail "pack into old"
+  (mkdir -p "$work/own/.partial-$BASHPID" && cp "$work/old/shard-000000.tar" "$work/own/.partial-$BASHPID/shard-000009.tar" &&
+    exec "$bin" pack --list "$work/a.txt" --out "$work/own" >"$work/out" 2>&1) || fail "pack over a partial folder with its own PID: $(cat "$work/out")"
+  got=$("$bin" inspect --shards "$work/own" 2>/dev/null | sed -n 's/^\([0-9]*\) samples decoded.*/\1/p')
+  [ "$got" = "$whole" ] || fail "pack over a partial folder with its own PID: $got samples, not $whole"
   ;;
 contradictions)  # settings a mode cannot honour are refused up front, not ignored or found after the run
   expect 2 "--resident --serial" -- run --folder "$work/ds" --resident --serial

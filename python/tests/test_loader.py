@@ -6,6 +6,7 @@ The images are written here (binary PPM, which Conveyor reads), never taken from
 import gc
 import hashlib
 import os
+import shutil
 import signal
 import threading
 import time
@@ -160,8 +161,23 @@ def test_batch_pools_over_the_memory_budget_are_refused_before_allocation():
         conveyor.Loader(arrays=(rows, np.arange(8)), batch_size=8, host_queue=64, max_memory_mb=1, device="cpu")
     assert len(conveyor.Loader(arrays=(rows, np.arange(8)), batch_size=8, max_memory_mb=64, device="cpu")) == 1
     for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match=r"^max_memory_mb="):
+        with pytest.raises(ValueError, match=r"^max_memory_mb=.*: expected a finite number >= 0$"):
             conveyor.Loader(arrays=(rows, np.arange(8)), max_memory_mb=bad, device="cpu")
+    for bad in (True, "5"):
+        with pytest.raises(TypeError, match=r"^max_memory_mb=.*: expected a number"):
+            conveyor.Loader(arrays=(rows, np.arange(8)), max_memory_mb=bad, device="cpu")
+
+
+def test_an_integer_argument_whose_index_raises_keeps_its_exception():
+    class Interrupting:
+        def __index__(self):
+            raise KeyboardInterrupt
+
+    x = np.zeros((4, 4), np.uint8)
+    with pytest.raises(KeyboardInterrupt):
+        conveyor.Loader(arrays=(x, np.arange(4)), batch_size=Interrupting(), device="cpu")
+    with pytest.raises(ValueError, match=r"^batch_size=(<int>|\d{40}\.\.\.): expected 0 to"):
+        conveyor.Loader(arrays=(x, np.arange(4)), batch_size=10**5000, device="cpu")
 
 
 def test_numpy_integers_are_taken_as_ints():
@@ -226,6 +242,13 @@ def test_a_state_of_another_dataset_of_the_same_size_is_refused(folder, tmp_path
     a = conveyor.Loader(list=str(tmp_path / "a.txt"), batch_size=2, crop=16, device="cpu").state_dict()
     with pytest.raises(ValueError, match="another dataset"):
         conveyor.Loader(list=str(tmp_path / "b.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(a)
+    # the same dataset by another path, or moved: the same digest
+    kw = dict(batch_size=4, crop=16, device="cpu")
+    state = conveyor.Loader(folder=str(folder), **kw).state_dict()
+    moved = tmp_path / "staged" / "images"
+    shutil.copytree(folder, moved)
+    for same in (str(folder) + "/", os.path.relpath(folder), str(moved)):
+        conveyor.Loader(folder=same, **kw).load_state_dict(state)
     legacy = {"conveyor_state": a["conveyor_state"]}  # a state saved before the digest: taken as it was
     conveyor.Loader(list=str(tmp_path / "b.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(legacy)
 
