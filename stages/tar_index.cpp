@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -112,7 +113,15 @@ class Scanner {
       const char type = char(h[156]);
       const bool regular = type == '0' || type == 0 || type == '7';
       const std::uint64_t data_size = regular && next_size != kNoSize ? next_size : *stored;
-      const std::uint64_t data_at = at_ + kBlock;
+      std::uint64_t data_at = at_ + kBlock;
+      // An old GNU sparse member ('S') with more than 4 regions is followed by
+      // extension headers before its data, each flagging whether another follows.
+      for (bool extended = type == 'S' && h[482] != 0; extended; data_at += kBlock) {
+        if (data_at + kBlock > size_) fail("the file ends inside a sparse header at byte " + std::to_string(data_at));
+        Header ext{};
+        read_exact(data_at, ext);
+        extended = ext[504] != 0;
+      }
       std::string member = next_name ? *next_name : header_name(h);
       if (data_size > size_ - data_at || round_up(data_size) > size_ - data_at) {
         fail("member " + member + " claims " + std::to_string(data_size) + " bytes at byte " + std::to_string(data_at) +
@@ -161,17 +170,25 @@ class Scanner {
 
   // `cat a.tar b.tar` leaves b's members behind a's end marker, where tar
   // (without -i) and this scanner stop: b's samples would be lost without a
-  // word. GNU tar and Python's tarfile pad an archive to a record of 20
-  // blocks, so a header that cat placed lies within the 20 blocks after the
-  // marker: those are read (10 KiB at most, once per shard index), no more.
+  // word. Behind the marker a well-formed archive holds only zeros (its
+  // padding to a record: 20 blocks for GNU tar and Python's tarfile, but tar
+  // -b sets any other, and the first zero block may be a record's last, so no
+  // fixed window will do). So every block to the end of the file is looked at,
+  // in 64 KiB reads: a record's padding in a plain shard, once per index.
   void refuse_joined_archive(std::uint64_t marker) {
-    std::uint64_t at = marker + kBlock;
-    for (int n = 0; n < 20 && at + kBlock <= size_; ++n, at += kBlock) {
-      Header h{};
-      read_exact(at, h);
-      if (!all_zero(h) && checksum_ok(h)) {
-        fail("a tar header at byte " + std::to_string(at) + ", after the end-of-archive marker at byte " +
-             std::to_string(marker) + ": archives joined with cat? (tar --concatenate them, or conveyor pack)");
+    constexpr std::uint64_t kChunk = 128 * kBlock;
+    std::vector<unsigned char> chunk;
+    for (std::uint64_t at = marker + kBlock; at + kBlock <= size_;) {
+      const std::uint64_t blocks = std::min<std::uint64_t>(kChunk, size_ - at) / kBlock;
+      chunk.resize(blocks * kBlock);
+      read_exact(at, chunk);
+      for (std::uint64_t b = 0; b < blocks; ++b, at += kBlock) {
+        Header h{};
+        std::memcpy(h.data(), chunk.data() + b * kBlock, kBlock);
+        if (!all_zero(h) && checksum_ok(h)) {
+          fail("a tar header at byte " + std::to_string(at) + ", after the end-of-archive marker at byte " +
+               std::to_string(marker) + ": archives joined with cat? (tar --concatenate them, or conveyor pack)");
+        }
       }
     }
   }

@@ -23,8 +23,8 @@
 // a pax or long-name header over 1 MiB, a file that ends inside a header or
 // without the end-of-archive marker (a zero block; tar only warns, but a shard
 // cut at a member boundary would read as fewer samples), another archive's
-// header within the 20 blocks after that marker (archives joined with `cat`,
-// whose second part tar would not read either), and an empty file. Hard
+// header anywhere after that marker (archives joined with `cat`, whose second
+// part tar would not read either), and an empty file. Hard
 // links, symbolic links and sparse files are listed with `unreadable` set.
 //
 // Thread safety: free functions without shared state.

@@ -102,6 +102,39 @@ TEST_CASE("tar: GNU tar's gnu and ustar formats read back byte for byte", "[tar]
   }
 }
 
+TEST_CASE("tar: GNU tar's old sparse format with extension headers is listed, and the members after it read", "[tar]") {
+  if (!have("tar")) {
+    WARN("no tar here: not checked");
+    return;
+  }
+  TempDir dir;
+  const auto root = dir / "tree";
+  std::filesystem::create_directories(root);
+  {  // eight data regions: more than the 4 an 'S' header holds, so extension headers follow it
+    std::ofstream f(root / "s.jpg", std::ios::binary);
+    for (int i = 0; i < 8; ++i) {
+      f.seekp(std::streamoff(i) << 20);
+      f << std::string(100, 'x');
+    }
+  }
+  spit(root / "after.jpg", "after");
+  const auto archive = dir / "sparse.tar";
+  const std::string cmd = "cd '" + root.string() + "' && tar --sparse --format=gnu -cf '" + archive.string() +
+                          "' s.jpg after.jpg 2>/dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string bytes = slurp(archive);
+  if (bytes[156] != 'S' || bytes[482] == 0) {
+    WARN("this file system kept no holes for tar to find: not checked");
+    return;
+  }
+  const auto members = scan_tar(archive);
+  REQUIRE(members.size() == 2);
+  REQUIRE_THAT(members[0].unreadable, Catch::StartsWith("a GNU sparse file"));
+  REQUIRE(members[1].name == "after.jpg");
+  REQUIRE(members[1].unreadable.empty());
+  REQUIRE(bytes.substr(members[1].offset, members[1].size) == "after");
+}
+
 TEST_CASE("tar: Python's tarfile (pax, long and non-ASCII names) reads back byte for byte", "[tar]") {
   if (!have("python3")) {
     WARN("no python3 here: not checked");
@@ -168,7 +201,17 @@ TEST_CASE("tar: corrupt, truncated and hostile archives are refused by name", "[
   std::string padded = archive("k/1.jpg", "x");
   padded.resize(10240, '\0');
   REQUIRE_THROWS_WITH(scan(padded + archive("k/2.jpg", "y")), Catch::Contains("a tar header at byte 10240"));
-  REQUIRE(scan(padded + std::string(10240, '\0') + archive("k/2.jpg", "y")).size() == 1);  // beyond a record: not looked at
+  // Beyond a record too (tar -b sets other record sizes): only zeros may follow a marker.
+  REQUIRE_THROWS_WITH(scan(padded + std::string(10240, '\0') + archive("k/2.jpg", "y")),
+                      Catch::Contains("a tar header at byte 20480"));
+  REQUIRE(scan(padded + std::string(200 * 512, '\0')).size() == 1);  // long zero padding is still one archive
+  // GNU tar's layout when the first zero block is a record's last: the next
+  // archive's header lies 21 blocks after the marker (a 20-block window missed it).
+  std::string edge = member("k/1.jpg", std::string(17 * 512 + 1, 'x'));  // 19 blocks: the marker is block 20
+  REQUIRE(edge.size() == 19 * 512);
+  edge.resize(2 * 10240, '\0');
+  REQUIRE_THROWS_WITH(scan(edge + archive("k/2.jpg", "y")),
+                      Catch::Contains("a tar header at byte 20480, after the end-of-archive marker at byte 9728"));
 
   std::string bad = good;
   bad[0] = 'K';  // the checksum no longer matches
@@ -499,6 +542,21 @@ TEST_CASE("shards: the index is cached beside the shards, or in the user's cache
   REQUIRE(index_in_cache(folder).empty());
   REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
   REQUIRE(how == IndexSource::built);
+  // A link planted at conveyor-UID (to a folder of the right mode) is not the folder.
+  std::filesystem::remove_all(mine);
+  std::filesystem::create_directories(dir / "planted");
+  std::filesystem::permissions(dir / "planted", std::filesystem::perms::owner_all);
+  std::filesystem::create_directory_symlink(dir / "planted", mine);
+  REQUIRE(index_in_cache(folder).empty());
+  std::filesystem::remove(mine);
+  if (::geteuid() == 0) {  // another user's folder of the right mode: only root can make one here
+    std::filesystem::create_directories(mine);
+    std::filesystem::permissions(mine, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
+    REQUIRE(::chown(mine.c_str(), 12345, 12345) == 0);
+    REQUIRE(index_in_cache(folder).empty());
+    REQUIRE(::chown(mine.c_str(), 0, 0) == 0);
+    REQUIRE(index_in_cache(folder).parent_path() == mine);
+  }
   if (!home.empty()) ::setenv("HOME", home.c_str(), 1);
   if (tmpdir.empty()) ::unsetenv("TMPDIR");
   else ::setenv("TMPDIR", tmpdir.c_str(), 1);
