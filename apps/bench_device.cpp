@@ -340,6 +340,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (*over_cmd) {
+      if (gpu != 0) {
+        std::fprintf(stderr, "conveyor-bench-device: --gpu %d: not with overlap (it simulates links on the host backend)\n", gpu);
+        return 2;
+      }
       // Defaults that make the link matter: a step about as long as a 12 GB/s copy.
       if (!over_cmd->count("--step-us")) step_us = 1500;
       if (!over_cmd->count("--batches")) batches = 60;

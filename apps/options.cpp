@@ -251,6 +251,10 @@ DeviceConfig device_config(const Options& o) {
   if (o.gpu != 0 && o.device == BackendChoice::host) {
     throw UsageError("--gpu " + std::to_string(o.gpu) + ": not with --device host (it picks a CUDA device)");
   }
+  if (o.gpu != 0 && (o.link_gbps > 0 || o.host_transfer == HostTransfer::handover)) {
+    throw UsageError("--gpu " + std::to_string(o.gpu) + ": not with " +
+                     (o.link_gbps > 0 ? "--link-gbps" : "--host-transfer handover") + " (host-backend options)");
+  }
   DeviceConfig dc;
   dc.backend = o.device;
   dc.cuda_device = o.gpu;

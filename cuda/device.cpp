@@ -51,7 +51,14 @@ std::shared_ptr<Device> open_device(const DeviceConfig& config) {
   if (config.host_transfer == HostTransfer::handover) host_only = "host_transfer handover";
   else if (config.link_gbps > 0) host_only = "link_gbps";
   else if (config.max_delay_us > 0) host_only = "max_delay_us";
+  // A GPU other than the first is named on purpose: auto does not fall back
+  // to the host over it (the run would not be where its caller put it).
+  const std::string named_gpu =
+      config.cuda_device != 0 ? "cuda_device " + std::to_string(config.cuda_device) + " names a GPU, but " : "";
   if (!host_only.empty()) {
+    if (config.backend == BackendChoice::automatic && !named_gpu.empty()) {
+      throw std::invalid_argument("device auto: " + named_gpu + host_only + " is a host-backend option");
+    }
     if (config.backend == BackendChoice::cuda) {
       throw std::invalid_argument("device: " + host_only + " is a host-backend option; the cuda backend has a real device");
     }
@@ -62,6 +69,7 @@ std::shared_ptr<Device> open_device(const DeviceConfig& config) {
   const CudaProbe probe = probe_cuda();
   const bool have_device = probe.built_with_cuda && probe.error == 0 && probe.devices > 0;
   if (config.backend == BackendChoice::automatic && !have_device) {
+    if (!named_gpu.empty()) throw DeviceError("device auto: " + named_gpu + probe.explain());
     return open_host(config, "auto: " + probe.explain());
   }
   if (!have_device) throw DeviceError("device cuda: " + probe.explain());

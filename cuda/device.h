@@ -61,7 +61,9 @@ struct DeviceConfig {
   // Default: automatic.
   BackendChoice backend = BackendChoice::automatic;
 
-  // CUDA device ordinal. Default: 0.
+  // CUDA device ordinal, numbered as CUDA_VISIBLE_DEVICES shows them. Any but
+  // 0 names a GPU on purpose: auto then opens it or fails (no CUDA device, or
+  // a host-only option below), never falling back to host. Default: 0.
   int cuda_device = 0;
 
   // Host backend: copy or hand over. Default: copy. handover is a host-only

@@ -414,6 +414,8 @@ contradictions)  # settings a mode cannot honour are refused up front, not ignor
   printf '[run]\nresident = true\naugment = "crop"\n' >"$work/c.toml"
   expect 2 "--resident with augment from a config" -- run --config "$work/c.toml" --folder "$work/ds"
   timeout 60 "$bin" run --folder "$work/ds" --resident --augment center --batch 4 >"$work/out" 2>&1 || fail "--resident --augment center refused"
+  expect 2 "--gpu 1 with --link-gbps" -- run --folder "$work/ds" --gpu 1 --link-gbps 5
+  err_has "not with --link-gbps" "--gpu 1 --link-gbps"
   t0=$(date +%s%N)
   expect 2 "sweep --plot without --csv" -- sweep --folder "$work/ds" --workers 1,2 --epochs 3 --compute-ms 50 --plot "$work/p.png"
   [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 5000 ] || fail "sweep --plot without --csv: refused after the grid ran"

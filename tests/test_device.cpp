@@ -307,6 +307,21 @@ TEST_CASE("open_device chooses once and says why", "[device][backend]") {
     cfg.link_gbps = -1;
     REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("link_gbps must be"));
   }
+  SECTION("a GPU named other than 0 is never auto's fallback to host") {
+    DeviceConfig cfg;
+    cfg.cuda_device = 1;
+    cfg.link_gbps = 12;
+    REQUIRE_THROWS_WITH(open_device(cfg), Catch::Equals("device auto: cuda_device 1 names a GPU, but link_gbps is a "
+                                                        "host-backend option"));
+    cfg.link_gbps = 0;
+    if (probe.devices == 0) {
+      REQUIRE_THROWS_WITH(open_device(cfg), Catch::StartsWith("device auto: cuda_device 1 names a GPU, but "));
+    } else if (probe.devices == 1) {
+      REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("cuda_device 1 out of range"));
+    }
+    cfg.cuda_device = 0;  // the default: auto may fall back
+    REQUIRE_NOTHROW(open_device(cfg));
+  }
   SECTION("handover_if_host hands over on the host backend without choosing it") {
     DeviceConfig cfg;
     cfg.handover_if_host = true;
