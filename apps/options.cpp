@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iterator>
 
+#include "stages/dataset.h"
 #include "stages/decode.h"
 
 namespace conveyor::apps {
@@ -195,6 +196,21 @@ void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {
     if (std::error_code ec; !output.folder && !output.image && fs::is_regular_file(out, ec)) {
       if (const std::string format = image_format(out.string()); !format.empty()) {
         throw UsageError(named + ": an existing " + format + " image, maybe a file of the dataset; name another file");
+      }
+    }
+    // An image output (--plot) may overwrite an earlier plot, but not an image
+    // the --list names. Read only when such a file exists; a list that does
+    // not parse is left for the dataset's own error.
+    if (std::error_code ec; output.image && !o.list.empty() && fs::is_regular_file(out, ec)) {
+      try {
+        const Dataset listed = Dataset::from_list(o.list);
+        for (std::size_t k = 0; k < listed.size(); ++k) {
+          const fs::path listed_path = listed.path(k);
+          if (listed_path.filename() == out.filename() && canonical(listed_path) == out) {
+            throw UsageError(named + ": an image the --list names; name another file");
+          }
+        }
+      } catch (const DatasetError&) {
       }
     }
   }

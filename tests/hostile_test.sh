@@ -360,6 +360,15 @@ clobber)  # an output named like an input (the list, a file of the --folder data
   expect 2 "pack --out inside the --folder dataset" -- pack --folder "$work/ds" --out "$work/ds/shards"
   err_has "inside the --folder dataset" "pack --out in the dataset"
   [ ! -e "$work/ds/shards" ] || fail "pack --out inside the dataset made a folder there"
+  # --plot may overwrite an earlier plot, but not an image the list names
+  cp "$first" "$work/pic.png" && cp "$work/pic.png" "$work/pic.orig"
+  echo "$work/pic.png 0" >"$work/pics.txt"
+  expect 2 "--plot = an image the list names" -- sweep --list "$work/pics.txt" --workers 1 --epochs 1 --csv "$work/p.csv" --plot "$work/pic.png"
+  err_has "an image the --list names" "--plot on a listed image"
+  cmp -s "$work/pic.png" "$work/pic.orig" || fail "--plot overwrote a listed image"
+  cp "$first" "$work/old-plot.png"
+  timeout 60 "$bin" sweep --list "$work/pics.txt" --workers 1 --epochs 1 --batch 1 --csv "$work/p.csv" --plot "$work/old-plot.png" >"$work/out" 2>&1 \
+    || fail "--plot over an earlier plot: $(tail -1 "$work/out")"
   if train_built; then
     expect 2 "train --checkpoint = the --list file" -- train --list "$work/list.txt" --epochs 1 --checkpoint "$work/list.txt"
     err_has "that is the --list file" "train --checkpoint = --list"
