@@ -27,6 +27,21 @@ std::size_t product(const std::vector<std::int64_t>& shape) {
   for (auto d : shape) n = saturating_mul(n, std::size_t(d));
   return n;
 }
+// The length of the folder ("/data/ds/") that every name of d begins with; 0 when none.
+std::size_t shared_folder(const Dataset& d) {
+  if (d.size() == 0) return 0;
+  const std::string first = d.name(0);
+  std::size_t n = first.size();  // characters every name shares so far
+  for (std::size_t i = 1; i < d.size() && n > 0; ++i) {
+    const std::string name = d.name(i);
+    std::size_t k = 0;
+    while (k < n && k < name.size() && name[k] == first[k]) ++k;
+    n = k;
+  }
+  const std::size_t slash = n == 0 ? std::string::npos : first.rfind('/', n - 1);
+  return slash == std::string::npos ? 0 : slash + 1;
+}
+
 }  // namespace
 
 Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sample_bytes)
@@ -47,24 +62,14 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
     : Loader(std::move(settings), dataset.size(), 0) {
   num_classes_ = dataset.num_classes();
   classes_ = dataset.classes();
-  // Names relative to the dataset's folder (or the list's): the same dataset
-  // reached as "ds", "./ds" or "/data/ds", or staged to another disk, is the same.
-  std::vector<std::string> bases;
-  for (const auto& base : {dataset.source(), dataset.source().parent_path()}) {
-    if (base.empty()) continue;
-    bases.push_back(base.native());
-    if (bases.back().back() != '/') bases.back() += '/';
-  }
+  // Names relative to the folder all of them share: the same dataset reached
+  // as "ds", "./ds" or "/data/ds", listed with absolute paths, or staged to
+  // another disk, is the same.
+  const std::size_t common = shared_folder(dataset);
   Fnv1a h;
   for (std::size_t i = 0; i < dataset.size(); ++i) {
     const std::string name = dataset.name(i);
-    std::string_view tail = name;
-    for (const auto& base : bases) {
-      if (tail.starts_with(base)) {
-        tail.remove_prefix(base.size());
-        break;
-      }
-    }
+    const std::string_view tail = std::string_view(name).substr(common);
     h.add(tail.data(), tail.size());
     h.add("", 1);  // a separator: "ab"+"c" differs from "a"+"bc"
     h.add_value(dataset.label(i));

@@ -249,6 +249,14 @@ def test_a_state_of_another_dataset_of_the_same_size_is_refused(folder, tmp_path
     shutil.copytree(folder, moved)
     for same in (str(folder) + "/", os.path.relpath(folder), str(moved)):
         conveyor.Loader(folder=same, **kw).load_state_dict(state)
+    # a list of absolute paths, and the same list after staging the files elsewhere
+    stage = tmp_path / "stage2"
+    shutil.copytree(folder, stage)
+    (tmp_path / "c.txt").write_text("".join(f"{f} {i % 2}\n" for i, f in enumerate(files)))
+    moved_files = [str(stage / os.path.relpath(f, folder)) for f in files]
+    (tmp_path / "d.txt").write_text("".join(f"{f} {i % 2}\n" for i, f in enumerate(moved_files)))
+    c = conveyor.Loader(list=str(tmp_path / "c.txt"), batch_size=2, crop=16, device="cpu").state_dict()
+    conveyor.Loader(list=str(tmp_path / "d.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(c)
     legacy = {"conveyor_state": a["conveyor_state"]}  # a state saved before the digest: taken as it was
     conveyor.Loader(list=str(tmp_path / "b.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(legacy)
 
