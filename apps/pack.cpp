@@ -1,6 +1,8 @@
 #include "apps/pack.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/cli.h"
@@ -124,21 +127,62 @@ void progress(std::size_t done, std::size_t total, std::size_t shards, std::uint
   std::fflush(stderr);
 }
 
+// An exclusive flock(2) on a folder, held while this object lives. The kernel
+// drops it when the process ends however it ends, so a partial folder nobody
+// holds is a dead pack's, whatever PID namespace either pack ran in (a
+// container's pack is often PID 1, and kill(pid, 0) asks only our namespace).
+class FolderLock {
+ public:
+  enum class Result { taken, held_elsewhere, unsupported };  // unsupported: no flock there (some network file systems)
+  FolderLock() = default;
+  FolderLock(FolderLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  FolderLock& operator=(FolderLock&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~FolderLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // wait: block until free (for OUT, held only while a pack claims it).
+  Result lock(const fs::path& dir, bool wait) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Result::unsupported;
+    int rc;
+    while ((rc = ::flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB))) != 0 && errno == EINTR) {
+    }
+    if (rc != 0) {
+      const int err = errno;
+      ::close(fd);
+      return err == EWOULDBLOCK ? Result::held_elsewhere : Result::unsupported;
+    }
+    *this = FolderLock();
+    fd_ = fd;
+    return Result::taken;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 // Removes what a pack into `out` that was killed left there (kPartialPrefix
-// folders whose process is gone), but not `own`, this pack's. Throws
-// UsageError when another pack is writing into it now, or when anything else
-// is there.
-void clear_stale_partials(const fs::path& out, const std::string& flag_value, const std::string& own) {
+// folders no live pack holds), but not `own`, this pack's. Throws UsageError
+// when another pack is writing into it now, or when anything else is there.
+// With `locks` (the caller holds OUT's lock, and every pack locks its partial
+// folder under it before writing) a partial folder is live when it is locked;
+// without, when a process of its PID is alive here.
+void clear_stale_partials(const fs::path& out, const std::string& flag_value, const std::string& own, bool locks) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string name = e.path().filename().string();
     if (name == own) continue;
     if (!name.starts_with(kPartialPrefix)) throw UsageError("--out " + flag_value + ": exists and is not an empty folder");
     const std::string pid = name.substr(kPartialPrefix.size());
+    FolderLock probe;
+    const auto held = locks ? probe.lock(e.path(), false) : FolderLock::Result::unsupported;
     const long n = std::strtol(pid.c_str(), nullptr, 10);
-    if (n > 0 && (::kill(pid_t(n), 0) == 0 || errno == EPERM)) {
-      throw UsageError("--out " + flag_value + ": another pack (process " + pid + ") is writing into it");
-    }
+    const bool live = held == FolderLock::Result::held_elsewhere ||
+                      (held == FolderLock::Result::unsupported && n > 0 && (::kill(pid_t(n), 0) == 0 || errno == EPERM));
+    if (live) throw UsageError("--out " + flag_value + ": another pack (process " + pid + ") is writing into it");
     fs::remove_all(e.path(), ec);
   }
 }
@@ -149,7 +193,9 @@ void clear_stale_partials(const fs::path& out, const std::string& flag_value, co
 // every one is complete; `--shards` refuses a folder holding such a partial
 // folder, so a pack that is killed (SIGKILL, a crash, a full disk) never
 // leaves an OUT that reads as a smaller dataset, and the next pack into OUT
-// clears what it left. SIGINT and SIGTERM stop it between samples and remove
+// clears what it left: a partial folder is live while its pack holds a
+// flock(2) on it, taken under a lock on OUT (where the file system has no
+// flock, while a process of its PID is alive). SIGINT and SIGTERM stop it between samples and remove
 // what it wrote. Inside OUT, not beside it: OUT may be a mount point, a link
 // or ".", and the moves stay on one file system.
 int pack(const Options& o) {
@@ -163,29 +209,45 @@ int pack(const Options& o) {
   // ends the program with nothing to undo.
   const Dataset d = open_dataset(o, Announce::when_made);
   for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
-  // Then OUT is claimed: this pack's partial folder first, then a look for
-  // another's. Two packs started at once into one OUT each see the other's
-  // folder and refuse, rather than both writing.
+  // Then OUT is claimed, under a lock on OUT itself: stale partial folders
+  // cleared, another pack's refused, this pack's made and locked. Two packs
+  // started at once into one OUT take turns: one packs, the other refuses.
   fs::create_directories(out);
   const fs::path partial = out / (std::string(kPartialPrefix) + std::to_string(::getpid()));
-  // One with this PID was left by a dead process whose PID was reused (common
-  // in containers): it is not ours to adopt.
-  if (!fs::create_directory(partial)) {
-    fs::remove_all(partial);
-    fs::create_directory(partial);
-  }
   catch_interrupts();
   std::vector<fs::path> moved;
   // Nothing half-made is left: the partial folder, what was moved (and the
   // index made of it), and OUT if pack made it.
+  bool claimed = false;  // the partial folder is this pack's (not another's of the same PID)
   const auto undo = [&] {
-    fs::remove_all(partial, ec);
+    if (claimed) fs::remove_all(partial, ec);
     for (const fs::path& f : moved) fs::remove(f, ec);
     if (!moved.empty()) fs::remove(out / ".conveyor-index", ec);
     if (!existed) fs::remove(out, ec);
   };
+  FolderLock own;  // held to the end: this pack is alive
   try {
-    clear_stale_partials(out, o.out, partial.filename().string());
+    {
+      FolderLock claim;
+      const bool locks = claim.lock(out, true) == FolderLock::Result::taken;
+      if (locks) {
+        // A folder of this PID left by a dead pack (PIDs are reused, in
+        // containers above all) is cleared like any other stale one.
+        clear_stale_partials(out, o.out, "", locks);
+        fs::create_directory(partial);
+        claimed = true;
+        if (own.lock(partial, false) != FolderLock::Result::taken) throw std::runtime_error("pack: cannot lock " + partial.string());
+      } else {
+        // No locks here: the partial folder first, then a look for another's,
+        // so that two packs at once each see the other's and refuse.
+        if (!fs::create_directory(partial)) {  // this PID's, left by a dead process: not ours to adopt
+          fs::remove_all(partial);
+          fs::create_directory(partial);
+        }
+        claimed = true;
+        clear_stale_partials(out, o.out, partial.filename().string(), locks);
+      }
+    }  // OUT's lock released: the next pack sees this one's locked folder
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
     std::vector<unsigned char> bytes;
     const std::size_t step = std::max<std::size_t>(1, d.size() / 100);

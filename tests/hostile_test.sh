@@ -414,6 +414,20 @@ pack-race)  # two packs started at once into one new --out: one packs the whole 
     exec "$bin" pack --list "$work/a.txt" --out "$work/own" >"$work/out" 2>&1) || fail "pack over a partial folder with its own PID: $(cat "$work/out")"
   got=$("$bin" inspect --shards "$work/own" 2>/dev/null | sed -n 's/^\([0-9]*\) samples decoded.*/\1/p')
   [ "$got" = "$whole" ] || fail "pack over a partial folder with its own PID: $got samples, not $whole"
+  # a pack's partial folder is live while locked, whatever its PID names: a
+  # dead pack's folder whose PID is now another live process (a container's
+  # PID 1, say) is cleared; one that a live process holds locked is refused
+  mkdir -p "$work/pid/.partial-$$"
+  "$bin" pack --list "$work/b.txt" --out "$work/pid" >"$work/out" 2>&1 || fail "pack over a stale partial folder of a live PID: $(cat "$work/out")"
+  if command -v flock >/dev/null; then
+    mkdir -p "$work/held/.partial-777777"
+    flock -o "$work/held/.partial-777777" sleep 20 >/dev/null 2>&1 & holder=$!  # -o: only flock holds it
+    for _ in $(seq 100); do flock -n "$work/held/.partial-777777" true || break; sleep 0.05; done
+    expect 2 "pack into a folder another pack holds" -- pack --list "$work/b.txt" --out "$work/held"
+    err_has "another pack (process 777777) is writing into it" "pack beside a held partial folder"
+    pkill -P $holder sleep 2>/dev/null; kill $holder 2>/dev/null; wait $holder 2>/dev/null
+    "$bin" pack --list "$work/b.txt" --out "$work/held" >"$work/out" 2>&1 || fail "pack once the holder is gone: $(cat "$work/out")"
+  fi
   ;;
 contradictions)  # settings a mode cannot honour are refused up front, not ignored or found after the run
   expect 2 "--resident --serial" -- run --folder "$work/ds" --resident --serial
