@@ -331,9 +331,15 @@ std::uint64_t whole(const char* name, const py::handle& v, std::uint64_t lo = 0,
 }
 
 // A real-valued argument: an int or a float (not a bool), finite, >= 0.
+// NumPy's scalars count as the integers and floats they are (np.int64(512),
+// np.float32(0.5)), as whole() takes an integer by its __index__.
 double non_negative(const char* name, const py::handle& v) {
-  if (PyBool_Check(v.ptr()) || !(PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()))) {
-    throw py::type_error(shown(name, v) + ": expected a number, not " + std::string(Py_TYPE(v.ptr())->tp_name));
+  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
+  const bool is_bool = PyBool_Check(v.ptr()) || type == "numpy.bool_" || type == "numpy.bool";
+  const bool real = PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyIndex_Check(v.ptr()) ||
+                    type.starts_with("numpy.float");
+  if (is_bool || !real) {
+    throw py::type_error(shown(name, v) + ": expected a number, not " + std::string(type));
   }
   const double x = PyFloat_AsDouble(v.ptr());  // an int too large for a double raises OverflowError
   if (x == -1.0 && PyErr_Occurred()) {

@@ -163,9 +163,13 @@ def test_batch_pools_over_the_memory_budget_are_refused_before_allocation():
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=r"^max_memory_mb=.*: expected a finite number >= 0$"):
             conveyor.Loader(arrays=(rows, np.arange(8)), max_memory_mb=bad, device="cpu")
-    for bad in (True, "5"):
+    for bad in (True, np.bool_(True), "5", 5j):
         with pytest.raises(TypeError, match=r"^max_memory_mb=.*: expected a number"):
             conveyor.Loader(arrays=(rows, np.arange(8)), max_memory_mb=bad, device="cpu")
+    for good in (np.int64(64), np.float32(64.0), np.uint16(64)):  # NumPy scalars, as the integer arguments take them
+        assert len(conveyor.Loader(arrays=(rows, np.arange(8)), batch_size=8, max_memory_mb=good, device="cpu")) == 1
+    with pytest.raises(ValueError, match=r"over max_memory_mb 1$"):
+        conveyor.Loader(arrays=(rows, np.arange(8)), batch_size=8, host_queue=64, max_memory_mb=np.int32(1), device="cpu")
 
 
 def test_an_integer_argument_whose_index_raises_keeps_its_exception():
