@@ -586,13 +586,22 @@ void bind_loader(py::module_& m) {
         // The order depends on the size alone, so a state of another dataset of
         // that size would resume without a word. A state saved before the
         // digest was kept has none, and is taken as before.
+        const auto text = [&d](const char* key) {  // a str, or a TypeError naming the key (not pybind11's cast error)
+          const py::object v = d[key];
+          if (!py::isinstance<py::str>(v)) {
+            throw py::type_error(std::string("load_state_dict: '") + key + "' is a " + Py_TYPE(v.ptr())->tp_name +
+                                 ", not a str (not a conveyor.Loader state)");
+          }
+          return v.cast<std::string>();
+        };
         const std::string here = digest_text(L.loader->dataset_digest());
-        if (d.contains("dataset") && d["dataset"].cast<std::string>() != here) {
-          throw py::value_error("load_state_dict: the state was taken on another dataset of the same size (dataset " +
-                                d["dataset"].cast<std::string>() + " there, " + here +
-                                " here: other files, labels or rows)");
+        if (d.contains("dataset")) {
+          if (const std::string there = text("dataset"); there != here) {
+            throw py::value_error("load_state_dict: the state was taken on another dataset of the same size (dataset " +
+                                  there + " there, " + here + " here: other files, labels or rows)");
+          }
         }
-        L.seek(PipelineState::parse(d["conveyor_state"].cast<std::string>()));
+        L.seek(PipelineState::parse(text("conveyor_state")));
       })
       .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })
       .def("skipped", [](PyLoader& L) {

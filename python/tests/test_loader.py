@@ -261,6 +261,9 @@ def test_a_state_of_another_dataset_of_the_same_size_is_refused(folder, tmp_path
     (tmp_path / "d.txt").write_text("".join(f"{f} {i % 2}\n" for i, f in enumerate(moved_files)))
     c = conveyor.Loader(list=str(tmp_path / "c.txt"), batch_size=2, crop=16, device="cpu").state_dict()
     conveyor.Loader(list=str(tmp_path / "d.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(c)
+    for key in ("dataset", "conveyor_state"):  # not a str: a TypeError naming the key
+        with pytest.raises(TypeError, match=rf"^load_state_dict: '{key}' is a int, not a str"):
+            conveyor.Loader(list=str(tmp_path / "a.txt"), batch_size=2, crop=16, device="cpu").load_state_dict({**a, key: 5})
     legacy = {"conveyor_state": a["conveyor_state"]}  # a state saved before the digest: taken as it was
     conveyor.Loader(list=str(tmp_path / "b.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(legacy)
 
