@@ -229,14 +229,19 @@ int exit_status(const char* program, const CLI::App& app, const std::string& sec
   std::fflush(stdout);
   wipe_progress_line();
   // One line whatever the message quotes: a path or a TOML key may hold a
-  // line break (or a NUL, which would cut the line short), written as \n.
+  // line break, written as \n, or another control character (an escape
+  // sequence that would drive the terminal), written as \xNN.
   const auto say = [program](const std::string& line, int status) {
     std::string one;
     for (const char c : line) {
+      const auto u = static_cast<unsigned char>(c);
       if (c == '\n') one += "\\n";
       else if (c == '\r') one += "\\r";
-      else if (c == '\0') one += "\\0";
-      else one += c;
+      else if (c != '\t' && (u < 0x20 || u == 0x7f)) {
+        char hex[5];
+        std::snprintf(hex, sizeof hex, "\\x%02x", u);
+        one += hex;
+      } else one += c;
     }
     std::fprintf(stderr, "%s: %s\n", program, one.c_str());
     return status;

@@ -300,6 +300,10 @@ b"
   err_has 'a\\nb' "a line break in --folder"
   printf '"a\\nb" = 1\n' >"$work/nl.toml"
   expect 2 "a line break in a TOML key" -- run --config "$work/nl.toml" --folder "$work/ds"
+  # an escape sequence in a path does not reach the terminal: written as \x1b
+  expect 2 "an escape sequence in --folder" -- run --folder "$work/a$(printf '\033')[2Jb"
+  err_has 'a\\x1b\[2Jb' "an escape sequence in --folder"
+  ! grep -q "$(printf '\033')" "$work/err" || fail "an escape character reached stderr"
   ;;
 env)  # 17.15: RANK / WORLD_SIZE must be decimal integers in range; anything else names the variable
   for v in -1 +1 " 1" 1x 18446744073709551617 99999999999999999999999 1048576; do
