@@ -1,5 +1,6 @@
 #include "stages/shard_index.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -195,11 +196,29 @@ std::optional<std::string> slurp(const fs::path& p) {
   }
 }
 
+// Removes the temporaries of `file` that a killed writer left (FILE.tmpPID-N
+// whose process is gone): Ctrl-C, SIGKILL or the OOM killer between write and
+// rename. A PID alive here keeps its file; one of another PID namespace that
+// reads as gone loses it, and its rename then fails: its index goes unwritten,
+// never wrong.
+void remove_stale_temporaries(const fs::path& file) {
+  const std::string prefix = file.filename().string() + ".tmp";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(file.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid > 0 && *end == '-' && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
+}
+
 // Writes text to `file` by way of a temporary file renamed over it. False when
 // anything fails (the temporary is removed).
 bool write_atomically(const fs::path& file, const std::string& text) {
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
+  remove_stale_temporaries(file);
   fs::path tmp = file;
   tmp += ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <fstream>
 #include <iterator>
@@ -492,10 +493,26 @@ TEST_CASE("shards: the index is cached beside the shards, or in the user's cache
   REQUIRE(built.samples.size() == 2);
   REQUIRE(built.samples[1] == ShardIndex::Sample{1, "k/2.png", 512, 3, 5});
 
+  // Temporaries a killed writer left (its process gone) are cleared when the
+  // index is next written; a live process's, and other names, are kept.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  REQUIRE(gone > 0);
+  REQUIRE(::waitpid(gone, nullptr, 0) == gone);
+  const std::string tmp = index_beside(folder).filename().string() + ".tmp";
+  spit(folder / (tmp + std::to_string(gone) + "-7"), "half an index");
+  spit(folder / (tmp + std::to_string(::getpid()) + "-8"), "a live writer's");
+  spit(folder / (tmp + "x"), "another name");
+
   IndexSource how{};
   REQUIRE(load_shard_index(folder, &how) == built);
   REQUIRE(how == IndexSource::built_beside);
   REQUIRE(std::filesystem::exists(index_beside(folder)));
+  REQUIRE_FALSE(std::filesystem::exists(folder / (tmp + std::to_string(gone) + "-7")));
+  REQUIRE(std::filesystem::exists(folder / (tmp + std::to_string(::getpid()) + "-8")));
+  REQUIRE(std::filesystem::exists(folder / (tmp + "x")));
+  std::filesystem::remove(folder / (tmp + std::to_string(::getpid()) + "-8"));
+  std::filesystem::remove(folder / (tmp + "x"));
   REQUIRE(load_shard_index(folder, &how) == built);
   REQUIRE(how == IndexSource::cached);
 
