@@ -290,12 +290,18 @@ Dataset Dataset::from_list(const fs::path& list_file) {
     ++line_no;
     std::string_view s = line;
     if (line_no == 1 && s.starts_with(kUtf8Bom)) s.remove_prefix(kUtf8Bom.size());
-    s = trim(s);
-    if (s.empty() || s.front() == '#') continue;
-
     const auto fail = [&](const std::string& reason) {
       throw DatasetError(name + ":" + std::to_string(line_no) + ": " + reason);
     };
+    // A CR before the LF ends a CRLF line. One anywhere else is a file with
+    // CR-only line ends (old Mac), which would read as one line: one sample
+    // (or one comment, and no sample) without a word.
+    if (const auto cr = s.find('\r'); cr != std::string_view::npos && cr + 1 != s.size()) {
+      fail("a carriage return inside the line: are its line ends CR alone? (write LF or CRLF)");
+    }
+    s = trim(s);
+    if (s.empty() || s.front() == '#') continue;
+
     // No path holds a NUL; kept, it would cut the path (and every message naming it) short.
     if (s.find('\0') != std::string_view::npos) fail("the line holds a NUL byte");
     const auto cut = s.find_last_of(kBlank);

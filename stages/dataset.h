@@ -45,7 +45,8 @@ class Dataset {
   // List file: one sample a line, `path label`. The label is the last whitespace-separated field, a
   // non-negative decimal integer that fits int64; the path is everything before it, trimmed, and may
   // contain spaces. Relative paths resolve against the list file's folder. Lines that are blank or
-  // whose first non-blank char is '#' are skipped; CRLF endings and a UTF-8 BOM are accepted.
+  // whose first non-blank char is '#' are skipped; CRLF endings and a UTF-8 BOM are accepted, a CR
+  // anywhere else (CR-only line ends) is an error.
   // A list with no samples gives size 0. Does not open or stat the images.
   // Throws DatasetError "file:line: reason" for a malformed line (no label, a label that is not a
   // non-negative integer or overflows int64, an empty path, a NUL byte), and "file: reason" for a

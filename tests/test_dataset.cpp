@@ -163,6 +163,12 @@ TEST_CASE("dataset list: each malformed line throws file:line: reason", "[datase
   const std::string at = (t.root() / "list.txt").string() + ":4: ";
 
   CHECK(error_for("/d/a.jpg") == at + "no label: expected 'path label', got '/d/a.jpg'");
+  // CR-only line ends: one line of three samples (or one comment), never read as one sample or none
+  CHECK(error_for("/d/a.jpg 0\r/d/b.jpg 1\r/d/c.jpg 2") ==
+        at + "a carriage return inside the line: are its line ends CR alone? (write LF or CRLF)");
+  const fs::path mac = t.write("mac.txt", "# made on a Mac\r/d/a.jpg 0\r/d/b.jpg 1\r");
+  CHECK(dataset_error([&] { Dataset::from_list(mac); }) ==
+        mac.string() + ":1: a carriage return inside the line: are its line ends CR alone? (write LF or CRLF)");
   CHECK(error_for("/d/a.jpg x1") == at + "label 'x1' is not a non-negative integer");
   CHECK(error_for("/d/a.jpg -3") == at + "label '-3' is not a non-negative integer");
   CHECK(error_for("/d/a.jpg -0") == at + "label '-0' is not a non-negative integer");
