@@ -103,6 +103,36 @@ std::optional<Element> element_of_format(std::string f) {
   }
 }
 
+// arrays=' y holds integers, or a ValueError: pybind11's cast to int64 would
+// truncate NumPy floats (0.99 -> 0), complex and bools with a warning at most.
+// An array by its format; a sequence (a list, a torch tensor) element by
+// element, as __index__ takes each (a float tensor's elements refuse).
+void check_integer_labels(const py::handle& y) {
+  const auto refuse = [](const std::string& got) {
+    throw py::value_error("arrays: y must hold integer labels (int8 to int64, uint8 to uint64), not " + got);
+  };
+  if (PyObject_CheckBuffer(y.ptr())) {
+    const py::buffer_info info = py::reinterpret_borrow<py::buffer>(y).request();
+    std::string f = info.format;
+    if (f.size() > 1 && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '>' || f[0] == '!')) f.erase(0, 1);
+    const auto e = element_of_format(info.format);
+    if (f == "?" || !e || e->kind == 'f') refuse("elements of format '" + info.format + "'");
+    return;
+  }
+  if (!py::isinstance<py::sequence>(y) || py::isinstance<py::str>(y)) return;  // the cast's own error follows
+  for (const py::handle item : y) {
+    const std::string_view type = Py_TYPE(item.ptr())->tp_name;
+    if (PyBool_Check(item.ptr()) || type == "numpy.bool_" || type == "numpy.bool") refuse("a bool");
+    PyObject* index = PyNumber_Index(item.ptr());
+    if (!index) {
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+      PyErr_Clear();
+      refuse("a " + std::string(type));
+    }
+    Py_DECREF(index);
+  }
+}
+
 // A DLPack export: keeps the batch alive until the consumer calls the deleter.
 struct Export {
   std::shared_ptr<Held> held;
@@ -440,6 +470,7 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   rows.data = {static_cast<const std::byte*>(v.buf), std::size_t(v.len)};
   rows.row_shape.assign(v.shape + 1, v.shape + v.ndim);
   rows.element = *element;
+  check_integer_labels((*arrays)[1]);
   try {
     rows.labels = (*arrays)[1].cast<std::vector<std::int64_t>>();
   } catch (const py::cast_error&) {

@@ -113,10 +113,21 @@ def test_arrays_rows_arrive_as_given_with_their_labels():
 @pytest.mark.parametrize("y, says", [
     (np.array([-1, 0, 1, 2]), r"y\[0\] = -1: a label must be 0 to"),
     (np.array([0, 0, 0, 2**63 - 1]), r"y\[3\] = 9223372036854775807"),
-    (np.array([0.5, 1, 2, 3]), r"y must be a 1-D sequence of integer labels"),
+    (np.array([0.5, 1, 2, 3]), r"y must hold integer labels .*, not elements of format 'd'"),
+    # NumPy's cast to int64 truncated these with a warning at most: 0.99 read as label 0
+    (np.array([0.99] * 4, np.float32), r"y must hold integer labels .*, not elements of format 'f'"),
+    (np.array([0.9, 1.9, 2.9, 3.9], np.float16), r"y must hold integer labels"),
+    (np.array([1 + 0j] * 4, np.complex64), r"y must hold integer labels"),
+    (np.array([True, False, True, False]), r"y must hold integer labels .*, not elements of format '\?'"),
+    ([0, 1, 2.5, 3], r"y must hold integer labels .*, not a float"),
+    ([np.float32(0.99)] * 4, r"y must hold integer labels .*, not a numpy.float32"),
+    ([0, 1, True, 3], r"y must hold integer labels .*, not a bool"),
     (np.zeros((4, 2), np.int64), r"y must be a 1-D sequence of integer labels"),
 ])
 def test_arrays_labels_are_checked_as_a_datasets_are(y, says):
+    """Also: integer labels in any integer dtype or sequence are taken."""
+    for good in (np.arange(4, dtype=np.uint8), np.arange(4, dtype=np.int32), [0, 1, np.int64(2), 3]):
+        assert len(conveyor.Loader(arrays=(np.zeros((4, 4), np.uint8), good), batch_size=2, device="cpu")) == 2
     x = np.zeros((4, 4), np.uint8)
     with pytest.raises(ValueError, match=says):
         conveyor.Loader(arrays=(x, y), batch_size=2, device="cpu")
