@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -34,7 +35,17 @@ struct SweepPoint {
 // Runs one point in a child process, so its peak RSS is its own (wait4's rusage)
 // and a failing point cannot take the sweep down. The parent has no other
 // threads at the fork: each point's pipeline is gone before the next starts.
-SweepPoint run_point(Options o, SweepPoint p) {
+// --trace FILE for point `number` (1-based): t.json -> t-3.json, so that each
+// point's trace is its own rather than every point writing over the last's.
+std::string point_file(const std::string& file, std::size_t number) {
+  const std::filesystem::path f(file);
+  std::filesystem::path out = f.parent_path() / (f.stem().string() + "-" + std::to_string(number));
+  out += f.extension();
+  return out.string();
+}
+
+SweepPoint run_point(Options o, SweepPoint p, std::size_t number) {
+  if (!o.trace.empty()) o.trace = point_file(o.trace, number);
   o.workers = p.workers;
   o.host_queue = p.host_queue;
   o.device_queue = p.device_queue;
@@ -143,7 +154,7 @@ int sweep(const Options& o) {
   std::vector<SweepPoint> points;
   for (const SweepPoint& at : grid) {
     if (interrupt_signal() != 0) break;
-    const SweepPoint p = run_point(o, at);
+    const SweepPoint p = run_point(o, at, points.size() + 1);
     if (p.interrupted) break;
     points.push_back(p);
     if (p.ok) {
@@ -156,6 +167,10 @@ int sweep(const Options& o) {
     std::fflush(stdout);
   }
   write_csv(o, points, H, D[0], B[0]);
+  if (!o.trace.empty() && !points.empty()) {
+    std::printf("traces: %s to %s, one per row in order\n", point_file(o.trace, 1).c_str(),
+                point_file(o.trace, points.size()).c_str());
+  }
   if (const int sig = interrupt_signal(); sig != 0) {
     std::printf("interrupted by %s after %zu of %zu points\n", signal_word(sig), points.size(), grid.size());
     return 128 + sig;

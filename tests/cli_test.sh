@@ -101,6 +101,14 @@ fi
 "$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --host-queue 1,3 --csv "$work/s.csv" >/dev/null 2>&1 \
   || fail "sweep"
 [ "$(wc -l <"$work/s.csv")" -eq 5 ] || fail "sweep csv has $(wc -l <"$work/s.csv") lines, not 1 + 4"
+# sweep --trace: one trace per point (t-1.json, t-2.json), not each over the last
+"$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --trace "$work/t.json" >"$work/out" 2>&1 || fail "sweep --trace"
+grep -q "^traces: $work/t-1.json to $work/t-2.json" "$work/out" || fail "sweep --trace: $(tail -1 "$work/out")"
+for n in 1 2; do
+  python3 -c 'import json, sys; assert any(e.get("name") == "decode" for e in json.load(open(sys.argv[1]))["traceEvents"])' \
+    "$work/t-$n.json" || fail "sweep --trace: t-$n.json is not a trace of its point"
+done
+[ ! -e "$work/t.json" ] || fail "sweep --trace wrote t.json beside the per-point traces"
 
 # --trace: Chrome Trace Event JSON with decode, transfer and step spans and queue-depth counters.
 "$bin" run --folder "$work/ds" --batch 4 --workers 2 --trace "$work/t.json" >/dev/null 2>&1 || fail "run --trace"
