@@ -1,6 +1,7 @@
 #include "apps/toml_config.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <set>
@@ -26,7 +27,11 @@ std::string scalar_text(const toml::node& v, const std::string& key) {
   if (auto d = v.value_exact<double>()) {
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, *d);  // shortest text that reads back the same
-    return std::string(buf, r.ptr);
+    std::string text(buf, r.ptr);
+    // A float stays one in its text: 4.0 and 1e3 print as "4" and "1000",
+    // which an integer flag (batch, epochs, seed) would take; "4.0" it refuses.
+    if (std::isfinite(*d) && text.find_first_of(".e") == std::string::npos) text += ".0";
+    return text;
   }
   fail(where(v.source()) + ": '" + key + "': a date or time is not a flag value");
 }

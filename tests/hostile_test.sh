@@ -249,6 +249,14 @@ toml)  # 17.12: malformed TOML is an error with the file and line; unknown keys 
   printf 'batch = 1.5\n' >"$work/e.toml"
   expect 2 "a float for an integer" -- run --config "$work/e.toml"
   err_has "--batch" "wrong type"
+  # a float that prints whole is still a float: 4.0 and 1e0 are refused by integer flags
+  for v in 4.0 4e0 123456789012345678.0; do
+    printf 'batch = %s\n' "$v" >"$work/e.toml"
+    expect 2 "batch = $v" -- run --config "$work/e.toml" --folder "$work/ds"
+    err_has "--batch: .*not a decimal integer" "batch = $v"
+  done
+  printf 'compute-ms = 2\nlink-gbps = 1e1\n' >"$work/e.toml"  # real-valued flags take either
+  timeout 60 "$bin" run --config "$work/e.toml" --folder "$work/ds" --epochs 1 --batch 8 >"$work/out" 2>&1 || fail "real flags from TOML: $(tail -1 "$work/out")"
   printf '[[workers]]\nx = 1\n' >"$work/f.toml"
   expect 2 "an array of tables" -- run --config "$work/f.toml"
   # Non-ASCII: in a basic string it is kept (a folder named café), elsewhere refused by line; Debian's
