@@ -156,12 +156,26 @@ void Trainer::check_outputs() {
   check_writable("--plot", t_.plot);
 }
 
+// The most classes a `train` model is built for: a 100,000-class head is a few
+// tens of MB; beyond, a label far past the others is a mistake far more often.
+constexpr std::int64_t kMaxTrainClasses = 100000;
+
 // The dataset and its split, the model, the device and the optimizer.
 void Trainer::prepare() {
   // Before any CUDA work: cuBLAS reads its workspace setting when its handle is made.
   if (t_.deterministic) std::printf("%s\n", make_deterministic().c_str());
   all_ = open_dataset(o_, Announce::when_made);
   if (all_.num_classes() < 2) throw UsageError("dataset: " + std::to_string(all_.num_classes()) + " class(es); training needs at least 2");
+  // The model's last layer has a row per class, max label + 1: one stray
+  // label of 10^18 asked LibTorch for exabytes (an error that names no
+  // sample), and one of 10^6 trained a million-class head on a few labels.
+  if (all_.num_classes() > kMaxTrainClasses) {
+    std::size_t at = 0;
+    while (all_.label(at) + 1 < all_.num_classes()) ++at;
+    throw UsageError("dataset: " + all_.name(at) + " has label " + std::to_string(all_.label(at)) + ", which makes a " +
+                     std::to_string(all_.num_classes()) + "-class model; train takes labels 0 to " +
+                     std::to_string(kMaxTrainClasses - 1) + " (number the classes 0 to K-1)");
+  }
   crop_ = o_.crop ? o_.crop : int(default_input(t_.model));
   torch::manual_seed(o_.seed);  // the initial weights, like the batches, follow --seed
   try {

@@ -135,6 +135,12 @@ expect_usage_error "checkpoint of another run" --resume "$work/r.pt" --batch 32 
 grep -q 'another run' "$work/err" || fail "mismatched resume does not say why: $(cat "$work/err")"
 expect_usage_error "train not first" --workers 2 train
 expect_usage_error "unwritable checkpoint" --checkpoint "$work/no such dir/x.pt"
+# a label far past the others would size the model's last layer: refused naming the sample
+"$bin" make-dataset --out "$work/mk" --images-per-class 1 >/dev/null 2>&1 || fail "make-dataset"
+printf '%s 9223372036854775806\n%s 0\n' "$work/mk/0-disk/00000.jpg" "$work/mk/1-square/00000.jpg" >"$work/big.txt"
+expect_usage_error "a label of 2^63-2" --list "$work/big.txt" --epochs 1
+grep -q "00000.jpg has label 9223372036854775806, which makes a 9223372036854775807-class model" "$work/err" \
+  || fail "a huge label: $(cat "$work/err")"
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
