@@ -123,7 +123,11 @@ std::int64_t read_cls(File& file, const fs::path& shard, const TarMember& m) {
   text = first == std::string_view::npos ? std::string_view{} : text.substr(first, text.find_last_not_of(kBlank) - first + 1);
   std::int64_t label = -1;
   const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), label);
-  if (text.empty() || err != std::errc{} || end != text.data() + text.size() || label < 0 || label > kMaxLabel) {
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
+  if (digits && (err == std::errc::result_out_of_range || label > kMaxLabel)) {  // as a list's label says it
+    throw DatasetError(where + ": label '" + std::string(text) + "' is out of range (max " + std::to_string(kMaxLabel) + ")");
+  }
+  if (text.empty() || err != std::errc{} || end != text.data() + text.size() || label < 0) {
     throw DatasetError(where + ": label '" + std::string(text) + "' is not a non-negative decimal integer");
   }
   return label;

@@ -443,6 +443,12 @@ TEST_CASE("shards: a folder without shards, a sample without image or label, a b
                       Catch::Contains("k/1: two images (k/1.jpg, k/1.png)"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "cat") + kEnd)),
                       Catch::Contains("a.tar:k/1.cls: label 'cat' is not a non-negative decimal integer"));
+  for (const std::string big : {"9223372036854775807", "99999999999999999999"}) {  // a number, too large: said so
+    REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", big) + kEnd)),
+                        Catch::Contains("a.tar:k/1.cls: label '" + big + "' is out of range (max 9223372036854775806)"));
+  }
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-1") + kEnd)),
+                      Catch::Contains("label '-1' is not a non-negative decimal integer"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x").substr(0, 600))), Catch::Contains("a.tar: member k/1.jpg claims"));
   const Dataset ok = Dataset::from_shards(shard(member("k/1.JPG", "x") + member("k/1.cls", " 4\n") + member("k/1.json", "{}") + kEnd));
   REQUIRE(ok.size() == 1);
