@@ -225,24 +225,27 @@ void write_file(const std::string& flag, const std::string& file, const std::str
   }
 }
 
+std::string one_line(std::string_view text) {
+  std::string one;
+  one.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') one += "\\n";
+    else if (c == '\r') one += "\\r";
+    else if (c != '\t' && (u < 0x20 || u == 0x7f)) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      one += hex;
+    } else one += c;
+  }
+  return one;
+}
+
 int exit_status(const char* program, const CLI::App& app, const std::string& section) {
   std::fflush(stdout);
   wipe_progress_line();
-  // One line whatever the message quotes: a path or a TOML key may hold a
-  // line break, written as \n, or another control character (an escape
-  // sequence that would drive the terminal), written as \xNN.
   const auto say = [program](const std::string& line, int status) {
-    std::string one;
-    for (const char c : line) {
-      const auto u = static_cast<unsigned char>(c);
-      if (c == '\n') one += "\\n";
-      else if (c == '\r') one += "\\r";
-      else if (c != '\t' && (u < 0x20 || u == 0x7f)) {
-        char hex[5];
-        std::snprintf(hex, sizeof hex, "\\x%02x", u);
-        one += hex;
-      } else one += c;
-    }
+    const std::string one = one_line(line);
     std::fprintf(stderr, "%s: %s\n", program, one.c_str());
     return status;
   };

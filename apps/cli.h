@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -102,6 +103,10 @@ void strict_values(CLI::App& app);
 // line on stderr and 2; any other std::exception one line and 1. Standard
 // output is flushed and a progress line wiped first, so the line stands alone.
 // Anything else is rethrown.
+// text as one line that drives no terminal: a line break written as \n or
+// \r, any other control character but tab as \xNN (a path or a TOML key may
+// hold them). For every message that quotes one. Throws only bad_alloc.
+std::string one_line(std::string_view text);
 int exit_status(const char* program, const CLI::App& app, const std::string& section);
 // Wipes a progress line from a terminal's stderr (nothing when it is not one).
 void wipe_progress_line(std::size_t width = 80);

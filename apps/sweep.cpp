@@ -37,7 +37,11 @@ struct SweepPoint {
 // threads at the fork: each point's pipeline is gone before the next starts.
 // --trace FILE for point `number` (1-based): t.json -> t-3.json, so that each
 // point's trace is its own rather than every point writing over the last's.
+// A device or pipe (/dev/null) is not a file to number: every point writes it.
 std::string point_file(const std::string& file, std::size_t number) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(file, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) return file;
   const std::filesystem::path f(file);
   std::filesystem::path out = f.parent_path() / (f.stem().string() + "-" + std::to_string(number));
   out += f.extension();
@@ -66,7 +70,7 @@ SweepPoint run_point(Options o, SweepPoint p, std::size_t number) {
       figures[0] = r.total().images_per_s();
       figures[1] = consumer_idle(r.stats);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "conveyor sweep: point failed: %s\n", e.what());
+      std::fprintf(stderr, "conveyor sweep: point failed: %s\n", one_line(e.what()).c_str());
       ::_exit(1);
     }
     const bool wrote = ::write(fd[1], figures, sizeof figures) == ssize_t(sizeof figures);
@@ -142,8 +146,6 @@ int sweep(const Options& o) {
   const auto L = axisd(o.sw_link, o.link_gbps), C = axisd(o.sw_compute, o.compute_ms);
   (void)open_dataset(o, Announce::always);  // make (or check) the dataset once, before the children
   catch_interrupts();  // the rows so far are written on SIGINT, SIGTERM or SIGPIPE; the children inherit it
-  std::printf("%8s %10s %12s %6s %9s %10s %12s %10s %9s\n", "workers", "host_queue", "device_queue", "batch",
-              "link_gbps", "compute_ms", "images_per_s", "idle_pct", "rss_mib");
   std::vector<SweepPoint> grid;
   for (auto w : W)
     for (auto h : H)
@@ -151,6 +153,15 @@ int sweep(const Options& o) {
         for (auto b : B)
           for (auto l : L)
             for (auto c : C) grid.push_back(SweepPoint{w, h, d, b, l, c});
+  if (!o.trace.empty()) {  // each point's trace checked as an output, against the others and the inputs
+    std::vector<OutputFile> outputs{{"--csv", o.csv}, {"--plot", o.plot, false, true}};
+    for (std::size_t k = 1; k <= grid.size() && point_file(o.trace, k) != o.trace; ++k) {
+      outputs.push_back({"--trace", point_file(o.trace, k)});
+    }
+    check_outputs(o, outputs);
+  }
+  std::printf("%8s %10s %12s %6s %9s %10s %12s %10s %9s\n", "workers", "host_queue", "device_queue", "batch",
+              "link_gbps", "compute_ms", "images_per_s", "idle_pct", "rss_mib");
   std::vector<SweepPoint> points;
   for (const SweepPoint& at : grid) {
     if (interrupt_signal() != 0) break;
@@ -167,8 +178,8 @@ int sweep(const Options& o) {
     std::fflush(stdout);
   }
   write_csv(o, points, H, D[0], B[0]);
-  if (!o.trace.empty() && !points.empty()) {
-    std::printf("traces: %s to %s, one per row in order\n", point_file(o.trace, 1).c_str(),
+  if (!o.trace.empty() && !points.empty() && point_file(o.trace, 1) != o.trace) {
+    std::printf("traces: %s to %s, one per row in order (none for a failed row)\n", point_file(o.trace, 1).c_str(),
                 point_file(o.trace, points.size()).c_str());
   }
   if (const int sig = interrupt_signal(); sig != 0) {

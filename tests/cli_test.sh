@@ -109,6 +109,12 @@ for n in 1 2; do
     "$work/t-$n.json" || fail "sweep --trace: t-$n.json is not a trace of its point"
 done
 [ ! -e "$work/t.json" ] || fail "sweep --trace wrote t.json beside the per-point traces"
+"$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --trace /dev/null >/dev/null 2>&1 || fail "sweep --trace /dev/null"
+[ ! -e /dev/null-1 ] || { rm -f /dev/null-1 /dev/null-2; fail "sweep --trace /dev/null wrote /dev/null-1"; }
+if "$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --trace "$work/u.json" --csv "$work/u-1.json" >/dev/null 2>"$work/err"; then
+  fail "sweep: --csv named like point 1's trace was taken"
+fi
+grep -q "the same file as" "$work/err" || fail "sweep: a point trace clashing with --csv: $(cat "$work/err")"
 
 # --trace: Chrome Trace Event JSON with decode, transfer and step spans and queue-depth counters.
 "$bin" run --folder "$work/ds" --batch 4 --workers 2 --trace "$work/t.json" >/dev/null 2>&1 || fail "run --trace"
