@@ -205,8 +205,7 @@ void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {
       try {
         const Dataset listed = Dataset::from_list(o.list);
         for (std::size_t k = 0; k < listed.size(); ++k) {
-          const fs::path listed_path = listed.path(k);
-          if (listed_path.filename() == out.filename() && canonical(listed_path) == out) {
+          if (canonical(listed.path(k)) == out) {  // resolved: a listed link to the plot counts too
             throw UsageError(named + ": an image the --list names; name another file");
           }
         }

@@ -378,6 +378,8 @@ clobber)  # an output named like an input (the list, a file of the --folder data
   expect 2 "--plot = an image the list names" -- sweep --list "$work/pics.txt" --workers 1 --epochs 1 --csv "$work/p.csv" --plot "$work/pic.png"
   err_has "an image the --list names" "--plot on a listed image"
   cmp -s "$work/pic.png" "$work/pic.orig" || fail "--plot overwrote a listed image"
+  ln -s "$work/pic.png" "$work/piclink.png" && echo "$work/piclink.png 0" >"$work/piclinks.txt"  # listed through a link
+  expect 2 "--plot = an image the list names through a link" -- sweep --list "$work/piclinks.txt" --workers 1 --epochs 1 --csv "$work/p.csv" --plot "$work/pic.png"
   cp "$first" "$work/old-plot.png"
   timeout 60 "$bin" sweep --list "$work/pics.txt" --workers 1 --epochs 1 --batch 1 --csv "$work/p.csv" --plot "$work/old-plot.png" >"$work/out" 2>&1 \
     || fail "--plot over an earlier plot: $(tail -1 "$work/out")"
