@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -143,17 +145,23 @@ class FolderLock {
   ~FolderLock() {
     if (fd_ >= 0) ::close(fd_);
   }
-  // wait: block until free (for OUT, held only while a pack claims it).
-  Result lock(const fs::path& dir, bool wait) {
+  // Tries for `patience` (0: once), in 10 ms steps, and stops early on a
+  // signal: OUT is held only while a pack claims it, so a longer hold is
+  // someone else's (a flock(1) around this very command would be waited for
+  // for ever).
+  Result lock(const fs::path& dir, std::chrono::milliseconds patience = {}) {
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return Result::unsupported;
+    const auto give_up = std::chrono::steady_clock::now() + patience;
     int rc;
-    while ((rc = ::flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB))) != 0 && errno == EINTR) {
+    while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EINTR || errno == EWOULDBLOCK) &&
+           std::chrono::steady_clock::now() < give_up && interrupt_signal() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (rc != 0) {
       const int err = errno;
       ::close(fd);
-      return err == EWOULDBLOCK ? Result::held_elsewhere : Result::unsupported;
+      return err == EWOULDBLOCK || err == EINTR ? Result::held_elsewhere : Result::unsupported;
     }
     *this = FolderLock();
     fd_ = fd;
@@ -178,7 +186,7 @@ void clear_stale_partials(const fs::path& out, const std::string& flag_value, co
     if (!name.starts_with(kPartialPrefix)) throw UsageError("--out " + flag_value + ": exists and is not an empty folder");
     const std::string pid = name.substr(kPartialPrefix.size());
     FolderLock probe;
-    const auto held = locks ? probe.lock(e.path(), false) : FolderLock::Result::unsupported;
+    const auto held = locks ? probe.lock(e.path()) : FolderLock::Result::unsupported;
     const long n = std::strtol(pid.c_str(), nullptr, 10);
     const bool live = held == FolderLock::Result::held_elsewhere ||
                       (held == FolderLock::Result::unsupported && n > 0 && (::kill(pid_t(n), 0) == 0 || errno == EPERM));
@@ -195,7 +203,9 @@ void clear_stale_partials(const fs::path& out, const std::string& flag_value, co
 // leaves an OUT that reads as a smaller dataset, and the next pack into OUT
 // clears what it left: a partial folder is live while its pack holds a
 // flock(2) on it, taken under a lock on OUT (where the file system has no
-// flock, while a process of its PID is alive). SIGINT and SIGTERM stop it between samples and remove
+// flock, while a process of its PID is alive). That holds on one host: over
+// NFS or CIFS a folder's flock may be local to each machine, so packs from two
+// hosts into one OUT are not told apart. SIGINT and SIGTERM stop it between samples and remove
 // what it wrote. Inside OUT, not beside it: OUT may be a mount point, a link
 // or ".", and the moves stay on one file system.
 int pack(const Options& o) {
@@ -229,14 +239,23 @@ int pack(const Options& o) {
   try {
     {
       FolderLock claim;
-      const bool locks = claim.lock(out, true) == FolderLock::Result::taken;
+      const auto got = claim.lock(out, std::chrono::seconds(5));
+      if (got == FolderLock::Result::held_elsewhere) {
+        if (const int sig = interrupt_signal(); sig != 0) {
+          undo();
+          std::printf("pack: interrupted by %s while waiting for --out; nothing written\n", signal_word(sig));
+          return 128 + sig;
+        }
+        throw UsageError("--out " + o.out + ": locked by another process for 5 s (a flock around this command?)");
+      }
+      const bool locks = got == FolderLock::Result::taken;
       if (locks) {
         // A folder of this PID left by a dead pack (PIDs are reused, in
         // containers above all) is cleared like any other stale one.
         clear_stale_partials(out, o.out, "", locks);
         fs::create_directory(partial);
         claimed = true;
-        if (own.lock(partial, false) != FolderLock::Result::taken) throw std::runtime_error("pack: cannot lock " + partial.string());
+        if (own.lock(partial) != FolderLock::Result::taken) throw std::runtime_error("pack: cannot lock " + partial.string());
       } else {
         // No locks here: the partial folder first, then a look for another's,
         // so that two packs at once each see the other's and refuse.

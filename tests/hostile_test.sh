@@ -440,6 +440,13 @@ pack-race)  # two packs started at once into one new --out: one packs the whole 
     expect 2 "pack into a folder another pack holds" -- pack --list "$work/b.txt" --out "$work/held"
     err_has "another pack (process 777777) is writing into it" "pack beside a held partial folder"
     pkill -P $holder sleep 2>/dev/null; kill $holder 2>/dev/null; wait $holder 2>/dev/null
+    # `flock OUT conveyor pack --out OUT`: pack would wait for a lock its own parent holds; it gives up in 5 s
+    mkdir -p "$work/self"
+    t0=$(date +%s%N)
+    flock "$work/self" "$bin" pack --list "$work/b.txt" --out "$work/self" >"$work/out" 2>"$work/err"; rc=$?
+    [ $rc -eq 2 ] || fail "pack under flock of its --out: status $rc, not 2: $(cat "$work/err")"
+    err_has "locked by another process for 5 s" "pack under flock of its --out"
+    [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 20000 ] || fail "pack under flock of its --out: took over 20 s"
     "$bin" pack --list "$work/b.txt" --out "$work/held" >"$work/out" 2>&1 || fail "pack once the holder is gone: $(cat "$work/out")"
   fi
   ;;
