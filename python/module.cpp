@@ -115,9 +115,11 @@ void check_integer_labels(const py::handle& y) {
     const py::buffer_info info = py::reinterpret_borrow<py::buffer>(y).request();
     std::string f = info.format;
     if (f.size() > 1 && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '>' || f[0] == '!')) f.erase(0, 1);
-    const auto e = element_of_format(info.format);
-    if (f == "?" || !e || e->kind == 'f') refuse("elements of format '" + info.format + "'");
-    return;
+    if (f != "O") {  // Python objects (a NumPy object array) are checked one by one below
+      const auto e = element_of_format(f);
+      if (f == "?" || !e || e->kind == 'f') refuse("elements of format '" + info.format + "'");
+      return;
+    }
   }
   if (!py::isinstance<py::sequence>(y) || py::isinstance<py::str>(y)) return;  // the cast's own error follows
   for (const py::handle item : y) {
@@ -367,7 +369,7 @@ double non_negative(const char* name, const py::handle& v) {
   const std::string_view type = Py_TYPE(v.ptr())->tp_name;
   const bool is_bool = PyBool_Check(v.ptr()) || type == "numpy.bool_" || type == "numpy.bool";
   const bool real = PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyIndex_Check(v.ptr()) ||
-                    type.starts_with("numpy.float");
+                    type.starts_with("numpy.float") || type == "numpy.longdouble" || type == "numpy.half";
   if (is_bool || !real) {
     throw py::type_error(shown(name, v) + ": expected a number, not " + std::string(type));
   }

@@ -122,11 +122,13 @@ def test_arrays_rows_arrive_as_given_with_their_labels():
     ([0, 1, 2.5, 3], r"y must hold integer labels .*, not a float"),
     ([np.float32(0.99)] * 4, r"y must hold integer labels .*, not a numpy.float32"),
     ([0, 1, True, 3], r"y must hold integer labels .*, not a bool"),
+    (np.array([0, 1, 2.5, 3], dtype=object), r"y must hold integer labels .*, not a float"),
     (np.zeros((4, 2), np.int64), r"y must be a 1-D sequence of integer labels"),
 ])
 def test_arrays_labels_are_checked_as_a_datasets_are(y, says):
     """Also: integer labels in any integer dtype or sequence are taken."""
-    for good in (np.arange(4, dtype=np.uint8), np.arange(4, dtype=np.int32), [0, 1, np.int64(2), 3]):
+    for good in (np.arange(4, dtype=np.uint8), np.arange(4, dtype=np.int32), [0, 1, np.int64(2), 3],
+                 np.arange(4, dtype=">i4"), np.array([0, 1, 2, 3], dtype=object)):  # big-endian; Python ints
         assert len(conveyor.Loader(arrays=(np.zeros((4, 4), np.uint8), good), batch_size=2, device="cpu")) == 2
     x = np.zeros((4, 4), np.uint8)
     with pytest.raises(ValueError, match=says):
