@@ -153,11 +153,10 @@ int sweep(const Options& o) {
         for (auto b : B)
           for (auto l : L)
             for (auto c : C) grid.push_back(SweepPoint{w, h, d, b, l, c});
-  if (!o.trace.empty()) {  // each point's trace checked as an output, against the others and the inputs
+  const bool numbered_traces = !o.trace.empty() && point_file(o.trace, 1) != o.trace;
+  if (numbered_traces) {  // each point's trace checked as an output, against the others and the inputs
     std::vector<OutputFile> outputs{{"--csv", o.csv}, {"--plot", o.plot, false, true}};
-    for (std::size_t k = 1; k <= grid.size() && point_file(o.trace, k) != o.trace; ++k) {
-      outputs.push_back({"--trace", point_file(o.trace, k)});
-    }
+    for (std::size_t k = 1; k <= grid.size(); ++k) outputs.push_back({"--trace", point_file(o.trace, k)});
     check_outputs(o, outputs);
   }
   std::printf("%8s %10s %12s %6s %9s %10s %12s %10s %9s\n", "workers", "host_queue", "device_queue", "batch",
@@ -178,7 +177,7 @@ int sweep(const Options& o) {
     std::fflush(stdout);
   }
   write_csv(o, points, H, D[0], B[0]);
-  if (!o.trace.empty() && !points.empty() && point_file(o.trace, 1) != o.trace) {
+  if (numbered_traces && !points.empty()) {
     std::printf("traces: %s to %s, one per row in order (none for a failed row)\n", point_file(o.trace, 1).c_str(),
                 point_file(o.trace, points.size()).c_str());
   }
