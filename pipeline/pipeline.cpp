@@ -50,6 +50,12 @@ PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t
                             const std::optional<PipelineState>& resume) {
   PipelineState fresh = initial_state(c, n);
   if (!resume) return fresh;
+  // Epochs are counted up from here without bound; this cap keeps that count
+  // (and order_epoch_'s "none yet" marker, ~0) out of reach of overflow.
+  if (resume->epoch > kMaxEpoch) {
+    throw std::invalid_argument("resume: epoch " + std::to_string(resume->epoch) + " is out of range (at most " +
+                                std::to_string(kMaxEpoch) + ")");
+  }
   PipelineState expect = fresh;
   expect.epoch = resume->epoch;
   expect.delivered = resume->delivered;

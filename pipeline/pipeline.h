@@ -176,7 +176,9 @@ class PipelineError : public std::runtime_error {
 };
 
 // The state of a consumer that has taken nothing yet: epoch 0 with the
-// config's order settings. A resume state for epoch e is this with epoch = e.
+// config's order settings. A resume state for epoch e is this with epoch = e,
+// e <= kMaxEpoch (2^62: epochs count up from there without overflow).
+inline constexpr std::uint64_t kMaxEpoch = std::uint64_t{1} << 62;
 PipelineState initial_state(const Config& config, std::size_t dataset_size);
 
 class Pipeline {
@@ -275,7 +277,7 @@ class Pipeline {
   bool stopping_ = false;
   std::atomic<bool> stop_requested_{false};  // stopping_ for lock-free checks
   // The order cache, touched only by the current opener (openers run one at a time).
-  std::uint64_t order_epoch_ = ~std::uint64_t{0};
+  std::uint64_t order_epoch_ = ~std::uint64_t{0};  // none yet: no epoch reaches ~0 (see kMaxEpoch)
   std::vector<std::uint64_t> order_;
 
   // The first error, kept and rethrown to the consumer.

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <dlpack/dlpack.h>
+#include <unistd.h>
 
 #include <array>
 #include <charconv>
@@ -229,13 +230,38 @@ struct PyLoader {
   std::mutex mu;                  // one consumer call at a time; taken with the GIL released
   std::uint64_t generation = 0;   // bumped by every move (epoch(), load_state_dict): older iterators end
   py::object stream_source = py::none();  // returns the CUDA stream to make each batch ready on
+  // The process whose threads the loader runs. fork() copies the loader but
+  // not its threads (nor, perhaps, an unlocked `mu`): a child may use a loader
+  // that had not started yet, and is refused one that had.
+  pid_t pid = ::getpid();
+
+  PyLoader() = default;
+  PyLoader(const PyLoader&) = delete;
+  PyLoader& operator=(const PyLoader&) = delete;
+  ~PyLoader() {
+    // In a forked child the threads to join live in the parent: joining (or
+    // locking) here would hang or crash. The child's copy is left to the OS.
+    if (loader && ::getpid() != pid && loader->running()) (void)loader.release();
+  }
 
   // Runs f under the loader's mutex with the GIL released.
   template <typename F>
   auto locked(F f) {
+    check_process();
     py::gil_scoped_release nogil;
     std::lock_guard lk(mu);
     return f(*loader);
+  }
+  // Throws a one-line RuntimeError in a child forked after the loader started.
+  void check_process() {
+    const pid_t now = ::getpid();
+    if (now == pid) return;
+    if (loader->running()) {
+      throw std::runtime_error("Loader: made and started in process " + std::to_string(pid) +
+                               ", used in process " + std::to_string(now) +
+                               " after fork(): its threads stayed in the parent; make a new Loader in the child");
+    }
+    pid = now;  // never started: the child's copy is its own
   }
   void seek(const PipelineState& s) {
     locked([&](Loader& l) { l.seek(s); });
@@ -255,7 +281,7 @@ struct EpochIter {
 enum class Try { batch, end, not_yet };
 Try try_next(Loader& l, std::uint64_t epoch, void* stream, std::optional<DeviceBatch>& out) {
   if (l.closed() || l.state().epoch != epoch) return Try::end;
-  if (!l.wait_ready(50ms)) return Try::not_yet;
+  if (!l.wait_ready(0ms)) return Try::not_yet;
   out = l.next(stream);
   return out ? Try::batch : Try::end;
 }
@@ -266,10 +292,15 @@ py::object next_batch(EpochIter& it) {
   void* stream = nullptr;
   if (!L.stream_source.is_none()) stream = reinterpret_cast<void*>(L.stream_source().cast<std::intptr_t>());
   std::optional<DeviceBatch> batch;
+  // Take a batch only when it is ready now; wait (up to 50 ms at a time)
+  // without taking. A signal that came during the wait is raised before the
+  // next take: a batch taken and then lost to KeyboardInterrupt would be
+  // missing from the epoch, and counted as delivered by state_dict().
   for (;;) {
     const Try t = L.locked([&](Loader& l) { return try_next(l, it.epoch, stream, batch); });
     if (t == Try::end) throw py::stop_iteration();
     if (t == Try::batch) break;
+    L.locked([](Loader& l) { return l.wait_ready(50ms); });
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C: KeyboardInterrupt, loader intact
   }
   auto held = std::make_shared<Held>();
@@ -382,6 +413,42 @@ double non_negative(const char* name, const py::handle& v) {
   return x;
 }
 
+// True or False (NumPy's bool_ too); pybind11's bool took None as False.
+bool flag(const char* name, const py::handle& v) {
+  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
+  if (PyBool_Check(v.ptr()) || type == "numpy.bool_" || type == "numpy.bool") return PyObject_IsTrue(v.ptr()) == 1;
+  throw py::type_error(shown(name, v) + ": expected True or False, not " + std::string(type));
+}
+
+// A str argument (nullopt for None where `optional`).
+std::optional<std::string> text(const char* name, const py::handle& v, bool optional = false) {
+  if (optional && v.is_none()) return std::nullopt;
+  if (!py::isinstance<py::str>(v)) {
+    throw py::type_error(shown(name, v) + ": expected a str" + (optional ? " or None" : "") + ", not " +
+                         std::string(Py_TYPE(v.ptr())->tp_name));
+  }
+  return v.cast<std::string>();
+}
+
+// A path argument: None, a str or an os.PathLike (pathlib.Path), as torchvision takes it.
+std::optional<std::string> path(const char* name, const py::handle& v) {
+  if (v.is_none()) return std::nullopt;
+  if (!py::isinstance<py::str>(v) && py::hasattr(v, "__fspath__")) {
+    const py::object p = py::module_::import("os").attr("fspath")(v);
+    if (py::isinstance<py::str>(p)) return p.cast<std::string>();
+  }
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  throw py::type_error(shown(name, v) + ": expected a path (str or os.PathLike), not " +
+                       std::string(Py_TYPE(v.ptr())->tp_name));
+}
+
+// arrays=: (x, y) as a tuple or a list; None for no arrays.
+std::optional<py::tuple> pair(const char* name, const py::handle& v) {
+  if (v.is_none()) return std::nullopt;
+  if (py::isinstance<py::tuple>(v) || py::isinstance<py::list>(v)) return py::tuple(py::reinterpret_borrow<py::object>(v));
+  throw py::type_error(std::string(name) + "=: expected a pair (x, y), not " + std::string(Py_TYPE(v.ptr())->tp_name));
+}
+
 // The Loader's integer arguments, as Python objects until whole() checks them.
 struct Counts {
   py::object batch_size, workers, seed, epochs, host_queue, device_queue, device_buffers, rank, world_size;
@@ -474,7 +541,10 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   rows.element = *element;
   check_integer_labels((*arrays)[1]);
   try {
-    rows.labels = (*arrays)[1].cast<std::vector<std::int64_t>>();
+    // A NumPy array or torch tensor (its dtype checked above) as Python ints:
+    // a tensor's elements are 0-d tensors, which the int64 cast refuses.
+    const py::object y = (*arrays)[1];
+    rows.labels = (py::hasattr(y, "tolist") ? y.attr("tolist")() : y).cast<std::vector<std::int64_t>>();
   } catch (const py::cast_error&) {
     throw py::value_error("arrays: y must be a 1-D sequence of integer labels (int64), one per row of x; got " +
                           std::string(py::str(py::type::of((*arrays)[1]))));
@@ -562,13 +632,21 @@ void bind_loader(py::module_& m) {
       .def("__next__", &next_batch)
       .def_readonly("epoch", &EpochIter::epoch);
   py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
-      .def(py::init([](std::optional<std::string> folder, std::optional<std::string> list, std::optional<std::string> shards,
-                       std::optional<py::tuple> arrays,
-                       py::object batch_size, py::object workers, const py::object& crop, std::optional<std::string> augment,
-                       py::object seed, bool shuffle, bool drop_last, py::object epochs, const std::string& device,
-                       std::optional<std::string> normalize, py::object host_queue, py::object device_queue,
-                       py::object device_buffers, const std::string& on_error, py::object rank, py::object world_size,
-                       bool rank_by_shard, const py::object& gpu_decode, const py::object& max_memory_mb) {
+      // Every argument is taken as a Python object and checked here, so that a
+      // wrong one gets a one-line error naming it, not pybind11's signature dump.
+      .def(py::init([](const py::object& folder_arg, const py::object& list_arg, const py::object& shards_arg,
+                       const py::object& arrays_arg, py::object batch_size, py::object workers, const py::object& crop,
+                       const py::object& augment_arg, py::object seed, const py::object& shuffle_arg,
+                       const py::object& drop_last_arg, py::object epochs, const py::object& device_arg,
+                       const py::object& normalize_arg, py::object host_queue, py::object device_queue,
+                       py::object device_buffers, const py::object& on_error_arg, py::object rank, py::object world_size,
+                       const py::object& rank_by_shard_arg, const py::object& gpu_decode, const py::object& max_memory_mb) {
+             const auto folder = path("folder", folder_arg), list = path("list", list_arg), shards = path("shards", shards_arg);
+             const auto arrays = pair("arrays", arrays_arg);
+             const auto augment = text("augment", augment_arg, true), normalize = text("normalize", normalize_arg, true);
+             const std::string device = *text("device", device_arg), on_error = *text("on_error", on_error_arg);
+             const bool shuffle = flag("shuffle", shuffle_arg), drop_last = flag("drop_last", drop_last_arg);
+             const bool rank_by_shard = flag("rank_by_shard", rank_by_shard_arg);
              ImageConfig ic;
              if (arrays && (!crop.is_none() || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");

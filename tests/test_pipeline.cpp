@@ -642,6 +642,18 @@ TEST_CASE("pipeline: a state from other settings is refused", "[pipeline][resume
   c.batch_size = 7;
   s.delivered = {99};
   REQUIRE_THROWS_WITH(Pipeline(c, 100, {fill_pattern}, s), Catch::Contains("delivered"));
+  // An epoch near 2^64 (a corrupt checkpoint) once crashed a worker: ~0 is the
+  // order cache's "none yet" marker.
+  s.delivered.clear();
+  s.epoch = ~std::uint64_t{0};
+  REQUIRE_THROWS_WITH(Pipeline(c, 100, {fill_pattern}, s), Catch::Contains("epoch 18446744073709551615 is out of range"));
+  c.epochs = 0;  // no end: the largest epoch and the next are produced
+  s = initial_state(c, 100);
+  s.epoch = kMaxEpoch;
+  Pipeline p(c, 100, {fill_pattern}, s);
+  const auto b = p.next();
+  REQUIRE(b);
+  REQUIRE((*b)->epoch == kMaxEpoch);
 }
 
 TEST_CASE("pipeline: epoch() must name the consumer's epoch", "[pipeline]") {

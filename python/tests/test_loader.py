@@ -472,6 +472,114 @@ def test_ctrl_c_while_waiting_raises_keyboard_interrupt_promptly_and_the_loader_
     assert list(loader) == []
 
 
+def test_ctrl_c_while_waiting_loses_no_batch(tmp_path):
+    # A signal every 5 ms while next() waits for slow batches: each raises in
+    # next() before it takes a batch, never after (a batch taken and then
+    # dropped for KeyboardInterrupt was missing from the epoch, and state_dict()
+    # counted it as delivered). The handler raises only while armed, so no
+    # interrupt lands in the test's own bookkeeping.
+    root = big_slow_folder(tmp_path, n=8, side=1200)
+    loader = conveyor.Loader(folder=str(root), batch_size=2, workers=1, crop=32, augment="center", device="cpu",
+                             epochs=1, seed=5)
+    armed = {"on": False}
+
+    def handler(signum, frame):
+        if armed["on"]:
+            armed["on"] = False
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    stop = threading.Event()
+
+    def interrupter():
+        while not stop.wait(0.005):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=interrupter, daemon=True)
+    thread.start()
+    seen, interrupts, it = [], 0, iter(loader)
+    try:
+        while True:
+            armed["on"] = True
+            try:
+                images, labels = next(it)
+            except KeyboardInterrupt:
+                interrupts += 1
+                continue
+            except StopIteration:
+                break
+            finally:
+                armed["on"] = False
+            seen.extend(images.indices)
+            del images, labels
+    finally:
+        stop.set()
+        thread.join()
+        signal.signal(signal.SIGINT, previous)
+    assert interrupts > 0
+    assert sorted(seen) == list(range(8)), (seen, interrupts)
+    assert loader.current_epoch == 1
+
+
+def test_a_child_forked_after_start_is_refused_in_one_line_and_exits_cleanly(folder):
+    loader = conveyor.Loader(folder=str(folder), batch_size=2, workers=2, crop=16, device="cpu")
+    fresh = conveyor.Loader(folder=str(folder), batch_size=2, workers=2, crop=16, device="cpu", epochs=1)
+    next(iter(loader))  # started: its threads run in this process
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            try:
+                next(iter(loader))
+            except RuntimeError as e:
+                if "after fork()" in str(e) and "\n" not in str(e):
+                    code = 0
+            # A loader that had not started is the child's own to use.
+            if code == 0 and sum(len(b[0].indices) for b in fresh) != fresh.dataset_size:
+                code = 2
+            del loader  # its threads are in the parent: dropped without a join
+            gc.collect()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert len(next(iter(loader))[0].indices) == 2  # the parent's loader is intact
+
+
+def test_an_epoch_near_two_to_the_64_is_refused(folder):
+    loader = conveyor.Loader(folder=str(folder), batch_size=2, crop=16, device="cpu")
+    with pytest.raises(ValueError, match="epoch 18446744073709551615 is out of range"):
+        list(loader.epoch(2**64 - 1))
+
+
+def test_paths_flags_and_pairs_are_taken_as_python_users_write_them(folder):
+    import pathlib
+    loader = conveyor.Loader(folder=pathlib.Path(folder), batch_size=2, crop=16, device="cpu", epochs=1)
+    assert sum(len(b[0].indices) for b in loader) == loader.dataset_size
+    for kw, pattern in ((dict(shuffle="yes"), r"^shuffle='yes': expected True or False, not str$"),
+                        (dict(drop_last=None), r"^drop_last=None: expected True or False"),
+                        (dict(on_error=None), r"^on_error=None: expected a str, not NoneType$"),
+                        (dict(folder=3), r"^folder=3: expected a path \(str or os.PathLike\), not int$")):
+        args = dict(folder=str(folder), device="cpu")
+        args.update(kw)
+        with pytest.raises(TypeError, match=pattern):
+            conveyor.Loader(**args)
+    x = np.arange(24, dtype=np.uint8).reshape(6, 4)
+    listed = conveyor.Loader(arrays=[x, np.arange(6)], batch_size=3, shuffle=False, device="cpu", epochs=1)
+    assert [list(b[0].indices) for b in listed] == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TypeError, match=r"^arrays=: expected a pair \(x, y\), not dict$"):
+        conveyor.Loader(arrays={"x": x}, device="cpu")
+
+
+def test_torch_tensor_labels_are_taken():
+    torch = pytest.importorskip("torch")
+    x = np.zeros((6, 4), np.uint8)
+    loader = conveyor.Loader(arrays=(x, torch.arange(6) * 2), batch_size=6, shuffle=False, device="cpu", epochs=1)
+    assert list(np.asarray(next(iter(loader))[1])) == [0, 2, 4, 6, 8, 10]
+    with pytest.raises(ValueError, match="integer labels"):
+        conveyor.Loader(arrays=(x, torch.zeros(6)), device="cpu")
+
+
 def test_stats_name_slow_workers_as_the_bottleneck(tmp_path):
     root = big_slow_folder(tmp_path, n=4, side=1000)
     loader = conveyor.Loader(folder=str(root), batch_size=4, workers=1, crop=32, augment="center", device="cpu")
