@@ -232,7 +232,10 @@ int pack(const Options& o) {
   const auto undo = [&] {
     if (claimed) fs::remove_all(partial, ec);
     for (const fs::path& f : moved) fs::remove(f, ec);
-    if (!moved.empty()) fs::remove(out / ".conveyor-index", ec);
+    if (!moved.empty()) {
+      fs::remove(out / ".conveyor-index", ec);
+      fs::remove(out / kManifestName, ec);
+    }
     if (!existed) fs::remove(out, ec);
   };
   FolderLock own;  // held to the end: this pack is alive
@@ -291,6 +294,7 @@ int pack(const Options& o) {
     wipe_progress_line();
     std::vector<fs::path> shards;
     for (const auto& e : fs::directory_iterator(partial)) shards.push_back(e.path());
+    fs::remove(out / kManifestName);  // an earlier pack's, into this OUT: the new one is written below
     std::sort(shards.begin(), shards.end());
     for (const fs::path& f : shards) {
       fs::rename(f, out / f.filename());
@@ -306,6 +310,8 @@ int pack(const Options& o) {
       throw std::runtime_error("pack: the shards in " + out.string() + " hold " + std::to_string(index.samples.size()) +
                                " samples, not " + std::to_string(d.size()));
     }
+    // Last: what a reader checks the folder against (a shard lost in a copy).
+    if (!write_manifest(out, index)) throw std::runtime_error("pack: cannot write " + (out / kManifestName).string());
     std::printf("packed %zu samples into %zu shard(s), %.1f MB, in %s (index: %s)\n", d.size(), w.shards(),
                 double(w.total_bytes()) / 1e6, out.c_str(),
                 how == IndexSource::built_beside ? index_beside(out).c_str()

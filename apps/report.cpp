@@ -47,6 +47,15 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   out << "  \"workers\": " << o.workers << ", \"batch\": " << o.batch << ", \"host_queue\": " << o.host_queue
       << ", \"device_queue\": " << o.device_queue << ", \"wait_yields\": " << o.wait_yields
       << ", \"epochs\": " << o.epochs << ",\n";
+  // A run a signal ended: which signal, and how many epochs it began (the last
+  // of them cut short), so a reader of the file alone tells it from a whole run.
+  out << "  \"interrupted\": ";
+  if (r.interrupted) {
+    out << "\"" << signal_word(r.interrupted) << "\"";
+  } else {
+    out << "null";
+  }
+  out << ", \"epochs_run\": " << r.epochs.size() << ",\n";
   out << "  \"images\": " << images << ", \"batches\": " << batches << ", \"seconds\": " << seconds << ",\n";
   out << "  \"images_per_s\": " << (seconds > 0 ? double(images) / seconds : 0)
       << ", \"batches_per_s\": " << (seconds > 0 ? double(batches) / seconds : 0) << ",\n";

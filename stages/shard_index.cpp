@@ -338,7 +338,11 @@ fs::path index_in_cache(const fs::path& dir) {
   return root ? *root / ("shards-" + hex(h.value) + ".index") : fs::path();
 }
 
-ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFolders partials) {
+namespace {
+
+constexpr std::string_view kManifestMagic = "conveyor-shard-manifest 1";
+
+ShardIndex current_index(const fs::path& dir, IndexSource* source, PartialFolders partials) {
   const auto now = list_shards(dir, partials);
   const fs::path cache = index_in_cache(dir);
   for (const fs::path& file : {index_beside(dir), cache}) {
@@ -364,6 +368,75 @@ ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFol
   }
   if (source) *source = how;
   return index;
+}
+
+}  // namespace
+
+ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFolders partials) {
+  ShardIndex index = current_index(dir, source, partials);
+  check_manifest(dir, index);
+  return index;
+}
+
+std::string manifest_text(const ShardIndex& index) {
+  std::vector<std::uint64_t> counts(index.shards.size(), 0);
+  for (const auto& s : index.samples) ++counts.at(s.shard);
+  std::string out = std::string(kManifestMagic) + "\n";
+  for (std::size_t i = 0; i < index.shards.size(); ++i) {
+    out += std::to_string(counts[i]) + " " + escape(index.shards[i].file) + "\n";
+  }
+  return out;
+}
+
+bool write_manifest(const fs::path& dir, const ShardIndex& index) {
+  return write_atomically(dir / kManifestName, manifest_text(index));
+}
+
+void check_manifest(const fs::path& dir, const ShardIndex& index) {
+  const fs::path file = dir / kManifestName;
+  const auto text = slurp(file);
+  std::error_code ec;
+  if (!text) {
+    if (fs::exists(file, ec)) throw DatasetError(file.string() + ": cannot be read");
+    return;
+  }
+  std::map<std::string, std::uint64_t> have;  // shard name -> samples in it now
+  for (const auto& s : index.samples) ++have[index.shards.at(s.shard).file];
+  for (const auto& s : index.shards) have.try_emplace(s.file, 0);
+  std::size_t line_no = 0, listed = 0, begin = 0;
+  std::uint64_t total = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> wanted;
+  while (begin < text->size()) {
+    const std::size_t end = std::min(text->find('\n', begin), text->size());
+    const std::string_view line = std::string_view(*text).substr(begin, end - begin);
+    begin = end + 1;
+    const std::string where = file.string() + ":" + std::to_string(++line_no);
+    if (line_no == 1) {
+      if (line != kManifestMagic) throw DatasetError(where + ": not a shard manifest (expected '" + std::string(kManifestMagic) + "')");
+      continue;
+    }
+    const std::size_t space = line.find(' ');
+    std::uint64_t count = 0;
+    const auto [ptr, err] = std::from_chars(line.data(), line.data() + std::min(space, line.size()), count);
+    const auto name = space == std::string_view::npos ? std::nullopt : unescape(line.substr(space + 1));
+    if (err != std::errc{} || ptr != line.data() + space || !name || name->empty()) {
+      throw DatasetError(where + ": expected 'COUNT SHARD'");
+    }
+    wanted.emplace_back(*name, count);
+    total += count;
+    ++listed;
+  }
+  if (line_no == 0) throw DatasetError(file.string() + ": empty (not a shard manifest)");
+  for (const auto& [name, count] : wanted) {
+    const auto it = have.find(name);
+    const std::string said = " (" + file.string() + ", written by conveyor pack, lists " + std::to_string(listed) +
+                             " shard(s) of " + std::to_string(total) + " samples: an incomplete copy?)";
+    if (it == have.end()) throw DatasetError((dir / name).string() + ": missing" + said);
+    if (it->second != count) {
+      throw DatasetError((dir / name).string() + ": holds " + std::to_string(it->second) + " samples, not " +
+                         std::to_string(count) + said);
+    }
+  }
 }
 
 }  // namespace conveyor

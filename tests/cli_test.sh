@@ -230,7 +230,7 @@ interrupt_run() {
   local sig=$1 status=$2 out="$work/sig-$1" trace="$work/sig-$1.json"
   set -m
   "$bin" run --folder "$work/ds" --batch 4 --workers 2 --epochs 100000 --synthetic-ms 1 --compute-ms 1 \
-    --trace "$trace" >"$out" 2>&1 &
+    --trace "$trace" --json "$work/sig-$1.result.json" >"$out" 2>&1 &
   local pid=$!
   set +m
   for _ in $(seq 200); do grep -q "^epoch 1: " "$out" && break; sleep 0.05; done
@@ -246,6 +246,9 @@ interrupt_run() {
   if command -v python3 >/dev/null; then
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(e["name"] == "step" for e in d["traceEvents"])' \
       "$trace" || fail "$sig: the trace is not complete JSON"
+    # --json alone tells a cut-short run from a whole one.
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["interrupted"] == sys.argv[2] and 2 <= d["epochs_run"] < d["epochs"], d' \
+      "$work/sig-$1.result.json" "SIG$sig" || fail "$sig: --json does not say it was interrupted"
   fi
 }
 interrupt_run INT 130

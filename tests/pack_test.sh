@@ -50,6 +50,14 @@ fi
 "$conveyor" inspect --shards "$work/shards" --workers 2 >"$work/inspect.log"
 grep -q "^$samples samples decoded, 0 unreadable" "$work/inspect.log" || fail "inspect --shards: $(head -3 "$work/inspect.log")"
 
+# A copy that lost a shard is refused by name, not read as a smaller dataset:
+# pack's manifest lists every shard and its sample count.
+[ -f "$work/shards/.conveyor-manifest" ] || fail "pack wrote no .conveyor-manifest"
+cp -a "$work/shards" "$work/lost"
+rm "$work/lost/shard-000001.tar"
+if "$conveyor" inspect --shards "$work/lost" --workers 2 >"$work/lost.log" 2>&1; then fail "a folder missing a shard was read"; fi
+grep -q "shard-000001.tar: missing" "$work/lost.log" || fail "missing shard not named: $(tail -2 "$work/lost.log")"
+
 # A sample that cannot be read: exit 1 naming it, no --out left behind.
 { head -5 "$work/list.txt"; echo "$work/missing.png 1"; } >"$work/bad.txt"
 if "$conveyor" pack --list "$work/bad.txt" --out "$work/bad" 2>"$work/bad.log"; then fail "pack of a missing file succeeded"; fi

@@ -475,6 +475,33 @@ TEST_CASE("shards: a folder without shards, a sample without image or label, a b
   REQUIRE(Dataset::from_shards(dir / "s").size() == 2);
 }
 
+TEST_CASE("shards: a folder missing a shard its manifest lists, or holding other counts, is refused by name", "[tar][shards]") {
+  TempDir dir;
+  const auto folder = dir / "s";
+  std::filesystem::create_directories(folder);
+  spit(folder / "a.tar", member("k/1.jpg", "x") + member("k/1.cls", "1") + member("k/2.jpg", "y") + member("k/2.cls", "2") + kEnd);
+  spit(folder / "b.tar", member("k/3.jpg", "z") + member("k/3.cls", "3") + kEnd);
+  REQUIRE(write_manifest(folder, load_shard_index(folder)));
+  REQUIRE(slurp(folder / std::string(kManifestName)) == "conveyor-shard-manifest 1\n2 a.tar\n1 b.tar\n");
+  REQUIRE(Dataset::from_shards(folder).size() == 3);
+  // A shard added by hand is read; the listed ones must all be there, whole.
+  spit(folder / "c.tar", member("k/4.jpg", "w") + member("k/4.cls", "4") + kEnd);
+  REQUIRE(Dataset::from_shards(folder).size() == 4);
+  std::filesystem::remove(folder / "b.tar");  // lost in a copy: once read as 2 samples, without a word
+  REQUIRE_THROWS_WITH(Dataset::from_shards(folder),
+                      Catch::StartsWith((folder / "b.tar").string() + ": missing (") &&
+                          Catch::Contains("lists 2 shard(s) of 3 samples: an incomplete copy?)"));
+  spit(folder / "b.tar", member("k/3.jpg", "z") + member("k/3.cls", "3") + member("k/5.jpg", "v") + member("k/5.cls", "5") + kEnd);
+  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains("b.tar: holds 2 samples, not 1"));
+  // Not a manifest: refused by file and line, not ignored.
+  spit(folder / std::string(kManifestName), "conveyor-shard-manifest 1\n2 a.tar\nx b.tar\n");
+  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::EndsWith(std::string(kManifestName) + ":3: expected 'COUNT SHARD'"));
+  spit(folder / std::string(kManifestName), "something else\n");
+  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains(":1: not a shard manifest"));
+  std::filesystem::remove(folder / std::string(kManifestName));
+  REQUIRE(Dataset::from_shards(folder).size() == 5);  // no manifest: read as found (shards made by other tools)
+}
+
 TEST_CASE("shards: a shard cut short after it was indexed names the member", "[tar][shards]") {
   TempDir dir;
   std::filesystem::create_directories(dir / "s");
