@@ -12,10 +12,14 @@
 #   ./go fuzz [SECONDS] the fuzz targets alone, SECONDS each (default 600)
 #   ./go gpu-bundle     here: .gpu/ for a GPU machine without a registry (../shared's
 #                       gpu-bundle.sh plus toml++), then there: bash .gpu/build.sh && ./go gpu
-#   ./go gpu            on a machine with an NVIDIA GPU: test_cuda, compute-sanitizer
+#   ./go gpu [PART...]  on a machine with an NVIDIA GPU: test_cuda, compute-sanitizer
 #                       memcheck and synccheck, the H2D and pipeline benchmarks,
 #                       conveyor train --device cuda --deterministic resumed, and what that switch
-#                       costs on the small ResNet; a 5 ms step-bound run; a summary
+#                       costs on the small ResNet; a 5 ms step-bound run; a summary.
+#                       PARTs, for a per-call time limit (default all, in this order):
+#                       tests (test_cuda, then the whole CTest), sanitize (memcheck,
+#                       synccheck), bench (h2d, pipeline), train (resume check),
+#                       train-cost (--deterministic's cost), decode (issue 22's benchmark)
 #   ./go peers ARGS     Conveyor against PyTorch's DataLoader and the Python
 #                       two-queue pipeline (apps/peers/compare.py ARGS)
 #
@@ -128,12 +132,23 @@ run_tests() {
   say "build/$name: tests passed in $((SECONDS - t0)) s"
 }
 
-# gpu_checks: test_cuda plain and under compute-sanitizer (memcheck, synccheck),
-# the H2D and transfer-bound pipeline benchmarks, and conveyor train --device
-# cuda --deterministic interrupted and resumed against an uninterrupted run.
-# Prints a summary; with $OUT set, writes gpu-summary.txt and the logs there.
+# gpu_checks [PART...]: test_cuda plain and under compute-sanitizer (memcheck,
+# synccheck), the whole CTest, the H2D and transfer-bound pipeline benchmarks,
+# and conveyor train --device cuda --deterministic interrupted and resumed
+# against an uninterrupted run; only the PARTs named (default all; see the
+# header). Each result line is appended to the summary file as its step ends,
+# so a run cut off by a time limit keeps the lines so far; at the end the
+# summary (with the benchmarks' figures) is printed and replaces that file.
+# Logs and summary in $OUT (else build/gpu-report): gpu-summary.txt, or
+# gpu-summary-PART.txt when parts are named.
+GPU_PARTS=(tests sanitize bench train train-cost decode)
 gpu_checks() {
-  local b=${CONVEYOR_GPU_BUILD:-/tmp/b} out=${OUT:-build/gpu-report} rows=() rc=0
+  local b=${CONVEYOR_GPU_BUILD:-/tmp/b} out=${OUT:-build/gpu-report} rows=() rc=0 parts=("$@") p
+  if ((${#parts[@]} == 0)) || [[ " ${parts[*]} " == *" all "* ]]; then parts=("${GPU_PARTS[@]}"); fi
+  for p in "${parts[@]}"; do
+    if [[ " ${GPU_PARTS[*]} " != *" $p "* ]]; then say "gpu: unknown part '$p' (parts: ${GPU_PARTS[*]} all)"; exit 2; fi
+  done
+  want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
   if ! nvidia-smi -L >/dev/null 2>&1; then say "gpu: no NVIDIA GPU here (nvidia-smi -L failed)"; exit 1; fi
   if [ ! -x "$b/apps/conveyor" ]; then
     install_missing "${TEST_PACKAGES[@]}"
@@ -142,59 +157,97 @@ gpu_checks() {
     b=build/gpu
   fi
   mkdir -p "$out"
+  local summary=$out/gpu-summary.txt
+  if [ "${parts[*]}" != "${GPU_PARTS[*]}" ]; then summary=$out/gpu-summary-$(IFS=-; echo "${parts[*]}").txt; fi
   local gpu; gpu=$(nvidia-smi -L | head -1)
-  say "gpu: $gpu; build $b; logs in $out"
+  say "gpu: $gpu; build $b; parts: ${parts[*]}; logs in $out"
+  echo "./go gpu ${parts[*]} on $gpu, $(date -u +%F), in progress" >"$summary"
+  row() {  # row LINE: a result, kept for the summary and appended to its file now
+    rows+=("$1")
+    echo "$1" >>"$summary"
+  }
   step() {  # step NAME COMMAND...: runs it, logs it, records pass/fail
     local name=$1; shift
-    if "$@" >"$out/$name.log" 2>&1; then rows+=("pass  $name"); else rows+=("FAIL  $name (see $out/$name.log)"); rc=1; fi
+    if "$@" >"$out/$name.log" 2>&1; then row "pass  $name"; else row "FAIL  $name (see $out/$name.log)"; rc=1; fi
   }
-  step test_cuda "$b/tests/test_cuda"
-  local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  # Under the sanitizers without the [errors] cases: they make CUDA calls fail on purpose, and
-  # compute-sanitizer counts each failing API call as an error.
-  step memcheck "$cs" --tool memcheck --error-exitcode 1 "$b/tests/test_cuda" "~[errors]"
-  step synccheck "$cs" --tool synccheck --error-exitcode 1 "$b/tests/test_cuda" "~[errors]"
-  step h2d "$b/apps/conveyor-bench-device" --device cuda h2d
   local w; w=$(nproc)
-  # Transfer-bound (issue 16's table): each prints its link utilisation, target >= 95%.
-  local batch norm
-  local util
-  for batch in 128 256; do
-    for norm in off float16; do
-      step "pipeline-$batch-$norm" "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
-        --step-us 1 --batch "$batch" --normalize "$norm"
-      util=$(sed -n 's/^median.*link utilisation \([0-9]*\)%.*/\1/p' "$out/pipeline-$batch-$norm.log")
-      if [ -n "$util" ] && [ "$util" -ge 95 ]; then
-        rows+=("pass  pipeline-$batch-$norm: ${util}% of pinned H2D (target >= 95%)")
-      else
-        rows+=("MISS  pipeline-$batch-$norm: ${util:-?}% of pinned H2D (target >= 95%)")
-      fi
-    done
-  done
-  # Step-bound (issue 16): a 5 ms step on the device; the consumer (the GPU) must never wait,
-  # and the report must name the consumer, not the transfer that waits for its slots.
-  step pipeline-step-5ms "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
-    --step-us 5000 --batch 128
-  local idle runs named
-  idle=$(sed -n 's/^median.*consumer idle \([0-9.]*\)%.*/\1/p' "$out/pipeline-step-5ms.log")
-  runs=$(grep -c "^run [0-9]*:" "$out/pipeline-step-5ms.log" || true)
-  named=$(grep -c "^run [0-9]*:.*bottleneck: consumer" "$out/pipeline-step-5ms.log" || true)
-  if [ -n "$idle" ] && awk -v i="$idle" 'BEGIN { exit !(i <= 1.0) }' && [ "$runs" -ge 1 ] && [ "$named" = "$runs" ]; then
-    rows+=("pass  pipeline-step-5ms: consumer idle ${idle}% (target <= 1%), the consumer named the bottleneck in all $runs runs")
-  else
-    rows+=("MISS  pipeline-step-5ms: consumer idle ${idle:-?}% (target <= 1%), the consumer named in ${named:-0} of ${runs:-0} runs")
+  if want tests; then
+    # --order decl: the cases that may leave a sticky error are declared last (Catch2 >= 3.9 shuffles).
+    step test_cuda "$b/tests/test_cuda" --order decl
+    # Everything else of this build too (test_cuda again among them), as ./go test runs it.
+    step ctest ctest --test-dir "$b" -j "$JOBS" --output-on-failure --no-tests=error
   fi
-  if [ -x "$b/apps/conveyor-train" ]; then
-    # What --deterministic costs: the small ResNet at 128 px (LeNet's epochs are too short to
-    # tell), with and without it, alternated, 3 rounds; images/s of epochs 2-3.
-    local round mode
-    for round in 1 2 3; do
-      for mode in default deterministic; do
-        step "train-cost-$mode-$round" "$b/apps/conveyor" train --device cuda --model resnet --crop 128 --epochs 3 \
-          --seed 7 --workers "$w" $([ "$mode" = deterministic ] && echo --deterministic)
+  if want sanitize; then
+    local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    # Under the sanitizers without the [errors] cases: they make CUDA calls fail on purpose, and
+    # compute-sanitizer counts each failing API call as an error.
+    step memcheck "$cs" --tool memcheck --error-exitcode 1 "$b/tests/test_cuda" --order decl "~[errors]"
+    step synccheck "$cs" --tool synccheck --error-exitcode 1 "$b/tests/test_cuda" --order decl "~[errors]"
+  fi
+  if want bench; then
+    step h2d "$b/apps/conveyor-bench-device" --device cuda h2d
+    # Transfer-bound (issue 16's table): each prints its link utilisation, target >= 95%.
+    local batch norm util
+    for batch in 128 256; do
+      for norm in off float16; do
+        step "pipeline-$batch-$norm" "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
+          --step-us 1 --batch "$batch" --normalize "$norm"
+        util=$(sed -n 's/^median.*link utilisation \([0-9]*\)%.*/\1/p' "$out/pipeline-$batch-$norm.log")
+        if [ -n "$util" ] && [ "$util" -ge 95 ]; then
+          row "pass  pipeline-$batch-$norm: ${util}% of pinned H2D (target >= 95%)"
+        else
+          row "MISS  pipeline-$batch-$norm: ${util:-?}% of pinned H2D (target >= 95%)"
+        fi
       done
     done
-    rows+=("$(python3 - "$out" <<'PY' || echo "MISS  --deterministic cost: reading train-cost-*.log failed"
+    # Step-bound (issue 16): a 5 ms step on the device; the consumer (the GPU) must never wait,
+    # and the report must name the consumer, not the transfer that waits for its slots.
+    step pipeline-step-5ms "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
+      --step-us 5000 --batch 128
+    local idle runs named
+    idle=$(sed -n 's/^median.*consumer idle \([0-9.]*\)%.*/\1/p' "$out/pipeline-step-5ms.log")
+    runs=$(grep -c "^run [0-9]*:" "$out/pipeline-step-5ms.log" || true)
+    named=$(grep -c "^run [0-9]*:.*bottleneck: consumer" "$out/pipeline-step-5ms.log" || true)
+    if [ -n "$idle" ] && awk -v i="$idle" 'BEGIN { exit !(i <= 1.0) }' && [ "$runs" -ge 1 ] && [ "$named" = "$runs" ]; then
+      row "pass  pipeline-step-5ms: consumer idle ${idle}% (target <= 1%), the consumer named the bottleneck in all $runs runs"
+    else
+      row "MISS  pipeline-step-5ms: consumer idle ${idle:-?}% (target <= 1%), the consumer named in ${named:-0} of ${runs:-0} runs"
+    fi
+  fi
+  if want train-cost || want train; then
+    if [ ! -x "$b/apps/conveyor-train" ]; then
+      row "skip  train (no LibTorch in this build)"
+    fi
+  fi
+  if want train && [ -x "$b/apps/conveyor-train" ]; then
+    local t=("$b/apps/conveyor" train --device cuda --deterministic --epochs 3 --seed 7 --workers "$w")
+    step train-straight "${t[@]}"
+    step train-part1 "${t[@]}" --stop-after 50 --checkpoint "$out/resume.pt"
+    step train-part2 "${t[@]}" --resume "$out/resume.pt" --checkpoint "$out/resume.pt"
+    local straight resumed
+    straight=$(grep '^final:' "$out/train-straight.log" || true)
+    resumed=$(grep '^final:' "$out/train-part2.log" || true)
+    if [ -n "$straight" ] && [ "$straight" = "$resumed" ]; then
+      row "pass  train resume equals the uninterrupted run: $straight"
+    elif [ -z "$straight" ] || [ -z "$resumed" ]; then
+      row "FAIL  train resume: no 'final:' line in train-straight.log or train-part2.log"; rc=1
+    else
+      row "FAIL  train resume differs from the uninterrupted run"; rc=1
+    fi
+  fi
+  if want train-cost && [ -x "$b/apps/conveyor-train" ]; then
+    # What --deterministic costs: the small ResNet at 128 px (LeNet's epochs are too short to
+    # tell), with and without it, alternated, 3 rounds; images/s of epochs 2-3.
+    local round mode det
+    for round in 1 2 3; do
+      for mode in default deterministic; do
+        det=()
+        if [ "$mode" = deterministic ]; then det=(--deterministic); fi
+        step "train-cost-$mode-$round" "$b/apps/conveyor" train --device cuda --model resnet --crop 128 --epochs 3 \
+          --seed 7 --workers "$w" "${det[@]}"
+      done
+    done
+    row "$(python3 - "$out" <<'PY' || echo "MISS  --deterministic cost: reading train-cost-*.log failed"
 import glob, re, statistics, sys
 rate = {}
 for mode in ("default", "deterministic"):
@@ -208,24 +261,13 @@ d, s = rate["default"], rate["deterministic"]
 print(f"info  --deterministic cost, resnet 128 px: {s:.0f} images/s against {d:.0f} without, {s / d:.3f}x"
       if d and s else "MISS  --deterministic cost: no epoch figures in train-cost-*.log")
 PY
-)")
-    local t=("$b/apps/conveyor" train --device cuda --deterministic --epochs 3 --seed 7 --workers "$w")
-    step train-straight "${t[@]}"
-    step train-part1 "${t[@]}" --stop-after 50 --checkpoint "$out/resume.pt"
-    step train-part2 "${t[@]}" --resume "$out/resume.pt" --checkpoint "$out/resume.pt"
-    if [ "$(grep '^final:' "$out/train-straight.log")" = "$(grep '^final:' "$out/train-part2.log")" ]; then
-      rows+=("pass  train resume equals the uninterrupted run: $(grep '^final:' "$out/train-straight.log")")
-    else
-      rows+=("FAIL  train resume differs from the uninterrupted run"); rc=1
-    fi
-  else
-    rows+=("skip  train (no LibTorch in this build)")
+)"
   fi
   # Issue 22's benchmark: the photos listed 10 times, RandomResizedCrop 224 + flip, float16
   # normalize on the GPU, batch 64: CPU workers alone, hybrid (auto share), and the plain
   # torchvision nvJPEG loop, side by side, two rounds.
   local photos=${CONVEYOR_PHOTOS:-.gpu/photos}
-  if [ -d "$photos" ]; then
+  if want decode && [ -d "$photos" ]; then
     local list=$out/photos-x10.txt
     : >"$list"
     photos=$(cd "$photos" && pwd)  # the list's relative paths would be read against $out
@@ -244,15 +286,17 @@ PY
     # pin_memory=True) with the normalize on the GPU, side by side.
     step peers-cuda python3 apps/peers/compare.py --device cuda --folder "$photos" --repeat 10 --workers "$w" \
       --rounds 3 --only "conveyor,conveyor-python,dataloader-$w" --build "$b" --out "$out/peers-cuda.md"
-  else
-    rows+=("skip  gpu decode benchmark (no photos: set CONVEYOR_PHOTOS, or ./go gpu-bundle carries ../shared/data/photos-200)")
+  elif want decode; then
+    row "skip  gpu decode benchmark (no photos: set CONVEYOR_PHOTOS, or ./go gpu-bundle carries ../shared/data/photos-200)"
   fi
-  { echo "./go gpu on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
+  { echo "./go gpu ${parts[*]} on $gpu, $(date -u +%F)"; printf '%s\n' "${rows[@]}"
     if [ -f "$out/h2d.log" ]; then cat "$out/h2d.log"; fi
-    for f in "$out"/pipeline-*.log; do [ -f "$f" ] && grep -H -E "^(pinned copy|median)" "$f" || true; done
+    for f in "$out"/pipeline-*.log; do if [ -f "$f" ]; then grep -H -E "^(pinned copy|median)" "$f" || true; fi; done
     if [ -f "$out/pipeline-step-5ms.log" ]; then grep -m1 -o "bottleneck: .*" "$out/pipeline-step-5ms.log" || true; fi
-    for f in "$out"/decode-*.log; do [ -f "$f" ] && grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f" || true; done
-    if [ -f "$out/peers-cuda.md" ]; then cat "$out/peers-cuda.md"; fi; } | tee "$out/gpu-summary.txt"
+    for f in "$out"/decode-*.log; do if [ -f "$f" ]; then grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f" || true; fi; done
+    if [ -f "$out/peers-cuda.md" ]; then cat "$out/peers-cuda.md"; fi; } >"$summary.tmp"
+  mv "$summary.tmp" "$summary"
+  cat "$summary"
   return $rc
 }
 
@@ -301,7 +345,9 @@ case "$cmd" in
   gpu)
     # The GPU machine's checks (issue 16), from a build with CUDA and LibTorch:
     # .gpu/build.sh's /tmp/b there (no package registry), else build/gpu here.
-    gpu_checks
+    # ./go gpu PART... runs those parts only (see the header), each within a
+    # shorter time limit than the whole.
+    gpu_checks "$@"
     ;;
   peers)
     # The side-by-side comparison of docs/benchmarks.md (issue 7): PyTorch's
@@ -318,7 +364,7 @@ case "$cmd" in
     fuzz "${1:-600}"
     ;;
   *)
-    echo "usage: ./go demo [flags] | ./go test | ./go gpu | ./go fuzz [SECONDS per target, default 600] | ./go peers [compare.py flags]" >&2
+    echo "usage: ./go demo [flags] | ./go test | ./go gpu [tests|sanitize|bench|train|train-cost|decode|all ...] | ./go fuzz [SECONDS per target, default 600] | ./go peers [compare.py flags]" >&2
     exit 2
     ;;
 esac

@@ -63,7 +63,8 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   add_choice(app, "--augment", o.augment, kAugments,
              "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop");
   add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");
-  option("--gpu", o.gpu, "the CUDA device to use, numbered as CUDA_VISIBLE_DEVICES shows them (default 0)")
+  option("--gpu", o.gpu, "the CUDA device to use, numbered as CUDA_VISIBLE_DEVICES shows them (default 0; --gpu 0 is "
+                         "the default, so --device auto still falls back to the host without a GPU; any other N does not)")
       ->check(range(0, 1023));
   option("--link-gbps", o.link_gbps, "host backend: simulated host-to-device link, GB/s (0: as fast as memcpy)")
       ->check(link_range());

@@ -31,6 +31,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/dtype.h"
 #include "cuda/nvjpeg_library.h"
+#include "cuda/taps_layout.h"
 #include "stages/resize_math.h"
 
 namespace conveyor {
@@ -145,8 +146,10 @@ const DriverCalls& driver_calls() {
 // Device `ordinal`'s primary context (the runtime's), retained once for the
 // process and kept; null when the driver calls are unavailable or fail.
 CUcontext primary_context(int ordinal) {
-  static std::mutex mu;
-  static std::map<int, CUcontext> retained;
+  // Leaked, never destroyed: a handle's destructor may run during static
+  // destruction at exit (a global Loader, a tensor's deleter) and guard itself.
+  static std::mutex& mu = *new std::mutex;
+  static std::map<int, CUcontext>& retained = *new std::map<int, CUcontext>;
   const DriverCalls& d = driver_calls();
   if (!d.primary_ctx_retain) return nullptr;
   std::lock_guard lk(mu);
@@ -378,35 +381,56 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
       batch_size_ = int(accepted_.size());
     }
     const nvjpeg::Status st = api.decode_batched(handle_->get(), state_, data.data(), lengths.data(), outputs.data(), native(stream));
-    if (st != nvjpeg::kSuccess) {  // the batch as a whole failed: the CPU decodes each of them instead
-      for (const std::size_t i : accepted_) refused[i] = "nvjpegDecodeBatched: " + nvjpeg_status_name(st);
-      accepted_.clear();
+    if (st == nvjpeg::kSuccess) return refused;
+    // The batch failed as a whole, as it does for one bad file among good ones:
+    // each file goes again on its own (a batch of 1), so only those nvJPEG
+    // refuses alone fall back to the CPU. Each one's output is its own image.
+    std::vector<std::size_t> batch;
+    batch.swap(accepted_);
+    if (batch.size() > 1) {
+      batch_size_ = 0;  // unknown until the initialize below succeeds: the next decode() initializes again
+      if (api.decode_batched_initialize(handle_->get(), state_, 1, 1, nvjpeg::kOutputRgbInterleaved) == nvjpeg::kSuccess) {
+        batch_size_ = 1;
+        for (std::size_t k = 0; k < batch.size(); ++k) {
+          const nvjpeg::Status one =
+              api.decode_batched(handle_->get(), state_, &data[k], &lengths[k], &outputs[k], native(stream));
+          if (one == nvjpeg::kSuccess) {
+            accepted_.push_back(batch[k]);
+          } else {
+            refused[batch[k]] = "nvjpegDecodeBatched (alone, after its batch failed): " + nvjpeg_status_name(one);
+          }
+        }
+        return refused;
+      }
     }
+    for (const std::size_t i : batch) refused[i] = "nvjpegDecodeBatched: " + nvjpeg_status_name(st);
     return refused;
   }
 
   void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
     const ScopedDevice on(ordinal_);
     // Every accepted item's tap tables, built here (host doubles, as the CPU
-    // path rounds them) and copied to the device in one transfer.
+    // path rounds them) and copied to the device in one transfer, laid out by
+    // taps_item_layout: each axis block 16-aligned, so every int32 array is
+    // aligned whatever the output size and tap count.
     struct Layout {
-      std::size_t item, at;
+      std::size_t item;
       ResizeTaps x, y;
+      TapsItemLayout at;
     };
     std::vector<Layout> layouts;
     std::size_t total = 0;
-    const auto table_bytes = [](const ResizeTaps& t) {
-      return t.first.size() * sizeof(std::int32_t) * 2 + t.weights.size() * sizeof(std::int16_t);
-    };
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (!refused.at(i).empty()) continue;
       const Geometry& g = items[i].geometry;
       const ResizeBox box = clamp_resize_box(g.x0, g.y0, g.x1, g.y1, items[i].width, items[i].height, g.out.width,
                                              g.out.height);
-      Layout l{i, total, {}, {}};
+      Layout l{i, {}, {}, {}};
       make_resize_taps(box.u0, box.u1, items[i].width, g.out.width, l.x);
       make_resize_taps(box.v0, box.v1, items[i].height, g.out.height, l.y);
-      total += (table_bytes(l.x) + table_bytes(l.y) + 15) / 16 * 16;
+      l.at = taps_item_layout(total, l.x.first.size(), std::size_t(l.x.max_taps), l.y.first.size(),
+                              std::size_t(l.y.max_taps));
+      total = l.at.end;
       layouts.push_back(std::move(l));
     }
     if (layouts.empty()) return;
@@ -417,25 +441,17 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     std::byte* host = taps_staging_.reserve(total);
     if (!taps_device_ || taps_device_->bytes() < total) taps_device_ = std::make_unique<CudaBuffer>(total, ordinal_);
     auto* device = static_cast<std::byte*>(taps_device_->data());
-    // Lays one axis's tables out at `offset`; returns its view over the device copy.
-    const auto place = [&](const ResizeTaps& t, std::size_t& offset) {
-      const std::size_t n = t.first.size() * sizeof(std::int32_t), w = t.weights.size() * sizeof(std::int16_t);
-      std::memcpy(host + offset, t.first.data(), n);
-      std::memcpy(host + offset + n, t.count.data(), n);
-      std::memcpy(host + offset + 2 * n, t.weights.data(), w);
-      const ResizeTapsView v{reinterpret_cast<const std::int32_t*>(device + offset),
-                             reinterpret_cast<const std::int32_t*>(device + offset + n),
-                             reinterpret_cast<const std::int16_t*>(device + offset + 2 * n), t.max_taps};
-      offset += 2 * n + w;
-      return v;
+    // Copies one axis's tables to their place; returns its view over the device copy.
+    const auto place = [&](const ResizeTaps& t, const TapsAxisLayout& a) {
+      std::memcpy(host + a.first, t.first.data(), t.first.size() * sizeof(std::int32_t));
+      std::memcpy(host + a.count, t.count.data(), t.count.size() * sizeof(std::int32_t));
+      std::memcpy(host + a.weights, t.weights.data(), t.weights.size() * sizeof(std::int16_t));
+      return ResizeTapsView{reinterpret_cast<const std::int32_t*>(device + a.first),
+                            reinterpret_cast<const std::int32_t*>(device + a.count),
+                            reinterpret_cast<const std::int16_t*>(device + a.weights), t.max_taps};
     };
     std::vector<std::pair<ResizeTapsView, ResizeTapsView>> views;
-    for (const Layout& l : layouts) {
-      std::size_t offset = l.at;
-      const ResizeTapsView x = place(l.x, offset);
-      const ResizeTapsView y = place(l.y, offset);
-      views.emplace_back(x, y);
-    }
+    for (const Layout& l : layouts) views.emplace_back(place(l.x, l.at.x), place(l.y, l.at.y));
     CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(device, host, total, cudaMemcpyHostToDevice, native(stream)));
     CONVEYOR_CUDA_CHECK(cudaEventRecord(taps_copied_.get(), native(stream)));
     for (std::size_t k = 0; k < layouts.size(); ++k) {
@@ -534,6 +550,24 @@ class CudaDevice final : public Device {
       throw DeviceError("the per-thread default stream (cudaStreamPerThread) cannot be waited on and released from "
                         "other threads: pass an explicit stream");
     }
+    // A stream of another GPU: recording this device's events on it (a
+    // release) fails, so it is refused here, where the caller can tell why.
+    // The legacy default stream (null or cudaStreamLegacy) is the current
+    // context's, which every call of ours makes this device's.
+#if CUDART_VERSION >= 12080
+    if (s && static_cast<cudaStream_t>(s) != cudaStreamLegacy) {
+      const ScopedDevice on(ordinal_);
+      int device = -1;
+      CONVEYOR_CUDA_CHECK(cudaStreamGetDevice(static_cast<cudaStream_t>(s), &device));
+      if (device != ordinal_) {
+        throw DeviceError("a stream of CUDA device " + std::to_string(device) + " given to work on CUDA device " +
+                          std::to_string(ordinal_) + ": pass a stream of device " + std::to_string(ordinal_));
+      }
+    }
+#else
+    // No check: cudaStreamGetDevice came with CUDA 12.8. Such a stream fails at
+    // its first event record instead (cudaEventRecord, at the batch's release).
+#endif
     return std::make_unique<CudaStream>(static_cast<cudaStream_t>(s), ordinal_);
   }
 

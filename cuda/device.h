@@ -180,8 +180,10 @@ class Device {
   virtual int ordinal() const = 0;
 
   // Every call of a Device runs on that device from any thread and leaves the
-  // thread's current device as it found it (on CUDA, a scoped cudaGetDevice /
-  // cudaSetDevice pair). bind_thread() makes this device current for good
+  // thread's current device as it found it (on CUDA, a scoped guard: the
+  // device's primary context made current through the driver, the thread's
+  // context, null included, put back; cudaGetDevice/cudaSetDevice only before
+  // CUDA 12, docs/cuda.md). bind_thread() makes this device current for good
   // (cudaSetDevice, not undone): only for a thread the caller owns outright,
   // such as the transfer thread, where it spares each later call the switch.
   // Cheap; never allocates.
@@ -197,7 +199,9 @@ class Device {
   // Wraps a stream the caller owns (see Stream::native); not destroyed with the
   // handle. Streams of this device only. Throws DeviceError for CUDA's
   // per-thread default stream (cudaStreamPerThread, 0x2): it names another
-  // stream on each thread, and a release may run on any thread.
+  // stream on each thread, and a release may run on any thread; and, with
+  // CUDA 12.8 or later (cudaStreamGetDevice), for a stream of another device,
+  // naming both devices (before 12.8 such a stream fails at its first record).
   virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
   // The GPU decode path's decoder, or null with `why` set to one line saying
   // why there is none (on CUDA: no nvJPEG library, see cuda/nvjpeg_library.h).

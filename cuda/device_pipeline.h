@@ -33,7 +33,8 @@
 // thrown by the next call to next(), and it closes the free slots, so a
 // transfer waiting for one stops and a next() already waiting wakes with an
 // error instead of waiting forever. Every device call runs on the pipeline's
-// device and leaves the calling thread's current device (cudaGetDevice) as it was.
+// device and leaves the calling thread's current device as it was (on CUDA the
+// thread's current context, null included: see Device::bind_thread).
 #pragma once
 
 #include <array>

@@ -1,5 +1,6 @@
 #include "cuda/gpu_share.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <span>
@@ -100,14 +101,16 @@ GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Devic
                              static_cast<std::uint8_t*>(slots->data()) + k * bytes});
   }
   double gpu_s = 0;
+  std::size_t accepted = 0;  // of the timed round: a file the decoder refuses goes to the CPU in a run
   for (int round = 0; round < 2; ++round) {  // the first round grows the decoder's memory
     t0 = Clock::now();
     const std::vector<std::string> refused = decoder.decode(items, *stream);
     decoder.render(items, refused, *stream);
     device.synchronize(*stream);
     gpu_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    accepted = std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
   }
-  m.gpu = double(picked.size()) / gpu_s;
+  m.gpu = accepted > 0 ? double(accepted) / gpu_s : 0;  // share 0 below when it took none
   m.share = balanced_gpu_share(m.cpu_per_worker, workers, m.gpu);
   return m;
 }

@@ -24,7 +24,8 @@ namespace conveyor {
 
 struct GpuShare {
   double cpu_per_worker = 0;  // samples/s of the CPU path on one worker (read, decode, render)
-  double gpu = 0;             // samples/s of the GPU decoder (decode, render, to completion)
+  double gpu = 0;             // samples/s the GPU decoder takes (decode, render, to completion); files it
+                              // refuses count as none (a run decodes them on the CPU); 0 if it took none
   double share = 0;           // gpu / (gpu + workers x cpu_per_worker)
   std::size_t samples = 0;    // decodable samples measured on each side
   // One line: "share 0.42: CPU 812 samples/s per worker x 16, GPU 9400 samples/s (64 samples)".
@@ -68,7 +69,8 @@ std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
 // the first grows the decoder's memory). Run it before the pipeline starts.
 // Files that cannot be read or parsed are left out (the run reports them by
 // its error policy). Returns share 0 with samples 0 when the dataset has no
-// decodable sample among its first 4 x samples. Throws what decoding a picked
+// decodable sample among its first 4 x samples, and share 0 when the decoder
+// refuses every picked file. Throws what decoding a picked
 // file throws ("<file>: <reason>") and what the device throws.
 GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
                            std::size_t samples = 64);

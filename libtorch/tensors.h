@@ -57,10 +57,13 @@ struct TensorBatch {
   std::size_t skipped = 0;             // samples of this batch the workers skipped
   bool last_in_epoch = false;
 
-  // The tensors are also used on `stream` (a cudaStream_t: a side stream, a
-  // communication stream): the batch's release waits for what that stream has
-  // enqueued by then too, as Tensor::record_stream does for PyTorch's caching
-  // allocator. Call it after enqueueing that work, while a tensor is alive.
+  // The tensors are also used on `stream` (a cudaStream_t of the same GPU: a
+  // side stream, a communication stream): the batch's release waits for what
+  // that stream has enqueued by then too, as Tensor::record_stream does for
+  // PyTorch's caching allocator. Use this one, not images.record_stream(s):
+  // these tensors are from_blob views of the pipeline's slots, and PyTorch's
+  // record_stream does nothing for memory its caching allocator did not
+  // allocate. Call it after enqueueing that work, while a tensor is alive.
   // Does nothing once the batch is released.
   void record_stream(void* stream) const;
 

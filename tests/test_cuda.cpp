@@ -8,6 +8,7 @@
 #include "catch_compat.h"
 #include <cstdio>
 #if __has_include(<cuda_runtime.h>)
+#include <cuda.h>          // the driver's types, for the device guard's tests
 #include <cuda_runtime.h>  // to leave an error behind as a caller's own call would
 #endif
 #include <unistd.h>
@@ -250,43 +251,182 @@ TEST_CASE("the per-thread default stream is refused: a release may run on anothe
   REQUIRE_NOTHROW(g->wrap_stream(nullptr));
 }
 
+#if CUDART_VERSION >= 12080  // cudaStreamGetDevice
+TEST_CASE("a stream of the pipeline's own device is taken", "[cuda][streams]") {
+  auto g = gpu();
+  auto s = g->create_stream();
+  REQUIRE_NOTHROW(g->wrap_stream(s->native()));
+  REQUIRE_NOTHROW(g->wrap_stream(cudaStreamLegacy));
+}
+#endif
+
 #if CUDART_VERSION >= 12050  // cudaGetDriverEntryPointByVersion
+namespace {
+
+// The driver calls these tests use, reached as the library reaches them (no libcuda link).
+struct TestDriver {
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*ctx_create)(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice) = nullptr;  // cuCtxCreate_v4 (12.5)
+  CUresult (*ctx_destroy)(CUcontext) = nullptr;
+};
+
+template <typename F>
+void resolve(const char* name, int version, F& f) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  INFO(name);
+  REQUIRE(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found) == cudaSuccess);
+  REQUIRE(found == cudaDriverEntryPointSuccess);
+  f = reinterpret_cast<F>(fn);
+}
+
+TestDriver test_driver() {
+  TestDriver d;
+  resolve("cuCtxGetCurrent", 12000, d.ctx_get_current);
+  resolve("cuDeviceGet", 12000, d.device_get);
+  resolve("cuCtxCreate", 12050, d.ctx_create);
+  resolve("cuCtxDestroy", 12000, d.ctx_destroy);
+  return d;
+}
+
+// Device work from the calling thread: every kind of call the guard wraps
+// (a handle's creation, calls, and destructors).
+void some_work(Device& g) {
+  auto s = g.create_stream();
+  auto e = g.create_event();
+  auto b = g.allocate(64);
+  g.set_bytes(b->data(), 1, 64, *s);
+  g.record(*e, *s);
+  g.synchronize(*e);
+}
+
+}  // namespace
+
+TEST_CASE("the device guard leaves each thread's context as it was: none, or the caller's own", "[cuda][device-guard]") {
+  const TestDriver d = test_driver();
+  DeviceConfig cfg;
+  cfg.backend = BackendChoice::cuda;
+  cfg.cuda_device = 0;
+  std::string error;  // Catch2's assertions stay on this thread
+  // A thread that never used CUDA has no context, and must have none after.
+  CUcontext before = reinterpret_cast<CUcontext>(1), after = reinterpret_cast<CUcontext>(1);
+  std::thread fresh([&] {
+    try {
+      (void)d.ctx_get_current(&before);
+      auto g = open_device(cfg);
+      some_work(*g);
+      g.reset();
+      (void)d.ctx_get_current(&after);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  fresh.join();
+  REQUIRE(error.empty());
+  REQUIRE(before == nullptr);
+  REQUIRE(after == nullptr);
+
+  // A thread in a context of its own (not the primary context the library
+  // uses) is in that context after each call and after the destructors.
+  CUresult created = CUDA_ERROR_UNKNOWN;
+  CUcontext user = nullptr, during = nullptr, after_calls = nullptr, after_destructors = nullptr;
+  std::thread own([&] {
+    try {
+      CUdevice dev{};
+      if (d.device_get(&dev, 0) != CUDA_SUCCESS) return;
+      CUctxCreateParams params{};  // no affinity, no CIG: a plain context, made current
+      created = d.ctx_create(&user, &params, 0, dev);
+      if (created != CUDA_SUCCESS) return;
+      (void)d.ctx_get_current(&during);
+      {
+        auto g = open_device(cfg);
+        auto s = g->create_stream();
+        auto e = g->create_event();
+        g->record(*e, *s);
+        g->synchronize(*e);
+        (void)d.ctx_get_current(&after_calls);
+      }
+      (void)d.ctx_get_current(&after_destructors);
+      (void)d.ctx_destroy(user);
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (user) (void)d.ctx_destroy(user);
+    }
+  });
+  own.join();
+  REQUIRE(error.empty());
+  REQUIRE(created == CUDA_SUCCESS);
+  REQUIRE(user != nullptr);
+  REQUIRE(during == user);
+  REQUIRE(after_calls == user);
+  REQUIRE(after_destructors == user);
+}
+
 TEST_CASE("work on a second GPU leaves each thread's context as it was", "[cuda][device-guard]") {
   int count = 0;
   REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
   if (count < 2) {
-    WARN("the device guard's restore is not checked: it needs two GPUs, this machine has " << count);
+    WARN("the device guard's switch to another GPU is not checked: it needs two GPUs, this machine has " << count);
     return;
   }
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  REQUIRE(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess);
-  const auto ctx_get_current = reinterpret_cast<int (*)(void**)>(fn);
+  const TestDriver d = test_driver();
   DeviceConfig cfg;
   cfg.backend = BackendChoice::cuda;
   cfg.cuda_device = 1;
+  std::string error;
   // A thread that never used CUDA has no context, and must have none after:
   // restoring "device 0" would create device 0's primary context.
-  void* after = reinterpret_cast<void*>(1);
+  CUcontext after = reinterpret_cast<CUcontext>(1);
   int runtime_device = -1;
   std::thread fresh([&] {
-    auto g1 = open_device(cfg);
-    auto e = g1->create_event();
-    e.reset();
-    g1.reset();
-    (void)ctx_get_current(&after);
-    (void)cudaGetDevice(&runtime_device);  // the runtime's own choice, untouched: still 0
+    try {
+      auto g1 = open_device(cfg);
+      some_work(*g1);
+      g1.reset();
+      (void)d.ctx_get_current(&after);
+      (void)cudaGetDevice(&runtime_device);  // the runtime's own choice, untouched: still 0
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   });
   fresh.join();
+  REQUIRE(error.empty());
   REQUIRE(after == nullptr);
   REQUIRE(runtime_device == 0);
-  // A thread on device 0 stays there.
-  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  // A thread on device 0 (its primary context current) stays in that context.
+  CUcontext on0 = nullptr, after_calls = nullptr, after_destructors = nullptr;
+  std::thread on_device0([&] {
+    try {
+      if (cudaSetDevice(0) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) return;
+      (void)d.ctx_get_current(&on0);
+      {
+        auto g1 = open_device(cfg);
+        auto s = g1->create_stream();
+        auto e = g1->create_event();
+        g1->record(*e, *s);
+        g1->synchronize(*e);
+        (void)d.ctx_get_current(&after_calls);
+      }
+      (void)d.ctx_get_current(&after_destructors);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  on_device0.join();
+  REQUIRE(error.empty());
+  REQUIRE(on0 != nullptr);
+  REQUIRE(after_calls == on0);
+  REQUIRE(after_destructors == on0);
+#if CUDART_VERSION >= 12080
+  // A stream of device 0 given to work on device 1: refused, naming both.
+  DeviceConfig cfg0 = cfg;
+  cfg0.cuda_device = 0;
+  auto g0 = open_device(cfg0);
   auto g1 = open_device(cfg);
-  auto stream = g1->create_stream();
-  int now = -1;
-  REQUIRE(cudaGetDevice(&now) == cudaSuccess);
-  REQUIRE(now == 0);
+  auto s0 = g0->create_stream();
+  REQUIRE_THROWS_WITH(g1->wrap_stream(s0->native()), Catch::Contains("CUDA device 0") && Catch::Contains("CUDA device 1"));
+#endif
 }
 #endif
 #endif
@@ -323,6 +463,59 @@ double psnr_bytes(const std::vector<unsigned char>& a, const std::vector<unsigne
   return se == 0 ? 99 : 10 * std::log10(255.0 * 255.0 * double(a.size()) / se);
 }
 
+// `count` generated photos (grey and colour, 4:2:0 and 4:4:4), each with a
+// RandomResizedCrop + flip box to `out` that the GPU path takes.
+struct Photos {
+  std::vector<std::vector<unsigned char>> files;
+  std::vector<ImageInfo> infos;
+  std::vector<Geometry> geometry;
+};
+Photos make_photos(int count, Size out) {
+  namespace t = conveyor::test;
+  const Augment augment({RandomResizedCrop{out}, RandomHorizontalFlip{}});
+  Photos p;
+  ImageDecoder header;
+  for (int i = 0; i < count; ++i) {
+    const t::Rgb img = t::photo_like(300 + 37 * (i % 7), 220 + 29 * (i % 5), std::uint64_t(i));
+    p.files.push_back(t::jpeg(img, {i % 6 == 5 ? t::JpegKind::gray : t::JpegKind::baseline, 90, i % 4 != 3}));
+    p.infos.push_back(header.open(p.files.back()));
+    Rng rng(5, 0, std::uint64_t(i));
+    p.geometry.push_back(augment.plan(p.infos.back().width, p.infos.back().height, rng));
+    REQUIRE(gpu_decodable(p.infos.back(), p.geometry.back()));
+  }
+  return p;
+}
+
+// The worst mean |GPU - twin| and the worst PSNR against the CPU path over the
+// samples the decoder took (each must be taken, but `may_refuse`).
+struct Agreement {
+  double worst_twin_mean = 0, worst_cpu = 99;
+};
+Agreement compare_with_cpu(const Photos& p, const std::vector<std::vector<unsigned char>>& got,
+                           const std::vector<std::string>& refused, std::size_t may_refuse = std::size_t(-1)) {
+  ImageDecoder full({}, {8}), roi;
+  ResizeScratch scratch;
+  Agreement a;
+  for (std::size_t i = 0; i < p.files.size(); ++i) {
+    CAPTURE(i);
+    if (i == may_refuse) continue;
+    REQUIRE(refused[i].empty());
+    std::vector<unsigned char> twin(got[i].size()), cpu_path(got[i].size());
+    full.open(p.files[i]);
+    const DecodedView v = full.decode({0, 0, p.infos[i].width, p.infos[i].height}, 1.0);
+    render_gpu_twin(v.pixels, v.width, v.height, v.stride, p.geometry[i], twin);
+    roi.open(p.files[i]);
+    const DecodeRequest want = decode_request(p.geometry[i], p.infos[i].width, p.infos[i].height);
+    render(roi.decode(want.region, want.min_scale), p.geometry[i], p.infos[i].width, p.infos[i].height, 0, cpu_path,
+           scratch);
+    double sum = 0;
+    for (std::size_t k = 0; k < twin.size(); ++k) sum += std::abs(int(twin[k]) - int(got[i][k]));
+    a.worst_twin_mean = std::max(a.worst_twin_mean, sum / double(twin.size()));
+    a.worst_cpu = std::min(a.worst_cpu, psnr_bytes(got[i], cpu_path));
+  }
+  return a;
+}
+
 }  // namespace
 
 TEST_CASE("gpu decode on CUDA: nvJPEG samples within 1 grey level of the twin, >= 40 dB from the CPU path",
@@ -335,45 +528,15 @@ TEST_CASE("gpu decode on CUDA: nvJPEG samples within 1 grey level of the twin, >
     return;
   }
   INFO(decoder->describe());
-  namespace t = conveyor::test;
-  const Augment augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}});
-  std::vector<std::vector<unsigned char>> files;
-  std::vector<ImageInfo> infos;
-  std::vector<Geometry> geometry;
-  ImageDecoder header;
-  for (int i = 0; i < 24; ++i) {
-    const t::Rgb img = t::photo_like(300 + 37 * (i % 7), 220 + 29 * (i % 5), std::uint64_t(i));
-    files.push_back(t::jpeg(img, {i % 6 == 5 ? t::JpegKind::gray : t::JpegKind::baseline, 90, i % 4 != 3}));
-    infos.push_back(header.open(files.back()));
-    Rng rng(5, 0, std::uint64_t(i));
-    geometry.push_back(augment.plan(infos.back().width, infos.back().height, rng));
-    REQUIRE(gpu_decodable(infos.back(), geometry.back()));
-  }
+  const Photos p = make_photos(24, {224, 224});
   std::vector<std::string> refused;
-  const auto got = gpu_render(*device, *decoder, files, infos, geometry, refused);
-  ImageDecoder full({}, {8}), roi;
-  ResizeScratch scratch;
-  double worst_cpu = 99, worst_twin_mean = 0;
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(refused[i].empty());
-    std::vector<unsigned char> twin(got[i].size()), cpu_path(got[i].size());
-    full.open(files[i]);
-    const DecodedView v = full.decode({0, 0, infos[i].width, infos[i].height}, 1.0);
-    render_gpu_twin(v.pixels, v.width, v.height, v.stride, geometry[i], twin);
-    roi.open(files[i]);
-    const DecodeRequest want = decode_request(geometry[i], infos[i].width, infos[i].height);
-    render(roi.decode(want.region, want.min_scale), geometry[i], infos[i].width, infos[i].height, 0, cpu_path, scratch);
-    double sum = 0;
-    for (std::size_t k = 0; k < twin.size(); ++k) sum += std::abs(int(twin[k]) - int(got[i][k]));
-    worst_twin_mean = std::max(worst_twin_mean, sum / double(twin.size()));
-    worst_cpu = std::min(worst_cpu, psnr_bytes(got[i], cpu_path));
-  }
-  INFO("worst mean |nvJPEG - twin| " << worst_twin_mean << ", worst PSNR against the CPU path " << worst_cpu << " dB");
-  WARN("gpu decode: worst mean |nvJPEG - twin| " << worst_twin_mean << " grey levels, worst PSNR against the CPU path "
-                                                 << worst_cpu << " dB (" << decoder->describe() << ")");
-  REQUIRE(worst_twin_mean <= 1.0);
-  REQUIRE(worst_cpu >= 40);
+  const auto got = gpu_render(*device, *decoder, p.files, p.infos, p.geometry, refused);
+  const Agreement a = compare_with_cpu(p, got, refused);
+  INFO("worst mean |nvJPEG - twin| " << a.worst_twin_mean << ", worst PSNR against the CPU path " << a.worst_cpu << " dB");
+  WARN("gpu decode: worst mean |nvJPEG - twin| " << a.worst_twin_mean << " grey levels, worst PSNR against the CPU path "
+                                                 << a.worst_cpu << " dB (" << decoder->describe() << ")");
+  REQUIRE(a.worst_twin_mean <= 1.0);
+  REQUIRE(a.worst_cpu >= 40);
 }
 
 TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4 workers", "[cuda][gpu-decode]") {
@@ -427,4 +590,64 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
   const auto one = digests(1);
   REQUIRE(digests(4) == one);
   std::filesystem::remove_all(dir);
+}
+
+// Last but one: an odd output width with make_resize_taps' odd tap counts once
+// put each item's y tables off 4-byte alignment (cuda/taps_layout.h), and the
+// kernel's misaligned loads end the CUDA context, failing every later case.
+TEST_CASE("gpu decode on CUDA: odd output sizes (63x61) render as the twin does", "[cuda][gpu-decode]") {
+  auto device = gpu();
+  std::string why;
+  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
+  if (!decoder) {
+    WARN("gpu decode not checked: " << why);
+    return;
+  }
+  INFO(decoder->describe());
+  const Photos p = make_photos(12, {61, 63});  // height 61, width 63
+  std::vector<std::string> refused;
+  const auto got = gpu_render(*device, *decoder, p.files, p.infos, p.geometry, refused);
+  const Agreement a = compare_with_cpu(p, got, refused);
+  INFO("worst mean |nvJPEG - twin| " << a.worst_twin_mean << ", worst PSNR against the CPU path " << a.worst_cpu << " dB");
+  REQUIRE(a.worst_twin_mean <= 1.0);  // the twin is the reference here; 40 dB from the CPU path is checked at 224 above
+}
+
+// Last: a broken file among good ones. nvjpegDecodeBatched may fail the whole
+// batch for it; the decoder then decodes each file alone, so the good ones
+// still render on the GPU and only the broken one may be refused. [errors]:
+// nvJPEG may fail calls on purpose here, so the sanitizer runs leave it out.
+TEST_CASE("gpu decode on CUDA: one broken file in a batch leaves the others on the GPU", "[cuda][gpu-decode][errors]") {
+  auto device = gpu();
+  std::string why;
+  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
+  if (!decoder) {
+    WARN("gpu decode not checked: " << why);
+    return;
+  }
+  INFO(decoder->describe());
+  const Photos good = make_photos(8, {64, 64});
+  Photos p = good;
+  // File 3 keeps its headers (nvjpegGetImageInfo accepts it) and loses all but
+  // 64 bytes of its entropy-coded data.
+  const std::size_t broken = 3;
+  std::vector<unsigned char>& f = p.files[broken];
+  std::size_t sos = 0;
+  for (std::size_t k = 0; k + 1 < f.size(); ++k) {
+    if (f[k] == 0xFF && f[k + 1] == 0xDA) {
+      sos = k;
+      break;
+    }
+  }
+  REQUIRE(sos > 0);
+  const std::size_t scan = sos + 2 + (std::size_t(f[sos + 2]) << 8 | f[sos + 3]);
+  REQUIRE(scan + 64 < f.size());
+  f.resize(scan + 64);
+  f.push_back(0xFF);
+  f.push_back(0xD9);
+  std::vector<std::string> refused;
+  const auto got = gpu_render(*device, *decoder, p.files, p.infos, p.geometry, refused);
+  WARN("gpu decode of a truncated file among 8: " << (refused[broken].empty() ? "taken" : "refused: " + refused[broken]));
+  const Agreement a = compare_with_cpu(p, got, refused, broken);
+  INFO("worst mean |nvJPEG - twin| " << a.worst_twin_mean << ", worst PSNR against the CPU path " << a.worst_cpu << " dB");
+  REQUIRE(a.worst_twin_mean <= 1.0);  // the twin is the reference here; 40 dB from the CPU path is checked at 224 above
 }

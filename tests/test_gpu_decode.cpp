@@ -56,16 +56,18 @@ struct Run {
   DevicePipeline::GpuDecodeCounts counts;
 };
 
-// The host twin, refusing every other item it is given (after decoding them
-// all, so its images sit by position as a real decoder's do): the transfer
-// stage must send those to the CPU and render the rest from their own images.
+// The host twin, refusing every other item it is given (every one with
+// every = 1), after decoding them all, so its images sit by position as a real
+// decoder's do: the transfer stage must send those to the CPU and render the
+// rest from their own images.
 class RefusingDecoder final : public JpegBatchDecoder {
  public:
-  explicit RefusingDecoder(std::unique_ptr<JpegBatchDecoder> inner) : inner_(std::move(inner)) {}
+  explicit RefusingDecoder(std::unique_ptr<JpegBatchDecoder> inner, std::size_t every = 2)
+      : inner_(std::move(inner)), every_(every) {}
   std::string describe() const override { return "refusing " + inner_->describe(); }
   std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
     std::vector<std::string> refused = inner_->decode(items, stream);
-    for (std::size_t i = 1; i < refused.size(); i += 2) refused[i] = "refused for the test";
+    for (std::size_t i = every_ - 1; i < refused.size(); i += every_) refused[i] = "refused for the test";
     return refused;
   }
   void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
@@ -74,6 +76,7 @@ class RefusingDecoder final : public JpegBatchDecoder {
 
  private:
   std::unique_ptr<JpegBatchDecoder> inner_;
+  std::size_t every_;
 };
 
 // Two epochs, batch 4, through the host backend with random delays; with
@@ -241,6 +244,24 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   const GpuShare z = measure_gpu_share(none, *decoder, *device, 3);
   REQUIRE(z.samples == 0);
   REQUIRE(z.share == 0);
+}
+
+TEST_CASE("gpu decode: auto counts only the samples the decoder takes, and taking none is share 0", "[gpu-decode][auto]") {
+  t::TempDir dir;
+  std::vector<bool> decodable;
+  const Dataset d = make_files(dir, decodable);
+  ImageConfig ic;
+  ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
+  ImageSource src(d, ic, 1);
+  DeviceConfig dc;
+  dc.backend = BackendChoice::host;
+  auto device = open_device(dc);
+  std::string why;
+  RefusingDecoder none(device->create_jpeg_decoder(DecodeLimits{}, why), 1);
+  const GpuShare m = measure_gpu_share(src, none, *device, 3);
+  REQUIRE(m.samples > 0);  // it measured them, and took none: they would all go to the CPU
+  REQUIRE(m.gpu == 0);
+  REQUIRE(m.share == 0);
 }
 
 TEST_CASE("gpu decode: the line hints at leaving the transfer thread a core when the workers take them all",
