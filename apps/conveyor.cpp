@@ -146,11 +146,37 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
   return s;
 }
 
+// Written into a hidden folder beside --out and renamed to it when whole: a
+// signal, a full disk or a crash never leaves an --out that reads as a
+// smaller dataset (a killed run leaves only the hidden folder).
 int make_dataset(const Options& o) {
-  if (std::filesystem::exists(o.out)) throw UsageError("--out " + o.out + ": already exists");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(o.out, ec))) throw UsageError("--out " + o.out + ": already exists");
+  fs::path out = fs::path(o.out).lexically_normal();
+  if (!out.has_filename() && out.has_parent_path()) out = out.parent_path();  // "ds/"
+  const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".partial-" + std::to_string(::getpid()));
   DefaultDatasetOptions d;
   d.images_per_class = o.images_per_class;
-  write_default_dataset(o.out, d);
+  catch_interrupts();
+  d.cancelled = [] { return interrupt_signal() != 0; };
+  try {
+    fs::remove_all(tmp);
+    write_default_dataset(tmp, d);
+    fs::rename(tmp, out);  // fails if --out appeared meanwhile: nothing overwritten
+  } catch (const DatasetCancelled& c) {
+    fs::remove_all(tmp, ec);
+    const int sig = interrupt_signal();
+    std::printf("make-dataset: interrupted by %s after %zu of %zu images; nothing written\n", signal_word(sig),
+                c.written, c.total);
+    return 128 + sig;
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    throw std::runtime_error("make-dataset: --out " + o.out + ": " + e.code().message());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
   std::printf("wrote the default dataset (%zu classes) to %s\n", default_dataset_classes().size(), o.out.c_str());
   return 0;
 }

@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <system_error>
 
@@ -91,15 +94,33 @@ const std::vector<std::string>& default_dataset_classes() {
   return names;
 }
 
+namespace {
+
+// Writes bytes to file, or throws naming it and the reason ("No space left on
+// device"): a stream's failure alone said only "cannot write".
+void write_whole(const std::filesystem::path& file, std::span<const unsigned char> bytes) {
+  std::FILE* f = std::fopen(file.c_str(), "wb");
+  if (!f) throw std::runtime_error(file.string() + ": cannot write: " + std::strerror(errno));
+  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !wrote) {
+    throw std::runtime_error(file.string() + ": cannot write: " + std::strerror(wrote ? errno : err));
+  }
+}
+
+}  // namespace
+
 void write_default_dataset(const std::filesystem::path& dir, const DefaultDatasetOptions& o) {
   namespace fs = std::filesystem;
   std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitCompress(), tjDestroy);
   if (!tj) throw std::runtime_error("default dataset: tjInitCompress failed");
   const auto& classes = default_dataset_classes();
+  const std::size_t total = classes.size() * o.images_per_class;
   for (std::size_t c = 0; c < classes.size(); ++c) {
     const fs::path cdir = dir / classes[c];
     fs::create_directories(cdir);
     for (std::size_t i = 0; i < o.images_per_class; ++i) {
+      if (o.cancelled && o.cancelled()) throw DatasetCancelled(c * o.images_per_class + i, total);
       Rng rng(o.seed, c, i);
       int w = 0, h = 0;
       const auto px = render(int(c), rng, w, h);
@@ -113,13 +134,12 @@ void write_default_dataset(const std::filesystem::path& dir, const DefaultDatase
         tjFree(jpeg);
         throw std::runtime_error(file.string() + ": JPEG encode failed: " + msg);
       }
-      std::ofstream out(file, std::ios::binary);
-      out.write(reinterpret_cast<const char*>(jpeg), std::streamsize(size));
+      write_whole(file, {jpeg, size});
       tjFree(jpeg);
-      if (!out) throw std::runtime_error(file.string() + ": cannot write");
     }
   }
-  std::ofstream(dir / ".complete") << "conveyor default dataset v" << kVersion << "\n";
+  const std::string marker = "conveyor default dataset v" + std::to_string(kVersion) + "\n";
+  write_whole(dir / ".complete", {reinterpret_cast<const unsigned char*>(marker.data()), marker.size()});
 }
 
 std::filesystem::path default_dataset_dir(const DefaultDatasetOptions& o) {

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,13 +27,27 @@ struct DefaultDatasetOptions {
   std::size_t images_per_class = 300;  // Default: 300 (3,000 images, about 10 MB)
   std::uint64_t seed = 2026;           // Default: 2026
   int quality = 90;                    // JPEG quality. Default: 90
+  // Asked before each image; true stops the writing with DatasetCancelled
+  // (a signal caught by the command). Default: none, never stops.
+  std::function<bool()> cancelled;
+};
+
+// What write_default_dataset throws when `cancelled` said stop: the images
+// written so far are left in `dir` for the caller to remove.
+struct DatasetCancelled : std::runtime_error {
+  std::size_t written, total;
+  DatasetCancelled(std::size_t w, std::size_t t)
+      : std::runtime_error("default dataset: cancelled"), written(w), total(t) {}
 };
 
 // The class names, in label order.
 const std::vector<std::string>& default_dataset_classes();
 
 // Writes the set into `dir` (created; must not already hold a set). Throws
-// std::runtime_error naming the file for a write or encode failure.
+// std::runtime_error naming the file and the reason for a write or encode
+// failure, DatasetCancelled when options.cancelled says stop. Either way what
+// was written stays: write into a temporary folder and rename it, as
+// ensure_default_dataset and `conveyor make-dataset` do.
 void write_default_dataset(const std::filesystem::path& dir, const DefaultDatasetOptions& options = {});
 
 // The cache folder: $CONVEYOR_CACHE, else user_cache_dir() ($XDG_CACHE_HOME/

@@ -512,6 +512,21 @@ pack-interrupt)  # a pack stopped by a signal leaves no --out that --shards woul
   done
   [ -L "$work/link" ] || fail "pack --out LINK replaced the link"
   ;;
+make-dataset-interrupt)  # make-dataset stopped by a signal leaves no --out that would read as a smaller dataset
+  "$bin" make-dataset --out "$work/md" --images-per-class 20000 >"$work/out" 2>&1 &
+  pid=$!
+  for _ in $(seq 400); do [ "$(find "$work" -maxdepth 3 -path "*/.md.partial-*/0-*" -name '*.jpg' 2>/dev/null | head -1)" ] && break; sleep 0.02; done
+  stop_job $pid TERM
+  [ $rc -eq 143 ] || fail "make-dataset on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
+  grep -q "^make-dataset: interrupted by SIGTERM after [0-9]* of 200000 images; nothing written" "$work/out" ||
+    fail "make-dataset on SIGTERM: $(tail -2 "$work/out")"
+  [ ! -e "$work/md" ] || fail "make-dataset on SIGTERM left --out: $(ls "$work/md" | head -3)"
+  [ -z "$(ls -A "$work" | grep '^\.md\.partial-')" ] || fail "make-dataset on SIGTERM left $(ls -A "$work" | grep partial)"
+  "$bin" make-dataset --out "$work/md/" --images-per-class 2 >"$work/out" 2>&1 || fail "make-dataset after: $(tail -1 "$work/out")"
+  [ "$(find "$work/md" -name '*.jpg' | wc -l)" -eq 20 ] && [ -f "$work/md/.complete" ] || fail "make-dataset after: $(ls -A "$work/md")"
+  expect 2 "make-dataset over an existing --out" -- make-dataset --out "$work/md" --images-per-class 2
+  err_has "already exists" "make-dataset over an existing --out"
+  ;;
 shard-ranks)  # --rank-by-shard with a rank whose shards are empty: every rank refuses, naming it (none runs zero steps)
   "$bin" pack --folder "$work/ds" --out "$work/sh" >/dev/null 2>&1 || fail "pack"
   cp "$work/sh/shard-000000.tar" "$work/sh/shard-000001.tar"
