@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   // --config is the program's (CLI11 reads config files for the top-level app
   // only); its keys set the flags of the subcommand named first.
   const std::string section = subcommand_word(argc, argv);
-  add_config_option(app, section, section);
+  add_config_option(app, section, section, argc, argv);
   strict_values(app);
   try {
     check_subcommand(argc, argv, app);

@@ -1,5 +1,6 @@
 #include "apps/toml_config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -180,13 +181,29 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
       fail("'" + item.name + "' is set both at the top and in [" + own_table_ + "]; keep one");
     }
   }
+  std::erase_if(found, [&](const CLI::ConfigItem& item) {
+    return std::find(overridden_.begin(), overridden_.end(), item.name) != overridden_.end();
+  });
   return found;
 }
 
-void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table) {
+void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table, int argc,
+                       const char* const* argv) {
   app.set_config("--config", "", "TOML file of flags (`workers = 8`); flags on the command line override it")
       ->check(CLI::ExistingFile);
-  app.config_formatter(std::make_shared<TomlConfig>(section, own_table));
+  // CLI11 lets a flag given on the command line win over the file's key of the
+  // same name; the dataset's three keys exclude one another, so one given on
+  // the command line replaces all three of the file's.
+  std::vector<std::string> overridden;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    for (const std::string_view flag : {"--folder", "--list", "--shards"}) {
+      if (a == flag || (a.starts_with(flag) && a.size() > flag.size() && a[flag.size()] == '=')) {
+        overridden = {"folder", "list", "shards"};
+      }
+    }
+  }
+  app.config_formatter(std::make_shared<TomlConfig>(section, own_table, std::move(overridden)));
   app.allow_config_extras(CLI::config_extras_mode::error);
 }
 

@@ -37,18 +37,25 @@ class TomlConfig final : public CLI::Config {
   // section: the subcommand whose flags the keys set ("" for a program without
   // subcommands, whose own flags they set); own_table: the table name that
   // means the same ("sweep"; the program's name when section is "").
-  TomlConfig(std::string section, std::string own_table)
-      : section_(std::move(section)), own_table_(std::move(own_table)) {}
+  // overridden: keys left out of the file because the command line sets what
+  // they set (the dataset keys, when a dataset flag is given).
+  TomlConfig(std::string section, std::string own_table, std::vector<std::string> overridden = {})
+      : section_(std::move(section)), own_table_(std::move(own_table)), overridden_(std::move(overridden)) {}
   std::string to_config(const CLI::App*, bool, bool, std::string) const override;
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
 
  private:
   std::string section_, own_table_;
+  std::vector<std::string> overridden_;
 };
 
 // Gives the top-level app a --config FILE option read by TomlConfig, for the
-// subcommand `section` ("" for none), with unknown keys an error.
-void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table);
+// subcommand `section` ("" for none), with unknown keys an error. Flags on
+// the command line override the file's; the dataset counts as one setting:
+// `--list L` on the command line replaces the file's `folder = "..."` (argv
+// is looked at for --folder, --list and --shards).
+void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table, int argc = 0,
+                       const char* const* argv = nullptr);
 
 // The --config file app read, or "" when none was given.
 std::string config_file(const CLI::App& app);

@@ -277,6 +277,16 @@ toml)  # 17.12: malformed TOML is an error with the file and line; unknown keys 
   printf 'workers = 2\nbatch = 4\nepochs = 1\n' >"$work/ok.toml"
   "$bin" run --config "$work/ok.toml" --folder "$work/ds" >"$work/out" 2>&1 || fail "a valid config: $(tail -2 "$work/out")"
   grep -q "^epoch 0: 30 images in 8 batches" "$work/out" || fail "a valid config's values were not used"
+  # The dataset is one setting: a dataset flag on the command line replaces the file's, of either kind
+  find "$work/ds" -name '*.jpg' | head -6 | awk '{ print $0, 1 }' >"$work/six.txt"
+  printf 'batch = 4\nepochs = 1\nfolder = "%s"\n' "$work/ds" >"$work/ds.toml"
+  for flag in "--list $work/six.txt" "--list=$work/six.txt"; do
+    # shellcheck disable=SC2086
+    timeout 60 "$bin" run --config "$work/ds.toml" $flag >"$work/out" 2>&1 || fail "config folder + $flag: $(tail -1 "$work/out")"
+    grep -q "^epoch 0: 6 images in 2 batches" "$work/out" || fail "config folder + $flag: $(grep '^epoch' "$work/out")"
+  done
+  expect 2 "two dataset flags on the command line" -- run --config "$work/ds.toml" --list "$work/six.txt" --folder "$work/ds"
+  err_has "give one dataset, not several" "two dataset flags"
   ;;
 subcommands)  # 17.13: an unknown subcommand is named with the valid ones; each subcommand's help lists its flags with defaults
   expect 2 "conveyor frobnicate" -- frobnicate
