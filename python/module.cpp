@@ -234,6 +234,13 @@ struct PyLoader {
   // not its threads (nor, perhaps, an unlocked `mu`): a child may use a loader
   // that had not started yet, and is refused one that had.
   pid_t pid = ::getpid();
+  // A batch taken from the pipeline as a signal came in: the signal's
+  // exception (KeyboardInterrupt) was raised instead, and this batch is the
+  // next one given, on the stream it was made ready on (held_back_stream).
+  // The consumer's position (consumer_state) leaves it out. Dropped by a move
+  // (epoch(), load_state_dict) and by close(). Guarded by `mu`.
+  std::unique_ptr<DeviceBatch> held_back;
+  void* held_back_stream = nullptr;
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;
@@ -241,7 +248,10 @@ struct PyLoader {
   ~PyLoader() {
     // In a forked child the threads to join live in the parent: joining (or
     // locking) here would hang or crash. The child's copy is left to the OS.
-    if (loader && ::getpid() != pid && loader->running()) (void)loader.release();
+    if (loader && ::getpid() != pid && loader->running()) {
+      (void)held_back.release();  // its release would go to the parent's pipeline
+      (void)loader.release();
+    }
   }
 
   // Runs f under the loader's mutex with the GIL released.
@@ -264,8 +274,25 @@ struct PyLoader {
     pid = now;  // never started: the child's copy is its own
   }
   void seek(const PipelineState& s) {
-    locked([&](Loader& l) { l.seek(s); });
+    locked([&](Loader& l) {
+      held_back.reset();
+      l.seek(s);
+    });
     ++generation;
+  }
+  // Where the consumer stands: the loader's position, less a held-back batch
+  // (the last of its epoch, it moved the loader on to the next). Under `mu`.
+  PipelineState consumer_state(const Loader& l) const {
+    PipelineState s = l.state();
+    if (!held_back) return s;
+    const Batch& b = held_back->host();
+    if (s.epoch != b.epoch) {
+      s.epoch = b.epoch;
+      s.delivered.clear();
+      for (std::uint64_t i = 0; i < l.batches_per_epoch(); ++i) s.delivered.push_back(i);
+    }
+    std::erase(s.delivered, b.index);
+    return s;
   }
 };
 
@@ -275,12 +302,21 @@ struct EpochIter {
   std::uint64_t epoch, generation;
 };
 
-// One try at the next batch of it.epoch, under the loader's mutex: checking,
-// waiting and taking in one critical section, so two Python threads on one
-// loader cannot both see "ready" and one then block in next() holding it.
+// One try at the next batch of it.epoch, under the loader's mutex: checking
+// and taking in one critical section, so two Python threads on one loader
+// cannot both see "ready" and one then block in next() holding it. A
+// held-back batch comes first.
 enum class Try { batch, end, not_yet };
-Try try_next(Loader& l, std::uint64_t epoch, void* stream, std::optional<DeviceBatch>& out) {
-  if (l.closed() || l.state().epoch != epoch) return Try::end;
+Try try_next(PyLoader& L, Loader& l, std::uint64_t epoch, void* stream, std::optional<DeviceBatch>& out) {
+  if (l.closed()) return Try::end;
+  if (L.held_back) {
+    if (L.held_back->host().epoch != epoch) return Try::end;
+    out = std::move(*L.held_back);
+    L.held_back.reset();
+    if (stream != L.held_back_stream && out->device().backend() == Backend::cuda) out->use_on(stream);
+    return Try::batch;
+  }
+  if (l.state().epoch != epoch) return Try::end;
   if (!l.wait_ready(0ms)) return Try::not_yet;
   out = l.next(stream);
   return out ? Try::batch : Try::end;
@@ -293,15 +329,28 @@ py::object next_batch(EpochIter& it) {
   if (!L.stream_source.is_none()) stream = reinterpret_cast<void*>(L.stream_source().cast<std::intptr_t>());
   std::optional<DeviceBatch> batch;
   // Take a batch only when it is ready now; wait (up to 50 ms at a time)
-  // without taking. A signal that came during the wait is raised before the
-  // next take: a batch taken and then lost to KeyboardInterrupt would be
-  // missing from the epoch, and counted as delivered by state_dict().
+  // without taking, and raise a signal's exception (Ctrl-C: KeyboardInterrupt)
+  // between waits. A signal that came while the GIL was let go for the take
+  // is raised too, with the batch held back for the next call: a batch taken
+  // and then dropped for KeyboardInterrupt would be missing from the epoch,
+  // and counted as delivered by state_dict(). From here to the return the GIL
+  // is held, so no Python thread of this process can signal in between.
   for (;;) {
-    const Try t = L.locked([&](Loader& l) { return try_next(l, it.epoch, stream, batch); });
+    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it.epoch, stream, batch); });
     if (t == Try::end) throw py::stop_iteration();
-    if (t == Try::batch) break;
+    if (t == Try::batch) {
+      if (PyErr_CheckSignals() != 0) {
+        py::error_already_set raised;  // fetched before the lock lets the GIL go
+        L.locked([&](Loader&) {
+          L.held_back = std::make_unique<DeviceBatch>(std::move(*batch));
+          L.held_back_stream = stream;
+        });
+        throw raised;
+      }
+      break;
+    }
     L.locked([](Loader& l) { return l.wait_ready(50ms); });
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C: KeyboardInterrupt, loader intact
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the loader intact
   }
   auto held = std::make_shared<Held>();
   held->batch = std::move(*batch);
@@ -320,7 +369,7 @@ std::string digest_text(std::uint64_t digest) {
 
 EpochIter epoch_iter(py::object self, std::optional<std::uint64_t> e) {
   auto& L = self.cast<PyLoader&>();
-  const PipelineState now = L.locked([](Loader& l) { return l.state(); });
+  const PipelineState now = L.locked([&](Loader& l) { return L.consumer_state(l); });
   if (e && *e != now.epoch) {
     PipelineState s = now;
     s.epoch = *e;
@@ -675,7 +724,7 @@ void bind_loader(py::module_& m) {
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
       .def("epoch", [](py::object self, const py::object& e) { return epoch_iter(self, whole("e", e)); }, "e"_a)
-      .def_property_readonly("current_epoch", [](PyLoader& L) { return L.locked([](Loader& l) { return l.state().epoch; }); })
+      .def_property_readonly("current_epoch", [](PyLoader& L) { return L.locked([&](Loader& l) { return L.consumer_state(l).epoch; }); })
       .def_property_readonly("dataset_size", [](PyLoader& L) { return L.loader->dataset_size(); })
       .def_property_readonly("num_classes", [](PyLoader& L) { return L.loader->num_classes(); })
       .def_property_readonly("gpu_share", [](PyLoader& L) { return L.loader->gpu_share(); })
@@ -689,7 +738,7 @@ void bind_loader(py::module_& m) {
       .def_property_readonly("device_description", [](PyLoader& L) { return L.loader->device().describe(); })
       .def("_set_stream_source", [](PyLoader& L, py::object f) { L.stream_source = std::move(f); })
       .def("state_dict", [](PyLoader& L) {
-        return py::dict("conveyor_state"_a = L.locked([](Loader& l) { return l.state().serialize(); }),
+        return py::dict("conveyor_state"_a = L.locked([&](Loader& l) { return L.consumer_state(l).serialize(); }),
                         "dataset"_a = digest_text(L.loader->dataset_digest()));
       })
       .def("load_state_dict", [](PyLoader& L, const py::dict& d) {
@@ -720,9 +769,9 @@ void bind_loader(py::module_& m) {
         for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = s.reason));
         return out;
       })
-      .def("close", [](PyLoader& L) { L.locked([](Loader& l) { l.close(); }); })
+      .def("close", [](PyLoader& L) { L.locked([&](Loader& l) { L.held_back.reset(); l.close(); }); })
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyLoader& L, py::args) { L.locked([](Loader& l) { l.close(); }); });
+      .def("__exit__", [](PyLoader& L, py::args) { L.locked([&](Loader& l) { L.held_back.reset(); l.close(); }); });
 }
 
 void bind_errors(py::module_& m) {
