@@ -138,9 +138,9 @@ class Loader {
   // Stops and joins every thread; batches still held stay valid. Idempotent.
   void close();
   bool closed() const { return closed_; }
-  // Whether the pipeline's threads are running (it starts at the first
-  // wait_ready() or next(), and again after seek()).
-  bool running() const { return pipeline_ != nullptr; }
+  // Whether the pipeline's threads are running: it starts at the first
+  // wait_ready() or next(), and again after seek(); close() joins them.
+  bool running() const { return pipeline_ != nullptr && !closed_; }
 
  private:
   Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sample_bytes);

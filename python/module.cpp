@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -52,6 +53,17 @@ struct Held {
   std::vector<std::int64_t> sample_shape;
   Element element;
   void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
+  pid_t pid = ::getpid();    // the process whose pipeline the batch goes back to
+
+  Held() = default;
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() {
+    // A batch dropped in a forked child: its pipeline's threads (and perhaps
+    // a lock one of them held at the fork) stayed in the parent, so it is
+    // left to the OS rather than released into the child's copy.
+    if (::getpid() != pid) (void)new DeviceBatch(std::move(batch));
+  }
 };
 
 // images or labels of one batch.
@@ -228,7 +240,8 @@ struct PyLoader {
   std::unique_ptr<HeldBuffer> x;  // before `loader`: released after its threads are joined
   std::unique_ptr<Loader> loader;
   std::mutex mu;                  // one consumer call at a time; taken with the GIL released
-  std::uint64_t generation = 0;   // bumped by every move (epoch(), load_state_dict): older iterators end
+  // Bumped under `mu` by every move (epoch(), load_state_dict): older iterators end.
+  std::atomic<std::uint64_t> generation{0};
   py::object stream_source = py::none();  // returns the CUDA stream to make each batch ready on
   // The process whose threads the loader runs. fork() copies the loader but
   // not its threads (nor, perhaps, an unlocked `mu`): a child may use a loader
@@ -277,8 +290,8 @@ struct PyLoader {
     locked([&](Loader& l) {
       held_back.reset();
       l.seek(s);
+      ++generation;
     });
-    ++generation;
   }
   // Where the consumer stands: the loader's position, less a held-back batch
   // (the last of its epoch, it moved the loader on to the next). Under `mu`.
@@ -307,8 +320,9 @@ struct EpochIter {
 // cannot both see "ready" and one then block in next() holding it. A
 // held-back batch comes first.
 enum class Try { batch, end, not_yet };
-Try try_next(PyLoader& L, Loader& l, std::uint64_t epoch, void* stream, std::optional<DeviceBatch>& out) {
-  if (l.closed()) return Try::end;
+Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::optional<DeviceBatch>& out) {
+  const std::uint64_t epoch = it.epoch;
+  if (l.closed() || it.generation != L.generation) return Try::end;  // closed, or moved elsewhere meanwhile
   if (L.held_back) {
     if (L.held_back->host().epoch != epoch) return Try::end;
     out = std::move(*L.held_back);
@@ -336,12 +350,13 @@ py::object next_batch(EpochIter& it) {
   // and counted as delivered by state_dict(). From here to the return the GIL
   // is held, so no Python thread of this process can signal in between.
   for (;;) {
-    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it.epoch, stream, batch); });
+    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch); });
     if (t == Try::end) throw py::stop_iteration();
     if (t == Try::batch) {
       if (PyErr_CheckSignals() != 0) {
         py::error_already_set raised;  // fetched before the lock lets the GIL go
         L.locked([&](Loader&) {
+          if (it.generation != L.generation) return;  // moved meanwhile: the batch is not the next one any more
           L.held_back = std::make_unique<DeviceBatch>(std::move(*batch));
           L.held_back_stream = stream;
         });
@@ -574,7 +589,7 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
     return L;
   }
-  if (arrays->size() != 2) throw py::value_error("arrays: expected a pair (x, y)");
+  if (arrays->size() != 2) throw py::value_error("arrays=: expected a pair (x, y)");
   L->x = std::make_unique<HeldBuffer>((*arrays)[0]);
   const Py_buffer& v = L->x->view;
   const auto element = element_of_format(v.format ? v.format : "B");
