@@ -19,6 +19,7 @@
 // (apps/trace.h), the figures and JSON (apps/report.h) and the one epoch loop
 // (apps/epochs.h); the flags are apps/options.h; train is conveyor-train
 // (apps/train.cpp).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -152,9 +153,12 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
 int make_dataset(const Options& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::exists(fs::symlink_status(o.out, ec))) throw UsageError("--out " + o.out + ": already exists");
+  if (o.out.empty()) throw UsageError("--out: an empty path");
   fs::path out = fs::path(o.out).lexically_normal();
   if (!out.has_filename() && out.has_parent_path()) out = out.parent_path();  // "ds/"
+  for (const fs::path& p : {fs::path(o.out), out}) {  // "FILE/" does not exist, "FILE" does
+    if (fs::exists(fs::symlink_status(p, ec))) throw UsageError("--out " + o.out + ": already exists");
+  }
   const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".partial-" + std::to_string(::getpid()));
   DefaultDatasetOptions d;
   d.images_per_class = o.images_per_class;
@@ -163,7 +167,14 @@ int make_dataset(const Options& o) {
   try {
     fs::remove_all(tmp);
     write_default_dataset(tmp, d);
-    fs::rename(tmp, out);  // fails if --out appeared meanwhile: nothing overwritten
+    // No replace: rename(2) would put the set over an empty folder made meanwhile.
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_NOREPLACE) != 0) {
+      const int err = errno;
+      if (err != EINVAL && err != ENOSYS) throw fs::filesystem_error("rename", tmp, out, std::error_code(err, std::generic_category()));
+      // A file system without RENAME_NOREPLACE: look, then rename (a narrow race).
+      if (fs::exists(fs::symlink_status(out, ec))) throw fs::filesystem_error("rename", tmp, out, std::make_error_code(std::errc::file_exists));
+      fs::rename(tmp, out);
+    }
   } catch (const DatasetCancelled& c) {
     fs::remove_all(tmp, ec);
     const int sig = interrupt_signal();

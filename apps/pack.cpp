@@ -294,7 +294,6 @@ int pack(const Options& o) {
     wipe_progress_line();
     std::vector<fs::path> shards;
     for (const auto& e : fs::directory_iterator(partial)) shards.push_back(e.path());
-    fs::remove(out / kManifestName);  // an earlier pack's, into this OUT: the new one is written below
     std::sort(shards.begin(), shards.end());
     for (const fs::path& f : shards) {
       fs::rename(f, out / f.filename());

@@ -383,7 +383,7 @@ int main(int argc, char** argv) {
   CLI::App app{"conveyor train: train LeNet-5 or a small ResNet with LibTorch on Conveyor's batches"};
   app.option_defaults()->always_capture_default();  // --help shows each flag's default
   app.set_version_flag("--version", std::string("conveyor train ") + CONVEYOR_VERSION_STRING);
-  add_config_option(app, "", "train");
+  add_config_option(app, "", "train", argc, argv);
   app.footer(
       "Examples:\n"
       "  conveyor train                                   LeNet-5 on the embedded dataset, 5 epochs\n"

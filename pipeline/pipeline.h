@@ -185,7 +185,8 @@ class Pipeline {
  public:
   // Starts the threads. Throws ConfigError for an invalid config,
   // std::invalid_argument for a missing filler or a resume state that does not
-  // match the config, and whatever the allocator throws.
+  // match the config (or whose epoch is past kMaxEpoch), and whatever the
+  // allocator throws.
   Pipeline(const Config& config, std::size_t dataset_size, StageFunctions stages,
            std::optional<PipelineState> resume = std::nullopt);
   ~Pipeline();

@@ -397,9 +397,10 @@ void check_manifest(const fs::path& dir, const ShardIndex& index) {
   const auto text = slurp(file);
   std::error_code ec;
   if (!text) {
-    if (fs::exists(file, ec)) throw DatasetError(file.string() + ": cannot be read");
+    if (fs::exists(file, ec)) throw DatasetError(file.string() + ": cannot be read (not a regular file, or not readable)");
     return;
   }
+  const std::string remove_it = "; remove " + file.string() + " to read the folder as it is";
   std::map<std::string, std::uint64_t> have;  // shard name -> samples in it now
   for (const auto& s : index.samples) ++have[index.shards.at(s.shard).file];
   for (const auto& s : index.shards) have.try_emplace(s.file, 0);
@@ -408,19 +409,25 @@ void check_manifest(const fs::path& dir, const ShardIndex& index) {
   std::vector<std::pair<std::string, std::uint64_t>> wanted;
   while (begin < text->size()) {
     const std::size_t end = std::min(text->find('\n', begin), text->size());
-    const std::string_view line = std::string_view(*text).substr(begin, end - begin);
+    std::string_view line = std::string_view(*text).substr(begin, end - begin);
     begin = end + 1;
     const std::string where = file.string() + ":" + std::to_string(++line_no);
+    // CRLF (edited on Windows) and trailing blanks: no shard name ends in one (it ends in .tar).
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
     if (line_no == 1) {
-      if (line != kManifestMagic) throw DatasetError(where + ": not a shard manifest (expected '" + std::string(kManifestMagic) + "')");
+      if (line != kManifestMagic) {
+        throw DatasetError(where + ": not a shard manifest (its first line is not '" + std::string(kManifestMagic) + "')" +
+                           remove_it);
+      }
       continue;
     }
+    if (line.empty()) continue;
     const std::size_t space = line.find(' ');
     std::uint64_t count = 0;
     const auto [ptr, err] = std::from_chars(line.data(), line.data() + std::min(space, line.size()), count);
     const auto name = space == std::string_view::npos ? std::nullopt : unescape(line.substr(space + 1));
     if (err != std::errc{} || ptr != line.data() + space || !name || name->empty()) {
-      throw DatasetError(where + ": expected 'COUNT SHARD'");
+      throw DatasetError(where + ": expected 'COUNT SHARD'" + remove_it);
     }
     wanted.emplace_back(*name, count);
     total += count;
@@ -430,7 +437,7 @@ void check_manifest(const fs::path& dir, const ShardIndex& index) {
   for (const auto& [name, count] : wanted) {
     const auto it = have.find(name);
     const std::string said = " (" + file.string() + ", written by conveyor pack, lists " + std::to_string(listed) +
-                             " shard(s) of " + std::to_string(total) + " samples: an incomplete copy?)";
+                             " shard(s) of " + std::to_string(total) + " samples: an incomplete copy?)" + remove_it;
     if (it == have.end()) throw DatasetError((dir / name).string() + ": missing" + said);
     if (it->second != count) {
       throw DatasetError((dir / name).string() + ": holds " + std::to_string(it->second) + " samples, not " +

@@ -141,6 +141,12 @@ printf '%s 9223372036854775806\n%s 0\n' "$work/mk/0-disk/00000.jpg" "$work/mk/1-
 expect_usage_error "a label of 2^63-2" --list "$work/big.txt" --epochs 1
 grep -q "00000.jpg has label 9223372036854775806, which makes a 9223372036854775807-class model" "$work/err" \
   || fail "a huge label: $(cat "$work/err")"
+# the dataset is one setting: --list on the command line replaces the --config file's folder
+printf '%s 0\n%s 1\n' "$work/mk/0-disk/00000.jpg" "$work/mk/1-square/00000.jpg" >"$work/two.txt"
+printf 'folder = "%s"\nepochs = 1\nbatch = 2\n' "$work/mk" >"$work/ds.toml"
+timeout 120 "$bin" train --config "$work/ds.toml" --list "$work/two.txt" --workers 1 >"$work/out" 2>"$work/err" \
+  || fail "config folder + --list: $(cat "$work/err")"
+grep -q "2 images" "$work/out" || fail "config folder + --list did not train on the list: $(head -5 "$work/out")"
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
