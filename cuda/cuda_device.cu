@@ -558,7 +558,15 @@ class CudaDevice final : public Device {
     if (s && static_cast<cudaStream_t>(s) != cudaStreamLegacy) {
       const ScopedDevice on(ordinal_);
       int device = -1;
-      CONVEYOR_CUDA_CHECK(cudaStreamGetDevice(static_cast<cudaStream_t>(s), &device));
+      const cudaError_t e = cudaStreamGetDevice(static_cast<cudaStream_t>(s), &device);
+      if (e == cudaErrorCallRequiresNewerDriver || e == cudaErrorNotSupported) {
+        // Built with 12.8+, run on an older driver (minor-version compatibility):
+        // no check, as before 12.8; the error is not left for a later check.
+        (void)cudaGetLastError();
+        device = ordinal_;
+      } else if (e != cudaSuccess) {
+        cuda::check(e, "cudaStreamGetDevice(stream, &device)", __FILE__, __LINE__);
+      }
       if (device != ordinal_) {
         throw DeviceError("a stream of CUDA device " + std::to_string(device) + " given to work on CUDA device " +
                           std::to_string(ordinal_) + ": pass a stream of device " + std::to_string(ordinal_));
