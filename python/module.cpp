@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <dlpack/dlpack.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <array>
@@ -48,12 +49,17 @@ using namespace std::chrono_literals;
 // ------------------------------------------------------------------ batches
 
 // One batch as Python holds it; Arrays and DLPack exports share it.
+// Forks this process has come out of as the child: bumped by a
+// pthread_atfork child handler (registered at import), so that "am I the
+// process that made this?" is an atomic load per batch, not a getpid() call.
+std::atomic<std::uint64_t> forks_as_child{0};
+
 struct Held {
   DeviceBatch batch;
   std::vector<std::int64_t> sample_shape;
   Element element;
   void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
-  pid_t pid = ::getpid();    // the process whose pipeline the batch goes back to
+  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);  // of the process whose pipeline it goes back to
 
   Held() = default;
   Held(const Held&) = delete;
@@ -62,7 +68,7 @@ struct Held {
     // A batch dropped in a forked child: its pipeline's threads (and perhaps
     // a lock one of them held at the fork) stayed in the parent, so it is
     // left to the OS rather than released into the child's copy.
-    if (::getpid() != pid) (void)new DeviceBatch(std::move(batch));
+    if (forks_as_child.load(std::memory_order_relaxed) != forks) (void)new DeviceBatch(std::move(batch));
   }
 };
 
@@ -246,7 +252,8 @@ struct PyLoader {
   // The process whose threads the loader runs. fork() copies the loader but
   // not its threads (nor, perhaps, an unlocked `mu`): a child may use a loader
   // that had not started yet, and is refused one that had.
-  pid_t pid = ::getpid();
+  pid_t pid = ::getpid();  // for the message
+  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);
   // A batch taken from the pipeline as a signal came in: the signal's
   // exception (KeyboardInterrupt) was raised instead, and this batch is the
   // next one given, on the stream it was made ready on (held_back_stream).
@@ -261,7 +268,7 @@ struct PyLoader {
   ~PyLoader() {
     // In a forked child the threads to join live in the parent: joining (or
     // locking) here would hang or crash. The child's copy is left to the OS.
-    if (loader && ::getpid() != pid && loader->running()) {
+    if (loader && forks_as_child.load(std::memory_order_relaxed) != forks && loader->running()) {
       (void)held_back.release();  // its release would go to the parent's pipeline
       (void)loader.release();
     }
@@ -277,14 +284,16 @@ struct PyLoader {
   }
   // Throws a one-line RuntimeError in a child forked after the loader started.
   void check_process() {
+    const std::uint64_t now_forks = forks_as_child.load(std::memory_order_relaxed);
+    if (now_forks == forks) return;
     const pid_t now = ::getpid();
-    if (now == pid) return;
     if (loader->running()) {
       throw std::runtime_error("Loader: made and started in process " + std::to_string(pid) +
                                ", used in process " + std::to_string(now) +
                                " after fork(): its threads stayed in the parent; make a new Loader in the child");
     }
     pid = now;  // never started: the child's copy is its own
+    forks = now_forks;
   }
   void seek(const PipelineState& s) {
     locked([&](Loader& l) {
@@ -813,6 +822,7 @@ void bind_errors(py::module_& m) {
 }  // namespace conveyor::python
 
 PYBIND11_MODULE(_conveyor, m) {
+  ::pthread_atfork(nullptr, nullptr, [] { conveyor::python::forks_as_child.fetch_add(1, std::memory_order_relaxed); });
   m.doc() = "Conveyor's pipeline: decode and augment on worker threads, transfer on its own thread, zero-copy batches";
   m.attr("__version__") = CONVEYOR_VERSION_STRING;
   conveyor::python::bind_errors(m);
