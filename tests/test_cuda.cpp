@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "cuda/device.h"
 #include "cuda/device_pipeline.h"
@@ -301,6 +302,22 @@ void some_work(Device& g) {
   g.synchronize(*e);
 }
 
+// The calling thread's context after some work on cfg's device, while its
+// handles live (first) and after their destructors ran (second).
+std::pair<CUcontext, CUcontext> contexts_around_work(const TestDriver& d, const DeviceConfig& cfg) {
+  CUcontext after_calls = nullptr, after_destructors = nullptr;
+  {
+    auto g = open_device(cfg);
+    auto s = g->create_stream();
+    auto e = g->create_event();
+    g->record(*e, *s);
+    g->synchronize(*e);
+    (void)d.ctx_get_current(&after_calls);
+  }
+  (void)d.ctx_get_current(&after_destructors);
+  return {after_calls, after_destructors};
+}
+
 }  // namespace
 
 TEST_CASE("the device guard leaves each thread's context as it was: none, or the caller's own", "[cuda][device-guard]") {
@@ -339,15 +356,7 @@ TEST_CASE("the device guard leaves each thread's context as it was: none, or the
       created = d.ctx_create(&user, &params, 0, dev);
       if (created != CUDA_SUCCESS) return;
       (void)d.ctx_get_current(&during);
-      {
-        auto g = open_device(cfg);
-        auto s = g->create_stream();
-        auto e = g->create_event();
-        g->record(*e, *s);
-        g->synchronize(*e);
-        (void)d.ctx_get_current(&after_calls);
-      }
-      (void)d.ctx_get_current(&after_destructors);
+      std::tie(after_calls, after_destructors) = contexts_around_work(d, cfg);
       (void)d.ctx_destroy(user);
     } catch (const std::exception& e) {
       error = e.what();
@@ -400,15 +409,7 @@ TEST_CASE("work on a second GPU leaves each thread's context as it was", "[cuda]
     try {
       if (cudaSetDevice(0) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) return;
       (void)d.ctx_get_current(&on0);
-      {
-        auto g1 = open_device(cfg);
-        auto s = g1->create_stream();
-        auto e = g1->create_event();
-        g1->record(*e, *s);
-        g1->synchronize(*e);
-        (void)d.ctx_get_current(&after_calls);
-      }
-      (void)d.ctx_get_current(&after_destructors);
+      std::tie(after_calls, after_destructors) = contexts_around_work(d, cfg);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -516,17 +517,21 @@ Agreement compare_with_cpu(const Photos& p, const std::vector<std::vector<unsign
   return a;
 }
 
+// The device's nvJPEG decoder, or null after a WARN saying why there is none.
+std::unique_ptr<JpegBatchDecoder> gpu_decoder(Device& device) {
+  std::string why;
+  auto decoder = device.create_jpeg_decoder(DecodeLimits{}, why);
+  if (!decoder) WARN("gpu decode not checked: " << why);
+  return decoder;
+}
+
 }  // namespace
 
 TEST_CASE("gpu decode on CUDA: nvJPEG samples within 1 grey level of the twin, >= 40 dB from the CPU path",
           "[cuda][gpu-decode]") {
   auto device = gpu();
-  std::string why;
-  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
-  if (!decoder) {
-    WARN("gpu decode not checked: " << why);
-    return;
-  }
+  auto decoder = gpu_decoder(*device);
+  if (!decoder) return;
   INFO(decoder->describe());
   const Photos p = make_photos(24, {224, 224});
   std::vector<std::string> refused;
@@ -541,12 +546,8 @@ TEST_CASE("gpu decode on CUDA: nvJPEG samples within 1 grey level of the twin, >
 
 TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4 workers", "[cuda][gpu-decode]") {
   auto device = gpu();
-  std::string why;
-  std::shared_ptr<JpegBatchDecoder> probe = device->create_jpeg_decoder(DecodeLimits{}, why);
-  if (!probe) {
-    WARN("gpu decode not checked: " << why);
-    return;
-  }
+  std::shared_ptr<JpegBatchDecoder> probe = gpu_decoder(*device);
+  if (!probe) return;
   namespace t = conveyor::test;
   const auto dir = std::filesystem::temp_directory_path() / ("conveyor_gpu_decode_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -597,12 +598,8 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
 // kernel's misaligned loads end the CUDA context, failing every later case.
 TEST_CASE("gpu decode on CUDA: odd output sizes (63x61) render as the twin does", "[cuda][gpu-decode]") {
   auto device = gpu();
-  std::string why;
-  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
-  if (!decoder) {
-    WARN("gpu decode not checked: " << why);
-    return;
-  }
+  auto decoder = gpu_decoder(*device);
+  if (!decoder) return;
   INFO(decoder->describe());
   const Photos p = make_photos(12, {61, 63});  // height 61, width 63
   std::vector<std::string> refused;
@@ -618,12 +615,8 @@ TEST_CASE("gpu decode on CUDA: odd output sizes (63x61) render as the twin does"
 // nvJPEG may fail calls on purpose here, so the sanitizer runs leave it out.
 TEST_CASE("gpu decode on CUDA: one broken file in a batch leaves the others on the GPU", "[cuda][gpu-decode][errors]") {
   auto device = gpu();
-  std::string why;
-  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
-  if (!decoder) {
-    WARN("gpu decode not checked: " << why);
-    return;
-  }
+  auto decoder = gpu_decoder(*device);
+  if (!decoder) return;
   INFO(decoder->describe());
   const Photos good = make_photos(8, {64, 64});
   Photos p = good;
