@@ -153,6 +153,14 @@ void strict_values(CLI::App& app) {
           "", "ON_OFF"));
       continue;
     }
+    if (type == "TEXT") {
+      // A path or a name: "" (an unset variable, --resume "$CKPT") once read as
+      // "not given", so a run meant to resume started afresh over its checkpoint.
+      opt->transform(CLI::Validator(
+          [](std::string& value) -> std::string { return value.empty() ? std::string("an empty value") : std::string(); },
+          "", "NON_EMPTY"));
+      continue;
+    }
     if (type == "FLOAT") {
       // A range check lets NaN through (every comparison with it is false).
       opt->transform(CLI::Validator(

@@ -149,6 +149,28 @@ void Trainer::check_outputs() {
     if (!std::filesystem::exists(st)) throw UsageError("--resume " + t_.resume + ": no such file");
     if (!std::filesystem::is_regular_file(st)) throw UsageError("--resume " + t_.resume + ": not a regular file (a checkpoint is one)");
   }
+  // The checkpoint is written beside FILE and renamed over it: a device or a
+  // FIFO there would be replaced (as root, --checkpoint /dev/null replaced
+  // /dev/null), a link by a file. A link is followed: latest.pt -> run5.pt
+  // writes run5.pt; anything else but a regular file is refused.
+  if (!t_.checkpoint.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_symlink(fs::symlink_status(t_.checkpoint, ec))) t_.checkpoint = fs::weakly_canonical(t_.checkpoint, ec).string();
+    const auto st = fs::status(t_.checkpoint, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st)) {
+      throw UsageError("--checkpoint " + t_.checkpoint + ": not a regular file (a checkpoint is written beside it and renamed over it)");
+    }
+  }
+  if (!t_.plot.empty()) {
+    const std::string ext = lower_case(std::filesystem::path(t_.plot).extension().string());
+    if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + t_.plot + ": name a .png or .svg file (the format follows it)");
+  }
+  // Said, not refused: a config (configs/train-resnet.toml) may set the
+  // interval for the runs that name a --checkpoint.
+  if (t_.checkpoint_every && t_.checkpoint.empty()) {
+    std::printf("note: --checkpoint-every %zu without --checkpoint: nothing will be saved\n", t_.checkpoint_every);
+  }
   apps::check_outputs(o_, {{"--checkpoint", t_.checkpoint},
                            {"--plot", t_.plot, false, true},
                            {"--plot (its table)", t_.plot.empty() ? "" : t_.plot + ".csv"}});

@@ -7,7 +7,9 @@
 // finds the bytes missing.
 //
 // The checks walk the container only (headers, chunk and block lengths, TGA run
-// packets); they decode nothing, and pass every file stb_image can read whole.
+// packets, and each PNG chunk's CRC, which stb_image does not check: a flipped
+// bit in IDAT decoded to wrong pixels); they decode nothing, and pass every
+// well-formed file stb_image can read whole.
 // What they cannot see: a compressed stream (PNG's zlib, GIF's LZW) that ends
 // early inside bytes that are all there. For PNG, stb reports that itself; a GIF
 // whose LZW data stops early still decodes partially.

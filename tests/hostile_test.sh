@@ -109,7 +109,19 @@ resident)  # 17.4: --resident stops on SIGINT/SIGTERM, while decoding the set on
     fi
     pid=$!
     set +m
-    if [ $phase = decode ]; then sleep 0.3; else for _ in $(seq 200); do grep -q "^epoch 1" "$work/out" && break; sleep 0.05; done; fi
+    if [ $phase = decode ]; then
+      # Until the run catches SIGINT (its SigCgt mask has bit 2), then a little
+      # into the decoding: a fixed 0.3 s could end before the handler on a
+      # loaded machine. It prints nothing before the set is decoded.
+      for _ in $(seq 400); do
+        cgt=$(awk '/^SigCgt:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
+        [ -n "$cgt" ] && (( 0x$cgt & 2 )) && break
+        sleep 0.02
+      done
+      sleep 0.1
+    else
+      for _ in $(seq 200); do grep -q "^epoch 1" "$work/out" && break; sleep 0.05; done
+    fi
     t0=$(date +%s%N)
     kill -INT $pid
     wait $pid 2>/dev/null

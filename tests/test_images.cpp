@@ -218,6 +218,22 @@ TEST_CASE("images: a BMP, TGA or GIF cut anywhere is an error, never zero-filled
   CHECK(decode_error(t::truncated(t::gif(t::gradient(16, 8)), 100)) == "GIF: the first frame's data is cut short");
 }
 
+TEST_CASE("images: a PNG with any byte of a chunk flipped fails its CRC, never decodes to other pixels", "[images][errors]") {
+  // stb_image checks neither PNG's chunk CRCs nor zlib's Adler-32: one flipped
+  // bit inside IDAT decoded "successfully" to wrong pixels.
+  const std::vector<unsigned char> good = t::png(t::photo_like(19, 7, 3), t::PngKind::rgb8);
+  REQUIRE(decode_error(good) == "");
+  for (std::size_t at = 8; at < good.size(); ++at) {  // every byte after the signature
+    std::vector<unsigned char> bad = good;
+    bad[at] ^= 0x10;
+    INFO("byte " << at << " of " << good.size());
+    REQUIRE(decode_error(bad) != "");
+  }
+  std::vector<unsigned char> bad = good;
+  bad[good.size() - 20] ^= 0x01;  // inside the last IDAT
+  CHECK_THAT(decode_error(bad), Catch::Contains("fails its CRC check: the file is corrupt (stored "));
+}
+
 TEST_CASE("images: every JPEG kind decodes to RGB close to its source", "[images][decode][jpeg]") {
   const t::Rgb img = t::photo_like(96, 64, 5);
   for (auto kind : {t::JpegKind::baseline, t::JpegKind::progressive, t::JpegKind::arithmetic, t::JpegKind::gray,
