@@ -33,6 +33,18 @@ stop_job() {
   rc=$?
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 }
+# wait_catching PID SIGNUM: until the process catches that signal (its
+# /proc SigCgt mask has the bit), 8 s at most. A fixed sleep before a signal
+# could end before the handler is in place on a loaded machine (a TSan build
+# beside other jobs), and the default action then ends it without a word.
+wait_catching() {
+  local bit=$(( 1 << ($2 - 1) )) cgt
+  for _ in $(seq 400); do
+    cgt=$(awk '/^SigCgt:/ { print $2 }' "/proc/$1/status" 2>/dev/null)
+    if [ -n "$cgt" ] && (( 0x$cgt & bit )); then return 0; fi
+    sleep 0.02
+  done
+}
 err_has() { grep -q -- "$1" "$work/err" || fail "$2: stderr lacks '$1': $(cat "$work/err")"; }
 
 "$bin" make-dataset --out "$work/ds" --images-per-class 3 >/dev/null || { echo "make-dataset failed"; exit 1; }
@@ -110,14 +122,7 @@ resident)  # 17.4: --resident stops on SIGINT/SIGTERM, while decoding the set on
     pid=$!
     set +m
     if [ $phase = decode ]; then
-      # Until the run catches SIGINT (its SigCgt mask has bit 2), then a little
-      # into the decoding: a fixed 0.3 s could end before the handler on a
-      # loaded machine. It prints nothing before the set is decoded.
-      for _ in $(seq 400); do
-        cgt=$(awk '/^SigCgt:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
-        [ -n "$cgt" ] && (( 0x$cgt & 2 )) && break
-        sleep 0.02
-      done
+      wait_catching $pid 2  # then a little into the decoding (it prints nothing before the set is decoded)
       sleep 0.1
     else
       for _ in $(seq 200); do grep -q "^epoch 1" "$work/out" && break; sleep 0.05; done
@@ -596,7 +601,8 @@ slow-signal)  # SIGTERM is honoured at once while a worker, the serial loop or t
   for args in "--synthetic-ms 60000 --workers 1" "--serial --synthetic-ms 60000" "--compute-ms 60000"; do
     "$bin" run --folder "$work/ds" --batch 4 $args >"$work/out" 2>&1 &
     pid=$!
-    sleep 1
+    wait_catching $pid 15
+    sleep 0.5  # into the minute-long sample or step
     stop_job $pid TERM
     [ $rc -eq 143 ] || fail "$args: status $rc, not 143: $(tail -2 "$work/out")"
     [ $ms -lt 5000 ] || fail "$args: exited $ms ms after SIGTERM"
@@ -618,7 +624,8 @@ sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished r
   for _ in $(seq 100000); do echo "$first 0"; done >"$work/many.txt"
   "$bin" inspect --list "$work/many.txt" --workers 1 >"$work/out" 2>&1 &
   pid=$!
-  sleep 0.5
+  wait_catching $pid 15
+  sleep 0.2
   stop_job $pid TERM
   [ $rc -eq 143 ] || fail "inspect on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
   grep -Eq "^interrupted by SIGTERM after [0-9]+ of 100000 samples" "$work/out" && grep -q "^formats:" "$work/out" ||
