@@ -37,6 +37,7 @@ void check_budget(const Options& o, double need_mb) {
 struct DecodedSet {
   std::vector<std::byte> pixels;
   std::vector<std::int64_t> labels;
+  std::vector<std::uint64_t> index;  // each row's dataset index (rows skip the samples skipped)
   std::vector<SkippedSample> skipped;  // --on-error skip: left out of the set, with their reasons
   double seconds = 0;
 };
@@ -61,6 +62,7 @@ DecodedSet decode_all(const Options& o, const Dataset& dataset, ImageSource& ima
     while (auto b = loader.next()) {
       std::memcpy(set.pixels.data() + at * row, (*b)->data, (*b)->bytes().size());
       set.labels.insert(set.labels.end(), (*b)->labels.begin(), (*b)->labels.end());
+      set.index.insert(set.index.end(), (*b)->indices.begin(), (*b)->indices.end());
       at += (*b)->size();
       if (interrupt_signal() != 0) break;  // the loader stops its workers as it goes out of scope
     }
@@ -99,16 +101,29 @@ RunResult run_resident(const Options& o, Dataset dataset, Output output) {
                 set.labels.size(), crop, crop, set.seconds, left_out.c_str(),
                 double(resident.device_bytes()) / double(1 << 20), o.rank, o.world_size, result.device.c_str());
   }
+  // Each epoch's figures as a streaming run's: its samples' digests by
+  // dataset index (--json's epoch_digest), and the samples skipped while
+  // decoding counted in every epoch, as streaming skips them in each. Every
+  // rank decodes the whole set, so rank 0 alone counts those.
+  std::uint64_t skipped_digest = 0;
+  for (const SkippedSample& k : result.skipped) skipped_digest += sample_digest(k.index);
+  const bool counts_skips = o.rank == 0;
   EpochLinePrinter reporter(output == Output::print ? print_epoch : EpochLinePrinter::Print());
   result.interrupted = for_each_epoch(
       0, o.epochs, reporter, result.epochs, [&](std::uint64_t) { return resident.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
       [&](EpochTally& tally) {
+        if (counts_skips) {
+          tally.figures().skipped += result.skipped.size();
+          tally.figures().digest += skipped_digest;
+        }
         for (std::size_t i = 0; i < resident.batches_per_epoch(); ++i) {
           auto b = resident.next();
           if (!b) break;
           synthetic_step(o);
-          tally.add(b->size());
+          std::uint64_t digest = 0;
+          for (const std::uint64_t row : b->indices()) digest += sample_digest(set.index[row]);
+          tally.add(b->size(), 0, digest);
           if (!tally.go_on()) break;  // after this step, as streaming does
         }
       });

@@ -358,17 +358,19 @@ skip-modes)  # --on-error skip counts and lists the skipped samples in every run
   printf 'junk' >"$work/ds/1-square/zz-bad-1.jpg"
   head -c 5000 /dev/urandom >"$work/ds/1-square/zz-bad-2.jpg"
   for mode in "" --serial --resident; do
-    timeout 60 "$bin" run --folder "$work/ds" --batch 4 --on-error skip $mode --json "$work/m.json" >"$work/out" 2>&1 ||
+    timeout 60 "$bin" run --folder "$work/ds" --batch 4 --on-error skip $mode --json "$work/m$mode.json" >"$work/out" 2>&1 ||
       fail "run $mode --on-error skip: $(tail -2 "$work/out")"
     grep -q "^skipped 2 sample(s)" "$work/out" || fail "run $mode: the terminal does not list the 2 skipped: $(tail -4 "$work/out")"
-    python3 - "$work/m.json" "$mode" <<'PY' || fail "run $mode: --json does not account for every sample"
+    python3 - "$work/m$mode.json" "$work/m.json" <<'PY' || fail "run $mode: --json does not account for every sample"
 import json, sys
-d = json.load(open(sys.argv[1]))
+d, streaming = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert sum(d["epoch_images"]) == 30, d["epoch_images"]
 names = sorted(s["reason"].split(": ")[0].rsplit("/", 1)[1] for s in d["skipped"])
 assert names == ["zz-bad-1.jpg", "zz-bad-2.jpg"], d["skipped"]
-if sys.argv[2] != "--resident":  # the resident set leaves them out once, before its epochs
-    assert d["epoch_skipped"] == [2], d["epoch_skipped"]
+# Every mode accounts for each sample in each epoch, and names the same ones (the resident set
+# was once [0] and digest 0: it leaves the two out while decoding, and counts them each epoch).
+assert d["epoch_skipped"] == [2], d["epoch_skipped"]
+assert d["epoch_digest"] == streaming["epoch_digest"] and d["epoch_digest"] != [0], (d["epoch_digest"], streaming["epoch_digest"])
 PY
   done
   ;;
