@@ -133,7 +133,9 @@ void shard_from_environment(Options& o) {
 
 void check_shard(const Options& o) {
   if (o.rank >= o.world_size) {
-    throw UsageError("--rank " + std::to_string(o.rank) + " must be below --world-size " + std::to_string(o.world_size));
+    // Either may have come from the environment (RANK alone, under a launcher): both sources named.
+    throw UsageError("rank " + std::to_string(o.rank) + " (--rank, or RANK / OMPI_COMM_WORLD_RANK) must be below world size " +
+                     std::to_string(o.world_size) + " (--world-size, or WORLD_SIZE / OMPI_COMM_WORLD_SIZE)");
   }
   if (o.rank_by_shard && o.shards.empty()) throw UsageError("--rank-by-shard: needs a --shards dataset");
 }

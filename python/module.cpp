@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -727,6 +728,21 @@ void bind_loader(py::module_& m) {
              const int side = crop.is_none() ? kDefaultCrop : int(whole("crop", crop, 1, kMaxCrop));
              if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), side);
              ic.on_error = pick("on_error", on_error, kErrorPolicies);
+             // rank=/world_size= not given: 0 of 1, with a warning when a launcher
+             // (torchrun, mpirun) says otherwise: DataLoader does not shard by
+             // itself either, but a loader reading everything on every rank
+             // is a silent trap.
+             if (world_size.is_none()) {
+               const char* env = std::getenv("WORLD_SIZE");
+               if (env && *env && std::string_view(env) != "1") {
+                 const std::string warning = std::string("conveyor.Loader: WORLD_SIZE=") + env +
+                                             " in the environment, but world_size= not given: every rank reads the whole "
+                                             "dataset; pass rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE'])";
+                 if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) != 0) throw py::error_already_set();
+               }
+               world_size = py::int_(Config{}.world_size);
+             }
+             if (rank.is_none()) rank = py::int_(Config{}.rank);
              LoaderSettings s = settings({std::move(batch_size), std::move(workers), std::move(seed), std::move(epochs),
                                           std::move(host_queue), std::move(device_queue), std::move(device_buffers),
                                           std::move(rank), std::move(world_size)},
@@ -743,7 +759,7 @@ void bind_loader(py::module_& m) {
            "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
-           "rank"_a = config.rank, "world_size"_a = config.world_size, "rank_by_shard"_a = false,
+           "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false,
            "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0)
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })

@@ -367,7 +367,7 @@ Dataset Dataset::from_folder(const fs::path& root) {
   if (!empty.empty()) {
     std::string msg = name + ": found no valid file for the classes ";
     for (std::size_t i = 0; i < empty.size(); ++i) msg += (i ? ", " : "") + in_quotes(empty[i]);
-    msg += "; image files are those torchvision's ImageFolder takes:";
+    msg += "; image files have one of the extensions";
     for (std::string_view ext : kImageExtensions) (msg += ' ') += ext;
     msg += " (.tif, .tiff and .webp are taken, so indices match, but not decoded)";
     throw DatasetError(msg);

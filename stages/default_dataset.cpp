@@ -164,8 +164,16 @@ std::filesystem::path ensure_default_dataset(const DefaultDatasetOptions& o, boo
   if (fs::exists(dir / ".complete")) return dir;
   // Build beside it, then rename into place: never a partial set with a marker.
   const fs::path tmp = dir.string() + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(tmp);
-  write_default_dataset(tmp, o);
+  try {
+    fs::remove_all(tmp);
+    write_default_dataset(tmp, o);
+  } catch (const fs::filesystem_error& e) {
+    // "cannot remove: Not a directory [...tmp-PID]" named neither the folder
+    // nor where it came from (a CONVEYOR_CACHE that is a file, say).
+    throw std::runtime_error("the default dataset's cache folder " + dir.parent_path().string() +
+                             " (CONVEYOR_CACHE, else XDG_CACHE_HOME/conveyor, else HOME/.cache/conveyor): " +
+                             e.code().message());
+  }
   std::error_code ec;
   fs::remove_all(dir, ec);  // an incomplete earlier attempt
   fs::rename(tmp, dir, ec);

@@ -98,8 +98,10 @@ std::filesystem::path private_temp_dir() {
 }
 
 std::optional<std::filesystem::path> user_cache_dir() {
+  // The XDG base directory spec: a relative XDG_CACHE_HOME is invalid and ignored
+  // (it once put the default dataset under the current directory).
   const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg && *xdg) return std::filesystem::path(xdg) / "conveyor";
+  if (xdg && *xdg == '/') return std::filesystem::path(xdg) / "conveyor";
   const char* home = std::getenv("HOME");
   if (home && *home) return std::filesystem::path(home) / ".cache" / "conveyor";
   const std::filesystem::path dir = private_temp_dir();

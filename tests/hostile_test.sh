@@ -352,6 +352,9 @@ env)  # 17.15: RANK / WORLD_SIZE must be decimal integers in range; anything els
   OMPI_COMM_WORLD_SIZE=-3 expect 2 "OMPI_COMM_WORLD_SIZE=-3" -- inspect --folder "$work/ds"
   err_has "OMPI_COMM_WORLD_SIZE='-3'" "OMPI"
   RANK=1 WORLD_SIZE=2 "$bin" run --folder "$work/ds" --batch 4 >"$work/out" 2>&1 || fail "RANK=1 WORLD_SIZE=2 refused"
+  # RANK alone: the message names the variables as well as the flags (it named --rank, never given)
+  RANK=1 expect 2 "RANK=1 alone" -- run --folder "$work/ds"
+  err_has "rank 1 (--rank, or RANK / OMPI_COMM_WORLD_RANK) must be below world size 1 (--world-size, or WORLD_SIZE" "RANK alone"
   ;;
 # ---- round 3: a second outside tester (2026-11-25)
 skip-modes)  # --on-error skip counts and lists the skipped samples in every run mode, streaming, --serial and --resident

@@ -580,6 +580,22 @@ def test_paths_flags_and_pairs_are_taken_as_python_users_write_them(folder):
         conveyor.Loader(arrays={"x": x}, device="cpu")
 
 
+def test_a_launchers_world_size_without_world_size_given_warns(folder, monkeypatch):
+    # torchrun sets WORLD_SIZE; a loader not told its rank reads everything on every rank.
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.warns(UserWarning, match=r"WORLD_SIZE=4 in the environment, but world_size= not given"):
+        conveyor.Loader(folder=str(folder), device="cpu")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = conveyor.Loader(folder=str(folder), device="cpu", rank=1, world_size=4, batch_size=2, crop=16, epochs=1)
+        assert 0 < sum(len(b[0].indices) for b in loader) < loader.dataset_size
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        conveyor.Loader(folder=str(folder), device="cpu")
+
+
 def test_torch_tensor_labels_are_taken():
     torch = pytest.importorskip("torch")
     x = np.zeros((6, 4), np.uint8)
