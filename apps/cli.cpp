@@ -345,8 +345,11 @@ std::string shell_quote(const std::string& s) {
 }  // namespace
 
 bool gnuplot(const std::string& output, const std::string& script_body, const std::string& data) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::printf("note: gnuplot is not installed (apt-get install gnuplot-nox); %s has the figures\n", data.c_str());
+  static const bool installed = std::system("command -v gnuplot >/dev/null 2>&1") == 0;  // asked once
+  if (!installed) {
+    static bool said = false;  // once a run, not after every epoch's plot
+    if (!said) std::printf("note: gnuplot is not installed (apt-get install gnuplot-nox); %s has the figures\n", data.c_str());
+    said = true;
     return false;
   }
   const std::string script = output + ".gp";

@@ -102,7 +102,7 @@ void report_skipped(const RunResult& r) {
     std::printf("  epoch %llu: %s\n", (unsigned long long)r.skipped[i].epoch, r.skipped[i].reason.c_str());
   }
   if (r.skipped.size() > kShown) {
-    std::printf("  ... and %zu more (bench --json FILE lists every one)\n", r.skipped.size() - kShown);
+    std::printf("  ... and %zu more (--json FILE lists every one)\n", r.skipped.size() - kShown);
   }
 }
 
