@@ -393,7 +393,16 @@ int Trainer::finish() const {
   } else {
     std::printf("final: train loss %.6f, train accuracy %.4f (no validation split)\n", last.train_loss, last.train_acc);
   }
-  for (const auto& s : pipeline_->skipped()) std::printf("skipped: sample %llu: %s\n", (unsigned long long)s.index, s.reason.c_str());
+  // Every sample --on-error skip left out, named by its reason (which names the
+  // file), in each epoch it was left out of: training's and validation's.
+  for (const auto& s : pipeline_->skipped()) {
+    std::printf("skipped (training, epoch %llu): %s\n", (unsigned long long)s.epoch + 1, s.reason.c_str());
+  }
+  if (validation_) {
+    for (const auto& s : validation_->pipeline.skipped()) {
+      std::printf("skipped (validation, pass %llu): %s\n", (unsigned long long)s.epoch + 1, s.reason.c_str());
+    }
+  }
   if (!t_.checkpoint.empty()) std::printf("checkpoint: %s\n", t_.checkpoint.c_str());
   return 0;
 }

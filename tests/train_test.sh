@@ -148,5 +148,18 @@ timeout 120 "$bin" train --config "$work/ds.toml" --list "$work/two.txt" --worke
   || fail "config folder + --list: $(cat "$work/err")"
 grep -q "2 images" "$work/out" || fail "config folder + --list did not train on the list: $(head -5 "$work/out")"
 
+# --on-error skip: every skipped sample named, training's and validation's, with its epoch or pass
+mkdir -p "$work/sk"
+cp -r "$work/mk/0-disk" "$work/mk/1-square" "$work/sk/"
+for c in 0-disk 1-square; do for i in 1 2 3; do cp "$work/mk/$c/00000.jpg" "$work/sk/$c/0000$i.jpg"; done; done
+: >"$work/sk/0-disk/zz-empty.jpg"
+echo hi >"$work/sk/1-square/zz-text.jpg"
+timeout 120 "$bin" train --folder "$work/sk" --batch 2 --epochs 2 --workers 1 --on-error skip --val-fraction 0.3 >"$work/out" 2>"$work/err" \
+  || fail "train --on-error skip: $(cat "$work/err")"
+for f in zz-empty.jpg zz-text.jpg; do
+  [ "$(grep -c "^skipped (\(training, epoch\|validation, pass\) [12]): .*/$f: " "$work/out")" -eq 2 ] \
+    || fail "train --on-error skip does not name $f once an epoch: $(grep '^skipped' "$work/out")"
+done
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
