@@ -156,7 +156,15 @@ void Trainer::check_outputs() {
   if (!t_.checkpoint.empty()) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    if (fs::is_symlink(fs::symlink_status(t_.checkpoint, ec))) t_.checkpoint = fs::weakly_canonical(t_.checkpoint, ec).string();
+    // Link by link (weakly_canonical leaves a dangling one as it is: the
+    // first checkpoint through latest.pt must create its target).
+    fs::path p = t_.checkpoint;
+    for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+      if (hops == 40) throw UsageError("--checkpoint " + t_.checkpoint + ": too many levels of symbolic links");
+      const fs::path target = fs::read_symlink(p, ec);
+      p = target.is_absolute() ? target : p.parent_path() / target;
+    }
+    t_.checkpoint = p.lexically_normal().string();
     const auto st = fs::status(t_.checkpoint, ec);
     if (fs::exists(st) && !fs::is_regular_file(st)) {
       throw UsageError("--checkpoint " + t_.checkpoint + ": not a regular file (a checkpoint is written beside it and renamed over it)");

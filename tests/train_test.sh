@@ -148,6 +148,20 @@ timeout 120 "$bin" train --config "$work/ds.toml" --list "$work/two.txt" --worke
   || fail "config folder + --list: $(cat "$work/err")"
 grep -q "2 images" "$work/out" || fail "config folder + --list did not train on the list: $(head -5 "$work/out")"
 
+# outputs and flags that were taken and then ignored, or destroyed what was there (round 7)
+mkfifo "$work/fifo"
+expect_usage_error "--checkpoint on a FIFO" --checkpoint "$work/fifo" --epochs 1
+grep -q "not a regular file" "$work/err" || fail "--checkpoint FIFO: $(cat "$work/err")"
+[ -p "$work/fifo" ] || fail "--checkpoint FIFO: the FIFO was replaced"
+expect_usage_error "--resume ''" --resume "" --epochs 1
+grep -q "an empty value" "$work/err" || fail "--resume '': $(cat "$work/err")"
+expect_usage_error "--plot p.txt" --plot "$work/p.txt" --epochs 1
+expect_usage_error "--link-gbps" --link-gbps 1 --epochs 1
+ln -s "$work/target.pt" "$work/latest.pt"
+timeout 120 "$bin" train --list "$work/two.txt" --workers 1 --batch 2 --epochs 1 --checkpoint "$work/latest.pt" >"$work/out" 2>"$work/err" \
+  || fail "--checkpoint through a link: $(cat "$work/err")"
+[ -L "$work/latest.pt" ] && [ -s "$work/target.pt" ] || fail "--checkpoint through a link: the link was replaced or its target not written"
+
 # --on-error skip: every skipped sample named, training's and validation's, with its epoch or pass
 mkdir -p "$work/sk"
 cp -r "$work/mk/0-disk" "$work/mk/1-square" "$work/sk/"
