@@ -73,7 +73,12 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
           if (!tally.go_on()) break;
         }
       });
-  if (tracer) tracer->finish();
+  if (tracer) {
+    tracer->finish();
+    if (output == Output::print) {  // as the streaming run says it
+      std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
+    }
+  }
   return result;
 }
 

@@ -207,8 +207,9 @@ if command -v python3 >/dev/null; then
 fi
 
 # Teaching mode: synthetic stage costs, serial against overlapped, both account for every sample.
-"$bin" run --folder "$work/ds" --batch 4 --serial --synthetic-ms 0.1 --compute-ms 0.1 >"$work/out" 2>&1 || fail "run --serial"
+"$bin" run --folder "$work/ds" --batch 4 --serial --synthetic-ms 0.1 --compute-ms 0.1 --trace "$work/serial.json" >"$work/out" 2>&1 || fail "run --serial"
 grep -q "^epoch 0 (serial): 30 images in 8 batches" "$work/out" || fail "serial run: $(cat "$work/out")"
+grep -q "^trace: $work/serial.json" "$work/out" || fail "serial run: no trace line: $(tail -2 "$work/out")"
 "$bin" run --folder "$work/ds" --batch 4 --synthetic-ms 0.1 >"$work/out" 2>&1 || fail "run --synthetic-ms"
 grep -q "^epoch 0: 30 images in 8 batches" "$work/out" || fail "synthetic run: $(cat "$work/out")"
 
