@@ -220,11 +220,14 @@ void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {
 
 void check_outputs(const Options& o) {
   check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}, {"--csv", o.csv}, {"--plot", o.plot, false, true}});
-  if (!o.plot.empty()) {
-    const std::string ext = lower_case(std::filesystem::path(o.plot).extension().string());
-    if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + o.plot + ": name a .png or .svg file (the format follows it)");
-    if (o.csv.empty()) throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
-  }
+  check_plot_name(o.plot);
+  if (!o.plot.empty() && o.csv.empty()) throw UsageError("--plot needs --csv FILE (the plot is drawn from it)");
+}
+
+void check_plot_name(const std::string& plot) {
+  if (plot.empty()) return;
+  const std::string ext = lower_case(std::filesystem::path(plot).extension().string());
+  if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + plot + ": name a .png or .svg file (the format follows it)");
 }
 
 std::optional<double> gpu_decode_share(const Options& o) {

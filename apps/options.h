@@ -182,6 +182,9 @@ void check_outputs(const Options& o, const std::vector<OutputFile>& outputs);
 // run, bench, sweep: --trace, --json, --csv and --plot as above; --plot a .png
 // or .svg, and with --csv.
 void check_outputs(const Options& o);
+// --plot FILE (any subcommand's): a .png or .svg, the format gnuplot writes
+// follows it. Nothing for an empty name. Throws UsageError.
+void check_plot_name(const std::string& plot);
 // --gpu-decode as a share: 0 for off, the number for SHARE, nullopt for auto.
 // Throws UsageError for anything else, or for a mode it cannot combine with.
 std::optional<double> gpu_decode_share(const Options& o);

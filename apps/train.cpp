@@ -170,10 +170,7 @@ void Trainer::check_outputs() {
       throw UsageError("--checkpoint " + t_.checkpoint + ": not a regular file (a checkpoint is written beside it and renamed over it)");
     }
   }
-  if (!t_.plot.empty()) {
-    const std::string ext = lower_case(std::filesystem::path(t_.plot).extension().string());
-    if (ext != ".png" && ext != ".svg") throw UsageError("--plot " + t_.plot + ": name a .png or .svg file (the format follows it)");
-  }
+  check_plot_name(t_.plot);
   // Said, not refused: a config (configs/train-resnet.toml) may set the
   // interval for the runs that name a --checkpoint.
   if (t_.checkpoint_every && t_.checkpoint.empty()) {
