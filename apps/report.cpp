@@ -94,6 +94,10 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   write_file("--json", file, out.str());
 }
 
+void report_trace(const std::string& file) {
+  std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", file.c_str());
+}
+
 void report_skipped(const RunResult& r) {
   if (r.skipped.empty()) return;
   constexpr std::size_t kShown = 5;

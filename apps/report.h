@@ -32,6 +32,8 @@ struct RunResult {
 void report_skipped(const RunResult& r);
 // bench's summary line: images/s over the run and the peak resident set.
 void report_bench(const RunResult& r);
+// The line that says where a run's --trace went (streaming and --serial alike).
+void report_trace(const std::string& file);
 // --json FILE: the settings, the figures, per-epoch counts and digests (for
 // checking shards across ranks) and every skipped sample. Throws
 // std::runtime_error when the file cannot be written.

@@ -104,9 +104,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
   result.gpu_cpu_fallbacks = gpu.cpu_fallbacks;
   if (trace) {
     trace->finish();
-    if (output == Output::print) {
-      std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
-    }
+    if (output == Output::print) report_trace(o.trace);
   }
   return result;
 }

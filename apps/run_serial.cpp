@@ -75,9 +75,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
       });
   if (tracer) {
     tracer->finish();
-    if (output == Output::print) {  // as the streaming run says it
-      std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
-    }
+    if (output == Output::print) report_trace(o.trace);
   }
   return result;
 }
