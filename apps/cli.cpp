@@ -21,6 +21,7 @@
 
 #include "apps/toml_config.h"
 #include "stages/default_dataset.h"
+#include "stages/file_system.h"
 
 namespace conveyor::apps {
 
@@ -224,12 +225,9 @@ void check_writable(const std::string& flag, const std::string& file) {
 }
 
 void write_file(const std::string& flag, const std::string& file, const std::string& text) {
-  std::FILE* f = std::fopen(file.c_str(), "w");
-  if (!f) throw std::runtime_error(flag + ": cannot write " + file + ": " + std::strerror(errno));
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !wrote) {
-    throw std::runtime_error(flag + ": cannot write " + file + ": " + std::strerror(wrote ? errno : err));
+  const std::span bytes{reinterpret_cast<const unsigned char*>(text.data()), text.size()};
+  if (const int err = write_bytes(file, bytes); err != 0) {
+    throw std::runtime_error(flag + ": cannot write " + file + ": " + std::strerror(err));
   }
 }
 

@@ -99,12 +99,8 @@ namespace {
 // Writes bytes to file, or throws naming it and the reason ("No space left on
 // device"): a stream's failure alone said only "cannot write".
 void write_whole(const std::filesystem::path& file, std::span<const unsigned char> bytes) {
-  std::FILE* f = std::fopen(file.c_str(), "wb");
-  if (!f) throw std::runtime_error(file.string() + ": cannot write: " + std::strerror(errno));
-  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !wrote) {
-    throw std::runtime_error(file.string() + ": cannot write: " + std::strerror(wrote ? errno : err));
+  if (const int err = write_bytes(file, bytes); err != 0) {
+    throw std::runtime_error(file.string() + ": cannot write: " + std::strerror(err));
   }
 }
 

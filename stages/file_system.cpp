@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -113,6 +114,15 @@ std::optional<std::filesystem::path> user_cache_dir() {
     return std::nullopt;
   }
   return dir;
+}
+
+int write_bytes(const std::filesystem::path& path, std::span<const unsigned char> bytes) noexcept {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return errno;
+  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 && wrote) return errno;
+  return wrote ? 0 : (err != 0 ? err : EIO);
 }
 
 std::shared_ptr<FileSystem> posix_file_system() {

@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -71,6 +72,11 @@ std::optional<std::filesystem::path> user_cache_dir();
 // The private temp folder user_cache_dir() falls back to, whether or not it
 // qualifies (for messages): the absolute TMPDIR (else /tmp) / conveyor-UID.
 std::filesystem::path private_temp_dir();
+
+// Writes `bytes` to `path` (created or truncated), checking every step:
+// fopen, fwrite, fflush and fclose. Returns 0, or the errno of the first step
+// that failed (ENOSPC from a flush or a close too), for the caller's message.
+int write_bytes(const std::filesystem::path& path, std::span<const unsigned char> bytes) noexcept;
 
 // Thrown by read_whole_file when *stopping was set while it read.
 class ReadCancelled : public std::runtime_error {

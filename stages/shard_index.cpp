@@ -225,12 +225,9 @@ bool write_atomically(const fs::path& file, const std::string& text) {
   remove_stale_temporaries(file);
   fs::path tmp = file;
   tmp += ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return false;
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  const bool closed = std::fclose(f) == 0;
-  if (wrote && closed) fs::rename(tmp, file, ec);
-  if (!wrote || !closed || ec) {
+  const bool wrote = write_bytes(tmp, {reinterpret_cast<const unsigned char*>(text.data()), text.size()}) == 0;
+  if (wrote) fs::rename(tmp, file, ec);
+  if (!wrote || ec) {
     fs::remove(tmp, ec);
     return false;
   }
