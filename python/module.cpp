@@ -123,6 +123,13 @@ std::optional<Element> element_of_format(std::string f) {
   }
 }
 
+// A Python bool or NumPy's (numpy.bool_, numpy.bool in NumPy 2): refused
+// where an integer or a number is asked for, the one kind a flag takes.
+bool is_bool(const py::handle& v) {
+  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
+  return PyBool_Check(v.ptr()) || type == "numpy.bool_" || type == "numpy.bool";
+}
+
 // arrays=' y holds integers, or a ValueError: pybind11's cast to int64 would
 // truncate NumPy floats (0.99 -> 0), complex and bools with a warning at most.
 // An array by its format; a sequence (a list, a torch tensor) element by
@@ -144,7 +151,7 @@ void check_integer_labels(const py::handle& y) {
   if (!py::isinstance<py::sequence>(y) || py::isinstance<py::str>(y)) return;  // the cast's own error follows
   for (const py::handle item : y) {
     const std::string_view type = Py_TYPE(item.ptr())->tp_name;
-    if (PyBool_Check(item.ptr()) || type == "numpy.bool_" || type == "numpy.bool") refuse("a bool");
+    if (is_bool(item)) refuse("a bool");
     PyObject* index = PyNumber_Index(item.ptr());
     if (!index) {
       if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
@@ -295,6 +302,13 @@ struct PyLoader {
     }
     pid = now;  // never started: the child's copy is its own
     forks = now_forks;
+  }
+  // close() and the with-block's exit: the held-back batch and the threads.
+  void close() {
+    locked([&](Loader& l) {
+      held_back.reset();
+      l.close();
+    });
   }
   void seek(const PipelineState& s) {
     locked([&](Loader& l) {
@@ -472,10 +486,9 @@ std::uint64_t whole(const char* name, const py::handle& v, std::uint64_t lo = 0,
 // np.float32(0.5)), as whole() takes an integer by its __index__.
 double non_negative(const char* name, const py::handle& v) {
   const std::string_view type = Py_TYPE(v.ptr())->tp_name;
-  const bool is_bool = PyBool_Check(v.ptr()) || type == "numpy.bool_" || type == "numpy.bool";
   const bool real = PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyIndex_Check(v.ptr()) ||
                     type.starts_with("numpy.float") || type == "numpy.longdouble" || type == "numpy.half";
-  if (is_bool || !real) {
+  if (is_bool(v) || !real) {
     throw py::type_error(shown(name, v) + ": expected a number, not " + std::string(type));
   }
   const double x = PyFloat_AsDouble(v.ptr());  // an int too large for a double raises OverflowError
@@ -489,9 +502,8 @@ double non_negative(const char* name, const py::handle& v) {
 
 // True or False (NumPy's bool_ too); pybind11's bool took None as False.
 bool flag(const char* name, const py::handle& v) {
-  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
-  if (PyBool_Check(v.ptr()) || type == "numpy.bool_" || type == "numpy.bool") return PyObject_IsTrue(v.ptr()) == 1;
-  throw py::type_error(shown(name, v) + ": expected True or False, not " + std::string(type));
+  if (is_bool(v)) return PyObject_IsTrue(v.ptr()) == 1;
+  throw py::type_error(shown(name, v) + ": expected True or False, not " + std::string(Py_TYPE(v.ptr())->tp_name));
 }
 
 // A str argument (nullopt for None where `optional`).
@@ -809,9 +821,9 @@ void bind_loader(py::module_& m) {
         for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = s.reason));
         return out;
       })
-      .def("close", [](PyLoader& L) { L.locked([&](Loader& l) { L.held_back.reset(); l.close(); }); })
+      .def("close", [](PyLoader& L) { L.close(); })
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyLoader& L, py::args) { L.locked([&](Loader& l) { L.held_back.reset(); l.close(); }); });
+      .def("__exit__", [](PyLoader& L, py::args) { L.close(); });
 }
 
 void bind_errors(py::module_& m) {
