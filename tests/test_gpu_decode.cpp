@@ -49,6 +49,20 @@ Dataset make_files(t::TempDir& dir, std::vector<bool>& decodable) {
   return Dataset(paths, labels);
 }
 
+// What every test here renders: RandomResizedCrop to kOut, then a flip.
+ImageConfig rrc_flip() {
+  ImageConfig ic;
+  ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
+  return ic;
+}
+
+// The host backend, as open_device gives it by default (no simulated delays).
+std::shared_ptr<Device> host_device() {
+  DeviceConfig dc;
+  dc.backend = BackendChoice::host;
+  return open_device(dc);
+}
+
 struct Run {
   std::vector<std::uint64_t> digests;              // per batch, in delivery order
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<unsigned char>> sample;  // (epoch, index) -> bytes
@@ -83,8 +97,7 @@ class RefusingDecoder final : public JpegBatchDecoder {
 // share < 0 no GPU decode is configured at all.
 Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_error = ErrorPolicy::fail,
         bool refuse_some = false, HostTransfer transfer = HostTransfer::copy) {
-  ImageConfig ic;
-  ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
+  ImageConfig ic = rrc_flip();
   ic.on_error = on_error;
   ic.gpu_share = std::max(share, 0.0);
   ImageSource src(d, ic, workers);
@@ -222,12 +235,9 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   const Dataset d = make_files(dir, decodable);
   std::size_t candidates = 0;
   for (bool b : decodable) candidates += b;
-  ImageConfig ic;
-  ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
+  const ImageConfig ic = rrc_flip();
   ImageSource src(d, ic, 1);
-  DeviceConfig dc;
-  dc.backend = BackendChoice::host;
-  auto device = open_device(dc);
+  auto device = host_device();
   std::string why;
   auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
   const GpuShare m = measure_gpu_share(src, *decoder, *device, 3);
@@ -250,12 +260,8 @@ TEST_CASE("gpu decode: auto counts only the samples the decoder takes, and takin
   t::TempDir dir;
   std::vector<bool> decodable;
   const Dataset d = make_files(dir, decodable);
-  ImageConfig ic;
-  ic.transforms = {RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}};
-  ImageSource src(d, ic, 1);
-  DeviceConfig dc;
-  dc.backend = BackendChoice::host;
-  auto device = open_device(dc);
+  ImageSource src(d, rrc_flip(), 1);
+  auto device = host_device();
   std::string why;
   RefusingDecoder none(device->create_jpeg_decoder(DecodeLimits{}, why), 1);
   const GpuShare m = measure_gpu_share(src, none, *device, 3);
