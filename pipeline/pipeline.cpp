@@ -219,7 +219,7 @@ bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_
   }
   auto handle = pool_.acquire();
   mark = Clock::now();
-  StageCounters::end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
+  counters.end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
   if (!handle) return false;
 
   const Plan::Pos pos = plan_.at(g);
@@ -278,7 +278,7 @@ bool Pipeline::wait_open(std::uint64_t g, StageCounters& counters, Clock::time_p
     open = !stopping_;
   }
   mark = Clock::now();
-  StageCounters::end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
+  counters.end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
   return open;
 }
 
@@ -319,7 +319,7 @@ void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_poin
     StageCounters::begin_wait(counters.blocked_since, t0);
     const bool pushed = host_queue_.push(handle);  // fails only when stopping: the handle recycles itself
     mark = Clock::now();
-    StageCounters::end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
+    counters.end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
     (void)pushed;
   }
 }
@@ -365,7 +365,7 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
         return;
       }
       const auto now = Clock::now();
-      StageCounters::end_wait(counters.busy_since, counters.busy_ns, mark, now);
+      counters.end_wait(counters.busy_since, counters.busy_ns, mark, now);
       StageCounters::add(counters.items, 1);
       mark = now;
       if (s.skipped) {
@@ -444,20 +444,22 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
     }
     const auto took = elapsed_ns(t0, Clock::now());
     const auto blocked = std::min<std::uint64_t>(batch.transfer_blocked_ns, took);
-    StageCounters::add(transfer_counters_.busy_ns, took - blocked);
-    StageCounters::add(transfer_counters_.blocked_ns, blocked);
-    StageCounters::add(transfer_counters_.consumer_wait_ns, blocked);
+    transfer_counters_.as_one([&] {
+      StageCounters::add(transfer_counters_.busy_ns, took - blocked);
+      StageCounters::add(transfer_counters_.blocked_ns, blocked);
+      StageCounters::add(transfer_counters_.consumer_wait_ns, blocked);
+    });
     return true;
   };
   // Hands a transferred batch to the consumer; false once stopped.
   auto publish = [&](BatchHandle& batch) {
     StageCounters::add(transfer_counters_.items, 1);
-    return StageCounters::timed_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, Clock::now(),
+    return transfer_counters_.timed_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, Clock::now(),
                                      [&] { return device_queue_.push(batch); });
   };
   // Runs wait() as time the stage is starved (nothing to transfer); returns what it got.
   auto starved = [&](auto wait) {
-    return StageCounters::timed_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, Clock::now(), wait);
+    return transfer_counters_.timed_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, Clock::now(), wait);
   };
   auto finish_and_publish = [&](BatchHandle& batch) { return run(stages_.finish, *batch) && publish(batch); };
   auto finish_in_flight = [&] {
@@ -511,7 +513,7 @@ void Pipeline::transfer_loop(std::uint64_t& delivered) {
 std::optional<BatchHandle> Pipeline::next() {
   throw_if_failed();
   if (stopping_flag()) return std::nullopt;
-  auto batch = StageCounters::timed_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns,
+  auto batch = consumer_counters_.timed_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns,
                                         consumer_arrives(), [&] { return device_queue_.pop(); });
   throw_if_failed();
   if (!batch || stopping_flag()) return std::nullopt;
@@ -532,7 +534,7 @@ bool Pipeline::wait_ready(std::chrono::microseconds timeout) {
   if (stopping_flag()) return true;
   // Waiting here is the consumer starving, as in next(): the stats must not
   // count a consumer that waits in slices (Python) as busy.
-  return StageCounters::timed_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, consumer_arrives(),
+  return consumer_counters_.timed_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns, consumer_arrives(),
                                    [&] { return device_queue_.wait_ready_for(timeout) || stopping_flag(); });
 }
 
@@ -585,21 +587,33 @@ std::vector<SkippedSample> Pipeline::skipped() const {
 
 PipelineStats Pipeline::stats() const {
   PipelineStats s;
-  const auto now = Clock::now();
-  s.wall_s = double(elapsed_ns(start_, now)) * 1e-9;
-  StageStats workers{"workers", config_.workers};
-  for (std::size_t w = 0; w < config_.workers; ++w) accumulate(workers, worker_counters_[w], now);
-  StageStats transfer{"transfer", 1};
-  accumulate(transfer, transfer_counters_, now);
-  StageStats consumer{"consumer", 1};
-  accumulate(consumer, consumer_counters_, now);
+  // Read every counter first and the clock last: each interval the readings
+  // hold began before `now`, so no stage shows more time than has passed.
+  std::vector<StageCounters::Reading> worker_readings;
+  worker_readings.reserve(config_.workers);
+  for (std::size_t w = 0; w < config_.workers; ++w) worker_readings.push_back(worker_counters_[w].read());
+  const StageCounters::Reading transfer_reading = transfer_counters_.read();
+  StageCounters::Reading consumer_reading;
+  std::optional<Clock::time_point> step_since;  // the consumer's step under way
   {
+    // Under the lock with last_return_, which consumer_arrives() moves into
+    // busy_ns under it.
     std::lock_guard lk(state_mu_);
-    if (last_return_) consumer.busy_s += double(elapsed_ns(*last_return_, now)) * 1e-9;  // the step under way
+    consumer_reading = consumer_counters_.read();
+    step_since = last_return_;
     s.batches = delivered_batches_;
     s.samples = delivered_samples_;
     s.samples_skipped = skipped_.size();
   }
+  const auto now = Clock::now();
+  s.wall_s = double(elapsed_ns(start_, now)) * 1e-9;
+  StageStats workers{"workers", config_.workers};
+  for (const auto& r : worker_readings) accumulate(workers, r, now);
+  StageStats transfer{"transfer", 1};
+  accumulate(transfer, transfer_reading, now);
+  StageStats consumer{"consumer", 1};
+  accumulate(consumer, consumer_reading, now);
+  if (step_since) consumer.busy_s += double(elapsed_ns(*step_since, now)) * 1e-9;
   for (StageStats* st : {&workers, &transfer, &consumer}) {
     st->wall_s = s.wall_s;
     s.stages.push_back(*st);

@@ -4,20 +4,16 @@
 
 namespace conveyor {
 
-void accumulate(StageStats& into, const StageCounters& c, Clock::time_point now) {
-  const auto so_far = [&](const std::atomic<std::int64_t>& since) {
-    const std::int64_t t0 = since.load(std::memory_order_relaxed);
-    const std::int64_t dt = t0 ? now.time_since_epoch().count() - t0 : 0;
+void accumulate(StageStats& into, const StageCounters::Reading& r, Clock::time_point now) {
+  const auto so_far = [&](std::int64_t since) {
+    const std::int64_t dt = since ? now.time_since_epoch().count() - since : 0;
     return dt > 0 ? double(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(dt)).count()) * 1e-9 : 0.0;
   };
-  into.busy_s += so_far(c.busy_since);
-  into.blocked_s += so_far(c.blocked_since);
-  into.starved_s += so_far(c.starved_since);
-  into.items += c.items.load(std::memory_order_relaxed);
-  into.busy_s += double(c.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
-  into.blocked_s += double(c.blocked_ns.load(std::memory_order_relaxed)) * 1e-9;
-  into.starved_s += double(c.starved_ns.load(std::memory_order_relaxed)) * 1e-9;
-  into.consumer_wait_s += double(c.consumer_wait_ns.load(std::memory_order_relaxed)) * 1e-9;
+  into.items += r.items;
+  into.busy_s += double(r.busy_ns) * 1e-9 + so_far(r.busy_since);
+  into.blocked_s += double(r.blocked_ns) * 1e-9 + so_far(r.blocked_since);
+  into.starved_s += double(r.starved_ns) * 1e-9 + so_far(r.starved_since);
+  into.consumer_wait_s += double(r.consumer_wait_ns) * 1e-9;
 }
 
 namespace {

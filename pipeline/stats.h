@@ -7,14 +7,14 @@
 // Fractions are of wall time times the stage's thread count.
 //
 // Thread safety: StageCounters is written by its one owning thread and may be read
-// from any thread at any time (relaxed atomics: each figure is exact, a snapshot
-// of several may mix moments). The report structs are plain values.
+// from any thread at any time (read()). The report structs are plain values.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pipeline/bounded_queue.h"
@@ -42,29 +42,76 @@ struct alignas(64) StageCounters {
   // ticks, 0 when none: a snapshot adds the interval so far, so a long one
   // (workers blocked while the consumer evaluates, a worker stuck in a stalled
   // read) shows in the intervals it spans rather than all at once when it ends.
-  // A snapshot racing the end of one may miss or double it for a moment; the
-  // next snapshot is exact again.
   std::atomic<std::int64_t> busy_since{0};
   std::atomic<std::int64_t> blocked_since{0};
   std::atomic<std::int64_t> starved_since{0};
+  // Odd while end_wait() moves an interval from under way into its total (or
+  // as_one() changes several figures). Without it a reader that saw `since`
+  // cleared but not yet the total would miss the interval, and one that saw
+  // the total added but `since` still set would count it twice. A one-writer
+  // sequence lock (the writer never waits; a reader retries) makes each read()
+  // a single moment.
+  std::atomic<std::uint64_t> seq{0};
 
+  // Every figure at one moment of the owning thread. Each interval it counts
+  // (closed, or under way from its `since`) began before read() returned, so a
+  // clock read after read() bounds them all: a snapshot never shows more time
+  // than passed.
+  struct Reading {
+    std::uint64_t items = 0, busy_ns = 0, blocked_ns = 0, starved_ns = 0, consumer_wait_ns = 0;
+    std::int64_t busy_since = 0, blocked_since = 0, starved_since = 0;
+  };
+  Reading read() const {
+    for (;;) {
+      // Boehm's seqlock reader, with acquire loads instead of fences (which
+      // ThreadSanitizer does not model): the second seq load cannot move
+      // above the data loads.
+      const std::uint64_t s0 = seq.load(std::memory_order_acquire);
+      Reading r;
+      r.items = items.load(std::memory_order_acquire);
+      r.busy_ns = busy_ns.load(std::memory_order_acquire);
+      r.blocked_ns = blocked_ns.load(std::memory_order_acquire);
+      r.starved_ns = starved_ns.load(std::memory_order_acquire);
+      r.consumer_wait_ns = consumer_wait_ns.load(std::memory_order_acquire);
+      r.busy_since = busy_since.load(std::memory_order_acquire);
+      r.blocked_since = blocked_since.load(std::memory_order_acquire);
+      r.starved_since = starved_since.load(std::memory_order_acquire);
+      if (!(s0 & 1) && seq.load(std::memory_order_relaxed) == s0) return r;
+      std::this_thread::yield();  // the writer may be preempted mid-update
+    }
+  }
+
+  // Single writer: the owning thread. Release stores, so that a reader's
+  // acquire load of a figure also sees the seq change before it.
   static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) {
-    c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);  // single writer
+    c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_release);
   }
   static void begin_wait(std::atomic<std::int64_t>& since, Clock::time_point t0) {
-    since.store(t0.time_since_epoch().count(), std::memory_order_relaxed);
+    since.store(t0.time_since_epoch().count(), std::memory_order_release);
   }
-  // Ends the wait that began at t0: clears `since`, then counts t0..t1 in `total`.
-  static void end_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
-                       Clock::time_point t1) {
-    since.store(0, std::memory_order_relaxed);
-    add(total, elapsed_ns(t0, t1));
+  // Ends the wait that began at t0: clears `since` and counts t0..t1 in `total`,
+  // as one step for read().
+  void end_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
+                Clock::time_point t1) {
+    as_one([&] {
+      since.store(0, std::memory_order_release);
+      add(total, elapsed_ns(t0, t1));
+    });
+  }
+  // Runs update() (stores through add and begin_wait) as one step for read(),
+  // e.g. a phase's time split between busy and blocked.
+  template <class Update>
+  void as_one(Update&& update) {
+    const std::uint64_t s0 = seq.load(std::memory_order_relaxed);
+    seq.store(s0 + 1, std::memory_order_relaxed);
+    update();
+    seq.store(s0 + 2, std::memory_order_release);
   }
   // Runs wait() as one wait that began at t0 (begin_wait, then end_wait when it
   // returns); returns what wait() returned.
   template <class Wait>
-  static auto timed_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
-                         Wait&& wait) {
+  auto timed_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
+                  Wait&& wait) {
     begin_wait(since, t0);
     auto got = wait();
     end_wait(since, total, t0, Clock::now());
@@ -117,7 +164,8 @@ struct PipelineStats {
   PipelineStats since(const PipelineStats& earlier) const;
 };
 
-// Adds c's figures to `into`, with the wait under way at `now` counted so far.
-void accumulate(StageStats& into, const StageCounters& c, Clock::time_point now);
+// Adds r's figures to `into`, with the intervals under way counted up to `now`
+// (a clock read after r was read).
+void accumulate(StageStats& into, const StageCounters::Reading& r, Clock::time_point now);
 
 }  // namespace conveyor
