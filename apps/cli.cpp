@@ -204,6 +204,33 @@ void strict_values(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) strict_values(*sub);
 }
 
+void refuse_empty_list_elements(const CLI::App& sub, int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") return;  // what follows is no flag
+    if (!arg.starts_with("--")) continue;
+    const std::size_t eq = arg.find('=');
+    const std::string name(arg.substr(0, eq));
+    const CLI::Option* opt = sub.get_option_no_throw(name);
+    if (!opt || opt->get_delimiter() == '\0') continue;
+    const char d = opt->get_delimiter();
+    // "--workers=V" holds its value; "--workers V1 V2" takes the words that
+    // follow up to the next flag.
+    std::vector<std::string_view> values;
+    if (eq != std::string_view::npos) {
+      values.push_back(arg.substr(eq + 1));
+    } else {
+      for (int j = i + 1; j < argc && !std::string_view(argv[j]).starts_with("-"); ++j) values.push_back(argv[j]);
+    }
+    const std::string doubled{d, d};
+    for (const std::string_view v : values) {
+      if (!v.empty() && (v.front() == d || v.back() == d || v.find(doubled) != std::string_view::npos)) {
+        throw UsageError(name + " " + one_line(v) + ": an empty element in the list");
+      }
+    }
+  }
+}
+
 void check_writable(const std::string& flag, const std::string& file) {
   if (file.empty()) return;
   // Create it only if it is new (and remove it again), else open the existing

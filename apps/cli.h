@@ -97,6 +97,11 @@ void write_file(const std::string& flag, const std::string& file, const std::str
 // true/false, yes/no or 1/0 (CLI11 took -1 as false). Call after the flags
 // are added.
 void strict_values(CLI::App& app);
+// Refuses an empty element in a comma-list flag of `sub` (sweep's axes) as
+// written in argv: "--workers 1,,2", "--batch 8," or "=,4". CLI11 splits the
+// value and drops the empty pieces before any check sees them, so a typo
+// quietly ran fewer points. Throws UsageError naming the flag and its value.
+void refuse_empty_list_elements(const CLI::App& sub, int argc, const char* const* argv);
 // Text as one line that drives no terminal: a line break written as \n or
 // \r, any other control character but tab as \xNN (a path or a TOML key may
 // hold them). For every message that quotes one. Throws only bad_alloc.

@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
     check_subcommand(argc, argv, app);
     shard_from_environment(o);
     app.parse(argc, argv);
+    if (*subcommands.sweep) refuse_empty_list_elements(*subcommands.sweep, argc, argv);
     o.config = config_file(app);
     return finish_stdout("conveyor", dispatch(subcommands, o));
   } catch (...) {

@@ -53,6 +53,12 @@ expect_usage_error "workers normalize with --resident" run --normalize-in worker
 expect_usage_error "two datasets" run --list "$work/bad.txt" --folder "$work/ds"
 expect_usage_error "no subcommand"
 expect_usage_error "rank beyond world" run --folder "$work/ds" --rank 2 --world-size 2
+# An empty element in a sweep list (CLI11 drops it while splitting): refused, by flag and value.
+for bad in "--workers 1,,2" "--workers=1,2," "--batch ,8" "--host-queue 1,,2 --workers 1"; do
+  # shellcheck disable=SC2086  # the words of $bad are the flags
+  expect_usage_error "sweep $bad" sweep $bad
+  grep -q "^conveyor: --[a-z-]* [0-9,]*: an empty element in the list$" "$work/err" || fail "sweep $bad: $(cat "$work/err")"
+done
 
 # inspect: one corrupt file among good ones -> status 1, the file named with its reason.
 cp -r "$work/ds" "$work/ds2"
