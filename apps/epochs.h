@@ -108,14 +108,16 @@ class EpochTally {
 // Runs epochs [first, end): `take(tally)` consumes epoch tally.epoch()'s
 // batches (`total_of(e)` of them, `done_of(e)` already consumed), calling
 // tally.add() after each step and stopping when tally.go_on() is false. Each
-// finished epoch goes to reporter.epoch_done() and into `figures`. Returns the
+// finished epoch goes to reporter.epoch_done() and into `figures`. The first
+// epoch's time runs from `first_from` (a streaming pipeline's start: its
+// workers began before the loop), each later one's from its loop. Returns the
 // signal that ended the run early, or 0.
 template <typename Take, typename Total, typename Done>
 int for_each_epoch(std::uint64_t first, std::uint64_t end, EpochReporter& reporter, std::vector<EpochFigures>& figures,
-                   Total&& total_of, Done&& done_of, Take&& take) {
+                   Clock::time_point first_from, Total&& total_of, Done&& done_of, Take&& take) {
   for (std::uint64_t e = first; e < end; ++e) {
     EpochTally tally(e, total_of(e), done_of(e), reporter);
-    const auto t0 = Clock::now();
+    const auto t0 = e == first ? first_from : Clock::now();
     take(tally);
     tally.figures().seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     tally.wipe();

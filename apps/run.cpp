@@ -22,7 +22,7 @@ namespace {
 class StreamingReporter final : public EpochReporter {
  public:
   StreamingReporter(Output output, const DevicePipeline& pipeline)
-      : output_(output), pipeline_(pipeline), before_(pipeline.stats()) {}
+      : output_(output), pipeline_(pipeline) {}
 
   std::string progress(const EpochFigures& f, std::size_t done, std::size_t total) const override {
     if (output_ == Output::quiet) return {};
@@ -79,7 +79,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
   const PipelineTrace::Sampling sampling(trace.get(), pipeline);  // joined before the pipeline goes
   StreamingReporter reporter(output, pipeline);
   result.interrupted = for_each_epoch(
-      0, o.epochs, reporter, result.epochs, [&](std::uint64_t) { return pipeline.batches_per_epoch(); },
+      0, o.epochs, reporter, result.epochs, pipeline.started_at(), [&](std::uint64_t) { return pipeline.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
       [&](EpochTally& tally) {
         // Waits for the next batch here, not in next(), so that a signal is

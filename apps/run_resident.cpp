@@ -110,7 +110,7 @@ RunResult run_resident(const Options& o, Dataset dataset, Output output) {
   const bool counts_skips = o.rank == 0;
   EpochLinePrinter reporter(output == Output::print ? print_epoch : EpochLinePrinter::Print());
   result.interrupted = for_each_epoch(
-      0, o.epochs, reporter, result.epochs, [&](std::uint64_t) { return resident.batches_per_epoch(); },
+      0, o.epochs, reporter, result.epochs, Clock::now(), [&](std::uint64_t) { return resident.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
       [&](EpochTally& tally) {
         if (counts_skips) {

@@ -63,7 +63,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
   };
   EpochLinePrinter reporter(output == Output::print ? print_epoch : EpochLinePrinter::Print());
   result.interrupted = for_each_epoch(
-      0, o.epochs, reporter, result.epochs, [&](std::uint64_t) { return sampler.batches_per_epoch(); },
+      0, o.epochs, reporter, result.epochs, Clock::now(), [&](std::uint64_t) { return sampler.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
       [&](EpochTally& tally) {
         const auto order = sampler.epoch_order(tally.epoch());

@@ -272,7 +272,7 @@ int Trainer::run() {
   print_header();
   std::vector<EpochFigures> figures;
   (void)for_each_epoch(
-      first_epoch, o_.epochs, *this, figures, [&](std::uint64_t) { return pipeline_->batches_per_epoch(); },
+      first_epoch, o_.epochs, *this, figures, Clock::now(), [&](std::uint64_t) { return pipeline_->batches_per_epoch(); },
       [&](std::uint64_t e) { return pipeline_->batches_per_epoch() - pipeline_->epoch(e).size(); },
       [&](EpochTally& tally) { train_epoch(tally); });
   return stopped_ ? *stopped_ : finish();

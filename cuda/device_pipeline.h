@@ -228,6 +228,7 @@ class DevicePipeline {
   void consumer_away() { pipeline_->consumer_away(); }
   PipelineState state() const { return pipeline_->state(); }
   PipelineStats stats() const { return pipeline_->stats(); }
+  Clock::time_point started_at() const { return pipeline_->started_at(); }
   std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }
   // The GPU decode path so far (TransferConfig::gpu_decode): samples its decoder
   // rendered, and those it refused that the CPU then decoded.

@@ -347,8 +347,10 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
   std::size_t first = 0, count = 0;
   std::vector<std::uint64_t> ahead;  // open_batch's read-ahead list, reused
   // One clock read per sample: busy time runs from `mark` (the end of the last
-  // sample or wait) to the end of this sample, so claiming counts as work.
-  auto mark = Clock::now();
+  // sample or wait) to the end of this sample, so claiming counts as work. The
+  // first runs from the pipeline's start: a thread's start-up (long with many
+  // workers on few cores) is its time too, so the fractions add up.
+  auto mark = start_;
   while (claim(g, first, count)) {
     OpenBatch& ob = ring_[g % ring_size_];
     if (!(first == 0 ? open_batch(g, counters, mark, ahead) : wait_open(g, counters, mark))) return;
@@ -527,6 +529,7 @@ Clock::time_point Pipeline::consumer_arrives() {
   std::lock_guard lk(state_mu_);
   if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, now));
   last_return_.reset();
+  if (!consumer_first_) consumer_first_ = now;
   return now;
 }
 
@@ -595,12 +598,14 @@ PipelineStats Pipeline::stats() const {
   const StageCounters::Reading transfer_reading = transfer_counters_.read();
   StageCounters::Reading consumer_reading;
   std::optional<Clock::time_point> step_since;  // the consumer's step under way
+  std::optional<Clock::time_point> consumer_from;
   {
     // Under the lock with last_return_, which consumer_arrives() moves into
     // busy_ns under it.
     std::lock_guard lk(state_mu_);
     consumer_reading = consumer_counters_.read();
     step_since = last_return_;
+    consumer_from = consumer_first_;
     s.batches = delivered_batches_;
     s.samples = delivered_samples_;
     s.samples_skipped = skipped_.size();
@@ -614,10 +619,9 @@ PipelineStats Pipeline::stats() const {
   StageStats consumer{"consumer", 1};
   accumulate(consumer, consumer_reading, now);
   if (step_since) consumer.busy_s += double(elapsed_ns(*step_since, now)) * 1e-9;
-  for (StageStats* st : {&workers, &transfer, &consumer}) {
-    st->wall_s = s.wall_s;
-    s.stages.push_back(*st);
-  }
+  workers.wall_s = transfer.wall_s = s.wall_s;
+  consumer.wall_s = consumer_from ? double(elapsed_ns(*consumer_from, now)) * 1e-9 : 0.0;
+  for (StageStats* st : {&workers, &transfer, &consumer}) s.stages.push_back(*st);
   s.queues.push_back({"host queue", host_queue_.stats()});
   s.queues.push_back({"device queue", device_queue_.stats()});
   s.queues.push_back({"buffer pool", pool_.stats()});

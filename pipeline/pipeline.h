@@ -220,7 +220,12 @@ class Pipeline {
   // Stops every thread and joins it; returns promptly from any state. Idempotent.
   void stop();
 
+  // Each stage's figures and fractions: workers and transfer from the
+  // pipeline's start, the consumer from its first next() (or wait_ready()):
+  // time before that is the caller's setup, not the consumer's.
   PipelineStats stats() const;
+  // When the pipeline started its threads: the start of its first epoch.
+  Clock::time_point started_at() const { return start_; }
 
   // Every sample skipped in the batches next() has returned so far, in delivery
   // order (stats().samples_skipped counts them). Thread-safe.
@@ -290,6 +295,7 @@ class Pipeline {
   std::uint64_t delivered_batches_ = 0, delivered_samples_ = 0;
   std::vector<SkippedSample> skipped_;
   std::optional<Clock::time_point> last_return_;
+  std::optional<Clock::time_point> consumer_first_;  // its first arrival; guarded by state_mu_
 
   std::unique_ptr<StageCounters[]> worker_counters_;
   StageCounters transfer_counters_;

@@ -4,7 +4,9 @@
 // Every stage thread's time falls into three parts: busy (its own work: filling
 // samples, transferring, or the consumer's step between next() calls), blocked
 // (waiting for room downstream or a free buffer) and starved (waiting for input).
-// Fractions are of wall time times the stage's thread count.
+// Fractions are of the stage's wall time times its thread count: the workers'
+// and the transfer's since the pipeline started, the consumer's since it first
+// asked for a batch (the caller's setup before that is none of its three).
 //
 // Thread safety: StageCounters is written by its one owning thread and may be read
 // from any thread at any time (read()). The report structs are plain values.
@@ -125,7 +127,7 @@ struct StageStats {
   std::uint64_t items = 0;  // samples for workers, batches otherwise
   double busy_s = 0, blocked_s = 0, starved_s = 0;
   double consumer_wait_s = 0;  // part of blocked_s: waits for memory the consumer holds (transfer only)
-  double wall_s = 0;
+  double wall_s = 0;  // the consumer's since its first next(), the others' since the start
 
   double busy_fraction() const { return fraction(busy_s); }
   double consumer_wait_fraction() const { return fraction(consumer_wait_s); }

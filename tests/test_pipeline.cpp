@@ -932,6 +932,30 @@ TEST_CASE("pipeline: no snapshot shows a stage busier than the time that passed"
   REQUIRE(over_time == 0);
 }
 
+TEST_CASE("pipeline: the consumer's fractions count from its first next(), and add up", "[pipeline][stats]") {
+  // The caller builds the pipeline, then sets up for a while (a model, a log)
+  // before asking for a batch. That time is neither the consumer's work nor
+  // its wait: counted in its wall time, its busy + starved fell short of 100%,
+  // and the run's "consumer idle" disagreed with the epochs' lines.
+  Config c = small_config();
+  c.epochs = 1;
+  Pipeline p(c, 100, {fill_pattern});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::size_t batches = 0;
+  while (auto b = p.next()) ++batches;
+  const PipelineStats s = p.stats();
+  const StageStats& consumer = s.stages[2];
+  REQUIRE(consumer.name == "consumer");
+  REQUIRE(batches == (100 + 6) / 7);
+  REQUIRE(consumer.wall_s < s.wall_s - 0.15);
+  REQUIRE(consumer.busy_fraction() + consumer.starved_fraction() > 0.9);
+  REQUIRE(consumer.busy_fraction() + consumer.starved_fraction() <= 1 + 1e-9);
+  // The workers count from the start: what they did before the consumer came is theirs.
+  const StageStats& workers = s.stages[0];
+  REQUIRE(workers.wall_s == s.wall_s);
+  REQUIRE(workers.items == 100);
+}
+
 TEST_CASE("batch pool: running out of memory names the buffer, its size and the allocator, and frees the rest",
           "[pipeline][error]") {
   std::size_t live = 0, calls = 0;
