@@ -49,6 +49,21 @@ Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sa
   if (dataset_size == 0) throw std::invalid_argument("dataset: no samples");
   settings_.config.sample_bytes = sample_bytes;
   settings_.config.validate();
+  // The core takes an epoch of no batches (ranks of a tiny dataset share even
+  // counts, all 0); a Python loop over such a loader yields nothing, forever,
+  // without a word, so it is refused here.
+  if (const Sampler sampler(settings_.config.sampler_options(dataset_size)); sampler.batches_per_epoch() == 0) {
+    const auto& c = settings_.config;
+    const std::string held = c.world_size > 1 ? "rank " + std::to_string(c.rank) + "'s share holds " +
+                                                    std::to_string(sampler.shard_size()) + " of the " +
+                                                    std::to_string(dataset_size) + " samples (world_size " +
+                                                    std::to_string(c.world_size) + ")"
+                                              : "the dataset holds " + std::to_string(dataset_size) + " samples";
+    throw std::invalid_argument("no batch in an epoch: " + held +
+                                (sampler.shard_size() > 0 ? ", fewer than batch_size " + std::to_string(c.batch_size) +
+                                                                " with drop_last=True"
+                                                          : std::string()));
+  }
   // A CPU consumer reads the workers' buffers in place (handover) when the host backend is the one
   // opened; a GPU, when auto finds one, is opened as it is. One probe, and the reason auto gives.
   settings_.device.handover_if_host = true;

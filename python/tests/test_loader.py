@@ -135,6 +135,17 @@ def test_arrays_labels_are_checked_as_a_datasets_are(y, says):
         conveyor.Loader(arrays=(x, y), batch_size=2, device="cpu")
 
 
+def test_a_loader_with_no_batch_in_an_epoch_is_refused():
+    # batch_size over the samples with drop_last: every epoch empty, and a
+    # `for` over the loader yielded nothing, forever, without a word.
+    x, y = np.zeros((103, 2, 2, 1), np.uint8), np.arange(103) % 7
+    with pytest.raises(ValueError, match=r"no batch in an epoch: the dataset holds 103 samples, fewer than batch_size 200 with drop_last=True"):
+        conveyor.Loader(arrays=(x, y), batch_size=200, drop_last=True, device="cpu")
+    with pytest.raises(ValueError, match=r"rank 1's share holds 3 of the 9 samples \(world_size 4\), fewer than batch_size 4"):
+        conveyor.Loader(arrays=(x[:9], y[:9]), batch_size=4, drop_last=True, rank=1, world_size=4, device="cpu")
+    assert len(conveyor.Loader(arrays=(x, y), batch_size=103, drop_last=True, device="cpu")) == 1
+
+
 def test_bad_paths_and_crops_are_value_errors_naming_the_argument(folder):
     with pytest.raises(ValueError, match=r"folder=.*: a path holds no NUL byte"):
         conveyor.Loader(folder=str(folder) + "\0x", device="cpu")
