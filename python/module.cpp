@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -717,6 +718,10 @@ void bind_loader(py::module_& m) {
       .def("__iter__", [](EpochIter& it) -> EpochIter& { return it; })
       .def("__next__", &next_batch)
       .def_readonly("epoch", &EpochIter::epoch);
+  static const std::set<std::string> kLoaderKeywords = {
+      "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "seed", "shuffle", "drop_last",
+      "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
+      "rank_by_shard", "gpu_decode", "max_memory_mb"};
   py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
       // Every argument is taken as a Python object and checked here, so that a
       // wrong one gets a one-line error naming it, not pybind11's signature dump.
@@ -773,6 +778,35 @@ void bind_loader(py::module_& m) {
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
            "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false,
            "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0)
+      // Tried only when the one above does not match: a positional argument or
+      // an unknown keyword. pybind11 would print every overload's signature
+      // (and the repr of arrays=, thousands of lines); this names the argument,
+      // with the Loader's word for DataLoader's.
+      .def(py::init([](const py::args& args, const py::kwargs& kwargs) -> std::unique_ptr<PyLoader> {
+        if (!args.empty()) {
+          throw py::type_error("Loader() takes keyword arguments only (folder=, list=, shards= or arrays=, then "
+                               "batch_size=, ...), not " + std::to_string(args.size()) + " positional");
+        }
+        static constexpr std::pair<std::string_view, std::string_view> kDataLoader[] = {
+            {"num_workers", "workers= (threads)"},
+            {"pin_memory", "device=\"cuda\" (its buffers are pinned)"},
+            {"prefetch_factor", "host_queue= and device_queue="},
+            {"persistent_workers", "nothing: workers always persist"},
+            {"dataset", "folder=, list=, shards= or arrays="},
+            {"generator", "seed="},
+            {"num_replicas", "world_size="},
+        };
+        for (const auto& [key, value] : kwargs) {
+          const std::string name = py::str(key);
+          if (kLoaderKeywords.count(name)) continue;
+          std::string hint;
+          for (const auto& [theirs, ours] : kDataLoader) {
+            if (name == theirs) hint = " (DataLoader's " + name + "; here: " + std::string(ours) + ")";
+          }
+          throw py::type_error("Loader() got an unexpected keyword argument '" + name + "'" + hint);
+        }
+        throw py::type_error("Loader(): these arguments match no signature");  // not reached: the first would have
+      }))
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
       .def("epoch", [](py::object self, const py::object& e) { return epoch_iter(self, whole("e", e)); }, "e"_a)

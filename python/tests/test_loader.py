@@ -6,6 +6,7 @@ The images are written here (binary PPM, which Conveyor reads), never taken from
 import gc
 import hashlib
 import os
+import re
 import shutil
 import signal
 import threading
@@ -133,6 +134,32 @@ def test_arrays_labels_are_checked_as_a_datasets_are(y, says):
     x = np.zeros((4, 4), np.uint8)
     with pytest.raises(ValueError, match=says):
         conveyor.Loader(arrays=(x, y), batch_size=2, device="cpu")
+
+
+def test_an_unknown_keyword_or_a_positional_argument_is_one_line_naming_it(folder):
+    # pybind11 printed every signature, with the repr of arrays= (thousands of
+    # lines for a real array), and never said which argument was wrong.
+    x, y = np.zeros((1000, 8), np.uint8), np.arange(1000) % 3
+    cases = [
+        (dict(arrays=(x, y), shard_policy="drop"), r"^Loader\(\) got an unexpected keyword argument 'shard_policy'$"),
+        (dict(folder=folder, num_workers=4), r"'num_workers' \(DataLoader's num_workers; here: workers= \(threads\)\)$"),
+        (dict(folder=folder, pin_memory=True), r"'pin_memory' \(DataLoader's pin_memory; here: device=\"cuda\""),
+    ]
+    for kwargs, says in cases:
+        with pytest.raises(TypeError, match=says) as e:
+            conveyor.Loader(**kwargs)
+        assert "\n" not in str(e.value) and len(str(e.value)) < 200
+    with pytest.raises(TypeError, match=r"^Loader\(\) takes keyword arguments only .* not 1 positional$"):
+        conveyor.Loader(folder)
+    # Every keyword of the signature is known to the fallback: a bad value for
+    # each is refused for its value, never as an unexpected keyword.
+    first = conveyor.Loader.__init__.__doc__.split("1. ", 1)[1].split("\n", 1)[0]
+    names = re.findall(r"(\w+): object", first)
+    assert "folder" in names and "max_memory_mb" in names and len(names) >= 20
+    for name in names:
+        with pytest.raises(Exception) as e:
+            conveyor.Loader(**{name: object()})
+        assert "unexpected keyword" not in str(e.value), name
 
 
 def test_a_loader_with_no_batch_in_an_epoch_is_refused():
