@@ -4,6 +4,10 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <thread>
+
+#include <sched.h>
+#include <time.h>
 
 namespace conveyor {
 
@@ -101,6 +105,22 @@ std::string what_of(std::exception_ptr e) {
 }
 }  // namespace
 
+namespace {
+// Every thread's CPU time so far, in seconds (0 where the clock is missing).
+double process_cpu_s() {
+  timespec t{};
+  return ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) == 0 ? double(t.tv_sec) + double(t.tv_nsec) * 1e-9 : 0.0;
+}
+// The cores this process may run on: its affinity mask (taskset, a container's
+// cpuset), not every core of the machine.
+std::size_t usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::size_t(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
 // Batch g while workers fill it. `tag` is g + 1 once the batch is ready to fill,
 // kFree when the entry holds nothing. Written under mu_, read lock-free.
 struct Pipeline::OpenBatch {
@@ -121,6 +141,8 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       position_(checked_start(config_, sampler_, dataset_size, resume)),
       plan_(make_plan(config_, sampler_, position_)),
       start_(Clock::now()),
+      start_cpu_s_(process_cpu_s()),
+      cores_(usable_cores()),
       pool_(config_.host_buffer_count(), config_.batch_size, config_.sample_bytes, stages_.allocator,
             config_.wait_yields),
       host_queue_(config_.host_queue_depth, config_.wait_yields),
@@ -612,6 +634,8 @@ PipelineStats Pipeline::stats() const {
   }
   const auto now = Clock::now();
   s.wall_s = double(elapsed_ns(start_, now)) * 1e-9;
+  s.cpu_s = process_cpu_s() - start_cpu_s_;
+  s.cores = cores_;
   StageStats workers{"workers", config_.workers};
   for (const auto& r : worker_readings) accumulate(workers, r, now);
   StageStats transfer{"transfer", 1};

@@ -265,6 +265,8 @@ class Pipeline {
   PipelineState position_;
   Plan plan_;
   Clock::time_point start_;
+  double start_cpu_s_;       // the process's CPU time at start_
+  std::size_t cores_;        // the cores this process may run on (its affinity mask)
 
   // Buffers and queues. Declared before the threads: destroyed after them.
   BatchPool pool_;

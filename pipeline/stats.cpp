@@ -56,7 +56,23 @@ const StageStats* PipelineStats::bottleneck() const { return pace_setter(stages)
 namespace {
 int pct(double f) { return int(f * 100.0 + 0.5); }
 
-const char* hint_for(const std::string& stage) {
+// The process's CPU time as a share of its cores over the snapshot's wall time.
+double cpu_share(const PipelineStats& s) {
+  return s.cores > 0 && s.wall_s > 0 ? s.cpu_s / (s.wall_s * double(s.cores)) : 0.0;
+}
+
+std::string hint_for(const std::string& stage, const PipelineStats& s) {
+  // As many workers as cores, and the process uses most of them (1.6-1.8 of 2
+  // measured over a one-epoch bench that is CPU-bound; 1 worker: 1.0 of 2).
+  const StageStats* workers = find_stage(s.stages, "workers");
+  if (stage == "workers" && workers && workers->threads >= s.cores && cpu_share(s) >= 0.75) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "the CPU is the limit (the process used %.1f of %zu cores): make each sample cheaper (smaller crop, "
+                  "fewer augmentations) or give it more cores; more workers would share the same ones",
+                  cpu_share(s) * double(s.cores), s.cores);
+    return line;
+  }
   if (stage == "workers") return "add workers or make each sample cheaper (smaller crop, fewer augmentations)";
   if (stage == "transfer") return "the copy or device-side work limits: check the link, or move work off the transfer stage";
   if (stage == "consumer") return "the training step is the limit: the input pipeline keeps up";
@@ -74,13 +90,13 @@ std::string PipelineStats::bottleneck_summary() const {
     std::snprintf(line, sizeof line,
                   "bottleneck: consumer (busy %d%% on its thread; the transfer waited %d%% of the time for buffers it "
                   "still held, as when its step runs on the device) - %s",
-                  pct(b->busy_fraction()), pct(hidden_consumer_fraction(stages)), hint_for(b->name));
+                  pct(b->busy_fraction()), pct(hidden_consumer_fraction(stages)), hint_for(b->name, *this).c_str());
   } else if (consumer && b != consumer) {
     std::snprintf(line, sizeof line, "bottleneck: %s (busy %d%%), consumer waiting %d%% - %s", b->name.c_str(),
-                  pct(b->busy_fraction()), pct(consumer->starved_fraction()), hint_for(b->name));
+                  pct(b->busy_fraction()), pct(consumer->starved_fraction()), hint_for(b->name, *this).c_str());
   } else {
     std::snprintf(line, sizeof line, "bottleneck: %s (busy %d%%) - %s", b->name.c_str(), pct(b->busy_fraction()),
-                  hint_for(b->name));
+                  hint_for(b->name, *this).c_str());
   }
   return line;
 }
@@ -118,6 +134,7 @@ PipelineStats PipelineStats::since(const PipelineStats& earlier) const {
   d.batches -= earlier.batches;
   d.samples -= earlier.samples;
   d.samples_skipped -= earlier.samples_skipped;
+  d.cpu_s -= earlier.cpu_s;
   for (std::size_t i = 0; i < d.stages.size() && i < earlier.stages.size(); ++i) {
     StageStats& s = d.stages[i];
     const StageStats& e = earlier.stages[i];

@@ -147,6 +147,11 @@ struct PipelineStats {
   double wall_s = 0;  // since the pipeline started
   std::uint64_t batches = 0, samples = 0;  // delivered to the consumer
   std::uint64_t samples_skipped = 0;       // left out by the filler (Sample::skip) in those batches
+  // The whole process's CPU time over the same interval (every thread, the
+  // caller's too) and the cores it may run on: busy workers on a CPU the
+  // process already fills are not helped by more workers.
+  double cpu_s = 0;
+  std::size_t cores = 0;
   std::vector<StageStats> stages;
   std::vector<NamedQueueStats> queues;
 
@@ -158,6 +163,10 @@ struct PipelineStats {
   const StageStats* bottleneck() const;
   // One line naming the bottleneck with the evidence and a hint, e.g.
   // "bottleneck: workers (busy 98%); consumer waited 61% of the time - add workers or make samples cheaper".
+  // Busy workers, at least as many as the cores, while the process uses 75% or
+  // more of them get "the CPU is the limit" instead: a worker's busy time counts
+  // while it waits for a core, and workers that wait on reads (busy, yet idle)
+  // are helped by more.
   std::string bottleneck_summary() const;
   // A small table of stages and queues plus the bottleneck line.
   std::string table() const;

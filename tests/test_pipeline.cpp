@@ -797,6 +797,32 @@ TEST_CASE("pipeline: stats name the bottleneck", "[pipeline][stats]") {
     REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("workers") && Catch::Contains("add workers"));
     REQUIRE(st.stages[0].items == 140);
   }
+  SECTION("workers busy while the process fills its cores: the CPU is the limit, not the worker count") {
+    // A snapshot as 4 workers on 2 cores give: busy, and the process at 1.9
+    // of its 2 cores. The hint must not say "add workers"; with cores to
+    // spare (the sleeping workers above) it still does.
+    PipelineStats st;
+    st.wall_s = 1.0;
+    st.cores = 2;
+    st.cpu_s = 1.9;
+    st.stages = {{"workers", 4, 100, 3.8, 0.1, 0.1, 0, 1.0}, {"transfer", 1, 10, 0.1, 0, 0.9, 0, 1.0},
+                 {"consumer", 1, 10, 0.05, 0, 0.95, 0, 1.0}};
+    REQUIRE_THAT(st.bottleneck_summary(),
+                 Catch::Contains("bottleneck: workers (busy 95%)") &&
+                     Catch::Contains("the CPU is the limit (the process used 1.9 of 2 cores)") &&
+                     !Catch::Contains("add workers"));
+    st.cores = 16;  // fewer workers than cores: more of them would help
+    REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("add workers"));
+    st.cores = 2;
+    st.cpu_s = 0.4;  // busy, yet the cores idle: workers waiting on reads
+    REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("add workers"));
+    st.cpu_s = 1.9;
+    // Over an epoch (since()), the CPU time is the interval's too.
+    PipelineStats later = st;
+    later.wall_s = 2.0;
+    later.cpu_s = 2.0;
+    REQUIRE(later.since(st).cpu_s == Approx(0.1));
+  }
   SECTION("slow consumer") {
     Pipeline p(c, 140, {fill_pattern});
     while (p.next()) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a training step's cost
