@@ -78,6 +78,16 @@ PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t
                                   std::to_string(sampler.batches_per_epoch()));
     }
   }
+  // Every batch of its epoch delivered: the next epoch, with none, as
+  // note_delivered() keeps it (state() never shows this; a hand-made or
+  // foreign state may). Left as it is, the first epoch() range would hold the
+  // next epoch's first batch alone, splitting that epoch over two loops.
+  if (resume->delivered.size() == sampler.batches_per_epoch() && !resume->delivered.empty()) {
+    PipelineState next = *resume;
+    ++next.epoch;
+    next.delivered.clear();
+    return next;
+  }
   return *resume;
 }
 

@@ -688,6 +688,30 @@ TEST_CASE("pipeline: initial_state at epoch e resumes there", "[pipeline][resume
   REQUIRE(n == p.batches_per_epoch());
 }
 
+TEST_CASE("pipeline: a state with its epoch wholly delivered resumes at the next epoch's start", "[pipeline][resume]") {
+  // state() never shows such a state (it moves on to the next epoch), but a
+  // hand-made or foreign one may: its epoch() range must be the whole next
+  // epoch, not that epoch's first batch alone.
+  Config c = small_config();
+  c.epochs = 3;
+  const auto reference = run_digests(c, 50);
+  PipelineState s = initial_state(c, 50);
+  Pipeline probe(c, 50, {fill_pattern});
+  s.epoch = 0;
+  for (std::uint64_t b = 0; b < probe.batches_per_epoch(); ++b) s.delivered.push_back(b);
+  Pipeline p(c, 50, {fill_pattern}, s);
+  REQUIRE(p.state().epoch == 1);
+  REQUIRE(p.state().delivered.empty());
+  std::size_t n = 0;
+  for (auto& b : p.epoch(1)) {
+    REQUIRE(b->epoch == 1);
+    REQUIRE(b->index == n);
+    REQUIRE(batch_digest(*b) == reference.at({1, b->index}));
+    ++n;
+  }
+  REQUIRE(n == p.batches_per_epoch());
+}
+
 TEST_CASE("pipeline: wait_ready times out while workers are held, then says ready", "[pipeline][stop]") {
   Config c = small_config();
   c.epochs = 1;
