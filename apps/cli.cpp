@@ -140,7 +140,11 @@ void strict_values(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     const std::string full = opt->get_type_name();  // "UINT", or "UINT:INT in [1 - 16]" with a range check
     const std::string type = full.substr(0, full.find(':'));
-    if (type == "BOOLEAN") {
+    // A flag (--resident) takes no value on the command line, but one from a
+    // --config file (`resident = 2`) or as --resident=V, read by CLI11's flag
+    // rules: 2 was on, -1 and 0.5 off, without a word.
+    const bool is_flag = full.empty() && opt->get_expected_max() == 0;
+    if (type == "BOOLEAN" || is_flag) {
       // CLI11 reads any integer as a boolean (-1 as false) and "" as true.
       opt->transform(CLI::Validator(
           [](std::string& value) -> std::string {

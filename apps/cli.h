@@ -93,9 +93,10 @@ void write_file(const std::string& flag, const std::string& file, const std::str
 // decimal digits only, and a value that fits 64 bits. CLI11 2.1 reads them with
 // strtoull(..., 0): "--batch 010" was 8, "0x10" 16, and "-1" or a value past
 // 2^64 became 2^64-1 for an unsigned flag. Every FLOAT flag takes a finite
-// number: a range check passes NaN. Every BOOLEAN flag value is on/off,
-// true/false, yes/no or 1/0 (CLI11 took -1 as false). Call after the flags
-// are added.
+// number: a range check passes NaN. Every BOOLEAN flag value, and the value
+// a flag (--resident) gets from a --config file or as --resident=V, is on/off,
+// true/false, yes/no or 1/0 (CLI11 took -1 as false, 2 as true). Call after
+// the flags are added.
 void strict_values(CLI::App& app);
 // Refuses an empty element in a comma-list flag of `sub` (sweep's axes) as
 // written in argv: "--workers 1,,2", "--batch 8," or "=,4". CLI11 splits the

@@ -53,6 +53,13 @@ expect_usage_error "workers normalize with --resident" run --normalize-in worker
 expect_usage_error "two datasets" run --list "$work/bad.txt" --folder "$work/ds"
 expect_usage_error "no subcommand"
 expect_usage_error "rank beyond world" run --folder "$work/ds" --rank 2 --world-size 2
+# A flag's value from a config file or as --flag=V: on/off words only (CLI11 read 2 as on, -1 and 0.5 as off).
+for v in 2 -1 0.5 '"maybe"'; do
+  printf 'resident = %s\n' "$v" >"$work/flag.toml"
+  expect_usage_error "resident = $v" run --config "$work/flag.toml" --folder "$work/ds"
+  grep -q -- "--resident: .*expected on or off" "$work/err" || fail "resident = $v: $(cat "$work/err")"
+done
+expect_usage_error "--serial=2" run --serial=2 --folder "$work/ds"
 # An empty element in a sweep list (CLI11 drops it while splitting): refused, by flag and value.
 for bad in "--workers 1,,2" "--workers=1,2," "--batch ,8" "--host-queue 1,,2 --workers 1"; do
   # shellcheck disable=SC2086  # the words of $bad are the flags
