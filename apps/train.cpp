@@ -263,12 +263,18 @@ int Trainer::run() {
   check_outputs();
   prepare();
   resume();
-  const std::uint64_t first_epoch = resume_state_ ? resume_state_->epoch : 0;
-  if (first_epoch >= o_.epochs) {
-    std::printf("nothing to do: the checkpoint is at epoch %llu of --epochs %zu\n", (unsigned long long)first_epoch, o_.epochs);
-    return 0;
-  }
+  const auto nothing_to_do = [&](std::uint64_t first) {
+    if (first < o_.epochs) return false;
+    std::printf("nothing to do: the checkpoint is at epoch %llu of --epochs %zu\n", (unsigned long long)first, o_.epochs);
+    return true;
+  };
+  std::uint64_t first_epoch = resume_state_ ? resume_state_->epoch : 0;
+  if (nothing_to_do(first_epoch)) return 0;
   start_pipelines();
+  // Where the pipeline starts: a checkpoint whose epoch was wholly delivered
+  // (not one this program writes) starts at the next epoch.
+  first_epoch = pipeline_->state().epoch;
+  if (nothing_to_do(first_epoch)) return 0;
   print_header();
   std::vector<EpochFigures> figures;
   (void)for_each_epoch(

@@ -83,6 +83,10 @@ PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t
   // foreign state may). Left as it is, the first epoch() range would hold the
   // next epoch's first batch alone, splitting that epoch over two loops.
   if (resume->delivered.size() == sampler.batches_per_epoch() && !resume->delivered.empty()) {
+    if (resume->epoch == kMaxEpoch) {  // the cap is on the epoch the pipeline starts at
+      throw std::invalid_argument("resume: epoch " + std::to_string(kMaxEpoch + 1) + " is out of range (at most " +
+                                  std::to_string(kMaxEpoch) + ")");
+    }
     PipelineState next = *resume;
     ++next.epoch;
     next.delivered.clear();
@@ -162,6 +166,10 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
   if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
   for (std::size_t r = 0; r < ring_size_; ++r) ring_[r].skips.resize(config_.batch_size);
+  // The clocks start with the threads, not before the pool's allocation
+  // (pinned memory, hundreds of MB, would count as every worker's busy time).
+  start_ = Clock::now();
+  start_cpu_s_ = process_cpu_s();
   try {
     workers_.reserve(config_.workers);
     for (std::size_t w = 0; w < config_.workers; ++w) workers_.emplace_back(&Pipeline::worker_main, this, w);

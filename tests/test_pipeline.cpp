@@ -710,6 +710,10 @@ TEST_CASE("pipeline: a state with its epoch wholly delivered resumes at the next
     ++n;
   }
   REQUIRE(n == p.batches_per_epoch());
+  // At the last epoch a state may hold, the next is out of range: refused, as
+  // state() of such a pipeline would be on its way back.
+  s.epoch = kMaxEpoch;
+  REQUIRE_THROWS_WITH(Pipeline(c, 50, {fill_pattern}, s), Catch::Contains("is out of range"));
 }
 
 TEST_CASE("pipeline: wait_ready times out while workers are held, then says ready", "[pipeline][stop]") {
