@@ -56,10 +56,11 @@ PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t
   if (!resume) return fresh;
   // Epochs are counted up from here without bound; this cap keeps that count
   // (and order_epoch_'s "none yet" marker, ~0) out of reach of overflow.
-  if (resume->epoch > kMaxEpoch) {
-    throw std::invalid_argument("resume: epoch " + std::to_string(resume->epoch) + " is out of range (at most " +
-                                std::to_string(kMaxEpoch) + ")");
-  }
+  const auto out_of_range = [](std::uint64_t epoch) {
+    return std::invalid_argument("resume: epoch " + std::to_string(epoch) + " is out of range (at most " +
+                                 std::to_string(kMaxEpoch) + ")");
+  };
+  if (resume->epoch > kMaxEpoch) throw out_of_range(resume->epoch);
   PipelineState expect = fresh;
   expect.epoch = resume->epoch;
   expect.delivered = resume->delivered;
@@ -83,10 +84,7 @@ PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t
   // foreign state may). Left as it is, the first epoch() range would hold the
   // next epoch's first batch alone, splitting that epoch over two loops.
   if (resume->delivered.size() == sampler.batches_per_epoch() && !resume->delivered.empty()) {
-    if (resume->epoch == kMaxEpoch) {  // the cap is on the epoch the pipeline starts at
-      throw std::invalid_argument("resume: epoch " + std::to_string(kMaxEpoch + 1) + " is out of range (at most " +
-                                  std::to_string(kMaxEpoch) + ")");
-    }
+    if (resume->epoch == kMaxEpoch) throw out_of_range(kMaxEpoch + 1);  // the cap is on the epoch it starts at
     PipelineState next = *resume;
     ++next.epoch;
     next.delivered.clear();
@@ -154,8 +152,6 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       stages_(std::move(stages)),
       position_(checked_start(config_, sampler_, dataset_size, resume)),
       plan_(make_plan(config_, sampler_, position_)),
-      start_(Clock::now()),
-      start_cpu_s_(process_cpu_s()),
       cores_(usable_cores()),
       pool_(config_.host_buffer_count(), config_.batch_size, config_.sample_bytes, stages_.allocator,
             config_.wait_yields),

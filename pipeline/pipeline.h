@@ -264,8 +264,8 @@ class Pipeline {
   // The consumer's position (guarded by state_mu_); its start also fixes the plan.
   PipelineState position_;
   Plan plan_;
-  Clock::time_point start_;
-  double start_cpu_s_;       // the process's CPU time at start_
+  Clock::time_point start_;  // set as the threads start (after the pool's allocation)
+  double start_cpu_s_ = 0;   // the process's CPU time at start_
   std::size_t cores_;        // the cores this process may run on (its affinity mask)
 
   // Buffers and queues. Declared before the threads: destroyed after them.

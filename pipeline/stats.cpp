@@ -61,11 +61,10 @@ double cpu_share(const PipelineStats& s) {
   return s.cores > 0 && s.wall_s > 0 ? s.cpu_s / (s.wall_s * double(s.cores)) : 0.0;
 }
 
-std::string hint_for(const std::string& stage, const PipelineStats& s) {
+std::string hint_for(const StageStats& stage, const PipelineStats& s) {
   // As many workers as cores, and the process uses most of them (1.6-1.8 of 2
   // measured over a one-epoch bench that is CPU-bound; 1 worker: 1.0 of 2).
-  const StageStats* workers = find_stage(s.stages, "workers");
-  if (stage == "workers" && workers && workers->threads >= s.cores && cpu_share(s) >= 0.75) {
+  if (stage.name == "workers" && stage.threads >= s.cores && cpu_share(s) >= 0.75) {
     char line[200];
     std::snprintf(line, sizeof line,
                   "the CPU is the limit (the process used %.1f of %zu cores): make each sample cheaper (smaller crop, "
@@ -73,9 +72,9 @@ std::string hint_for(const std::string& stage, const PipelineStats& s) {
                   cpu_share(s) * double(s.cores), s.cores);
     return line;
   }
-  if (stage == "workers") return "add workers or make each sample cheaper (smaller crop, fewer augmentations)";
-  if (stage == "transfer") return "the copy or device-side work limits: check the link, or move work off the transfer stage";
-  if (stage == "consumer") return "the training step is the limit: the input pipeline keeps up";
+  if (stage.name == "workers") return "add workers or make each sample cheaper (smaller crop, fewer augmentations)";
+  if (stage.name == "transfer") return "the copy or device-side work limits: check the link, or move work off the transfer stage";
+  if (stage.name == "consumer") return "the training step is the limit: the input pipeline keeps up";
   return "";
 }
 }  // namespace
@@ -85,18 +84,19 @@ std::string PipelineStats::bottleneck_summary() const {
   const StageStats* b = pace.stage;
   if (!b) return "bottleneck: none (no stage ran)";
   const StageStats* consumer = find_stage(stages, "consumer");
+  const std::string hint = hint_for(*b, *this);
   char line[512];
   if (pace.by_hidden_share) {
     std::snprintf(line, sizeof line,
                   "bottleneck: consumer (busy %d%% on its thread; the transfer waited %d%% of the time for buffers it "
                   "still held, as when its step runs on the device) - %s",
-                  pct(b->busy_fraction()), pct(hidden_consumer_fraction(stages)), hint_for(b->name, *this).c_str());
+                  pct(b->busy_fraction()), pct(hidden_consumer_fraction(stages)), hint.c_str());
   } else if (consumer && b != consumer) {
     std::snprintf(line, sizeof line, "bottleneck: %s (busy %d%%), consumer waiting %d%% - %s", b->name.c_str(),
-                  pct(b->busy_fraction()), pct(consumer->starved_fraction()), hint_for(b->name, *this).c_str());
+                  pct(b->busy_fraction()), pct(consumer->starved_fraction()), hint.c_str());
   } else {
     std::snprintf(line, sizeof line, "bottleneck: %s (busy %d%%) - %s", b->name.c_str(), pct(b->busy_fraction()),
-                  hint_for(b->name, *this).c_str());
+                  hint.c_str());
   }
   return line;
 }
