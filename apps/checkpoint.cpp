@@ -62,16 +62,34 @@ Sums Sums::parse(const std::string& text) {
   return x;
 }
 
+namespace {
+std::string hex(std::uint64_t v) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", (unsigned long long)v);
+  return out;
+}
+}  // namespace
+
 std::string dataset_digest(const Dataset& d) {
+  Fnv1a h;
+  const std::size_t folder = d.common_folder();
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const std::string name = d.relative_name(i, folder);
+    h.add(name.data(), name.size());
+    h.add("", 1);  // a separator: "ab"+"c" differs from "a"+"bc"
+    h.add_value(d.label(i));
+  }
+  return "r" + hex(h.value);  // "r": not an old path_digest
+}
+
+std::string path_digest(const Dataset& d) {
   Fnv1a h;
   for (std::size_t i = 0; i < d.size(); ++i) {
     const std::string_view path = d.path_view(i);
     h.add(path.data(), path.size());
     h.add_value(d.label(i));
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h.value);
-  return hex;
+  return hex(h.value);
 }
 
 std::string differences(const std::string& there, const std::string& here) {
@@ -153,7 +171,7 @@ void save_checkpoint(const std::string& file, Net& model, torch::optim::SGD& opt
 }
 
 CheckpointState load_checkpoint(const std::string& file, Net& model, torch::optim::SGD& optimizer,
-                                const std::string& identity, const torch::Device& where) {
+                                const std::string& identity, const std::string& also, const torch::Device& where) {
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(file, where);  // tensors (momentum buffers too) onto this run's device
@@ -162,7 +180,7 @@ CheckpointState load_checkpoint(const std::string& file, Net& model, torch::opti
   }
   if (read_string(archive, "format", file) != "conveyor-train 1") throw UsageError("--resume: " + file + ": unknown format");
   const std::string saved = read_string(archive, "identity", file);
-  if (saved != identity) throw UsageError("--resume: " + file + " is for another run: " + differences(saved, identity));
+  if (saved != identity && (also.empty() || saved != also)) throw UsageError("--resume: " + file + " is for another run: " + differences(saved, identity));
   torch::serialize::InputArchive m, opt;
   archive.read("model", m);
   archive.read("optimizer", opt);

@@ -45,8 +45,14 @@ struct CheckpointState {
   std::vector<EpochRow> history;
 };
 
-// FNV-1a over every sample's path and label: the same dataset, not just the same size.
+// FNV-1a over every sample's relative_name() and label: the same dataset, not
+// just the same size, wherever it lies and whether read from its folder, its
+// list or the shards `conveyor pack` made of either.
 std::string dataset_digest(const Dataset& d);
+// The digest checkpoints held before: over each sample's path as given
+// (path_view), so a moved folder or its shards read as another dataset. Still
+// accepted by --resume.
+std::string path_digest(const Dataset& d);
 // The settings two run identities ("key=value ...") disagree on: "batch=64 there, 32 here; ...".
 std::string differences(const std::string& there, const std::string& here);
 
@@ -57,9 +63,10 @@ void save_checkpoint(const std::string& file, Net& model, torch::optim::SGD& opt
                      const CheckpointState& state);
 // Reads FILE into model and optimizer (their tensors onto `where`). Throws
 // UsageError when it is no conveyor checkpoint, is malformed, or belongs to a
-// run of another identity.
+// run of another identity: neither `identity` nor `also` (the same run as an
+// older checkpoint named it; "" for none).
 CheckpointState load_checkpoint(const std::string& file, Net& model, torch::optim::SGD& optimizer,
-                                const std::string& identity, const torch::Device& where);
+                                const std::string& identity, const std::string& also, const torch::Device& where);
 
 // The history as CSV (epoch,train_loss,...), as the checkpoint and --plot keep it.
 std::string history_csv(const std::vector<EpochRow>& rows);

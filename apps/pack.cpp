@@ -41,14 +41,21 @@ class ShardWriter {
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   // Members of one sample go to one shard: a new one starts first when they
-  // would take the current one past the limit.
-  void sample(const std::string& key, const std::string& ext, const std::vector<unsigned char>& image, std::int64_t label) {
+  // would take the current one past the limit. `source` and `class_name` are
+  // written when not empty.
+  void sample(const std::string& key, const std::string& ext, const std::vector<unsigned char>& image, std::int64_t label,
+              std::string_view source, std::string_view class_name) {
     const std::string cls = std::to_string(label);
-    const std::uint64_t bytes = member_bytes(image.size()) + member_bytes(cls.size());
+    const auto optional_bytes = [](std::string_view s) { return s.empty() ? 0 : member_bytes(s.size()); };
+    const std::uint64_t bytes = member_bytes(image.size()) + member_bytes(cls.size()) + optional_bytes(source) +
+                                optional_bytes(class_name);
     if (file_ && written_ > 0 && written_ + bytes + kTarEnd > limit_) close_shard();
     if (!file_) open_shard();
     member(key + ext, image.data(), image.size());
+    // The small members last and together: a reader gets them with one read.
     member(key + ".cls", cls.data(), cls.size());
+    if (!source.empty()) member(key + ".path", source.data(), source.size());
+    if (!class_name.empty()) member(key + ".class", class_name.data(), class_name.size());
   }
 
   void finish() {
@@ -113,7 +120,7 @@ class ShardWriter {
 
 // Sample i's image extension, lower case (".jpg"); UsageError when its file has none.
 std::string image_extension(const Dataset& d, std::size_t i) {
-  std::string ext = fs::path(d.name(i)).extension().string();  // a file's, or a shard member's ("s.tar:k.jpg")
+  std::string ext = fs::path(d.member(i)).extension().string();  // a file's, or a shard member's ("k.jpg")
   if (!Dataset::is_image_extension(ext)) {
     throw UsageError("pack: " + d.name(i) + ": '" + ext + "' is not an image extension (" +
                      std::string(Dataset::image_extensions()[0]) + ", ...): a reader of the shards would not know it for one");
@@ -273,6 +280,7 @@ int pack(const Options& o) {
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
     std::vector<unsigned char> bytes;
     const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
+    const std::size_t folder = d.common_folder();
     for (std::size_t i = 0; i < d.size(); ++i) {
       if (const int sig = interrupt_signal(); sig != 0) {
         wipe_progress_line();
@@ -287,7 +295,11 @@ int pack(const Options& o) {
       }
       char key[24];
       std::snprintf(key, sizeof key, "%09zu", i);
-      w.sample(key, image_extension(d, i), bytes, d.label(i));
+      const std::int64_t label = d.label(i);
+      const std::string source = d.relative_name(i, folder);
+      if (source.size() > 4096) throw UsageError("pack: " + d.name(i) + ": a name of more than 4096 bytes");
+      w.sample(key, image_extension(d, i), bytes, label, source,
+               d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
       if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
     }
     w.finish();

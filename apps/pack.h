@@ -1,6 +1,9 @@
 // `conveyor pack`: a dataset (list, folder, or shards again) written as
 // WebDataset tar shards: for sample i in dataset order, KEY.ext with the image
-// file's bytes as they are (not re-encoded) and KEY.cls with its label, KEY
+// file's bytes as they are (not re-encoded), KEY.cls with its label, KEY.path
+// with its name below the dataset's folder (Dataset::relative_name: a resume
+// compares those, so a run goes on across a folder and its shards) and, for a
+// dataset with class names (a folder), KEY.class with its class's; KEY
 // being i in nine digits; a new shard (shard-000000.tar, ...) once the next
 // sample would take the current one past --shard-mb. Any tar tool or the
 // webdataset library reads them; --shards DIR reads them back, starting from

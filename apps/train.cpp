@@ -61,9 +61,11 @@ using namespace conveyor::apps;
 namespace {
 
 // What a checkpoint must agree on to be resumed: everything the batches and the model depend on.
-std::string run_identity(const Options& o, const TrainOptions& t, int crop, const Dataset& all, std::size_t train_size) {
+// `digest`: dataset_digest(all), or path_digest(all) as older checkpoints have it.
+std::string run_identity(const Options& o, const TrainOptions& t, int crop, const Dataset& all, const std::string& digest,
+                         std::size_t train_size) {
   std::ostringstream s;
-  s << "model=" << t.model << " crop=" << crop << " dataset=" << dataset_digest(all) << " classes=" << all.num_classes()
+  s << "model=" << t.model << " crop=" << crop << " dataset=" << digest << " classes=" << all.num_classes()
     << " train_size=" << train_size
     << " augment=" << name_of(kAugments, o.augment) << " val_fraction=" << t.val_fraction << " seed=" << o.seed << " batch=" << o.batch
     << " rank=" << o.rank << " world_size=" << o.world_size;
@@ -217,13 +219,14 @@ void Trainer::prepare() {
   model_->to(where_);
   optimizer_ = std::make_unique<torch::optim::SGD>(
       model_->parameters(), torch::optim::SGDOptions(t_.lr).momentum(t_.momentum).weight_decay(t_.weight_decay));
-  identity_ = run_identity(o_, t_, crop_, all_, train_set_.size());
+  identity_ = run_identity(o_, t_, crop_, all_, dataset_digest(all_), train_set_.size());
 }
 
 // --resume: the model, the optimizer, the position and the sums of the checkpoint.
 void Trainer::resume() {
   if (t_.resume.empty()) return;
-  CheckpointState saved = load_checkpoint(t_.resume, *model_, *optimizer_, identity_, where_);
+  const std::string before = run_identity(o_, t_, crop_, all_, path_digest(all_), train_set_.size());
+  CheckpointState saved = load_checkpoint(t_.resume, *model_, *optimizer_, identity_, before, where_);
   resume_state_ = std::move(saved.pipeline);
   sums_ = saved.sums;
   history_ = std::move(saved.history);

@@ -27,21 +27,6 @@ std::size_t product(const std::vector<std::int64_t>& shape) {
   for (auto d : shape) n = saturating_mul(n, std::size_t(d));
   return n;
 }
-// The length of the folder ("/data/ds/") that every name of d begins with; 0 when none.
-std::size_t shared_folder(const Dataset& d) {
-  if (d.size() == 0) return 0;
-  const std::string first = d.name(0);
-  std::size_t n = first.size();  // characters every name shares so far
-  for (std::size_t i = 1; i < d.size() && n > 0; ++i) {
-    const std::string name = d.name(i);
-    std::size_t k = 0;
-    while (k < n && k < name.size() && name[k] == first[k]) ++k;
-    n = k;
-  }
-  const std::size_t slash = n == 0 ? std::string::npos : first.rfind('/', n - 1);
-  return slash == std::string::npos ? 0 : slash + 1;
-}
-
 }  // namespace
 
 Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sample_bytes)
@@ -78,13 +63,12 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
   num_classes_ = dataset.num_classes();
   classes_ = dataset.classes();
   // Names relative to the folder all of them share: the same dataset reached
-  // as "ds", "./ds" or "/data/ds", listed with absolute paths, or staged to
-  // another disk, is the same.
-  const std::size_t common = shared_folder(dataset);
+  // as "ds", "./ds" or "/data/ds", listed with absolute paths, staged to
+  // another disk, or packed into shards, is the same.
+  const std::size_t common = dataset.common_folder();
   Fnv1a h;
   for (std::size_t i = 0; i < dataset.size(); ++i) {
-    const std::string name = dataset.name(i);
-    const std::string_view tail = std::string_view(name).substr(common);
+    const std::string tail = dataset.relative_name(i, common);
     h.add(tail.data(), tail.size());
     h.add("", 1);  // a separator: "ab"+"c" differs from "a"+"bc"
     h.add_value(dataset.label(i));

@@ -189,7 +189,36 @@ std::optional<Dataset::ByteRange> Dataset::range(std::size_t i) const {
 std::string Dataset::name(std::size_t i) const {
   if (i >= size()) throw_out_of_range(i);
   if (shards_.empty()) return std::string(stored_path(i));
-  return shards_[shard_of_[i]].string() + ":" + std::string(stored_path(i));
+  std::string out = shards_[shard_of_[i]].string() + ":" + std::string(stored_path(i));
+  if (const std::string_view s = source(i); !s.empty()) out.append(" (").append(s).append(")");
+  return out;
+}
+
+std::size_t Dataset::common_folder() const {
+  std::optional<std::string> first;
+  std::size_t n = 0;  // bytes every name shares so far
+  for (std::size_t i = 0; i < size(); ++i) {
+    if (!source(i).empty()) continue;
+    const std::string name = this->name(i);
+    if (!first) {
+      first = name;
+      n = name.size();
+      continue;
+    }
+    std::size_t k = 0;
+    while (k < n && k < name.size() && name[k] == (*first)[k]) ++k;
+    n = k;
+    if (n == 0) break;
+  }
+  const std::size_t slash = n == 0 ? std::string::npos : first->rfind('/', n - 1);
+  return slash == std::string::npos ? 0 : slash + 1;
+}
+
+std::string Dataset::relative_name(std::size_t i, std::size_t folder) const {
+  if (i >= size()) throw_out_of_range(i);
+  if (const std::string_view s = source(i); !s.empty()) return std::string(s);
+  std::string name = this->name(i);
+  return folder <= name.size() ? name.substr(folder) : name;
 }
 
 void Dataset::read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,
@@ -211,6 +240,7 @@ Dataset Dataset::subset(std::span<const std::size_t> indices) const {
       d.shard_of_.push_back(shard_of_[i]);
       d.ranges_.push_back(ranges_[i]);
     }
+    if (!source_ends_.empty()) d.add_source(source(i));
   }
   d.check_labels();
   return d;
@@ -389,12 +419,15 @@ Dataset Dataset::from_shards(const fs::path& dir) {
   Dataset d;
   d.source_ = dir;
   for (const auto& shard : index.shards) d.shards_.push_back(dir / shard.file);
+  const bool sources = std::any_of(index.samples.begin(), index.samples.end(), [](const auto& s) { return !s.source.empty(); });
   for (const auto& sample : index.samples) {
     d.labels_.push_back(sample.label);
     d.add_path(sample.member);
     d.shard_of_.push_back(sample.shard);
     d.ranges_.push_back({sample.offset, sample.size});
+    if (sources) d.add_source(sample.source);
   }
+  d.classes_ = index.classes;
   d.check_labels();
   return d;
 }

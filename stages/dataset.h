@@ -4,7 +4,8 @@
 //
 // Memory: the paths are packed into one contiguous buffer with an offset table, so a sample costs
 // its path's length in bytes plus 16 (an 8-byte end offset and an 8-byte label), with no per-sample
-// heap allocation: about 68 bytes for a 52-byte path. While a list or folder loads, the growing
+// heap allocation: about 68 bytes for a 52-byte path (shards `conveyor pack` wrote: plus 8 and the
+// source name's length). While a list or folder loads, the growing
 // buffer briefly needs up to about twice that. path(i) builds (allocates and parses) a new
 // std::filesystem::path on every call; path_view(i) reads a path without allocating.
 //
@@ -70,12 +71,18 @@ class Dataset {
   // (webdataset's rule: "a/0001.jpg" and "a/0001.cls" are sample "a/0001");
   // a sample is its one image member (an extension from image_extensions(),
   // matched on the part after the key, case-insensitive) labelled by KEY.cls
-  // (a decimal integer, blanks around it allowed). Other members (.json, .txt)
-  // are ignored. Samples in shard order, then in the order their keys first
+  // (a decimal integer, blanks around it allowed). `conveyor pack` adds two
+  // members, read when present: KEY.path, the sample's name where it was
+  // packed from (relative_name()), and KEY.class, its class's name; classes()
+  // comes from them ("" for a label no sample carries). Other members (.json,
+  // .txt) are ignored. Samples in shard order, then in the order their keys first
   // appear. Sample i is read with one pread of range(i) from path(i), the shard.
   // Throws DatasetError naming the folder, shard or member: not a directory, no
   // .tar in it, a tar that does not scan (scan_tar's reasons), a key without an
-  // image or without .cls, a key with two images, a .cls that is not an integer.
+  // image or without .cls, a key with two images (or two of .cls, .path,
+  // .class), a .cls that is not an integer, an empty or over 4 KiB .path or
+  // .class, one label with two class names, or some samples with a .class and
+  // some without (shards of two datasets in one folder).
   static Dataset from_shards(const std::filesystem::path& dir);
 
   // Builds from vectors, for tests and in-memory use; source() is "". Throws std::invalid_argument
@@ -100,9 +107,26 @@ class Dataset {
     std::uint64_t offset = 0, size = 0;
   };
   std::optional<ByteRange> range(std::size_t i) const;
-  // Sample i for messages: its path, or for a shard dataset "shard.tar:member". Throws
-  // std::out_of_range unless i < size().
+  // Sample i for messages: its path, or for a shard dataset "shard.tar:member", followed by
+  // " (source)" when pack recorded one. Throws std::out_of_range unless i < size().
   std::string name(std::size_t i) const;
+  // Sample i's file as stored: its path, or for a shard dataset its member's name
+  // ("000000001.jpg"). The view lives as long as the Dataset. Throws std::out_of_range.
+  std::string_view member(std::size_t i) const {
+    if (i >= path_ends_.size()) throw_out_of_range(i);
+    return stored_path(i);
+  }
+  // Sample names that stay the same wherever a dataset lies and however it is
+  // stored, for `conveyor pack` to record and for a resume to compare:
+  // common_folder() is how many leading bytes every name() (of the samples
+  // with no recorded source) shares, up to and with its last shared '/';
+  // relative_name(i, that) is sample i's name() without them, or the source
+  // that pack recorded. So "train/cat/1.jpg" of a folder, "/data/train/cat/1.jpg"
+  // of a list, and the shards pack made of either all give "cat/1.jpg".
+  // common_folder() reads every name; throws nothing. relative_name throws
+  // std::out_of_range unless i < size().
+  std::size_t common_folder() const;
+  std::string relative_name(std::size_t i, std::size_t folder) const;
   // Reads sample i's bytes into out: the whole file, or its range of the shard
   // (read_whole_file / read_file_range and their errors, without the name).
   void read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,
@@ -161,6 +185,19 @@ class Dataset {
   std::vector<std::filesystem::path> shards_;
   std::vector<std::uint32_t> shard_of_;
   std::vector<ByteRange> ranges_;
+  // Shards that carry KEY.path only (empty otherwise): sample i's source is
+  // source_chars_[source_ends_[i - 1], source_ends_[i]), "" when it has none.
+  std::string source_chars_;
+  std::vector<std::uint64_t> source_ends_;
+  std::string_view source(std::size_t i) const {
+    if (source_ends_.empty()) return {};
+    const std::uint64_t begin = i == 0 ? 0 : source_ends_[i - 1];
+    return {source_chars_.data() + begin, static_cast<std::size_t>(source_ends_[i] - begin)};
+  }
+  void add_source(std::string_view s) {
+    source_chars_.append(s);
+    source_ends_.push_back(source_chars_.size());
+  }
 };
 
 }  // namespace conveyor

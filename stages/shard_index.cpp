@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -32,9 +33,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Version 2 added each shard's change time and inode: a version 1 index
-// fails the first line's check and is rebuilt.
-constexpr std::string_view kMagic = "conveyor-shard-index 2";
+// Version 2 added each shard's change time and inode, version 3 the samples'
+// sources and the class names: an older index fails the first line's check
+// and is rebuilt.
+constexpr std::string_view kMagic = "conveyor-shard-index 3";
 
 // Names go at the end of their line: '%', CR and LF escaped so any name fits.
 std::string escape(std::string_view s) {
@@ -108,19 +110,16 @@ std::pair<std::string_view, std::string> split_key(std::string_view member) {
   return {member.substr(0, dot), ext};
 }
 
-std::int64_t read_cls(File& file, const fs::path& shard, const TarMember& m) {
-  const std::string where = shard.string() + ":" + m.name;
-  if (m.size > 64) throw DatasetError(where + ": a label of " + std::to_string(m.size) + " bytes (expected a decimal integer)");
-  std::vector<unsigned char> bytes;
-  try {
-    read_file_range(file, m.offset, m.size, m.size, bytes);
-  } catch (const std::exception& e) {
-    throw DatasetError(where + ": " + e.what());
-  }
-  std::string_view text{reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+// A member's text with the blanks around it cut off (a label written by hand
+// may end in a newline).
+std::string_view trimmed(std::string_view text) {
   constexpr std::string_view kBlank = " \t\r\n\v\f";
   const auto first = text.find_first_not_of(kBlank);
-  text = first == std::string_view::npos ? std::string_view{} : text.substr(first, text.find_last_not_of(kBlank) - first + 1);
+  return first == std::string_view::npos ? std::string_view{} : text.substr(first, text.find_last_not_of(kBlank) - first + 1);
+}
+
+std::int64_t parse_cls(std::string_view bytes, const std::string& where) {
+  const std::string_view text = trimmed(bytes);
   std::int64_t label = -1;
   const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), label);
   const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
@@ -133,18 +132,63 @@ std::int64_t read_cls(File& file, const fs::path& shard, const TarMember& m) {
   return label;
 }
 
-// One shard's samples, in the order their keys first appear.
-void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::Sample>& out) {
+// The most a sample's small members may hold: a label, a path (PATH_MAX), a class name.
+constexpr std::uint64_t kMaxSmallMember = 4096;
+
+// Reads a sample's small members (.cls, .path, .class: nullptr where absent)
+// into out[k]; one pread when, as `conveyor pack` writes them, they lie
+// together, else one each. Throws DatasetError naming the member.
+void read_small_members(File& file, const fs::path& shard, const std::array<const TarMember*, 3>& members,
+                        std::array<std::string, 3>& out) {
+  std::uint64_t begin = std::numeric_limits<std::uint64_t>::max(), end = 0;
+  for (const TarMember* m : members) {
+    if (!m) continue;
+    if (m->size > kMaxSmallMember) {
+      throw DatasetError(shard.string() + ":" + m->name + ": " + std::to_string(m->size) + " bytes (at most " +
+                         std::to_string(kMaxSmallMember) + " expected)");
+    }
+    begin = std::min(begin, m->offset);
+    end = std::max(end, m->offset + m->size);
+  }
+  std::vector<unsigned char> bytes;
+  const auto read = [&](const TarMember& m, std::uint64_t at, std::uint64_t size) {
+    try {
+      read_file_range(file, at, size, size, bytes);
+    } catch (const std::exception& e) {
+      throw DatasetError(shard.string() + ":" + m.name + ": " + e.what());
+    }
+  };
+  const bool together = end - begin <= 4 * kMaxSmallMember;
+  if (together) read(**std::find_if(members.begin(), members.end(), [](auto* m) { return m; }), begin, end - begin);
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const TarMember* m = members[k];
+    if (!m) continue;
+    if (!together) read(*m, m->offset, m->size);
+    const std::uint64_t at = together ? m->offset - begin : 0;
+    out[k].assign(reinterpret_cast<const char*>(bytes.data()) + at, m->size);
+  }
+}
+
+// One shard's samples, in the order their keys first appear. `class_of` is
+// each sample's KEY.class, or "" (kept beside `out`, not in the index).
+void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::Sample>& out,
+                std::vector<std::string>& class_of) {
   std::vector<TarMember> members;
   try {
     members = scan_tar(shard);
   } catch (const TarError& e) {
     throw DatasetError(e.what());
   }
+  // A sample's members by role; .path and .class are what `conveyor pack`
+  // adds: where the sample came from, and its class's name.
+  enum Role { cls, path, class_name };
   struct Grouped {
     std::string key;
     const TarMember* image = nullptr;
-    const TarMember* cls = nullptr;
+    std::array<const TarMember*, 3> small{};  // by Role
+  };
+  const auto role_of = [](std::string_view ext) -> int {
+    return ext == ".cls" ? cls : ext == ".path" ? path : ext == ".class" ? class_name : -1;
   };
   std::vector<Grouped> samples;
   std::map<std::string_view, std::size_t> by_key;
@@ -153,27 +197,32 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
     const auto [it, fresh] = by_key.try_emplace(key, samples.size());
     if (fresh) samples.push_back({std::string(key)});
     Grouped& g = samples[it->second];
+    const int role = role_of(ext);
     if (!m.unreadable.empty()) {
-      // A link or sparse file as the image or the label cannot be read; as
-      // any other member (KEY.json) it is not read at all.
-      if (ext == ".cls" || Dataset::is_image_extension(ext)) throw DatasetError(shard.string() + ":" + m.name + ": " + m.unreadable);
+      // A link or sparse file as a member read here cannot be read; as any
+      // other member (KEY.json) it is not read at all.
+      if (role >= 0 || Dataset::is_image_extension(ext)) throw DatasetError(shard.string() + ":" + m.name + ": " + m.unreadable);
       continue;
     }
-    if (ext == ".cls") {
+    if (role >= 0) {
       // `tar rf shard.tar k.cls` appends a second label; which one is meant is
       // not ours to guess (as two images are not).
-      if (g.cls) throw DatasetError(shard.string() + ":" + g.key + ": two labels (" + g.cls->name + ", " + m.name + ")");
-      g.cls = &m;
+      if (const TarMember* before = g.small[role]) {
+        static constexpr const char* kWhat[] = {"labels", "source paths", "class names"};
+        throw DatasetError(shard.string() + ":" + g.key + ": two " + kWhat[role] + " (" + before->name + ", " + m.name + ")");
+      }
+      g.small[role] = &m;
     } else if (Dataset::is_image_extension(ext)) {
       if (g.image) throw DatasetError(shard.string() + ":" + g.key + ": two images (" + g.image->name + ", " + m.name + ")");
       g.image = &m;
     }
   }
-  std::unique_ptr<File> file;  // opened once for all the shard's labels
+  std::unique_ptr<File> file;  // opened once for all the shard's small members
+  std::array<std::string, 3> text;
   for (const Grouped& g : samples) {
     const std::string where = shard.string() + ":" + g.key;
     if (!g.image) throw DatasetError(where + ": no image member (" + std::string(Dataset::image_extensions()[0]) + ", ...)");
-    if (!g.cls) throw DatasetError(where + ": no label (" + g.key + ".cls)");
+    if (!g.small[cls]) throw DatasetError(where + ": no label (" + g.key + ".cls)");
     if (!file) {
       try {
         file = posix_file_system()->open(shard);
@@ -181,7 +230,14 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
         throw DatasetError(shard.string() + ": " + e.what());
       }
     }
-    out.push_back({s, g.image->name, g.image->offset, g.image->size, read_cls(*file, shard, *g.cls)});
+    text = {};
+    read_small_members(*file, shard, g.small, text);
+    const std::int64_t label = parse_cls(text[cls], shard.string() + ":" + g.small[cls]->name);
+    for (const Role r : {path, class_name}) {
+      if (g.small[r] && text[r].empty()) throw DatasetError(shard.string() + ":" + g.small[r]->name + ": empty");
+    }
+    out.push_back({s, g.image->name, g.image->offset, g.image->size, label, std::move(text[path])});
+    class_of.push_back(std::move(text[class_name]));
   }
 }
 
@@ -245,6 +301,10 @@ std::string ShardIndex::serialize() const {
   for (const auto& s : samples) {
     body += "sample " + std::to_string(s.shard) + " " + std::to_string(s.offset) + " " + std::to_string(s.size) + " " +
             std::to_string(s.label) + " " + escape(s.member) + "\n";
+    if (!s.source.empty()) body += "source " + escape(s.source) + "\n";  // the sample above's
+  }
+  for (std::size_t label = 0; label < classes.size(); ++label) {
+    if (!classes[label].empty()) body += "class " + std::to_string(label) + " " + escape(classes[label]) + "\n";
   }
   return body + "checksum " + hex(checksum(body)) + "\n";
 }
@@ -277,6 +337,18 @@ ShardIndex ShardIndex::parse(std::string_view text, const std::string& where) {
         throw bad("line " + std::to_string(line_no));
       }
       index.samples.push_back(std::move(s));
+    } else if (line.starts_with("source ")) {
+      const auto source = unescape(line.substr(7));
+      if (index.samples.empty() || !index.samples.back().source.empty() || !source || source->empty()) {
+        throw bad("line " + std::to_string(line_no));
+      }
+      index.samples.back().source = *source;
+    } else if (line.starts_with("class ")) {
+      std::string name;
+      std::size_t label = 0;
+      if (!fields(line.substr(6), name, label) || label >= index.samples.size() + 4096) throw bad("line " + std::to_string(line_no));
+      if (label >= index.classes.size()) index.classes.resize(label + 1);
+      index.classes[label] = std::move(name);
     } else {
       throw bad("line " + std::to_string(line_no));
     }
@@ -313,11 +385,54 @@ std::vector<ShardIndex::Shard> list_shards(const fs::path& dir, PartialFolders p
 }
 
 namespace {
+// The class names the samples carry (class_of[i]: sample i's, or ""), index =
+// label. Throws DatasetError naming the members when some samples name their
+// class and others do not (shards of two datasets in one folder), or when one
+// label has two names.
+std::vector<std::string> class_names(const fs::path& dir, const ShardIndex& index, const std::vector<std::string>& class_of) {
+  const auto where = [&](std::size_t i) {
+    const auto& s = index.samples[i];
+    return (dir / index.shards[s.shard].file).string() + ":" + std::string(split_key(s.member).first);
+  };
+  const auto named = std::find_if(class_of.begin(), class_of.end(), [](const auto& c) { return !c.empty(); });
+  if (named == class_of.end()) return {};
+  const std::size_t first = std::size_t(named - class_of.begin());
+  std::vector<std::string> classes;
+  std::vector<std::size_t> named_by;  // the sample that gave each label its name
+  for (std::size_t i = 0; i < class_of.size(); ++i) {
+    if (class_of[i].empty()) {
+      throw DatasetError(where(i) + ": no class name (.class), but " + where(first) +
+                         " has one: are shards of two datasets in one folder?");
+    }
+    const auto label = std::size_t(index.samples[i].label);
+    if (label >= classes.size()) {
+      if (label >= index.samples.size() + 4096) {  // names for labels no sample has would be ""; this many is not a pack's
+        throw DatasetError(where(i) + ": label " + std::to_string(label) + " with a class name, in a dataset of " +
+                           std::to_string(index.samples.size()) + " samples");
+      }
+      classes.resize(label + 1);
+      named_by.resize(label + 1);
+    }
+    if (classes[label].empty()) {
+      classes[label] = class_of[i];
+      named_by[label] = i;
+    } else if (classes[label] != class_of[i]) {
+      throw DatasetError(where(i) + ": class '" + class_of[i] + "' for label " + std::to_string(label) + ", which " +
+                         where(named_by[label]) + " names '" + classes[label] + "'");
+    }
+  }
+  return classes;
+}
+
 // Scans the shards `listed` (list_shards' answer) of dir.
 ShardIndex scan_shards(const fs::path& dir, std::vector<ShardIndex::Shard> listed) {
   ShardIndex index;
   index.shards = std::move(listed);
-  for (std::uint32_t s = 0; s < index.shards.size(); ++s) scan_shard(dir / index.shards[s].file, s, index.samples);
+  std::vector<std::string> class_of;
+  for (std::uint32_t s = 0; s < index.shards.size(); ++s) {
+    scan_shard(dir / index.shards[s].file, s, index.samples, class_of);
+  }
+  index.classes = class_names(dir, index, class_of);
   return index;
 }
 }  // namespace

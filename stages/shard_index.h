@@ -1,7 +1,8 @@
 // ShardIndex: what Dataset::from_shards needs to know about a folder of tar
 // shards (each shard's name, size, times and inode; each sample's shard,
-// member, byte range and label), scanned once and cached, so later opens read
-// one small file instead of every tar header.
+// member, byte range, label and, for shards `conveyor pack` wrote, its source
+// name; the class names), scanned once and cached, so later opens read one
+// small file instead of every tar header.
 //
 // The cache: DIR/.conveyor-index, or where that cannot be written (a read-only
 // folder) the user's cache folder (user_cache_dir(): $XDG_CACHE_HOME/conveyor,
@@ -42,10 +43,14 @@ struct ShardIndex {
     std::string member;  // the image member, "000000001.jpg"
     std::uint64_t offset = 0, size = 0;
     std::int64_t label = 0;
+    std::string source;  // KEY.path: the name it had where it was packed from ("cat/001.jpg"); "" when none
     bool operator==(const Sample&) const = default;
   };
   std::vector<Shard> shards;
   std::vector<Sample> samples;
+  // From the samples' KEY.class members, index = label: empty when no sample
+  // has one; "" for a label no sample carries.
+  std::vector<std::string> classes;
   bool operator==(const ShardIndex&) const = default;
 
   std::string serialize() const;
@@ -69,8 +74,8 @@ enum class PartialFolders { refuse, ignore };
 std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir,
                                            PartialFolders partials = PartialFolders::refuse);
 
-// Scans every shard (Dataset::from_shards's rules for keys, images and .cls).
-// Throws DatasetError naming the shard and member.
+// Scans every shard (Dataset::from_shards's rules for keys, images, .cls,
+// .path and .class). Throws DatasetError naming the shard and member.
 ShardIndex build_shard_index(const std::filesystem::path& dir);
 
 // How load_shard_index got its index.

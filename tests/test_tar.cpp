@@ -519,6 +519,76 @@ TEST_CASE("shards: a shard cut short after it was indexed names the member", "[t
   REQUIRE_THROWS_WITH(src.render_sample(0, rng, pixels), Catch::StartsWith((dir / "s" / "a.tar").string() + ":k/1.jpg: cut short"));
 }
 
+TEST_CASE("shards: pack's .path and .class give sources and class names; a folder and its shards name samples alike",
+          "[tar][shards]") {
+  TempDir dir;
+  const auto shard = [&](const std::string& bytes, const std::string& extra = "") {
+    std::filesystem::remove_all(dir / "s");
+    std::filesystem::create_directories(dir / "s");
+    spit(dir / "s" / "a.tar", bytes);
+    if (!extra.empty()) spit(dir / "s" / "b.tar", extra);
+    return dir / "s";
+  };
+  const auto sample = [](const std::string& key, const std::string& cls, const std::string& path, const std::string& name) {
+    return member(key + ".jpg", "x") + member(key + ".cls", cls) + (path.empty() ? "" : member(key + ".path", path)) +
+           (name.empty() ? "" : member(key + ".class", name));
+  };
+  // Labels 0 and 2 named, 1 carried by no sample: "".
+  const Dataset d = Dataset::from_shards(
+      shard(sample("0", "0", "cat/1.jpg", "cat") + sample("1", "2", "dog/7.jpg", "dog") + sample("2", "0", "cat/2.jpg", "cat") + kEnd));
+  REQUIRE(d.classes() == std::vector<std::string>{"cat", "", "dog"});
+  REQUIRE(d.name(1) == (dir / "s" / "a.tar").string() + ":1.jpg (dog/7.jpg)");
+  REQUIRE(d.member(1) == "1.jpg");
+  REQUIRE(d.relative_name(1, d.common_folder()) == "dog/7.jpg");
+  // The index keeps them: a second open reads the cache and gives the same.
+  IndexSource how{};
+  const ShardIndex index = load_shard_index(dir / "s", &how);
+  REQUIRE(how == IndexSource::cached);
+  REQUIRE(index.samples[1].source == "dog/7.jpg");
+  REQUIRE(index.classes == d.classes());
+  REQUIRE(ShardIndex::parse(index.serialize(), "idx") == index);
+  // A subset keeps each sample's source.
+  const std::size_t pick[] = {2, 1};
+  REQUIRE(d.subset(pick).name(0) == (dir / "s" / "a.tar").string() + ":2.jpg (cat/2.jpg)");
+
+  // The same names as the folder they were packed from, wherever that lies.
+  std::filesystem::create_directories(dir / "data" / "cat");
+  std::filesystem::create_directories(dir / "data" / "dog");
+  for (const char* f : {"cat/1.jpg", "cat/2.jpg", "dog/7.jpg"}) spit(dir / "data" / f, "x");
+  const Dataset folder = Dataset::from_folder(dir / "data");
+  REQUIRE(folder.common_folder() == (dir / "data").string().size() + 1);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < folder.size(); ++i) names.push_back(folder.relative_name(i, folder.common_folder()));
+  REQUIRE(names == std::vector<std::string>{"cat/1.jpg", "cat/2.jpg", "dog/7.jpg"});
+  // Shards without sources: their shard:member, less the folder they share.
+  const Dataset plain = Dataset::from_shards(shard(member("k.jpg", "x") + member("k.cls", "1") + kEnd));
+  REQUIRE(plain.classes().empty());
+  REQUIRE(plain.relative_name(0, plain.common_folder()) == "a.tar:k.jpg");
+
+  // Refused by name: two of a kind, empty, too long, one label with two names,
+  // some samples named and others not.
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "a.jpg", "") + member("k.path", "b.jpg") + kEnd)),
+                      Catch::Contains("a.tar:k: two source paths (k.path, k.path)"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "", "cat") + member("k.class", "dog") + kEnd)),
+                      Catch::Contains("a.tar:k: two class names (k.class, k.class)"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k.jpg", "x") + member("k.cls", "1") + member("k.path", "") + kEnd)),
+                      Catch::Contains("a.tar:k.path: empty"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", std::string(4097, 'p'), "") + kEnd)),
+                      Catch::Contains("a.tar:k.path: 4097 bytes (at most 4096 expected)"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "1", "", "cat") + sample("1", "1", "", "dog") + kEnd)),
+                      Catch::Contains("a.tar:1: class 'dog' for label 1, which " + (dir / "s" / "a.tar").string() + ":0 names 'cat'"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "1", "", "cat") + kEnd, sample("1", "0", "", "") + kEnd)),
+                      Catch::Contains("b.tar:1: no class name (.class), but " + (dir / "s" / "a.tar").string() +
+                                      ":0 has one: are shards of two datasets in one folder?"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "999999", "", "cat") + kEnd)),
+                      Catch::Contains("a.tar:0: label 999999 with a class name, in a dataset of 1 samples"));
+  // Members apart (another writer's order): read one by one, the same answer.
+  const Dataset apart = Dataset::from_shards(shard(member("k.path", "cat/1.jpg") + member("k.jpg", std::string(20000, 'x')) +
+                                                   member("k.cls", "0") + member("k.class", "cat") + kEnd));
+  REQUIRE(apart.name(0) == (dir / "s" / "a.tar").string() + ":k.jpg (cat/1.jpg)");
+  REQUIRE(apart.classes() == std::vector<std::string>{"cat"});
+}
+
 TEST_CASE("shards: the index is cached beside the shards, or in the user's cache, and rebuilt when stale or corrupt", "[tar][shards]") {
   TempDir dir;
   const auto folder = dir / "s";
@@ -527,7 +597,7 @@ TEST_CASE("shards: the index is cached beside the shards, or in the user's cache
   spit(folder / "b.tar", member("k/2.png", "yyy") + member("k/2.cls", "5") + kEnd);
   const ShardIndex built = build_shard_index(folder);
   REQUIRE(built.samples.size() == 2);
-  REQUIRE(built.samples[1] == ShardIndex::Sample{1, "k/2.png", 512, 3, 5});
+  REQUIRE(built.samples[1] == ShardIndex::Sample{1, "k/2.png", 512, 3, 5, ""});
 
   // Temporaries a killed writer left (its process gone) are cleared when the
   // index is next written; a live process's, and other names, are kept.

@@ -74,6 +74,21 @@ if [ ${#det[@]} -gt 0 ]; then
   resume_pair "-nondet"  # without --deterministic on the GPU: the same batches, if not the same bits
 fi
 
+# 2b. A run on a folder resumes on the shards `conveyor pack` made of it: the
+# checkpoint names the dataset by each sample's name below the folder, which
+# the shards carry (KEY.path). The same batches, the same end.
+"$bin" make-dataset --out "$work/ds" --images-per-class 30 >/dev/null
+"$bin" pack --folder "$work/ds" --out "$work/ds-shards" >/dev/null
+"$bin" train --workers 2 --epochs 2 --folder "$work/ds" "${det[@]}" >"$work/folder" 2>&1 || fail "2 epochs on a folder failed"
+"$bin" train --workers 2 --epochs 2 --folder "$work/ds" "${det[@]}" --stop-after 3 --checkpoint "$work/folder.pt" >/dev/null 2>&1 ||
+  fail "--stop-after on a folder failed"
+"$bin" train --workers 2 --epochs 2 --shards "$work/ds-shards" "${det[@]}" --resume "$work/folder.pt" >"$work/onshards" 2>&1 ||
+  fail "a folder's checkpoint did not resume on its shards: $(tail -1 "$work/onshards")"
+grep -q 'resumed from .*: epoch 0, 3 batch' "$work/onshards" || fail "not resumed mid-epoch on the shards: $(head -2 "$work/onshards")"
+[ -n "$(final "$work/folder")" ] && [ "$(final "$work/folder")" = "$(final "$work/onshards")" ] &&
+  [ "$(grep '^epoch 2/2' "$work/folder" | grep -oE 'batches [0-9a-f]{16}$')" = "$(grep '^epoch 2/2' "$work/onshards" | grep -oE 'batches [0-9a-f]{16}$')" ] ||
+  fail "resumed on the shards: '$(final "$work/onshards")', on the folder: '$(final "$work/folder")'"
+
 # 3. SIGTERM mid-run (SIGINT is ignored by a script's background jobs, and the
 # program keeps an inherited ignore): the step finishes, the checkpoint is
 # saved, status 143, and the run resumes from it.

@@ -97,6 +97,43 @@ def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):
     assert ranks[0] | ranks[1] == every and not ranks[0] & ranks[1]
 
 
+def pack_like_conveyor(folder, out):
+    """The shards `conveyor pack --folder` writes (KEY.ppm, .cls, .path, .class), by tarfile."""
+    import io
+    import tarfile
+    out.mkdir()
+    classes = sorted(d.name for d in folder.iterdir() if d.is_dir())
+    files = [(c, f) for c in classes for f in sorted((folder / c).rglob("*.ppm"))]
+    with tarfile.open(out / "shard-000000.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+        for i, (c, f) in enumerate(files):
+            for ext, data in (("ppm", f.read_bytes()), ("cls", str(classes.index(c)).encode()),
+                              ("path", str(f.relative_to(folder)).encode()), ("class", c.encode())):
+                info = tarfile.TarInfo(f"{i:09d}.{ext}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return out
+
+
+def test_a_run_on_a_folder_resumes_on_its_packed_shards_and_back(tmp_path, folder):
+    shards = pack_like_conveyor(folder, tmp_path / "packed")
+    kw = dict(batch_size=4, crop=16, seed=3, device="cpu")
+    on_folder = conveyor.Loader(folder=str(folder), **kw)
+    on_shards = conveyor.Loader(shards=str(shards), **kw)
+    assert on_shards.classes == on_folder.classes == ["class0", "class1", "class2"]
+    straight = run(conveyor.Loader(folder=str(folder), **kw), 2)
+    it = iter(on_folder)
+    for _ in range(3):
+        next(it)
+    on_shards.load_state_dict(on_folder.state_dict())  # folder -> shards
+    rest = run(on_shards, 2)
+    assert rest == straight[3:]
+    back = conveyor.Loader(folder=str(folder), **kw)
+    it = iter(on_shards := conveyor.Loader(shards=str(shards), **kw))
+    next(it)
+    back.load_state_dict(on_shards.state_dict())  # shards -> folder
+    assert run(back, 2) == straight[1:]
+
+
 def test_arrays_rows_arrive_as_given_with_their_labels():
     x = np.arange(50 * 3 * 2, dtype=np.float32).reshape(50, 3, 2)
     y = np.arange(50) * 10
