@@ -549,6 +549,7 @@ void DevicePipeline::stop() {
 
 Device& DevicePipeline::device() const { return *core_->device; }
 std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
+std::size_t DevicePipeline::held_slots() const { return core_->held.load(); }
 
 bool DevicePipeline::wait_ready(std::chrono::microseconds timeout) {
   if (stopped_ || core_->held.load() == core_->slots.size()) return true;

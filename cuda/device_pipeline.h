@@ -242,6 +242,9 @@ class DevicePipeline {
 
   Device& device() const;
   std::size_t device_slots() const;
+  // Device slots the consumer holds now (DeviceBatches alive): next() throws
+  // when this equals device_slots().
+  std::size_t held_slots() const;
 
  private:
   std::shared_ptr<TransferCore> core_;

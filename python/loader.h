@@ -133,6 +133,14 @@ class Loader {
   // configured epochs are done or after close().
   std::optional<DeviceBatch> next(void* stream);
 
+  // Whether the consumer holds every device slot now, so that next() would
+  // throw instead of waiting. False before the pipeline starts.
+  bool every_slot_held() const {
+    return running() && pipeline_->held_slots() >= pipeline_->device_slots();
+  }
+  // The running pipeline's device slots; 0 before it starts.
+  std::size_t device_slots() const { return pipeline_ ? pipeline_->device_slots() : 0; }
+
   PipelineStats stats() const;
   std::vector<SkippedSample> skipped() const;
   // Stops and joins every thread; batches still held stay valid. Idempotent.

@@ -21,17 +21,20 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -56,7 +59,93 @@ using namespace std::chrono_literals;
 // process that made this?" is an atomic load per batch, not a getpid() call.
 std::atomic<std::uint64_t> forks_as_child{0};
 
+// Which threads hold a loader's batches, for next() when every device slot
+// is held (the one case where it would raise rather than wait). A slot can
+// come back only from a batch of a thread that is not inside next() itself:
+// while one is, next() waits for a release; when none is (this thread took
+// them all, or every other holder is waiting in next() too), nothing can
+// come back, and it raises. A batch is counted against the thread that took
+// it: one handed to another thread to drop is still its taker's.
+// Shared by the loader and its batches (which may outlive it).
+class Holders {
+ public:
+  // Thread t, inside next(), has taken a batch: it holds one more, and from
+  // here on counts as outside next() (it is on its way out with the batch).
+  void took(std::thread::id t) {
+    std::lock_guard lk(mu_);
+    ++held_[t];
+    if (const auto it = in_next_.find(t); it != in_next_.end() && --it->second == 0) in_next_.erase(it);
+  }
+  void released(std::thread::id t) {
+    {
+      std::lock_guard lk(mu_);
+      if (const auto it = held_.find(t); it != held_.end() && --it->second == 0) held_.erase(it);
+    }
+    released_.notify_all();
+  }
+  // Inside next(): from its start to took(), or to leave() when it returns
+  // without a batch or raises.
+  void enter(std::thread::id t) {
+    std::lock_guard lk(mu_);
+    ++in_next_[t];
+  }
+  void leave(std::thread::id t) {
+    {
+      std::lock_guard lk(mu_);
+      if (const auto it = in_next_.find(t); it != in_next_.end() && --it->second == 0) in_next_.erase(it);
+    }
+    released_.notify_all();  // a waiter may now be the last one outside
+  }
+  // Whether a thread other than `me` holds a batch and is outside next(): a
+  // slot may come back. Otherwise fills `why` for the error.
+  bool may_come_back(std::thread::id me, std::string& why) {
+    std::lock_guard lk(mu_);
+    std::size_t mine = 0, others = 0, threads = 0;
+    for (const auto& [t, n] : held_) {
+      if (t == me) {
+        mine = n;
+        continue;
+      }
+      if (!in_next_.contains(t)) return true;
+      others += n;
+      ++threads;
+    }
+    why = std::to_string(mine) + " taken by this thread";
+    if (threads > 0) {
+      why += ", " + std::to_string(others) + " by " + std::to_string(threads) +
+             " other thread(s) now waiting in next() too, so none can come back";
+    }
+    return false;
+  }
+  // Waits up to `timeout` for a release or a thread to leave next().
+  void wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    released_.wait_for(lk, timeout);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable released_;
+  std::map<std::thread::id, std::size_t> held_, in_next_;
+};
+
+// The taker's count of one batch, given back after the batch (declared
+// before it in Held, so destroyed after it: the slot is free by then).
+struct HoldCount {
+  std::shared_ptr<Holders> holders;
+  std::thread::id taker = std::this_thread::get_id();
+  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);
+  HoldCount() = default;
+  HoldCount(const HoldCount&) = delete;
+  HoldCount& operator=(const HoldCount&) = delete;
+  ~HoldCount() {
+    // In a forked child the mutex may have been copied locked: left alone.
+    if (holders && forks_as_child.load(std::memory_order_relaxed) == forks) holders->released(taker);
+  }
+};
+
 struct Held {
+  HoldCount count;  // first: given back after `batch` has freed its slot
   DeviceBatch batch;
   std::vector<std::int64_t> sample_shape;
   Element element;
@@ -270,6 +359,7 @@ struct PyLoader {
   // (epoch(), load_state_dict) and by close(). Guarded by `mu`.
   std::unique_ptr<DeviceBatch> held_back;
   void* held_back_stream = nullptr;
+  std::shared_ptr<Holders> holders = std::make_shared<Holders>();
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;
@@ -344,7 +434,7 @@ struct EpochIter {
 // and taking in one critical section, so two Python threads on one loader
 // cannot both see "ready" and one then block in next() holding it. A
 // held-back batch comes first.
-enum class Try { batch, end, not_yet };
+enum class Try { batch, end, not_yet, slot_held };
 Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::optional<DeviceBatch>& out) {
   const std::uint64_t epoch = it.epoch;
   if (l.closed() || it.generation != L.generation) return Try::end;  // closed, or moved elsewhere meanwhile
@@ -353,12 +443,24 @@ Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::opt
     out = std::move(*L.held_back);
     L.held_back.reset();
     if (stream != L.held_back_stream && out->device().backend() == Backend::cuda) out->use_on(stream);
+    L.holders->took(std::this_thread::get_id());
     return Try::batch;
   }
   if (l.state().epoch != epoch) return Try::end;
+  if (l.every_slot_held()) {
+    std::string why;
+    if (L.holders->may_come_back(std::this_thread::get_id(), why)) return Try::slot_held;
+    throw std::runtime_error("Loader: all " + std::to_string(l.device_slots()) + " device slots are held by batches still alive (" +
+                             why + "); release a batch before taking another (or raise device_buffers: threads that share a "
+                             "loader need device_queue + 2 * threads)");
+  }
   if (!l.wait_ready(0ms)) return Try::not_yet;
   out = l.next(stream);
-  return out ? Try::batch : Try::end;
+  if (!out) return Try::end;
+  // Counted while the loader's mutex is held: a thread that finds every slot
+  // held next sees this one's batch, and this thread as on its way out.
+  L.holders->took(std::this_thread::get_id());
+  return Try::batch;
 }
 
 py::object next_batch(EpochIter& it) {
@@ -367,6 +469,7 @@ py::object next_batch(EpochIter& it) {
   void* stream = nullptr;
   if (!L.stream_source.is_none()) stream = reinterpret_cast<void*>(L.stream_source().cast<std::intptr_t>());
   std::optional<DeviceBatch> batch;
+  auto held = std::make_shared<Held>();  // before the take: no allocation fails after it
   // Take a batch only when it is ready now; wait (up to 50 ms at a time)
   // without taking, and raise a signal's exception (Ctrl-C: KeyboardInterrupt)
   // between waits. A signal that came while the GIL was let go for the take
@@ -374,10 +477,27 @@ py::object next_batch(EpochIter& it) {
   // and then dropped for KeyboardInterrupt would be missing from the epoch,
   // and counted as delivered by state_dict(). From here to the return the GIL
   // is held, so no Python thread of this process can signal in between.
+  struct InNext {  // this thread counts as inside next() until it takes a batch, returns or raises
+    Holders& h;
+    bool took = false;
+    explicit InNext(Holders& holders) : h(holders) { h.enter(std::this_thread::get_id()); }
+    ~InNext() {
+      if (!took) h.leave(std::this_thread::get_id());
+    }
+  } in_next(*L.holders);
   for (;;) {
     const Try t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch); });
+    if (t == Try::slot_held) {  // another thread's batch will come back: wait for it, Ctrl-C between waits
+      {
+        py::gil_scoped_release nogil;
+        L.holders->wait(50ms);
+      }
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      continue;
+    }
     if (t == Try::end) throw py::stop_iteration();
     if (t == Try::batch) {
+      in_next.took = true;
       if (PyErr_CheckSignals() != 0) {
         py::error_already_set raised;  // fetched before the lock lets the GIL go
         L.locked([&](Loader&) {
@@ -385,6 +505,8 @@ py::object next_batch(EpochIter& it) {
           L.held_back = std::make_unique<DeviceBatch>(std::move(*batch));
           L.held_back_stream = stream;
         });
+        batch.reset();  // dropped if not held back: its slot first, then the count
+        L.holders->released(std::this_thread::get_id());  // held back, the loader's now; or dropped
         throw raised;
       }
       break;
@@ -392,7 +514,7 @@ py::object next_batch(EpochIter& it) {
     L.locked([](Loader& l) { return l.wait_ready(50ms); });
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the loader intact
   }
-  auto held = std::make_shared<Held>();
+  held->count.holders = L.holders;  // took() counted it; ~Held gives it back
   held->batch = std::move(*batch);
   held->sample_shape = L.loader->sample_shape();
   held->element = L.loader->element();

@@ -405,6 +405,64 @@ def test_the_pool_refills_only_after_the_last_array_dies():
     assert sum(1 for _ in it) > 0
 
 
+def test_threads_sharing_a_loader_wait_for_each_others_batches():
+    # Three `for` loops on one loader with the default 4 device slots: each
+    # holds its last batch while it takes the next, and two for a moment after,
+    # so every slot is often held, by threads that will give theirs back.
+    # next() waits for them (it raised).
+    x = np.zeros((96, 4), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(96)), batch_size=2, workers=2, epochs=1, device="cpu")
+    seen, errors = [], []
+
+    def consume():
+        try:
+            for _, labels in loader:
+                seen.extend(np.asarray(labels).tolist())
+                time.sleep(0.002)  # the step: the batch is held meanwhile
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=consume) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert errors == []
+    assert sorted(seen) == list(range(96))  # each batch to one thread, every sample once
+
+
+def test_threads_that_all_wait_for_a_slot_raise_instead_of_hanging():
+    # Two threads hold 2 of the 4 slots each, then both ask for more: neither
+    # can give one back while it waits, so one raises, naming the other; once
+    # it drops its batches the other gets its batch.
+    x = np.zeros((64, 4), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, device_queue=2, device="cpu")
+    both_hold = threading.Barrier(2, timeout=30)
+    results = []
+
+    def hold_two_then_ask():
+        it = iter(loader)
+        mine = [next(it), next(it)]
+        both_hold.wait()
+        try:
+            mine.append(next(it))
+            results.append("got")
+        except RuntimeError as e:
+            results.append(str(e))
+        mine.clear()
+
+    threads = [threading.Thread(target=hold_two_then_ask) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert sorted(results, key=len)[0] == "got"
+    assert re.search(r"all 4 device slots are held .*\(2 taken by this thread, 2 by 1 other thread\(s\) now waiting in "
+                     r"next\(\) too, so none can come back\)", sorted(results, key=len)[1]), results
+
+
 def test_a_torch_tensor_keeps_its_batch():
     torch = pytest.importorskip("torch")
     import conveyor.torch as ct
