@@ -15,8 +15,15 @@ std::string EpochReporter::progress(const EpochFigures&, std::size_t, std::size_
 
 bool EpochReporter::epoch_done(EpochFigures&, int) { return true; }
 
-EpochTally::EpochTally(std::uint64_t epoch, std::size_t total, std::size_t done_before, const EpochReporter& reporter)
-    : reporter_(reporter), total_(total), done_(done_before), tty_(::isatty(STDERR_FILENO)) {
+std::string EpochFigures::prefetch_note() const {
+  if (batches < 2 || 2 * prefetched <= batches) return {};
+  return "; " + std::to_string(prefetched) + " of its " + std::to_string(batches) +
+         " batches were decoded before it began (prefetch), so its rate does not measure decoding";
+}
+
+EpochTally::EpochTally(std::uint64_t epoch, std::size_t total, std::size_t done_before, const EpochReporter& reporter,
+                       Clock::time_point began)
+    : reporter_(reporter), began_(began), total_(total), done_(done_before), tty_(::isatty(STDERR_FILENO)) {
   figures_.epoch = epoch;
 }
 
@@ -37,6 +44,7 @@ void EpochTally::add(const Batch& b) {
   std::uint64_t digest = 0;
   for (const std::uint64_t i : b.indices) digest += sample_digest(i);
   for (const SkippedSample& s : b.skipped) digest += sample_digest(s.index);
+  filled(b.filled_at);
   add(b.size(), b.skipped.size(), digest);
 }
 

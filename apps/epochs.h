@@ -32,7 +32,14 @@ struct EpochFigures {
   std::uint64_t digest = 0;
   double seconds = 0;
   double rss_mib = 0;  // resident set at the epoch's end (streaming runs)
+  // Batches the workers had filled before the epoch began: the pool's
+  // prefetch, decoded in the epoch before (streaming runs).
+  std::uint64_t prefetched = 0;
   double images_per_s() const { return seconds > 0 ? double(images) / seconds : 0; }
+  // For the epoch's line, when most of its batches were prefetched (a dataset
+  // not much larger than the pool): "; 6 of its 7 batches were decoded before
+  // it began (prefetch), so its rate does not measure decoding". Else "".
+  std::string prefetch_note() const;
 };
 
 // A sample's contribution to an epoch's digest: SplitMix64 of its dataset index.
@@ -72,8 +79,10 @@ class EpochLinePrinter final : public EpochReporter {
 // One epoch as the consumer takes it.
 class EpochTally {
  public:
-  // total: the epoch's batches; done_before: those a resumed run had consumed already.
-  EpochTally(std::uint64_t epoch, std::size_t total, std::size_t done_before, const EpochReporter& reporter);
+  // total: the epoch's batches; done_before: those a resumed run had consumed
+  // already; began: when the epoch's clock started (for prefetched()).
+  EpochTally(std::uint64_t epoch, std::size_t total, std::size_t done_before, const EpochReporter& reporter,
+             Clock::time_point began = {});
   std::uint64_t epoch() const { return figures_.epoch; }
   std::size_t done() const { return done_; }  // batches of the epoch consumed, resumed ones included
   std::size_t total() const { return total_; }
@@ -83,8 +92,14 @@ class EpochTally {
   // Counts a batch whose step ran, and shows the progress line every 4 batches
   // and at the last.
   void add(std::uint64_t images, std::uint64_t skipped = 0, std::uint64_t digest = 0);
-  // A pipeline's batch: its images, skipped samples and their digests.
+  // A pipeline's batch: its images, skipped samples and their digests, and
+  // whether it was prefetched (filled before the epoch began).
   void add(const Batch& b);
+  // Counts a batch filled at `filled_at` as prefetched when that was before
+  // the epoch began (for a caller that counts with add(images, ...)).
+  void filled(Clock::time_point filled_at) {
+    if (filled_at != Clock::time_point{} && filled_at < began_) ++figures_.prefetched;
+  }
   // After a step: false, once SIGINT or SIGTERM came, so the epoch (and the
   // run after its report) ends.
   bool go_on();
@@ -97,6 +112,7 @@ class EpochTally {
 
  private:
   const EpochReporter& reporter_;
+  Clock::time_point began_;
   EpochFigures figures_;
   std::size_t total_, done_;
   int interrupted_ = 0;
@@ -116,8 +132,8 @@ template <typename Take, typename Total, typename Done>
 int for_each_epoch(std::uint64_t first, std::uint64_t end, EpochReporter& reporter, std::vector<EpochFigures>& figures,
                    Clock::time_point first_from, Total&& total_of, Done&& done_of, Take&& take) {
   for (std::uint64_t e = first; e < end; ++e) {
-    EpochTally tally(e, total_of(e), done_of(e), reporter);
     const auto t0 = e == first ? first_from : Clock::now();
+    EpochTally tally(e, total_of(e), done_of(e), reporter, t0);
     take(tally);
     tally.figures().seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     tally.wipe();

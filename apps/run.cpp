@@ -40,10 +40,10 @@ class StreamingReporter final : public EpochReporter {
     const PipelineStats epoch_stats = now.since(before_);  // this epoch's fractions, not the run's
     before_ = now;
     if (output_ == Output::quiet) return true;
-    std::printf("epoch %llu%s: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%, RSS %.1f MiB%s\n",
+    std::printf("epoch %llu%s: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%, RSS %.1f MiB%s%s\n",
                 (unsigned long long)f.epoch, interrupted ? " (interrupted)" : "", (unsigned long long)f.images,
                 (unsigned long long)f.batches, f.seconds, f.images_per_s(), 100 * consumer_idle(epoch_stats), f.rss_mib,
-                f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "");
+                f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "", f.prefetch_note().c_str());
     std::printf("%s", epoch_stats.table().c_str());
     std::fflush(stdout);
     return true;

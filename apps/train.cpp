@@ -307,6 +307,7 @@ void Trainer::train_epoch(EpochTally& tally) {
   for (auto& batch : pipeline_->epoch(tally.epoch())) {
     const std::uint64_t skipped = batch.host().skipped.size(), count_before = sums_.count;
     sums_.batches += batch_digest(batch.host());
+    tally.filled(batch.host().filled_at);
     if (batch.size() > 0) train_batch(std::move(batch));  // the batch goes back to the pipeline in there
     ++batches_this_run_;
     tally.add(sums_.count - count_before, skipped);
@@ -375,10 +376,10 @@ bool Trainer::epoch_done(EpochFigures& f, int) {
                   v.skipped ? (", " + std::to_string(v.skipped) + " skipped").c_str() : "");
   }
   std::printf("epoch %llu/%zu: train loss %.4f acc %.1f%% | %s | %llu images, "
-              "%.1f s, %.0f images/s, consumer idle %.0f%%%s | batches %016llx\n",
+              "%.1f s, %.0f images/s, consumer idle %.0f%%%s%s | batches %016llx\n",
               (unsigned long long)e + 1, o_.epochs, row.train_loss, 100 * row.train_acc, val,
               (unsigned long long)f.images, f.seconds, row.images_per_s, 100 * row.consumer_idle,
-              f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "",
+              f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "", f.prefetch_note().c_str(),
               (unsigned long long)sums_.batches);
   std::printf("%s", epoch_stats.table().c_str());
   std::fflush(stdout);

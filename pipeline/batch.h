@@ -13,6 +13,7 @@
 // not recycled, and freed with the pool.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -79,6 +80,11 @@ struct Batch {
   // Free for a transfer backend to hang per-batch device state on; the core
   // never reads it.
   void* user = nullptr;
+
+  // When the workers finished filling it (steady_clock, stats.h's Clock), set
+  // as it goes to the transfer: a consumer can tell a batch decoded before
+  // its epoch began (served from the pool's prefetch) from one it waited for.
+  std::chrono::steady_clock::time_point filled_at{};
 
   // Nanoseconds of the current transfer phase (transfer or finish) spent
   // waiting for the consumer to give memory back: a free device slot, or the

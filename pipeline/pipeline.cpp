@@ -342,6 +342,7 @@ void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_poin
   if (std::any_of(ob.skips.begin(), ob.skips.begin() + std::ptrdiff_t(ob.length), [](auto& r) { return r.has_value(); })) {
     compact_skipped(*ob.batch, ob.skips);
   }
+  ob.batch->filled_at = Clock::now();
   BatchHandle handle = std::move(ob.handle);
   ob.batch = nullptr;
   {
