@@ -405,6 +405,16 @@ def test_the_pool_refills_only_after_the_last_array_dies():
     assert sum(1 for _ in it) > 0
 
 
+def run_in_threads(target, n):
+    """Runs target in n threads at once; fails if one is still running after 60 s."""
+    threads = [threading.Thread(target=target, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+
+
 def test_threads_sharing_a_loader_wait_for_each_others_batches():
     # Three `for` loops on one loader with the default 4 device slots: each
     # holds its last batch while it takes the next, and two for a moment after,
@@ -422,12 +432,7 @@ def test_threads_sharing_a_loader_wait_for_each_others_batches():
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=consume) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
+    run_in_threads(consume, 3)
     assert errors == []
     assert sorted(seen) == list(range(96))  # each batch to one thread, every sample once
 
@@ -452,12 +457,7 @@ def test_threads_that_all_wait_for_a_slot_raise_instead_of_hanging():
             results.append(str(e))
         mine.clear()
 
-    threads = [threading.Thread(target=hold_two_then_ask) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
+    run_in_threads(hold_two_then_ask, 2)
     assert sorted(results, key=len)[0] == "got"
     assert re.search(r"all 4 device slots are held .*\(2 taken by this thread, 2 by 1 other thread\(s\) now waiting in "
                      r"next\(\) too, so none can come back\)", sorted(results, key=len)[1]), results
