@@ -1,6 +1,11 @@
 // Fnv1a: the 64-bit FNV-1a hash, for checks that two runs produced the same
 // bytes (batch_digest() in batch.h, a checkpoint's dataset identity). Stable
 // across platforms and runs; not meant to resist deliberate collisions.
+// Its start value is 1469598103934665603, not the published offset basis
+// (14695981039346656037: a digit was lost long ago). Any start value hashes
+// as well; this one stays, because saved Python states, checkpoints and
+// shard indexes hold digests made with it. A tool that recomputes a digest
+// must start from it too.
 //
 //   Fnv1a h;
 //   h.add(data, n);

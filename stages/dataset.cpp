@@ -195,13 +195,21 @@ std::string Dataset::name(std::size_t i) const {
 }
 
 std::size_t Dataset::common_folder() const {
+  // name(i) without an allocation per sample for files (their stored path);
+  // a shard's "shard.tar:member" is built in one reused buffer.
+  std::string buffer;
+  const auto name_of = [&](std::size_t i) -> std::string_view {
+    if (shards_.empty()) return stored_path(i);
+    buffer.assign(shards_[shard_of_[i]].native()).append(":").append(stored_path(i));
+    return buffer;
+  };
   std::optional<std::string> first;
   std::size_t n = 0;  // bytes every name shares so far
   for (std::size_t i = 0; i < size(); ++i) {
     if (!source(i).empty()) continue;
-    const std::string name = this->name(i);
+    const std::string_view name = name_of(i);
     if (!first) {
-      first = name;
+      first = std::string(name);
       n = name.size();
       continue;
     }
@@ -217,7 +225,11 @@ std::size_t Dataset::common_folder() const {
 std::string Dataset::relative_name(std::size_t i, std::size_t folder) const {
   if (i >= size()) throw_out_of_range(i);
   if (const std::string_view s = source(i); !s.empty()) return std::string(s);
-  std::string name = this->name(i);
+  if (shards_.empty()) {
+    const std::string_view path = stored_path(i);
+    return std::string(folder <= path.size() ? path.substr(folder) : path);
+  }
+  const std::string name = shards_[shard_of_[i]].native() + ":" + std::string(stored_path(i));
   return folder <= name.size() ? name.substr(folder) : name;
 }
 
