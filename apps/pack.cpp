@@ -54,8 +54,8 @@ class ShardWriter {
     member(key + ext, image.data(), image.size());
     // The small members last and together: a reader gets them with one read.
     member(key + ".cls", cls.data(), cls.size());
-    if (!source.empty()) member(key + ".path", source.data(), source.size());
-    if (!class_name.empty()) member(key + ".class", class_name.data(), class_name.size());
+    if (!source.empty()) member(key + ".conveyor-source", source.data(), source.size());
+    if (!class_name.empty()) member(key + ".conveyor-class", class_name.data(), class_name.size());
   }
 
   void finish() {

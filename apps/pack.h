@@ -1,9 +1,12 @@
 // `conveyor pack`: a dataset (list, folder, or shards again) written as
 // WebDataset tar shards: for sample i in dataset order, KEY.ext with the image
-// file's bytes as they are (not re-encoded), KEY.cls with its label, KEY.path
+// file's bytes as they are (not re-encoded), KEY.cls with its label,
+// KEY.conveyor-source
 // with its name below the dataset's folder (Dataset::relative_name: a resume
 // compares those, so a run goes on across a folder and its shards) and, for a
-// dataset with class names (a folder), KEY.class with its class's; KEY
+// dataset with class names (a folder), KEY.conveyor-class with its class's
+// (names of conveyor's own: webdataset's decoders take `.class` for an
+// integer label); KEY
 // being i in nine digits; a new shard (shard-000000.tar, ...) once the next
 // sample would take the current one past --shard-mb. Any tar tool or the
 // webdataset library reads them; --shards DIR reads them back, starting from

@@ -281,7 +281,8 @@ int Trainer::run() {
   print_header();
   std::vector<EpochFigures> figures;
   (void)for_each_epoch(
-      first_epoch, o_.epochs, *this, figures, Clock::now(), [&](std::uint64_t) { return pipeline_->batches_per_epoch(); },
+      first_epoch, o_.epochs, *this, figures, pipeline_->started_at(),
+      [&](std::uint64_t) { return pipeline_->batches_per_epoch(); },
       [&](std::uint64_t e) { return pipeline_->batches_per_epoch() - pipeline_->epoch(e).size(); },
       [&](EpochTally& tally) { train_epoch(tally); });
   return stopped_ ? *stopped_ : finish();

@@ -21,13 +21,11 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,6 +38,7 @@
 
 #include "conveyor/version.h"
 #include "pipeline/pipeline.h"
+#include "python/holders.h"
 #include "python/loader.h"
 #include "stages/augment.h"
 
@@ -59,81 +58,11 @@ using namespace std::chrono_literals;
 // process that made this?" is an atomic load per batch, not a getpid() call.
 std::atomic<std::uint64_t> forks_as_child{0};
 
-// Which threads hold a loader's batches, for next() when every device slot
-// is held (the one case where it would raise rather than wait). A slot can
-// come back only from a batch of a thread that is not inside next() itself:
-// while one is, next() waits for a release; when none is (this thread took
-// them all, or every other holder is waiting in next() too), nothing can
-// come back, and it raises. A batch is counted against the thread that took
-// it: one handed to another thread to drop is still its taker's.
-// Shared by the loader and its batches (which may outlive it).
-class Holders {
- public:
-  // Thread t, inside next(), has taken a batch: it holds one more, and from
-  // here on counts as outside next() (it is on its way out with the batch).
-  void took(std::thread::id t) {
-    std::lock_guard lk(mu_);
-    ++held_[t];
-    if (const auto it = in_next_.find(t); it != in_next_.end() && --it->second == 0) in_next_.erase(it);
-  }
-  void released(std::thread::id t) {
-    {
-      std::lock_guard lk(mu_);
-      if (const auto it = held_.find(t); it != held_.end() && --it->second == 0) held_.erase(it);
-    }
-    released_.notify_all();
-  }
-  // Inside next(): from its start to took(), or to leave() when it returns
-  // without a batch or raises.
-  void enter(std::thread::id t) {
-    std::lock_guard lk(mu_);
-    ++in_next_[t];
-  }
-  void leave(std::thread::id t) {
-    {
-      std::lock_guard lk(mu_);
-      if (const auto it = in_next_.find(t); it != in_next_.end() && --it->second == 0) in_next_.erase(it);
-    }
-    released_.notify_all();  // a waiter may now be the last one outside
-  }
-  // Whether a thread other than `me` holds a batch and is outside next(): a
-  // slot may come back. Otherwise fills `why` for the error.
-  bool may_come_back(std::thread::id me, std::string& why) {
-    std::lock_guard lk(mu_);
-    std::size_t mine = 0, others = 0, threads = 0;
-    for (const auto& [t, n] : held_) {
-      if (t == me) {
-        mine = n;
-        continue;
-      }
-      if (!in_next_.contains(t)) return true;
-      others += n;
-      ++threads;
-    }
-    why = std::to_string(mine) + " taken by this thread";
-    if (threads > 0) {
-      why += ", " + std::to_string(others) + " by " + std::to_string(threads) +
-             " other thread(s) now waiting in next() too, so none can come back";
-    }
-    return false;
-  }
-  // Waits up to `timeout` for a release or a thread to leave next().
-  void wait(std::chrono::milliseconds timeout) {
-    std::unique_lock lk(mu_);
-    released_.wait_for(lk, timeout);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable released_;
-  std::map<std::thread::id, std::size_t> held_, in_next_;
-};
-
 // The taker's count of one batch, given back after the batch (declared
 // before it in Held, so destroyed after it: the slot is free by then).
 struct HoldCount {
   std::shared_ptr<Holders> holders;
-  std::thread::id taker = std::this_thread::get_id();
+  std::uint64_t taker = thread_serial();
   std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);
   HoldCount() = default;
   HoldCount(const HoldCount&) = delete;
@@ -340,6 +269,32 @@ struct HeldBuffer {
   HeldBuffer& operator=(const HeldBuffer&) = delete;
 };
 
+// Lets the GIL go for a blocking call, as py::gil_scoped_release does. At
+// interpreter exit a daemon thread that takes the GIL back is ended with
+// pthread_exit, whose unwinding through pybind11's noexcept frames aborts the
+// whole process ("terminate called without an active exception"); such a
+// thread parks here instead, and the process ends around it.
+class NoGil {
+ public:
+  NoGil() : state_(PyEval_SaveThread()) {}
+  ~NoGil() {
+    while (finalizing()) std::this_thread::sleep_for(std::chrono::seconds(1));
+    PyEval_RestoreThread(state_);
+  }
+  NoGil(const NoGil&) = delete;
+  NoGil& operator=(const NoGil&) = delete;
+
+ private:
+  static bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+  }
+  PyThreadState* state_;
+};
+
 struct PyLoader {
   std::unique_ptr<HeldBuffer> x;  // before `loader`: released after its threads are joined
   std::unique_ptr<Loader> loader;
@@ -360,6 +315,9 @@ struct PyLoader {
   std::unique_ptr<DeviceBatch> held_back;
   void* held_back_stream = nullptr;
   std::shared_ptr<Holders> holders = std::make_shared<Holders>();
+  // slot_timeout=: how long next() waits for another thread to give a slot
+  // back when every one is held; nullopt: for ever.
+  std::optional<std::chrono::milliseconds> slot_timeout = std::chrono::seconds(60);
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;
@@ -377,7 +335,7 @@ struct PyLoader {
   template <typename F>
   auto locked(F f) {
     check_process();
-    py::gil_scoped_release nogil;
+    NoGil nogil;
     std::lock_guard lk(mu);
     return f(*loader);
   }
@@ -430,12 +388,52 @@ struct EpochIter {
   std::uint64_t epoch, generation;
 };
 
+enum class Try { batch, end, not_yet, slot_held };
+
+// This thread counts as inside next() from its start until it takes a batch
+// (Holders::took ends it), returns or raises; left() early, under the
+// loader's mutex, before it raises for a full pool, so that another thread
+// waiting there sees it gone at once.
+struct InNext {
+  Holders& h;
+  bool out = false;
+  explicit InNext(Holders& holders) : h(holders) { h.enter(thread_serial()); }
+  ~InNext() { left(); }
+  void left() {
+    if (!out) h.leave(thread_serial());
+    out = true;
+  }
+  InNext(const InNext&) = delete;
+  InNext& operator=(const InNext&) = delete;
+};
+
+// The RuntimeError of a full pool: who holds its slots, and why none will
+// come back (`waited`: after slot_timeout's wait; else nobody can give one).
+std::runtime_error full_pool(const Loader& l, const Holders::Count& n, std::optional<std::chrono::milliseconds> waited) {
+  std::string who = std::to_string(n.mine) + " taken by this thread";
+  if (n.waiting > 0) {
+    who += ", " + std::to_string(n.waiting) + " by " + std::to_string(n.waiting_threads) +
+           " other thread(s) now waiting in next() too";
+  }
+  if (n.ended > 0) who += ", " + std::to_string(n.ended) + " by threads that have ended (batches handed on)";
+  if (n.running > 0) {
+    who += ", " + std::to_string(n.running) + " by " + std::to_string(n.running_threads) + " other thread(s)";
+  }
+  char seconds[32] = "";
+  if (waited) std::snprintf(seconds, sizeof seconds, "%g", double(waited->count()) / 1000);
+  who += waited ? std::string("; none came back in ") + seconds + " s (slot_timeout=)" : ", so none can come back";
+  return std::runtime_error("Loader: all " + std::to_string(l.device_slots()) + " device slots are held by batches still alive (" +
+                            who + "); release a batch before taking another (or raise device_buffers: threads that share "
+                            "a loader need device_queue + 2 * threads)");
+}
+
 // One try at the next batch of it.epoch, under the loader's mutex: checking
 // and taking in one critical section, so two Python threads on one loader
 // cannot both see "ready" and one then block in next() holding it. A
-// held-back batch comes first.
-enum class Try { batch, end, not_yet, slot_held };
-Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::optional<DeviceBatch>& out) {
+// held-back batch comes first. `waiting_since`: when this call first found
+// every slot held (slot_timeout counts from there), or {}.
+Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::optional<DeviceBatch>& out, InNext& in_next,
+             Clock::time_point& waiting_since) {
   const std::uint64_t epoch = it.epoch;
   if (l.closed() || it.generation != L.generation) return Try::end;  // closed, or moved elsewhere meanwhile
   if (L.held_back) {
@@ -443,29 +441,35 @@ Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::opt
     out = std::move(*L.held_back);
     L.held_back.reset();
     if (stream != L.held_back_stream && out->device().backend() == Backend::cuda) out->use_on(stream);
-    L.holders->took(std::this_thread::get_id());
+    L.holders->took(thread_serial());
+    in_next.out = true;
     return Try::batch;
   }
   if (l.state().epoch != epoch) return Try::end;
   if (l.every_slot_held()) {
-    std::string why;
-    if (L.holders->may_come_back(std::this_thread::get_id(), why)) return Try::slot_held;
-    throw std::runtime_error("Loader: all " + std::to_string(l.device_slots()) + " device slots are held by batches still alive (" +
-                             why + "); release a batch before taking another (or raise device_buffers: threads that share a "
-                             "loader need device_queue + 2 * threads)");
+    Holders::Count n;
+    const bool may = L.holders->may_come_back(thread_serial(), n);
+    const auto now = Clock::now();
+    if (waiting_since == Clock::time_point{}) waiting_since = now;
+    const bool timed_out = L.slot_timeout && now - waiting_since >= *L.slot_timeout;
+    if (may && !timed_out) return Try::slot_held;
+    in_next.left();
+    throw full_pool(l, n, timed_out ? L.slot_timeout : std::nullopt);
   }
   if (!l.wait_ready(0ms)) return Try::not_yet;
   out = l.next(stream);
   if (!out) return Try::end;
   // Counted while the loader's mutex is held: a thread that finds every slot
   // held next sees this one's batch, and this thread as on its way out.
-  L.holders->took(std::this_thread::get_id());
+  L.holders->took(thread_serial());
+  in_next.out = true;
   return Try::batch;
 }
 
 py::object next_batch(EpochIter& it) {
   PyLoader& L = *it.loader;
   if (it.generation != L.generation) throw py::stop_iteration();  // the loader moved elsewhere
+  L.check_process();  // before anything locks: a forked child may hold copies of locked mutexes
   void* stream = nullptr;
   if (!L.stream_source.is_none()) stream = reinterpret_cast<void*>(L.stream_source().cast<std::intptr_t>());
   std::optional<DeviceBatch> batch;
@@ -477,19 +481,13 @@ py::object next_batch(EpochIter& it) {
   // and then dropped for KeyboardInterrupt would be missing from the epoch,
   // and counted as delivered by state_dict(). From here to the return the GIL
   // is held, so no Python thread of this process can signal in between.
-  struct InNext {  // this thread counts as inside next() until it takes a batch, returns or raises
-    Holders& h;
-    bool took = false;
-    explicit InNext(Holders& holders) : h(holders) { h.enter(std::this_thread::get_id()); }
-    ~InNext() {
-      if (!took) h.leave(std::this_thread::get_id());
-    }
-  } in_next(*L.holders);
+  InNext in_next(*L.holders);
+  Clock::time_point waiting_since{};  // {}: not waiting for a slot
   for (;;) {
-    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch); });
+    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch, in_next, waiting_since); });
     if (t == Try::slot_held) {  // another thread's batch will come back: wait for it, Ctrl-C between waits
       {
-        py::gil_scoped_release nogil;
+        NoGil nogil;
         L.holders->wait(50ms);
       }
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
@@ -497,7 +495,6 @@ py::object next_batch(EpochIter& it) {
     }
     if (t == Try::end) throw py::stop_iteration();
     if (t == Try::batch) {
-      in_next.took = true;
       if (PyErr_CheckSignals() != 0) {
         py::error_already_set raised;  // fetched before the lock lets the GIL go
         L.locked([&](Loader&) {
@@ -506,11 +503,12 @@ py::object next_batch(EpochIter& it) {
           L.held_back_stream = stream;
         });
         batch.reset();  // dropped if not held back: its slot first, then the count
-        L.holders->released(std::this_thread::get_id());  // held back, the loader's now; or dropped
+        L.holders->released(thread_serial());  // held back, the loader's now; or dropped
         throw raised;
       }
       break;
     }
+    waiting_since = {};  // a slot came back meanwhile
     L.locked([](Loader& l) { return l.wait_ready(50ms); });
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the loader intact
   }
@@ -843,7 +841,7 @@ void bind_loader(py::module_& m) {
   static const std::set<std::string> kLoaderKeywords = {
       "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "seed", "shuffle", "drop_last",
       "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-      "rank_by_shard", "gpu_decode", "max_memory_mb"};
+      "rank_by_shard", "gpu_decode", "max_memory_mb", "slot_timeout"};
   py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
       // Every argument is taken as a Python object and checked here, so that a
       // wrong one gets a one-line error naming it, not pybind11's signature dump.
@@ -853,7 +851,8 @@ void bind_loader(py::module_& m) {
                        const py::object& drop_last_arg, py::object epochs, const py::object& device_arg,
                        const py::object& normalize_arg, py::object host_queue, py::object device_queue,
                        py::object device_buffers, const py::object& on_error_arg, py::object rank, py::object world_size,
-                       const py::object& rank_by_shard_arg, const py::object& gpu_decode, const py::object& max_memory_mb) {
+                       const py::object& rank_by_shard_arg, const py::object& gpu_decode, const py::object& max_memory_mb,
+                       const py::object& slot_timeout) {
              const auto folder = path("folder", folder_arg), list = path("list", list_arg), shards = path("shards", shards_arg);
              const auto arrays = pair("arrays", arrays_arg);
              const auto augment = text("augment", augment_arg, true), normalize = text("normalize", normalize_arg, true);
@@ -889,7 +888,16 @@ void bind_loader(py::module_& m) {
              s.gpu_decode = gpu_decode_share(gpu_decode);
              s.max_memory_mb = non_negative("max_memory_mb", max_memory_mb);  // 0: a quarter of physical memory
              if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
-             return make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
+             std::optional<std::chrono::milliseconds> wait;  // None: for ever
+             if (!slot_timeout.is_none()) {
+               const double seconds = non_negative("slot_timeout", slot_timeout);
+               if (seconds <= 0 || seconds > 1e9) throw py::value_error("slot_timeout=" + std::string(py::repr(slot_timeout)) +
+                                                                        ": expected seconds > 0 (or None: wait for ever)");
+               wait = std::chrono::milliseconds(std::int64_t(seconds * 1000));
+             }
+             auto loader = make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
+             loader->slot_timeout = wait;
+             return loader;
            }),
            py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
            "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
@@ -899,7 +907,7 @@ void bind_loader(py::module_& m) {
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
            "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false,
-           "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0)
+           "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0, "slot_timeout"_a = 60.0)
       // Tried only when the one above does not match: a positional argument or
       // an unknown keyword. pybind11 would print every overload's signature
       // (and the repr of arrays=, thousands of lines); this names the argument,

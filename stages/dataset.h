@@ -72,16 +72,18 @@ class Dataset {
   // a sample is its one image member (an extension from image_extensions(),
   // matched on the part after the key, case-insensitive) labelled by KEY.cls
   // (a decimal integer, blanks around it allowed). `conveyor pack` adds two
-  // members, read when present: KEY.path, the sample's name where it was
-  // packed from (relative_name()), and KEY.class, its class's name; classes()
+  // members, read when present: KEY.conveyor-source, the sample's name where
+  // it was packed from (relative_name()), and KEY.conveyor-class, its class's
+  // name; classes()
   // comes from them ("" for a label no sample carries). Other members (.json,
   // .txt) are ignored. Samples in shard order, then in the order their keys first
   // appear. Sample i is read with one pread of range(i) from path(i), the shard.
   // Throws DatasetError naming the folder, shard or member: not a directory, no
   // .tar in it, a tar that does not scan (scan_tar's reasons), a key without an
-  // image or without .cls, a key with two images (or two of .cls, .path,
-  // .class), a .cls that is not an integer, an empty or over 4 KiB .path or
-  // .class, one label with two class names, or some samples with a .class and
+  // image or without .cls, a key with two images (or two of .cls,
+  // .conveyor-source, .conveyor-class), a .cls that is not an integer, an empty or over 4 KiB
+  // .conveyor-source or .conveyor-class, one label with two class names, or
+  // some samples with a .conveyor-class and
   // some without (shards of two datasets in one folder).
   static Dataset from_shards(const std::filesystem::path& dir);
 
@@ -185,7 +187,7 @@ class Dataset {
   std::vector<std::filesystem::path> shards_;
   std::vector<std::uint32_t> shard_of_;
   std::vector<ByteRange> ranges_;
-  // Shards that carry KEY.path only (empty otherwise): sample i's source is
+  // Shards that carry KEY.conveyor-source only (empty otherwise): sample i's source is
   // source_chars_[source_ends_[i - 1], source_ends_[i]), "" when it has none.
   std::string source_chars_;
   std::vector<std::uint64_t> source_ends_;

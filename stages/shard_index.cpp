@@ -135,7 +135,8 @@ std::int64_t parse_cls(std::string_view bytes, const std::string& where) {
 // The most a sample's small members may hold: a label, a path (PATH_MAX), a class name.
 constexpr std::uint64_t kMaxSmallMember = 4096;
 
-// Reads a sample's small members (.cls, .path, .class: nullptr where absent)
+// Reads a sample's small members (.cls, .conveyor-source, .conveyor-class:
+// nullptr where absent)
 // into out[k]; one pread when, as `conveyor pack` writes them, they lie
 // together, else one each. Throws DatasetError naming the member.
 void read_small_members(File& file, const fs::path& shard, const std::array<const TarMember*, 3>& members,
@@ -170,7 +171,7 @@ void read_small_members(File& file, const fs::path& shard, const std::array<cons
 }
 
 // One shard's samples, in the order their keys first appear. `class_of` is
-// each sample's KEY.class, or "" (kept beside `out`, not in the index).
+// each sample's KEY.conveyor-class, or "" (kept beside `out`, not in the index).
 void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::Sample>& out,
                 std::vector<std::string>& class_of) {
   std::vector<TarMember> members;
@@ -179,8 +180,10 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
   } catch (const TarError& e) {
     throw DatasetError(e.what());
   }
-  // A sample's members by role; .path and .class are what `conveyor pack`
-  // adds: where the sample came from, and its class's name.
+  // A sample's members by role; .conveyor-source and .conveyor-class are what
+  // `conveyor pack` adds: where the sample came from, and its class's name
+  // (names of its own: other writers' .path or .class are not read, and
+  // webdataset's decoders take `.class` for an integer label).
   enum Role { cls, path, class_name };
   struct Grouped {
     std::string key;
@@ -188,7 +191,7 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
     std::array<const TarMember*, 3> small{};  // by Role
   };
   const auto role_of = [](std::string_view ext) -> int {
-    return ext == ".cls" ? cls : ext == ".path" ? path : ext == ".class" ? class_name : -1;
+    return ext == ".cls" ? cls : ext == ".conveyor-source" ? path : ext == ".conveyor-class" ? class_name : -1;
   };
   std::vector<Grouped> samples;
   std::map<std::string_view, std::size_t> by_key;
@@ -401,7 +404,7 @@ std::vector<std::string> class_names(const fs::path& dir, const ShardIndex& inde
   std::vector<std::size_t> named_by;  // the sample that gave each label its name
   for (std::size_t i = 0; i < class_of.size(); ++i) {
     if (class_of[i].empty()) {
-      throw DatasetError(where(i) + ": no class name (.class), but " + where(first) +
+      throw DatasetError(where(i) + ": no class name (.conveyor-class), but " + where(first) +
                          " has one: are shards of two datasets in one folder?");
     }
     const auto label = std::size_t(index.samples[i].label);

@@ -43,12 +43,12 @@ struct ShardIndex {
     std::string member;  // the image member, "000000001.jpg"
     std::uint64_t offset = 0, size = 0;
     std::int64_t label = 0;
-    std::string source;  // KEY.path: the name it had where it was packed from ("cat/001.jpg"); "" when none
+    std::string source;  // KEY.conveyor-source: the name it had where it was packed from ("cat/001.jpg"); "" when none
     bool operator==(const Sample&) const = default;
   };
   std::vector<Shard> shards;
   std::vector<Sample> samples;
-  // From the samples' KEY.class members, index = label: empty when no sample
+  // From the samples' KEY.conveyor-class members, index = label: empty when no sample
   // has one; "" for a label no sample carries.
   std::vector<std::string> classes;
   bool operator==(const ShardIndex&) const = default;
@@ -75,7 +75,7 @@ std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir,
                                            PartialFolders partials = PartialFolders::refuse);
 
 // Scans every shard (Dataset::from_shards's rules for keys, images, .cls,
-// .path and .class). Throws DatasetError naming the shard and member.
+// .conveyor-source and .conveyor-class). Throws DatasetError naming the shard and member.
 ShardIndex build_shard_index(const std::filesystem::path& dir);
 
 // How load_shard_index got its index.

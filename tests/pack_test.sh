@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # conveyor pack (issue 21): a dataset written as WebDataset tar shards and read
 # back. The members are the files' bytes (cmp after `tar -x`), labels in .cls,
-# each file's name below the dataset's folder in .path, a folder's class names
-# in .class,
+# each file's name below the dataset's folder in .conveyor-source, a folder's
+# class names in .conveyor-class,
 # shards split at --shard-mb, readable by GNU tar and Python's tarfile, and by
 # `conveyor inspect --shards`; a failed pack leaves nothing behind.
 # Usage: pack_test.sh CONVEYOR
@@ -35,8 +35,8 @@ while read -r path label; do
   ext=${path##*.}
   cmp -s "$path" "$work/x/$key.$ext" || fail "member $key.$ext differs from $path"
   [ "$(cat "$work/x/$key.cls")" = "$label" ] || fail "$key.cls is '$(cat "$work/x/$key.cls")', not $label"
-  [ "$(cat "$work/x/$key.path")" = "${path#"$work/data/"}" ] || fail "$key.path is '$(cat "$work/x/$key.path")', not ${path#"$work/data/"}"
-  [ ! -e "$work/x/$key.class" ] || fail "$key.class written for a list, which names no class"
+  [ "$(cat "$work/x/$key.conveyor-source")" = "${path#"$work/data/"}" ] || fail "$key.conveyor-source is '$(cat "$work/x/$key.conveyor-source")', not ${path#"$work/data/"}"
+  [ ! -e "$work/x/$key.conveyor-class" ] || fail "$key.conveyor-class written for a list, which names no class"
   i=$((i + 1))
 done <"$work/list.txt"
 
@@ -48,19 +48,19 @@ for s in sorted(glob.glob(sys.argv[1] + "/*.tar")):
     with tarfile.open(s) as t:
         names += t.getnames()
 assert len(names) == 3 * int(sys.argv[2]), len(names)
-assert names[1:3] == ["000000000.cls", "000000000.path"] and names[0] in ("000000000.png", "000000000.jpg"), names[:3]
+assert names[1:3] == ["000000000.cls", "000000000.conveyor-source"] and names[0] in ("000000000.png", "000000000.jpg"), names[:3]
 PY
 fi
 "$conveyor" inspect --shards "$work/shards" --workers 2 >"$work/inspect.log"
 grep -q "^$samples samples decoded, 0 unreadable" "$work/inspect.log" || fail "inspect --shards: $(head -3 "$work/inspect.log")"
 
-# A folder's class names travel in .class, and a skip names the file the
+# A folder's class names travel in .conveyor-class, and a skip names the file the
 # sample came from as well as its member.
 "$conveyor" pack --folder "$work/data" --out "$work/classes" >/dev/null
-tar -xOf "$work/classes/shard-000000.tar" 000000005.class >"$work/class5"
-tar -xOf "$work/classes/shard-000000.tar" 000000005.path >"$work/path5"
-[ "$(cat "$work/class5")" = "$(dirname "$(cat "$work/path5")")" ] || fail "000000005.class is '$(cat "$work/class5")', its path $(cat "$work/path5")"
-[ -d "$work/data/$(cat "$work/class5")" ] || fail "000000005.class names no class folder: $(cat "$work/class5")"
+tar -xOf "$work/classes/shard-000000.tar" 000000005.conveyor-class >"$work/class5"
+tar -xOf "$work/classes/shard-000000.tar" 000000005.conveyor-source >"$work/path5"
+[ "$(cat "$work/class5")" = "$(dirname "$(cat "$work/path5")")" ] || fail "000000005.conveyor-class is '$(cat "$work/class5")', its path $(cat "$work/path5")"
+[ -d "$work/data/$(cat "$work/class5")" ] || fail "000000005.conveyor-class names no class folder: $(cat "$work/class5")"
 printf 'not an image' >"$work/junk.jpg"
 cp -r "$work/data" "$work/broken" && cp "$work/junk.jpg" "$work/broken/$(cat "$work/class5")/zz.jpg"
 "$conveyor" pack --folder "$work/broken" --out "$work/broken-shards" >/dev/null

@@ -519,7 +519,7 @@ TEST_CASE("shards: a shard cut short after it was indexed names the member", "[t
   REQUIRE_THROWS_WITH(src.render_sample(0, rng, pixels), Catch::StartsWith((dir / "s" / "a.tar").string() + ":k/1.jpg: cut short"));
 }
 
-TEST_CASE("shards: pack's .path and .class give sources and class names; a folder and its shards name samples alike",
+TEST_CASE("shards: pack's .conveyor-source and .conveyor-class give sources and class names; a folder and its shards name samples alike",
           "[tar][shards]") {
   TempDir dir;
   const auto shard = [&](const std::string& bytes, const std::string& extra = "") {
@@ -530,8 +530,8 @@ TEST_CASE("shards: pack's .path and .class give sources and class names; a folde
     return dir / "s";
   };
   const auto sample = [](const std::string& key, const std::string& cls, const std::string& path, const std::string& name) {
-    return member(key + ".jpg", "x") + member(key + ".cls", cls) + (path.empty() ? "" : member(key + ".path", path)) +
-           (name.empty() ? "" : member(key + ".class", name));
+    return member(key + ".jpg", "x") + member(key + ".cls", cls) + (path.empty() ? "" : member(key + ".conveyor-source", path)) +
+           (name.empty() ? "" : member(key + ".conveyor-class", name));
   };
   // Labels 0 and 2 named, 1 carried by no sample: "".
   const Dataset d = Dataset::from_shards(
@@ -561,30 +561,33 @@ TEST_CASE("shards: pack's .path and .class give sources and class names; a folde
   for (std::size_t i = 0; i < folder.size(); ++i) names.push_back(folder.relative_name(i, folder.common_folder()));
   REQUIRE(names == std::vector<std::string>{"cat/1.jpg", "cat/2.jpg", "dog/7.jpg"});
   // Shards without sources: their shard:member, less the folder they share.
-  const Dataset plain = Dataset::from_shards(shard(member("k.jpg", "x") + member("k.cls", "1") + kEnd));
+  // Another writer's .path and .class (webdataset's integer label) are not read.
+  const Dataset plain = Dataset::from_shards(
+      shard(member("k.jpg", "x") + member("k.cls", "1") + member("k.path", "a/b.jpg") + member("k.class", "1") + kEnd));
   REQUIRE(plain.classes().empty());
+  REQUIRE(plain.name(0) == (dir / "s" / "a.tar").string() + ":k.jpg");
   REQUIRE(plain.relative_name(0, plain.common_folder()) == "a.tar:k.jpg");
 
   // Refused by name: two of a kind, empty, too long, one label with two names,
   // some samples named and others not.
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "a.jpg", "") + member("k.path", "b.jpg") + kEnd)),
-                      Catch::Contains("a.tar:k: two source paths (k.path, k.path)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "", "cat") + member("k.class", "dog") + kEnd)),
-                      Catch::Contains("a.tar:k: two class names (k.class, k.class)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k.jpg", "x") + member("k.cls", "1") + member("k.path", "") + kEnd)),
-                      Catch::Contains("a.tar:k.path: empty"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "a.jpg", "") + member("k.conveyor-source", "b.jpg") + kEnd)),
+                      Catch::Contains("a.tar:k: two source paths (k.conveyor-source, k.conveyor-source)"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "", "cat") + member("k.conveyor-class", "dog") + kEnd)),
+                      Catch::Contains("a.tar:k: two class names (k.conveyor-class, k.conveyor-class)"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k.jpg", "x") + member("k.cls", "1") + member("k.conveyor-source", "") + kEnd)),
+                      Catch::Contains("a.tar:k.conveyor-source: empty"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", std::string(4097, 'p'), "") + kEnd)),
-                      Catch::Contains("a.tar:k.path: 4097 bytes (at most 4096 expected)"));
+                      Catch::Contains("a.tar:k.conveyor-source: 4097 bytes (at most 4096 expected)"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "1", "", "cat") + sample("1", "1", "", "dog") + kEnd)),
                       Catch::Contains("a.tar:1: class 'dog' for label 1, which " + (dir / "s" / "a.tar").string() + ":0 names 'cat'"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "1", "", "cat") + kEnd, sample("1", "0", "", "") + kEnd)),
-                      Catch::Contains("b.tar:1: no class name (.class), but " + (dir / "s" / "a.tar").string() +
+                      Catch::Contains("b.tar:1: no class name (.conveyor-class), but " + (dir / "s" / "a.tar").string() +
                                       ":0 has one: are shards of two datasets in one folder?"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "999999", "", "cat") + kEnd)),
                       Catch::Contains("a.tar:0: label 999999 with a class name, in a dataset of 1 samples"));
   // Members apart (another writer's order): read one by one, the same answer.
-  const Dataset apart = Dataset::from_shards(shard(member("k.path", "cat/1.jpg") + member("k.jpg", std::string(20000, 'x')) +
-                                                   member("k.cls", "0") + member("k.class", "cat") + kEnd));
+  const Dataset apart = Dataset::from_shards(shard(member("k.conveyor-source", "cat/1.jpg") + member("k.jpg", std::string(20000, 'x')) +
+                                                   member("k.cls", "0") + member("k.conveyor-class", "cat") + kEnd));
   REQUIRE(apart.name(0) == (dir / "s" / "a.tar").string() + ":k.jpg (cat/1.jpg)");
   REQUIRE(apart.classes() == std::vector<std::string>{"cat"});
 }

@@ -98,7 +98,7 @@ def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):
 
 
 def pack_like_conveyor(folder, out):
-    """The shards `conveyor pack --folder` writes (KEY.ppm, .cls, .path, .class), by tarfile."""
+    """The shards `conveyor pack --folder` writes (KEY.ppm, .cls, .conveyor-source, .conveyor-class), by tarfile."""
     import io
     import tarfile
     out.mkdir()
@@ -107,7 +107,7 @@ def pack_like_conveyor(folder, out):
     with tarfile.open(out / "shard-000000.tar", "w", format=tarfile.USTAR_FORMAT) as t:
         for i, (c, f) in enumerate(files):
             for ext, data in (("ppm", f.read_bytes()), ("cls", str(classes.index(c)).encode()),
-                              ("path", str(f.relative_to(folder)).encode()), ("class", c.encode())):
+                              ("conveyor-source", str(f.relative_to(folder)).encode()), ("conveyor-class", c.encode())):
                 info = tarfile.TarInfo(f"{i:09d}.{ext}")
                 info.size = len(data)
                 t.addfile(info, io.BytesIO(data))
@@ -461,6 +461,75 @@ def test_threads_that_all_wait_for_a_slot_raise_instead_of_hanging():
     assert sorted(results, key=len)[0] == "got"
     assert re.search(r"all 4 device slots are held .*\(2 taken by this thread, 2 by 1 other thread\(s\) now waiting in "
                      r"next\(\) too, so none can come back\)", sorted(results, key=len)[1]), results
+
+
+def test_batches_handed_on_by_an_ended_thread_are_not_waited_for():
+    # A thread took two batches, handed them to this one and ended; this
+    # thread takes the third slot and asks again: nobody else can give one
+    # back, so it raises at once (it waited for ever on the ended thread).
+    x = np.zeros((64, 4), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, device_queue=1, device="cpu")
+    it = iter(loader)
+    kept = []
+    run_in_threads(lambda: kept.extend([next(it), next(it)]), 1)
+    kept.append(next(it))
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"all 3 device slots are held by batches still alive \(1 taken by this thread, "
+                                           r"2 by threads that have ended \(batches handed on\), so none can come back\)"):
+        next(it)
+    assert time.monotonic() - start < 5
+    kept.clear()
+    assert len(next(it)[0]) == 2
+
+
+def test_slot_timeout_ends_a_wait_on_a_batch_nobody_drops():
+    # This thread keeps a batch and waits on another that loops over the
+    # loader with 2 slots: the other waits for that batch, then raises after
+    # slot_timeout (it would wait for ever with None).
+    x = np.zeros((64, 4), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, device_queue=1, device_buffers=2,
+                             slot_timeout=0.3, device="cpu")
+    it = iter(loader)
+    first = next(it)
+    errors = []
+
+    def loop():
+        try:
+            for _ in it:
+                pass
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    start = time.monotonic()
+    run_in_threads(loop, 1)
+    assert 0.3 <= time.monotonic() - start < 30
+    assert len(errors) == 1 and re.search(r"\(1 taken by this thread, 1 by 1 other thread\(s\); none came back in 0.3 s "
+                                          r"\(slot_timeout=\)\)", errors[0]), errors
+    del first
+    for bad, error in ((0, ValueError), (-1, ValueError), (float("nan"), ValueError), ("1", TypeError), (True, TypeError)):
+        with pytest.raises(error, match=r"^slot_timeout="):
+            conveyor.Loader(arrays=(x, np.arange(64)), slot_timeout=bad, device="cpu")
+    assert len(conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, slot_timeout=None, device="cpu")) == 32
+
+
+def test_the_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_next(tmp_path):
+    # At exit Python ends a daemon thread that takes the GIL back with
+    # pthread_exit, which aborted the process (status 134) from inside next().
+    import subprocess
+    import sys
+    script = tmp_path / "exit.py"
+    script.write_text(
+        "import conveyor, numpy as np, threading, time\n"
+        "x = np.zeros((64, 4), dtype=np.uint8)\n"
+        "L = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, device_queue=1, device_buffers=2,"
+        " device='cpu')\n"
+        "it = iter(L)\n"
+        "first = next(it)\n"
+        "threading.Thread(target=lambda: [b for b in it], daemon=True).start()\n"
+        "time.sleep(0.5)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(conveyor.__file__)))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_torch_tensor_keeps_its_batch():
