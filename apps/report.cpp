@@ -21,17 +21,52 @@ EpochFigures RunResult::total() const {
 }
 
 namespace {
+// The length of the well-formed UTF-8 sequence at s[i] (1 to 4), or 0.
+std::size_t utf8_sequence(const std::string& s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  }
+  // Overlong three- and four-byte forms, surrogates, and past U+10FFFF.
+  if ((c == 0xe0 && b(i + 1) < 0xa0) || (c == 0xed && b(i + 1) > 0x9f) || (c == 0xf0 && b(i + 1) < 0x90) ||
+      (c == 0xf4 && b(i + 1) > 0x8f)) {
+    return 0;
+  }
+  return n;
+}
+
+// A JSON string's body. A file name is bytes, not always UTF-8, and JSON
+// text must be: a byte that is not part of a UTF-8 sequence is written as the
+// four characters \xNN, as the command's messages write it.
 std::string json_escape(const std::string& s) {
   std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const std::size_t n = utf8_sequence(s, i);
+    char buf[8];
+    if (n == 0) {
+      std::snprintf(buf, sizeof buf, "\\\\x%02x", static_cast<unsigned char>(c));
       out += buf;
+      ++i;
       continue;
     }
-    out += c;
+    if (n > 1) {
+      out.append(s, i, n);
+      i += n;
+      continue;
+    }
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+    ++i;
   }
   return out;
 }
@@ -104,7 +139,7 @@ void report_skipped(const RunResult& r) {
   constexpr std::size_t kShown = 5;
   std::printf("skipped %zu sample(s) (--on-error skip):\n", r.skipped.size());
   for (std::size_t i = 0; i < std::min(kShown, r.skipped.size()); ++i) {
-    std::printf("  epoch %llu: %s\n", (unsigned long long)r.skipped[i].epoch, r.skipped[i].reason.c_str());
+    std::printf("  epoch %llu: %s\n", (unsigned long long)r.skipped[i].epoch, one_line(r.skipped[i].reason).c_str());
   }
   if (r.skipped.size() > kShown) {
     std::printf("  ... and %zu more (--json FILE lists every one)\n", r.skipped.size() - kShown);

@@ -412,11 +412,11 @@ int Trainer::finish() const {
   // Every sample --on-error skip left out, named by its reason (which names the
   // file), in each epoch it was left out of: training's and validation's.
   for (const auto& s : pipeline_->skipped()) {
-    std::printf("skipped (training, epoch %llu): %s\n", (unsigned long long)s.epoch + 1, s.reason.c_str());
+    std::printf("skipped (training, epoch %llu): %s\n", (unsigned long long)s.epoch + 1, one_line(s.reason).c_str());
   }
   if (validation_) {
     for (const auto& s : validation_->pipeline.skipped()) {
-      std::printf("skipped (validation, pass %llu): %s\n", (unsigned long long)s.epoch + 1, s.reason.c_str());
+      std::printf("skipped (validation, pass %llu): %s\n", (unsigned long long)s.epoch + 1, one_line(s.reason).c_str());
     }
   }
   if (!t_.checkpoint.empty()) std::printf("checkpoint: %s\n", t_.checkpoint.c_str());

@@ -536,6 +536,7 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
     stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };
   }
   pipeline_ = std::make_unique<Pipeline>(config, dataset_size, std::move(stages), std::move(resume));
+  max_held_ = device->hands_over() ? std::min(core_->slots.size(), config.host_buffer_count()) : core_->slots.size();
 }
 
 DevicePipeline::~DevicePipeline() { stop(); }
@@ -552,7 +553,7 @@ std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
 std::size_t DevicePipeline::held_slots() const { return core_->held.load(); }
 
 bool DevicePipeline::wait_ready(std::chrono::microseconds timeout) {
-  if (stopped_ || core_->held.load() == core_->slots.size()) return true;
+  if (stopped_ || core_->held.load() >= max_held_) return true;
   {
     std::lock_guard lk(core_->error_mu);
     if (!core_->consumer_error.empty()) return true;
@@ -570,8 +571,14 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   }
   NvtxRange range("conveyor.next");
   if (stopped_) return std::nullopt;
-  if (core_->held.load() == core_->slots.size()) {
-    // The transfer thread needs one of them back before it can publish again.
+  if (core_->held.load() >= max_held_) {
+    // The transfer thread (or, handed over, the workers) needs one of them
+    // back before it can publish again.
+    if (max_held_ < core_->slots.size()) {
+      throw std::logic_error("device pipeline: the consumer holds " + std::to_string(max_held_) +
+                             " batches, every buffer of the host pool (on the host backend a batch handed over is its "
+                             "host buffer); release a batch before taking another (or raise host_buffers)");
+    }
     throw std::logic_error("device pipeline: all " + std::to_string(core_->slots.size()) +
                            " device slots are held by the consumer; release a batch before taking another "
                            "(or raise device_buffers)");

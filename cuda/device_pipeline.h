@@ -210,7 +210,7 @@ class DevicePipeline {
   // Blocks until the next batch is on its way to the device and makes the
   // consumer stream wait for it (without blocking the host). Empty when the run
   // is over or stopped. Throws PipelineError after any failure, and
-  // std::logic_error when the consumer already holds every device slot (the
+  // std::logic_error when the consumer already holds max_held() batches (the
   // call could never return). The check counts the slots held at the call: a
   // consumer that hands batches to other threads to release must not call
   // next() while they hold every slot.
@@ -243,8 +243,14 @@ class DevicePipeline {
   Device& device() const;
   std::size_t device_slots() const;
   // Device slots the consumer holds now (DeviceBatches alive): next() throws
-  // when this equals device_slots().
+  // when this reaches max_held().
   std::size_t held_slots() const;
+  // The most batches the consumer can hold with the pipeline still able to
+  // give another: device_slots(), or, where the device hands the host buffer
+  // itself over (a CPU consumer on the host backend), the host pool's buffers
+  // if fewer: each batch held is one of them, and with all of them held the
+  // workers have none to fill.
+  std::size_t max_held() const { return max_held_; }
 
  private:
   std::shared_ptr<TransferCore> core_;
@@ -253,6 +259,7 @@ class DevicePipeline {
   std::shared_ptr<void> gpu_attachment_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
   bool stopped_ = false;                // stop() was called (consumer thread)
+  std::size_t max_held_ = 0;
 };
 
 }  // namespace conveyor

@@ -136,7 +136,7 @@ class Loader {
   // Whether the consumer holds every device slot now, so that next() would
   // throw instead of waiting. False before the pipeline starts.
   bool every_slot_held() const {
-    return running() && pipeline_->held_slots() >= pipeline_->device_slots();
+    return running() && pipeline_->held_slots() >= pipeline_->max_held();
   }
   // The running pipeline's device slots; 0 before it starts.
   std::size_t device_slots() const { return pipeline_ ? pipeline_->device_slots() : 0; }

@@ -52,6 +52,22 @@ using namespace std::chrono_literals;
 
 // ------------------------------------------------------------------ batches
 
+// Text that may quote file names (bytes, not always UTF-8) as a Python str:
+// a byte that is not UTF-8 comes out as \\xNN, as the command line prints it.
+py::str message(std::string_view text) {
+  PyObject* s = PyUnicode_DecodeUTF8(text.data(), Py_ssize_t(text.size()), "backslashreplace");
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
+// A file or folder name as Python's os functions give it (os.fsdecode:
+// surrogateescape), so that os.fsencode(name) gives its bytes back.
+py::str file_name(const std::string& name) {
+  PyObject* s = PyUnicode_DecodeFSDefaultAndSize(name.data(), Py_ssize_t(name.size()));
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
 // One batch as Python holds it; Arrays and DLPack exports share it.
 // Forks this process has come out of as the child: bumped by a
 // pthread_atfork child handler (registered at import), so that "am I the
@@ -640,12 +656,19 @@ std::optional<std::string> text(const char* name, const py::handle& v, bool opti
 // A path argument: None, a str or an os.PathLike (pathlib.Path), as torchvision takes it.
 std::optional<std::string> path(const char* name, const py::handle& v) {
   if (v.is_none()) return std::nullopt;
-  if (!py::isinstance<py::str>(v) && py::hasattr(v, "__fspath__")) {
-    const py::object p = py::module_::import("os").attr("fspath")(v);
-    if (py::isinstance<py::str>(p)) return p.cast<std::string>();
+  py::object p = py::reinterpret_borrow<py::object>(v);
+  if (!py::isinstance<py::str>(p) && !py::isinstance<py::bytes>(p) && py::hasattr(p, "__fspath__")) {
+    p = py::module_::import("os").attr("fspath")(p);
   }
-  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
-  throw py::type_error(shown(name, v) + ": expected a path (str or os.PathLike), not " +
+  if (py::isinstance<py::bytes>(p)) return p.cast<std::string>();
+  if (py::isinstance<py::str>(p)) {
+    // As os.fsencode: a name that is not UTF-8, as os.listdir gives it
+    // (surrogateescape), is its bytes again.
+    PyObject* bytes = PyUnicode_EncodeFSDefault(p.ptr());
+    if (!bytes) throw py::error_already_set();
+    return py::reinterpret_steal<py::bytes>(bytes).cast<std::string>();
+  }
+  throw py::type_error(shown(name, v) + ": expected a path (str, bytes or os.PathLike), not " +
                        std::string(Py_TYPE(v.ptr())->tp_name));
 }
 
@@ -945,7 +968,11 @@ void bind_loader(py::module_& m) {
       .def_property_readonly("num_classes", [](PyLoader& L) { return L.loader->num_classes(); })
       .def_property_readonly("gpu_share", [](PyLoader& L) { return L.loader->gpu_share(); })
       .def_property_readonly("gpu_decode_note", [](PyLoader& L) { return L.loader->gpu_decode_note(); })
-      .def_property_readonly("classes", [](PyLoader& L) { return L.loader->classes(); })
+      .def_property_readonly("classes", [](PyLoader& L) {
+        py::list out;  // as os.fsdecode gives a folder's name: os.fsencode(name) is its bytes
+        for (const std::string& c : L.loader->classes()) out.append(file_name(c));
+        return out;
+      })
       .def_property_readonly("batch_size", [](PyLoader& L) { return L.loader->config().batch_size; })
       .def_property_readonly("device", [](PyLoader& L) {
         const Device& d = L.loader->device();
@@ -982,7 +1009,7 @@ void bind_loader(py::module_& m) {
       .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })
       .def("skipped", [](PyLoader& L) {
         py::list out;
-        for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = s.reason));
+        for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = message(s.reason)));
         return out;
       })
       .def("close", [](PyLoader& L) { L.close(); })
@@ -992,20 +1019,49 @@ void bind_loader(py::module_& m) {
 
 void bind_errors(py::module_& m) {
   static py::exception<PipelineError> pipeline_error(m, "PipelineError", PyExc_RuntimeError);
+  // Messages name files, whose names are bytes and not always UTF-8: each is
+  // decoded with message() (pybind11's own translation decodes strictly, and
+  // a name like caf\xe9 raised UnicodeDecodeError in place of the error). The
+  // types are pybind11's: ValueError for invalid_argument and its kin, ...
   py::register_exception_translator([](std::exception_ptr p) {
+    const auto set = [](PyObject* type, const char* what) { PyErr_SetObject(type, message(what).ptr()); };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const PipelineError& e) {
-      py::object err = py::handle(pipeline_error.ptr())(e.what());  // an instance, to carry the fields
+      py::object err = py::handle(pipeline_error.ptr())(message(e.what()));  // an instance, to carry the fields
       err.attr("stage") = e.stage();
       err.attr("epoch") = e.epoch();
       err.attr("sample") = e.sample() == PipelineError::kNoSample ? py::object(py::none()) : py::cast(e.sample());
-      err.attr("reason") = e.message();
+      err.attr("reason") = message(e.message());
       PyErr_SetObject(pipeline_error.ptr(), err.ptr());
     } catch (const DatasetError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set(PyExc_ValueError, e.what());
     } catch (const PoolAllocationError& e) {
-      PyErr_SetString(PyExc_MemoryError, e.what());
+      set(PyExc_MemoryError, e.what());
+    } catch (const py::error_already_set&) {
+      throw;  // a Python exception already
+    } catch (const py::value_error& e) {
+      set(PyExc_ValueError, e.what());
+    } catch (const py::type_error& e) {
+      set(PyExc_TypeError, e.what());
+    } catch (const py::builtin_exception&) {
+      throw;  // stop_iteration and the rest: pybind11's
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::out_of_range& e) {
+      set(PyExc_IndexError, e.what());
+    } catch (const std::overflow_error& e) {
+      set(PyExc_OverflowError, e.what());
+    } catch (const std::invalid_argument& e) {
+      set(PyExc_ValueError, e.what());
+    } catch (const std::domain_error& e) {
+      set(PyExc_ValueError, e.what());
+    } catch (const std::length_error& e) {
+      set(PyExc_ValueError, e.what());
+    } catch (const std::range_error& e) {
+      set(PyExc_ValueError, e.what());
+    } catch (const std::exception& e) {
+      set(PyExc_RuntimeError, e.what());
     }
   });
 }

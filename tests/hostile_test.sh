@@ -216,6 +216,23 @@ names = sorted(s["reason"].split(": ")[0].rsplit("/", 1)[1] for s in d["skipped"
 assert names == [f"zz-broken-{i}.jpg" for i in range(1, 8)], names
 assert all("not an image" in s["reason"] for s in d["skipped"]), d["skipped"]
 PY
+  # A name with a line break, an escape sequence and a byte that is not UTF-8:
+  # one line each in the terminal's list and inspect's, valid JSON in --json
+  # (round 9: the list printed them raw, and the JSON was not UTF-8).
+  rm "$work"/ds/1-square/zz-broken-*.jpg
+  odd=$'zz\nodd\e[2J\xe9.jpg'
+  printf 'not an image' >"$work/ds/1-square/$odd"
+  "$bin" run --folder "$work/ds" --batch 4 --on-error skip --json "$work/odd.json" >"$work/out" 2>&1 || fail "run with an odd name failed"
+  grep -qF '  epoch 0: '"$work"'/ds/1-square/zz\nodd\x1b[2J' "$work/out" || fail "the skip list does not show the odd name on one line: $(tail -3 "$work/out")"
+  if grep -q $'\e' "$work/out"; then fail "an escape character reached the terminal"; fi
+  "$bin" inspect --folder "$work/ds" >"$work/out" 2>&1 && fail "inspect of a broken file succeeded"
+  grep -qF 'unreadable: '"$work"'/ds/1-square/zz\nodd\x1b[2J' "$work/out" || fail "inspect does not show the odd name on one line: $(tail -2 "$work/out")"
+  python3 - "$work/odd.json" <<'PY' || fail "--json with a name that is not UTF-8 is not valid JSON, or lost the name"
+import json, sys
+d = json.load(open(sys.argv[1], encoding="utf-8"))
+(s,) = d["skipped"]
+assert "zz\nodd\x1b[2J\\xe9.jpg: not an image" in s["reason"], s["reason"]
+PY
   ;;
 classes)  # 17.9: a list dataset reports its distinct labels as classes
   for i in $(seq 0 999); do echo "$first $i"; done >"$work/labels.txt"

@@ -939,6 +939,32 @@ TEST_CASE("the consumer's stream waits on copied for every batch, and holding ev
   REQUIRE(empty.bytes() == 0);
 }
 
+TEST_CASE("handed over, the consumer may hold the host pool's buffers less one; holding them all is an error, not a hang",
+          "[device][pipeline]") {
+  // Each batch handed over is a host buffer: with 8 device slots but a pool of
+  // 4, a consumer holding 4 leaves the workers none to fill.
+  DeviceConfig handover;
+  handover.host_transfer = HostTransfer::handover;
+  Config cfg = small_config(1, 1, 8);
+  cfg.host_buffers = 4;
+  cfg.epochs = 1;
+  DevicePipeline dp(cfg, 40, test::fill_pattern, {}, host_device(handover));
+  REQUIRE(dp.device_slots() == 8);
+  REQUIRE(dp.max_held() == 4);
+  std::vector<std::optional<DeviceBatch>> held;
+  for (int i = 0; i < 4; ++i) held.push_back(dp.next());
+  REQUIRE(dp.held_slots() == 4);
+  REQUIRE(dp.wait_ready(std::chrono::microseconds(0)));  // next() would not wait: it throws
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("the consumer holds 4 batches, every buffer of the host pool"));
+  held.front().reset();
+  std::size_t rest = 0;
+  while (auto b = dp.next()) ++rest;
+  REQUIRE(rest == 6);
+  // Copied (not handed over), host buffers go back at once: the slots are the limit.
+  DevicePipeline copied(cfg, 40, test::fill_pattern, {}, host_device());
+  REQUIRE(copied.max_held() == 8);
+}
+
 TEST_CASE("normalize through the pipeline with a delayed consumer stream keeps every output intact",
           "[device][pipeline][normalize]") {
   for (std::size_t workers : {1, 3}) {

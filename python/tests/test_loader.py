@@ -463,6 +463,28 @@ def test_threads_that_all_wait_for_a_slot_raise_instead_of_hanging():
                      r"next\(\) too, so none can come back\)", sorted(results, key=len)[1]), results
 
 
+def test_device_buffers_is_how_many_batches_a_cpu_consumer_may_hold():
+    # On the CPU a batch is the workers' own buffer: raising device_buffers
+    # used to stop at the host pool's size (8 here), where next() waited for
+    # ever. Now the pool has room for them: 16 held, then the error.
+    x = np.zeros((64, 4), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, device_buffers=16, device="cpu")
+    held, errors = [], []
+
+    def hold_all():
+        it = iter(loader)
+        try:
+            for _ in range(17):
+                held.append(next(it))
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    run_in_threads(hold_all, 1)
+    assert len(held) == 16
+    assert len(errors) == 1 and "all 16 device slots are held" in errors[0], errors
+    held.clear()
+
+
 def test_batches_handed_on_by_an_ended_thread_are_not_waited_for():
     # A thread took two batches, handed them to this one and ended; this
     # thread takes the third slot and asks again: nobody else can give one
@@ -622,6 +644,34 @@ def test_a_bad_file_names_itself_or_is_skipped(tmp_path, folder):
     assert skip.stats()["samples_skipped"] == 1
 
 
+def test_names_that_are_not_utf8_are_given_as_os_gives_them(tmp_path, folder):
+    # A class folder and a file whose names hold a byte that is not UTF-8:
+    # classes as os.fsdecode gives them, messages with the byte as \xNN; the
+    # folder given back as such a str, or as bytes, is found (round 9: each
+    # of these raised UnicodeDecodeError, or could not be cast).
+    root = os.fsencode(tmp_path / "odd")
+    good = sorted(folder.rglob("*.ppm"))
+    for cls, names in ((b"caf\xe9", [b"a.ppm", b"bad\xe9.ppm"]), (b"tea", [b"b.ppm", b"c.ppm"])):
+        os.makedirs(os.path.join(root, cls))
+        for k, name in enumerate(names):
+            data = b"not an image" if name.startswith(b"bad") else good[k].read_bytes()
+            with open(os.path.join(root, cls, name), "wb") as f:
+                f.write(data)
+    for given in (root, os.fsdecode(root)):
+        loader = conveyor.Loader(folder=given, batch_size=1, crop=8, shuffle=False, on_error="skip", epochs=1, device="cpu")
+        assert loader.classes == [os.fsdecode(b"caf\xe9"), "tea"]
+        assert os.fsencode(loader.classes[0]) == b"caf\xe9"
+        assert sum(len(images) for images, _ in loader) == 3
+        (skipped,) = loader.skipped()
+        assert "caf\\xe9/bad\\xe9.ppm: not an image" in skipped["reason"], skipped
+    failing = conveyor.Loader(folder=root, batch_size=1, crop=8, shuffle=False, epochs=1, device="cpu")
+    with pytest.raises(conveyor.PipelineError, match=r"caf\\xe9/bad\\xe9\.ppm: not an image") as e:
+        run(failing, 1)
+    assert "caf\\xe9/bad\\xe9.ppm" in e.value.reason
+    with pytest.raises(ValueError, match=r"nope\\xe9: image folder not found"):
+        conveyor.Loader(folder=os.path.join(root, b"nope\xe9"))
+
+
 def test_bad_arguments_are_one_clear_error(tmp_path, folder):
     with pytest.raises(ValueError, match="exactly one dataset"):
         conveyor.Loader(folder=str(folder), list="x.txt")
@@ -770,7 +820,7 @@ def test_paths_flags_and_pairs_are_taken_as_python_users_write_them(folder):
     for kw, pattern in ((dict(shuffle="yes"), r"^shuffle='yes': expected True or False, not str$"),
                         (dict(drop_last=None), r"^drop_last=None: expected True or False"),
                         (dict(on_error=None), r"^on_error=None: expected a str, not NoneType$"),
-                        (dict(folder=3), r"^folder=3: expected a path \(str or os.PathLike\), not int$")):
+                        (dict(folder=3), r"^folder=3: expected a path \(str, bytes or os.PathLike\), not int$")):
         args = dict(folder=str(folder), device="cpu")
         args.update(kw)
         with pytest.raises(TypeError, match=pattern):
