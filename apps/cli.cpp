@@ -82,6 +82,14 @@ const char* signal_word(int sig) {
   }
 }
 
+Dataset shards_of_rank(const Dataset& d, const Options& o) {
+  try {
+    return d.rank_subset(o.rank, o.world_size, Config{}.shard_policy);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--rank-by-shard: ") + e.what());
+  }
+}
+
 Dataset open_dataset(const Options& o, Announce announce) {
   if (int(!o.list.empty()) + int(!o.folder.empty()) + int(!o.shards.empty()) > 1) {
     throw UsageError("--list, --folder, --shards: give one dataset, not several");
@@ -89,12 +97,7 @@ Dataset open_dataset(const Options& o, Announce announce) {
   try {
     if (!o.shards.empty()) {
       Dataset d = Dataset::from_shards(o.shards);
-      if (!o.rank_by_shard) return d;
-      try {
-        return d.rank_subset(o.rank, o.world_size, Config{}.shard_policy);
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(std::string("--rank-by-shard: ") + e.what());
-      }
+      return o.rank_by_shard ? shards_of_rank(d, o) : d;
     }
     if (!o.list.empty()) {
       Dataset d = Dataset::from_list(o.list);

@@ -73,6 +73,10 @@ enum class Announce { always, when_made };
 // which on stderr per `announce`, and always when it was just made). Throws
 // UsageError, also for a dataset with no samples (an empty list).
 Dataset open_dataset(const Options& o, Announce announce);
+// --rank-by-shard: rank o.rank's shards of d, of o.world_size ranks
+// (Dataset::rank_subset, the pipeline's shard policy). open_dataset applies
+// it; train applies it to its training split instead. Throws UsageError.
+Dataset shards_of_rank(const Dataset& d, const Options& o);
 // The classes a dataset holds: its class folders, or for a list the distinct labels.
 std::size_t class_count(const Dataset& d);
 

@@ -56,7 +56,8 @@ class StreamingReporter final : public EpochReporter {
 };
 
 void print_header(const Options& o, const Dataset& dataset, const std::string& device) {
-  std::printf("dataset: %zu images, %zu classes; rank %zu of %zu\n%s\n", dataset.size(), class_count(dataset), o.rank,
+  const std::size_t classes = class_count(dataset);
+  std::printf("dataset: %zu images, %zu class%s; rank %zu of %zu\n%s\n", dataset.size(), classes, classes == 1 ? "" : "es", o.rank,
               o.world_size, device.c_str());
   if (o.normalize) {
     std::printf("normalize: %s %s\n", std::string(name_of(kNormalizes, o.normalize)).c_str(),

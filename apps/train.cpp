@@ -193,7 +193,12 @@ constexpr std::int64_t kMaxTrainClasses = 100000;
 void Trainer::prepare() {
   // Before any CUDA work: cuBLAS reads its workspace setting when its handle is made.
   if (t_.deterministic) std::printf("%s\n", make_deterministic().c_str());
-  all_ = open_dataset(o_, Announce::when_made);
+  // The whole dataset, also under --rank-by-shard: every rank holds out the
+  // same validation split and sizes its model by every class; each then
+  // trains on its own shards' share of the rest (below).
+  Options whole = o_;
+  whole.rank_by_shard = false;
+  all_ = open_dataset(whole, Announce::when_made);
   if (all_.num_classes() < 2) throw UsageError("dataset: " + std::to_string(all_.num_classes()) + " class(es); training needs at least 2");
   // The model's last layer has a row per class, max label + 1: one stray
   // label of 10^18 asked LibTorch for exabytes (an error that names no
@@ -214,6 +219,7 @@ void Trainer::prepare() {
   }
   split(all_, t_.val_fraction, o_.seed, train_set_, val_set_);
   if (train_set_.size() == 0) throw UsageError("--val-fraction " + std::to_string(t_.val_fraction) + " leaves no training samples");
+  if (o_.rank_by_shard) train_set_ = shards_of_rank(train_set_, o_);
   device_ = open_training_device(o_);
   where_ = torch_device(*device_);
   model_->to(where_);

@@ -255,6 +255,7 @@ Dataset Dataset::subset(std::span<const std::size_t> indices) const {
     if (!source_ends_.empty()) d.add_source(source(i));
   }
   d.check_labels();
+  d.num_classes_ = std::max(d.num_classes_, num_classes_);  // a part keeps the whole's label space
   return d;
 }
 

@@ -134,7 +134,9 @@ class Dataset {
   void read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,
             const std::atomic<bool>* stopping = nullptr) const;
   // The samples `indices` (each < size(), any order, repeats allowed) as a dataset of their own,
-  // with their labels, classes and shard ranges. Throws std::out_of_range for an index >= size().
+  // with their labels, classes and shard ranges; its num_classes() is this dataset's (a part
+  // keeps the whole's label space: every rank's model has a row per class). Throws
+  // std::out_of_range for an index >= size().
   Dataset subset(std::span<const std::size_t> indices) const;
   // Shard datasets: whole shards per rank, for locality (each rank opens only its own shards):
   // shard s goes to rank s % world_size, and the rank's samples keep their order. Ranks' counts
@@ -155,7 +157,7 @@ class Dataset {
   }
   // Folder datasets: the class names, index = label. List datasets: empty. Throws nothing.
   const std::vector<std::string>& classes() const { return classes_; }
-  // Max label + 1; 0 for an empty dataset. Throws nothing.
+  // Max label + 1 (of the whole, for a subset()); 0 for an empty dataset. Throws nothing.
   std::int64_t num_classes() const { return num_classes_; }
   // Where it came from, for reports: the list file or the root folder as given; "" when built from
   // vectors. Throws nothing.

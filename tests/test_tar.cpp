@@ -762,6 +762,9 @@ TEST_CASE("shards: whole shards per rank, every sample in exactly one rank, coun
     REQUIRE(padded.size() == 7);
     const Dataset dropped = all.rank_subset(r, 3, ShardPolicy::drop);
     REQUIRE(dropped.size() == 3);
+    // Each rank keeps the whole's label space (labels 0 to 14), not its own max + 1.
+    REQUIRE(padded.num_classes() == 15);
+    REQUIRE(dropped.num_classes() == 15);
     std::vector<std::int64_t> own;
     for (std::size_t i = 0; i < padded.size(); ++i) {
       const std::int64_t label = padded.label(i);

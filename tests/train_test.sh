@@ -89,6 +89,19 @@ grep -q 'resumed from .*: epoch 0, 3 batch' "$work/onshards" || fail "not resume
   [ "$(grep '^epoch 2/2' "$work/folder" | grep -oE 'batches [0-9a-f]{16}$')" = "$(grep '^epoch 2/2' "$work/onshards" | grep -oE 'batches [0-9a-f]{16}$')" ] ||
   fail "resumed on the shards: '$(final "$work/onshards")', on the folder: '$(final "$work/folder")'"
 
+# 2c. --rank-by-shard: the shards hold the classes in order, so rank 0's hold
+# fewer of them; still every rank sizes its model by every class and holds out
+# the same validation split (before: 7 and 10 classes, two model shapes).
+"$bin" pack --folder "$work/ds" --out "$work/ds-ranked" --shard-mb 1 >/dev/null
+for r in 0 1; do
+  "$bin" train --workers 2 --epochs 1 --shards "$work/ds-ranked" --rank-by-shard --rank $r --world-size 2 --stop-after 1 \
+    >"$work/rank$r" 2>&1 || fail "--rank-by-shard rank $r failed: $(tail -1 "$work/rank$r")"
+done
+header() { grep -E '^dataset: |^model ' "$1" | sed -E 's/; rank [0-9]+ of 2//; s/[0-9]+ training and //'; }
+[ -n "$(header "$work/rank0")" ] && [ "$(header "$work/rank0")" = "$(header "$work/rank1")" ] ||
+  fail "ranks differ in classes, validation split or model: '$(header "$work/rank0" | tr '\n' ' ')' vs '$(header "$work/rank1" | tr '\n' ' ')'"
+grep -q ' 10 classes' "$work/rank0" || fail "rank 0 does not count every class: $(grep '^dataset' "$work/rank0")"
+
 # 3. SIGTERM mid-run (SIGINT is ignored by a script's background jobs, and the
 # program keeps an inherited ignore): the step finishes, the checkpoint is
 # saved, status 143, and the run resumes from it.
