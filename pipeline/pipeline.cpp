@@ -61,16 +61,8 @@ PipelineState checked_start(const Config& c, const Sampler& sampler, std::size_t
                                  std::to_string(kMaxEpoch) + ")");
   };
   if (resume->epoch > kMaxEpoch) throw out_of_range(resume->epoch);
-  PipelineState expect = fresh;
-  expect.epoch = resume->epoch;
-  expect.delivered = resume->delivered;
-  if (!(expect == *resume)) {
-    // Only the fields that differ: the two whole lines hid them among ten others.
-    std::istringstream there(resume->serialize()), here(expect.serialize());
-    std::string differ;
-    for (std::string a, b; there >> a && here >> b;) {
-      if (a != b) differ += (differ.empty() ? "" : ", ") + a + " there, " + b.substr(b.find('=') + 1) + " here";
-    }
+  // Only the fields that differ: the two whole lines hid them among ten others.
+  if (const std::string differ = resume->setting_differences(fresh); !differ.empty()) {
     throw std::invalid_argument("resume: state was taken with other settings: " + differ);
   }
   for (std::size_t i = 0; i < resume->delivered.size(); ++i) {

@@ -101,4 +101,16 @@ PipelineState PipelineState::parse(const std::string& text) {
   return s;
 }
 
+std::string PipelineState::setting_differences(const PipelineState& here) const {
+  PipelineState same = here;  // this state's position, here's settings
+  same.epoch = epoch;
+  same.delivered = delivered;
+  std::istringstream there_text(serialize()), here_text(same.serialize());
+  std::string differ;
+  for (std::string a, b; there_text >> a && here_text >> b;) {
+    if (a != b) differ += (differ.empty() ? "" : ", ") + a + " there, " + b.substr(b.find('=') + 1) + " here";
+  }
+  return differ;
+}
+
 }  // namespace conveyor

@@ -31,6 +31,9 @@ struct PipelineState {
   std::string serialize() const;
   // Throws std::invalid_argument naming the bad field.
   static PipelineState parse(const std::string& text);
+  // The settings (not the position) this state and `here` disagree on, as
+  // "seed=11 there, 12 here, batch_size=..."; "" when they agree.
+  std::string setting_differences(const PipelineState& here) const;
   bool operator==(const PipelineState&) const = default;
 };
 

@@ -998,13 +998,18 @@ void bind_loader(py::module_& m) {
           return v.cast<std::string>();
         };
         const std::string here = digest_text(L.loader->dataset_digest());
+        const PipelineState state = PipelineState::parse(text("conveyor_state"));
         if (d.contains("dataset")) {
           if (const std::string there = text("dataset"); there != here) {
-            throw py::value_error("load_state_dict: the state was taken on another dataset of the same size (dataset " +
-                                  there + " there, " + here + " here: other files, labels or rows)");
+            // With the settings that differ too (the size among them), when any do.
+            const std::string settings = state.setting_differences(L.locked([](Loader& l) { return l.state(); }));
+            throw py::value_error("load_state_dict: the state was taken on another dataset" +
+                                  (settings.empty() ? std::string(" of the same size") : std::string()) + " (dataset " +
+                                  there + " there, " + here + " here: other files, labels or rows" +
+                                  (settings.empty() ? "" : "; and " + settings) + ")");
           }
         }
-        L.seek(PipelineState::parse(text("conveyor_state")));
+        L.seek(state);
       })
       .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })
       .def("skipped", [](PyLoader& L) {

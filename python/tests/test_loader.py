@@ -354,6 +354,13 @@ def test_a_state_of_another_dataset_of_the_same_size_is_refused(folder, tmp_path
             conveyor.Loader(list=str(tmp_path / "a.txt"), batch_size=2, crop=16, device="cpu").load_state_dict({**a, key: 5})
     legacy = {"conveyor_state": a["conveyor_state"]}  # a state saved before the digest: taken as it was
     conveyor.Loader(list=str(tmp_path / "b.txt"), batch_size=2, crop=16, device="cpu").load_state_dict(legacy)
+    # Another dataset of another size and settings: all of it said, not "of the same size".
+    (tmp_path / "e.txt").write_text("".join(f"{f} 0\n" for f in files[:3]))
+    smaller = conveyor.Loader(list=str(tmp_path / "e.txt"), batch_size=3, crop=16, device="cpu")
+    with pytest.raises(ValueError, match=r"^load_state_dict: the state was taken on another dataset \(dataset fnv1a:\w+ "
+                                         r"there, fnv1a:\w+ here: other files, labels or rows; and dataset_size=\d+ there, "
+                                         r"3 here, batch_size=2 there, 3 here\)$"):
+        smaller.load_state_dict(a)
 
 
 def test_a_refused_state_leaves_the_loader_where_it_was(folder):
