@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "apps/cli.h"
@@ -15,10 +16,18 @@ std::string EpochReporter::progress(const EpochFigures&, std::size_t, std::size_
 
 bool EpochReporter::epoch_done(EpochFigures&, int) { return true; }
 
+void EpochFigures::note_decoding(const PipelineStats& during) {
+  const std::uint64_t samples = images + skipped;
+  for (const StageStats& s : during.stages) {
+    if (s.name == "workers" && s.items < samples) prefetched = std::max(prefetched, samples - s.items);
+  }
+}
+
 std::string EpochFigures::prefetch_note() const {
-  if (batches < 2 || 2 * prefetched <= batches) return {};
-  return "; " + std::to_string(prefetched) + " of its " + std::to_string(batches) +
-         " batches were decoded before it began (prefetch), so its rate does not measure decoding";
+  const std::uint64_t samples = images + skipped;
+  if (samples == 0 || 4 * prefetched < samples) return {};
+  return "; at least " + std::to_string(prefetched) + " of its " + std::to_string(samples) +
+         " samples were decoded before it began (prefetch), so its rate does not measure decoding";
 }
 
 EpochTally::EpochTally(std::uint64_t epoch, std::size_t total, std::size_t done_before, const EpochReporter& reporter,
@@ -44,7 +53,7 @@ void EpochTally::add(const Batch& b) {
   std::uint64_t digest = 0;
   for (const std::uint64_t i : b.indices) digest += sample_digest(i);
   for (const SkippedSample& s : b.skipped) digest += sample_digest(s.index);
-  filled(b.filled_at);
+  filled(b.filled_at, b.size() + b.skipped.size());
   add(b.size(), b.skipped.size(), digest);
 }
 

@@ -32,13 +32,20 @@ struct EpochFigures {
   std::uint64_t digest = 0;
   double seconds = 0;
   double rss_mib = 0;  // resident set at the epoch's end (streaming runs)
-  // Batches the workers had filled before the epoch began: the pool's
-  // prefetch, decoded in the epoch before (streaming runs).
+  // Samples of the epoch the workers had decoded before it began, at least:
+  // the pool's prefetch, decoded while the epoch before ran (streaming runs).
+  // Counted whole batches at a time by EpochTally, then raised by
+  // note_decoding() with what the workers did during the epoch.
   std::uint64_t prefetched = 0;
   double images_per_s() const { return seconds > 0 ? double(images) / seconds : 0; }
-  // For the epoch's line, when most of its batches were prefetched (a dataset
-  // not much larger than the pool): "; 6 of its 7 batches were decoded before
-  // it began (prefetch), so its rate does not measure decoding". Else "".
+  // The workers decoded `worker_items` samples while the epoch ran (the next
+  // epoch's among them): the rest of its own were decoded before it began.
+  // Exact for the last epoch, which has no next one to decode ahead for.
+  void note_decoding(const PipelineStats& during);
+  // For the epoch's line, when a quarter or more of its samples were
+  // prefetched (a dataset not much larger than the pool, or the last epoch of
+  // a small one): "; at least 78 of its 200 samples were decoded before it
+  // began (prefetch), so its rate does not measure decoding". Else "".
   std::string prefetch_note() const;
 };
 
@@ -95,10 +102,11 @@ class EpochTally {
   // A pipeline's batch: its images, skipped samples and their digests, and
   // whether it was prefetched (filled before the epoch began).
   void add(const Batch& b);
-  // Counts a batch filled at `filled_at` as prefetched when that was before
-  // the epoch began (for a caller that counts with add(images, ...)).
-  void filled(Clock::time_point filled_at) {
-    if (filled_at != Clock::time_point{} && filled_at < began_) ++figures_.prefetched;
+  // Counts a batch of `samples` (delivered and skipped) filled at
+  // `filled_at` as prefetched when that was before the epoch began (for a
+  // caller that counts with add(images, ...)).
+  void filled(Clock::time_point filled_at, std::uint64_t samples) {
+    if (filled_at != Clock::time_point{} && filled_at < began_) figures_.prefetched += samples;
   }
   // After a step: false, once SIGINT or SIGTERM came, so the epoch (and the
   // run after its report) ends.

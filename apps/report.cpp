@@ -113,7 +113,7 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   list("epoch_skipped", [](const EpochFigures& f) { return f.skipped; });
   list("epoch_batches", [](const EpochFigures& f) { return f.batches; });
   list("epoch_digest", [](const EpochFigures& f) { return f.digest; });
-  list("epoch_prefetched", [](const EpochFigures& f) { return f.prefetched; });  // batches decoded before the epoch began
+  list("epoch_prefetched", [](const EpochFigures& f) { return f.prefetched; });  // samples decoded before it began, at least
   out << "  \"file_opens\": " << posix_file_opens() << ",\n";  // by the whole process: the dataset's files or shards
   out << "  \"gpu_share\": " << r.gpu_share << ", \"gpu_decoded\": " << r.gpu_decoded
       << ", \"gpu_cpu_fallbacks\": " << r.gpu_cpu_fallbacks << ",\n";

@@ -39,6 +39,7 @@ class StreamingReporter final : public EpochReporter {
     const PipelineStats now = pipeline_.stats();
     const PipelineStats epoch_stats = now.since(before_);  // this epoch's fractions, not the run's
     before_ = now;
+    f.note_decoding(epoch_stats);
     if (output_ == Output::quiet) return true;
     std::printf("epoch %llu%s: %llu images in %llu batches, %.2f s, %.0f images/s, consumer idle %.0f%%, RSS %.1f MiB%s%s\n",
                 (unsigned long long)f.epoch, interrupted ? " (interrupted)" : "", (unsigned long long)f.images,

@@ -314,7 +314,7 @@ void Trainer::train_epoch(EpochTally& tally) {
   for (auto& batch : pipeline_->epoch(tally.epoch())) {
     const std::uint64_t skipped = batch.host().skipped.size(), count_before = sums_.count;
     sums_.batches += batch_digest(batch.host());
-    tally.filled(batch.host().filled_at);
+    tally.filled(batch.host().filled_at, batch.host().size() + skipped);
     if (batch.size() > 0) train_batch(std::move(batch));  // the batch goes back to the pipeline in there
     ++batches_this_run_;
     tally.add(sums_.count - count_before, skipped);
@@ -367,6 +367,7 @@ bool Trainer::epoch_done(EpochFigures& f, int) {
   const std::uint64_t e = f.epoch;
   pipeline_->consumer_away();  // validation, the checkpoint and the plot are not the loop's time
   const PipelineStats epoch_stats = pipeline_->stats().since(before_);
+  f.note_decoding(epoch_stats);
   const ValResult v = validate(*model_, validation_ ? &*validation_ : nullptr, where_);
   EpochRow row;
   row.epoch = e + 1;
