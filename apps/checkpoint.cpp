@@ -181,10 +181,10 @@ CheckpointState load_checkpoint(const std::string& file, Net& model, torch::opti
   if (read_string(archive, "format", file) != "conveyor-train 1") throw UsageError("--resume: " + file + ": unknown format");
   const std::string saved = read_string(archive, "identity", file);
   if (saved != identity && (also.empty() || saved != also)) {
-    // Named against the identity it is closer to: an older checkpoint's digest
-    // differs from the new one's by form alone.
-    std::string diff = differences(saved, identity);
-    if (const std::string old = also.empty() ? diff : differences(saved, also); old.size() < diff.size()) diff = old;
+    // An older checkpoint (its dataset digest has no "r") is named against
+    // the identity of its own form, so that only real differences show.
+    const bool older = !also.empty() && saved.find(" dataset=r") == std::string::npos;
+    const std::string diff = differences(saved, older ? also : identity);
     throw UsageError("--resume: " + file + " is for another run: " + diff);
   }
   torch::serialize::InputArchive m, opt;

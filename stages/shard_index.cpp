@@ -118,16 +118,33 @@ std::string_view trimmed(std::string_view text) {
   return first == std::string_view::npos ? std::string_view{} : text.substr(first, text.find_last_not_of(kBlank) - first + 1);
 }
 
+// A label's text as a message quotes it: a control character (a NUL would
+// end the message there) as \xNN, and at most 64 bytes of it.
+std::string quoted(std::string_view text) {
+  std::string out;
+  for (const char c : text.substr(0, 64)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::int64_t parse_cls(std::string_view bytes, const std::string& where) {
   const std::string_view text = trimmed(bytes);
   std::int64_t label = -1;
   const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), label);
   const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
   if (digits && (err == std::errc::result_out_of_range || label > kMaxLabel)) {  // as a list's label says it
-    throw DatasetError(where + ": label '" + std::string(text) + "' is out of range (max " + std::to_string(kMaxLabel) + ")");
+    throw DatasetError(where + ": label '" + quoted(text) + "' is out of range (max " + std::to_string(kMaxLabel) + ")");
   }
   if (text.empty() || err != std::errc{} || end != text.data() + text.size() || label < 0) {
-    throw DatasetError(where + ": label '" + std::string(text) + "' is not a non-negative decimal integer");
+    throw DatasetError(where + ": label '" + quoted(text) + "' is not a non-negative decimal integer");
   }
   return label;
 }
@@ -402,6 +419,7 @@ std::vector<std::string> class_names(const fs::path& dir, const ShardIndex& inde
   const std::size_t first = std::size_t(named - class_of.begin());
   std::vector<std::string> classes;
   std::vector<std::size_t> named_by;  // the sample that gave each label its name
+  std::map<std::string, std::size_t> label_of;  // and back: a folder's class names are distinct
   for (std::size_t i = 0; i < class_of.size(); ++i) {
     if (class_of[i].empty()) {
       throw DatasetError(where(i) + ": no class name (.conveyor-class), but " + where(first) +
@@ -417,6 +435,10 @@ std::vector<std::string> class_names(const fs::path& dir, const ShardIndex& inde
       named_by.resize(label + 1);
     }
     if (classes[label].empty()) {
+      if (const auto [it, fresh] = label_of.try_emplace(class_of[i], label); !fresh) {
+        throw DatasetError(where(i) + ": class '" + class_of[i] + "' for label " + std::to_string(label) + ", which " +
+                           where(named_by[it->second]) + " gives label " + std::to_string(it->second));
+      }
       classes[label] = class_of[i];
       named_by[label] = i;
     } else if (classes[label] != class_of[i]) {

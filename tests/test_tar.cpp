@@ -447,6 +447,8 @@ TEST_CASE("shards: a folder without shards, a sample without image or label, a b
     REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", big) + kEnd)),
                         Catch::Contains("a.tar:k/1.cls: label '" + big + "' is out of range (max 9223372036854775806)"));
   }
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", std::string("3\0x", 3)) + kEnd)),
+                      Catch::EndsWith("a.tar:k/1.cls: label '3\\x00x' is not a non-negative decimal integer"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-1") + kEnd)),
                       Catch::Contains("label '-1' is not a non-negative decimal integer"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x").substr(0, 600))), Catch::Contains("a.tar: member k/1.jpg claims"));
@@ -583,6 +585,9 @@ TEST_CASE("shards: pack's .conveyor-source and .conveyor-class give sources and 
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "1", "", "cat") + kEnd, sample("1", "0", "", "") + kEnd)),
                       Catch::Contains("b.tar:1: no class name (.conveyor-class), but " + (dir / "s" / "a.tar").string() +
                                       ":0 has one: are shards of two datasets in one folder?"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "0", "", "cat") + sample("1", "1", "", "cat") + kEnd)),
+                      Catch::Contains("a.tar:1: class 'cat' for label 1, which " + (dir / "s" / "a.tar").string() +
+                                      ":0 gives label 0"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "999999", "", "cat") + kEnd)),
                       Catch::Contains("a.tar:0: label 999999 with a class name, in a dataset of 1 samples"));
   // Members apart (another writer's order): read one by one, the same answer.
