@@ -7,13 +7,14 @@
 //   released(t)   a batch that t took has died (on whatever thread)
 //   enter(t) .. leave(t)   t is inside next() (took() also ends it)
 //   may_come_back(me, n)   whether a batch held by another thread may come
-//                 back: one that is running outside next()
+//                 back: one running outside next(), or one an ended thread
+//                 handed on (the caller asks whether any thread is left to
+//                 drop it)
 //
 // A thread is known by thread_serial(), a number never reused in the process
 // (std::thread::id values are, once a thread ends). A batch counts against the
 // thread that took it until it dies: one handed to another thread to drop is
-// still its taker's, and once its taker has ended it counts as nobody's that
-// will come back (the caller raises rather than wait on it).
+// still its taker's, and once its taker has ended it counts as `ended`.
 //
 // Thread safety: every member may be called from any thread; none touches
 // Python. Shared (shared_ptr) by a loader and its batches, which may outlive
@@ -32,6 +33,8 @@
 #include <set>
 #include <vector>
 
+#include <unistd.h>
+
 namespace conveyor::python {
 
 // This thread's number: 1, 2, 3, ... in the order threads first ask, never reused.
@@ -49,6 +52,7 @@ class Holders : public std::enable_shared_from_this<Holders> {
     std::size_t waiting = 0, waiting_threads = 0;     // by other threads now inside next()
     std::size_t ended = 0;                            // by threads that have ended
     std::size_t running = 0, running_threads = 0;     // by other threads outside next()
+    std::uint64_t releases = 0;                       // batches given back so far, ever
   };
 
   void took(std::uint64_t t) {
@@ -63,6 +67,7 @@ class Holders : public std::enable_shared_from_this<Holders> {
     {
       std::lock_guard lk(mu_);
       if (drop(held_, t)) ended_.erase(t);
+      ++releases_;
     }
     changed_.notify_all();
   }
@@ -89,6 +94,7 @@ class Holders : public std::enable_shared_from_this<Holders> {
   bool may_come_back(std::uint64_t me, Count& n) {
     std::lock_guard lk(mu_);
     n = Count{};
+    n.releases = releases_;
     for (const auto& [t, k] : held_) {
       if (t == me) {
         n.mine = k;
@@ -102,7 +108,7 @@ class Holders : public std::enable_shared_from_this<Holders> {
         ++n.running_threads;
       }
     }
-    return n.running > 0;
+    return n.running > 0 || n.ended > 0;
   }
 
   // Waits up to `timeout` for a release, a thread leaving next(), or one ending.
@@ -120,11 +126,14 @@ class Holders : public std::enable_shared_from_this<Holders> {
     return true;
   }
 
-  // The Holders this thread took from, told when it ends.
+  // The Holders this thread took from, told when it ends. Not in a forked
+  // child: a mutex there may have been copied locked by another thread.
   struct AtExit {
     std::uint64_t serial = thread_serial();
+    pid_t pid = ::getpid();
     std::vector<std::weak_ptr<Holders>> told;
     ~AtExit() {
+      if (::getpid() != pid) return;
       for (auto& w : told) {
         if (const auto h = w.lock()) h->ended(serial);
       }
@@ -143,6 +152,7 @@ class Holders : public std::enable_shared_from_this<Holders> {
   std::condition_variable changed_;
   std::map<std::uint64_t, std::size_t> held_, in_next_;  // batches held / next() calls, by thread
   std::set<std::uint64_t> ended_;                          // threads in held_ that have ended
+  std::uint64_t releases_ = 0;
 };
 
 }  // namespace conveyor::python

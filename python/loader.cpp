@@ -153,9 +153,11 @@ void Loader::check_memory() const {
   const double limit = asked ? settings_.max_memory_mb : double(default_pool_budget_bytes()) / mib;
   if (need <= limit) return;
   const auto whole = [](double x) { return std::to_string((unsigned long long)(x + 0.5)); };
+  // Handed over (a CPU consumer), the device slots are the host buffers themselves.
+  const std::string device = device_->hands_over() ? "" : " + device " + std::to_string(c.device_buffer_count()) + " slots";
   throw std::invalid_argument(
-      "the batch pools need " + whole(need) + " MiB (host " + std::to_string(c.host_buffer_count()) + " buffers + device " +
-      std::to_string(c.device_buffer_count()) + " slots of batch_size " + std::to_string(c.batch_size) + " x " +
+      "the batch pools need " + whole(need) + " MiB (host " + std::to_string(c.host_buffer_count()) + " buffers" + device +
+      " of batch_size " + std::to_string(c.batch_size) + " x " +
       std::to_string(c.sample_bytes) + " bytes a sample, workers " + std::to_string(c.workers) + ", host_queue " +
       std::to_string(c.host_queue_depth) + ", device_queue " + std::to_string(c.device_queue_depth) +
       "), over max_memory_mb " + whole(limit) + (asked ? "" : " (default: a quarter of physical memory)"));

@@ -285,16 +285,25 @@ struct HeldBuffer {
   HeldBuffer& operator=(const HeldBuffer&) = delete;
 };
 
+// The thread that finalizes the interpreter: set by an atexit callback
+// (registered at import), which Python runs on that thread just before it
+// marks itself finalizing. 0 until then.
+std::atomic<unsigned long> finalizing_thread{0};
+
 // Lets the GIL go for a blocking call, as py::gil_scoped_release does. At
 // interpreter exit a daemon thread that takes the GIL back is ended with
 // pthread_exit, whose unwinding through pybind11's noexcept frames aborts the
 // whole process ("terminate called without an active exception"); such a
-// thread parks here instead, and the process ends around it.
+// thread parks here instead, and the process ends around it. The finalizing
+// thread itself (closing a Loader from a `with` block of a generator left
+// open, say) takes the GIL back as usual.
 class NoGil {
  public:
   NoGil() : state_(PyEval_SaveThread()) {}
   ~NoGil() {
-    while (finalizing()) std::this_thread::sleep_for(std::chrono::seconds(1));
+    while (finalizing() && PyThread_get_thread_ident() != finalizing_thread.load()) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     PyEval_RestoreThread(state_);
   }
   NoGil(const NoGil&) = delete;
@@ -406,6 +415,15 @@ struct EpochIter {
 
 enum class Try { batch, end, not_yet, slot_held };
 
+// A next() call waiting for another thread to give a slot back: since when
+// (slot_timeout counts from there; {}: not waiting), the releases it has seen
+// (a release to any thread starts the wait again), and who held what.
+struct SlotWait {
+  Clock::time_point since{};
+  std::uint64_t releases = 0;
+  Holders::Count holders;
+};
+
 // This thread counts as inside next() from its start until it takes a batch
 // (Holders::took ends it), returns or raises; left() early, under the
 // loader's mutex, before it raises for a full pool, so that another thread
@@ -446,10 +464,9 @@ std::runtime_error full_pool(const Loader& l, const Holders::Count& n, std::opti
 // One try at the next batch of it.epoch, under the loader's mutex: checking
 // and taking in one critical section, so two Python threads on one loader
 // cannot both see "ready" and one then block in next() holding it. A
-// held-back batch comes first. `waiting_since`: when this call first found
-// every slot held (slot_timeout counts from there), or {}.
+// held-back batch comes first.
 Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::optional<DeviceBatch>& out, InNext& in_next,
-             Clock::time_point& waiting_since) {
+             SlotWait& wait) {
   const std::uint64_t epoch = it.epoch;
   if (l.closed() || it.generation != L.generation) return Try::end;  // closed, or moved elsewhere meanwhile
   if (L.held_back) {
@@ -463,11 +480,14 @@ Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::opt
   }
   if (l.state().epoch != epoch) return Try::end;
   if (l.every_slot_held()) {
-    Holders::Count n;
+    Holders::Count& n = wait.holders;
     const bool may = L.holders->may_come_back(thread_serial(), n);
     const auto now = Clock::now();
-    if (waiting_since == Clock::time_point{}) waiting_since = now;
-    const bool timed_out = L.slot_timeout && now - waiting_since >= *L.slot_timeout;
+    if (wait.since == Clock::time_point{} || n.releases != wait.releases) {
+      wait.since = now;
+      wait.releases = n.releases;
+    }
+    const bool timed_out = L.slot_timeout && now - wait.since >= *L.slot_timeout;
     if (may && !timed_out) return Try::slot_held;
     in_next.left();
     throw full_pool(l, n, timed_out ? L.slot_timeout : std::nullopt);
@@ -498,10 +518,16 @@ py::object next_batch(EpochIter& it) {
   // and counted as delivered by state_dict(). From here to the return the GIL
   // is held, so no Python thread of this process can signal in between.
   InNext in_next(*L.holders);
-  Clock::time_point waiting_since{};  // {}: not waiting for a slot
+  SlotWait wait;
   for (;;) {
-    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch, in_next, waiting_since); });
+    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch, in_next, wait); });
     if (t == Try::slot_held) {  // another thread's batch will come back: wait for it, Ctrl-C between waits
+      // Batches an ended thread handed on come back only if some other
+      // thread is left to drop them.
+      if (wait.holders.running == 0 && py::module_::import("threading").attr("active_count")().cast<int>() <= 1) {
+        in_next.left();
+        throw full_pool(*L.loader, wait.holders, std::nullopt);
+      }
       {
         NoGil nogil;
         L.holders->wait(50ms);
@@ -524,7 +550,7 @@ py::object next_batch(EpochIter& it) {
       }
       break;
     }
-    waiting_since = {};  // a slot came back meanwhile
+    wait = {};  // a slot came back meanwhile
     L.locked([](Loader& l) { return l.wait_ready(50ms); });
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the loader intact
   }
@@ -916,7 +942,7 @@ void bind_loader(py::module_& m) {
                const double seconds = non_negative("slot_timeout", slot_timeout);
                if (seconds <= 0 || seconds > 1e9) throw py::value_error("slot_timeout=" + std::string(py::repr(slot_timeout)) +
                                                                         ": expected seconds > 0 (or None: wait for ever)");
-               wait = std::chrono::milliseconds(std::int64_t(seconds * 1000));
+               wait = std::chrono::milliseconds(std::max<std::int64_t>(1, std::int64_t(std::ceil(seconds * 1000))));
              }
              auto loader = make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
              loader->slot_timeout = wait;
@@ -1028,7 +1054,7 @@ void bind_errors(py::module_& m) {
   // decoded with message() (pybind11's own translation decodes strictly, and
   // a name like caf\xe9 raised UnicodeDecodeError in place of the error). The
   // types are pybind11's: ValueError for invalid_argument and its kin, ...
-  py::register_exception_translator([](std::exception_ptr p) {
+  py::register_local_exception_translator([](std::exception_ptr p) {  // this module's, not every module's
     const auto set = [](PyObject* type, const char* what) { PyErr_SetObject(type, message(what).ptr()); };
     try {
       if (p) std::rethrow_exception(p);
@@ -1079,6 +1105,9 @@ PYBIND11_MODULE(_conveyor, m) {
   m.doc() = "Conveyor's pipeline: decode and augment on worker threads, transfer on its own thread, zero-copy batches";
   m.attr("__version__") = CONVEYOR_VERSION_STRING;
   conveyor::python::bind_errors(m);
+  // Which thread finalizes the interpreter (NoGil lets it take the GIL back).
+  py::module_::import("atexit").attr("register")(py::cpp_function(
+      [] { conveyor::python::finalizing_thread.store(PyThread_get_thread_ident()); }));
   conveyor::python::bind_arrays(m);
   conveyor::python::bind_loader(m);
 }

@@ -34,9 +34,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // Version 2 added each shard's change time and inode, version 3 the samples'
-// sources and the class names: an older index fails the first line's check
-// and is rebuilt.
-constexpr std::string_view kMagic = "conveyor-shard-index 3";
+// sources and the class names (from .path and .class), version 4 took them
+// from .conveyor-source and .conveyor-class: an older index fails the first
+// line's check and is rebuilt.
+constexpr std::string_view kMagic = "conveyor-shard-index 4";
 
 // Names go at the end of their line: '%', CR and LF escaped so any name fits.
 std::string escape(std::string_view s) {

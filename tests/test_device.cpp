@@ -939,7 +939,7 @@ TEST_CASE("the consumer's stream waits on copied for every batch, and holding ev
   REQUIRE(empty.bytes() == 0);
 }
 
-TEST_CASE("handed over, the consumer may hold the host pool's buffers less one; holding them all is an error, not a hang",
+TEST_CASE("handed over, the consumer may hold every buffer of the host pool; asking for one more is an error, not a hang",
           "[device][pipeline]") {
   // Each batch handed over is a host buffer: with 8 device slots but a pool of
   // 4, a consumer holding 4 leaves the workers none to fill.

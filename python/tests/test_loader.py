@@ -511,6 +511,31 @@ def test_batches_handed_on_by_an_ended_thread_are_not_waited_for():
     assert len(next(it)[0]) == 2
 
 
+def test_batches_an_ended_thread_handed_to_a_live_one_are_waited_for():
+    # A producer took three batches, handed them to this thread and ended; a
+    # second thread asks for more while this one still holds them, and gets
+    # one once they are dropped (it raised at once, though a live thread held them).
+    x = np.zeros((64, 4), dtype=np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, device_queue=1, device="cpu")
+    it = iter(loader)
+    handed = []
+    run_in_threads(lambda: handed.extend([next(it), next(it), next(it)]), 1)
+    got, errors = [], []
+
+    def ask():
+        try:
+            got.append(next(it))
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    time.sleep(0.3)
+    handed.clear()
+    asker.join(timeout=60)
+    assert not asker.is_alive() and errors == [] and len(got) == 1
+
+
 def test_slot_timeout_ends_a_wait_on_a_batch_nobody_drops():
     # This thread keeps a batch and waits on another that loops over the
     # loader with 2 slots: the other waits for that batch, then raises after
@@ -557,6 +582,18 @@ def test_the_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_next(tmp_
         "threading.Thread(target=lambda: [b for b in it], daemon=True).start()\n"
         "time.sleep(0.5)\n")
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(conveyor.__file__)))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # The thread that finalizes closes a loader too: a generator left open
+    # in a `with` block is closed at exit, on the main thread (which hung).
+    script.write_text(
+        "import conveyor, numpy as np\n"
+        "def batches():\n"
+        "    with conveyor.Loader(arrays=(np.zeros((64, 4), dtype=np.uint8), np.arange(64)), batch_size=2,"
+        " device='cpu') as loader:\n"
+        "        yield from loader\n"
+        "g = batches()\n"
+        "next(g)\n")
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
 
