@@ -71,15 +71,7 @@ std::string hex(std::uint64_t v) {
 }  // namespace
 
 std::string dataset_digest(const Dataset& d) {
-  Fnv1a h;
-  const std::size_t folder = d.common_folder();
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    const std::string name = d.relative_name(i, folder);
-    h.add(name.data(), name.size());
-    h.add("", 1);  // a separator: "ab"+"c" differs from "a"+"bc"
-    h.add_value(d.label(i));
-  }
-  return "r" + hex(h.value);  // "r": not an old path_digest
+  return "r" + hex(d.name_digest());  // "r": not an old path_digest
 }
 
 std::string path_digest(const Dataset& d) {

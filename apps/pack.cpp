@@ -297,7 +297,9 @@ int pack(const Options& o) {
       std::snprintf(key, sizeof key, "%09zu", i);
       const std::int64_t label = d.label(i);
       const std::string source = d.relative_name(i, folder);
-      if (source.size() > 4096) throw UsageError("pack: " + d.name(i) + ": a name of more than 4096 bytes");
+      if (source.size() > kMaxPackedName) {
+        throw UsageError("pack: " + d.name(i) + ": a name of more than " + std::to_string(kMaxPackedName) + " bytes");
+      }
       w.sample(key, image_extension(d, i), bytes, label, source,
                d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
       if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());

@@ -72,18 +72,7 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
     : Loader(std::move(settings), dataset.size(), 0) {
   num_classes_ = dataset.num_classes();
   classes_ = dataset.classes();
-  // Names relative to the folder all of them share: the same dataset reached
-  // as "ds", "./ds" or "/data/ds", listed with absolute paths, staged to
-  // another disk, or packed into shards, is the same.
-  const std::size_t common = dataset.common_folder();
-  Fnv1a h;
-  for (std::size_t i = 0; i < dataset.size(); ++i) {
-    const std::string tail = dataset.relative_name(i, common);
-    h.add(tail.data(), tail.size());
-    h.add("", 1);  // a separator: "ab"+"c" differs from "a"+"bc"
-    h.add_value(dataset.label(i));
-  }
-  dataset_digest_ = h.value;
+  dataset_digest_ = dataset.name_digest();
   images_ = std::make_unique<ImageSource>(std::move(dataset), image, settings_.config.workers);
   settings_.config.sample_bytes = images_->sample_bytes();
   gpu_ = choose_gpu_decode(settings_.gpu_decode, *images_, *device_, settings_.config.workers);

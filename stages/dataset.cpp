@@ -12,6 +12,7 @@
 #include <system_error>
 #include <utility>
 
+#include "pipeline/fnv1a.h"
 #include "stages/file_system.h"
 #include "stages/shard_index.h"
 
@@ -229,8 +230,20 @@ std::string Dataset::relative_name(std::size_t i, std::size_t folder) const {
     const std::string_view path = stored_path(i);
     return std::string(folder <= path.size() ? path.substr(folder) : path);
   }
-  const std::string name = shards_[shard_of_[i]].native() + ":" + std::string(stored_path(i));
+  const std::string name = this->name(i);  // "shard.tar:member": it has no source
   return folder <= name.size() ? name.substr(folder) : name;
+}
+
+std::uint64_t Dataset::name_digest() const {
+  Fnv1a h;
+  const std::size_t folder = common_folder();
+  for (std::size_t i = 0; i < size(); ++i) {
+    const std::string name = relative_name(i, folder);
+    h.add(name.data(), name.size());
+    h.add("", 1);  // a separator: "ab"+"c" differs from "a"+"bc"
+    h.add_value(label(i));
+  }
+  return h.value;
 }
 
 void Dataset::read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,

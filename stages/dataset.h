@@ -129,6 +129,10 @@ class Dataset {
   // std::out_of_range unless i < size().
   std::size_t common_folder() const;
   std::string relative_name(std::size_t i, std::size_t folder) const;
+  // FNV-1a (pipeline/fnv1a.h) over every sample's relative_name() and label:
+  // the dataset a saved position belongs to, wherever it lies and however it
+  // is stored (Python's state_dict, `train`'s checkpoints). Throws bad_alloc only.
+  std::uint64_t name_digest() const;
   // Reads sample i's bytes into out: the whole file, or its range of the shard
   // (read_whole_file / read_file_range and their errors, without the name).
   void read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,

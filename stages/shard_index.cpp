@@ -150,18 +150,23 @@ std::int64_t parse_cls(std::string_view bytes, const std::string& where) {
   return label;
 }
 
-// The most a sample's small members may hold: a label, a path (PATH_MAX), a class name.
-constexpr std::uint64_t kMaxSmallMember = 4096;
+// The most a sample's small members may hold: a label 64 bytes, a source or
+// class name kMaxPackedName.
+constexpr std::uint64_t kMaxLabelMember = 64, kMaxSmallMember = kMaxPackedName;
 
-// Reads a sample's small members (.cls, .conveyor-source, .conveyor-class:
-// nullptr where absent)
-// into out[k]; one pread when, as `conveyor pack` writes them, they lie
-// together, else one each. Throws DatasetError naming the member.
+// Reads a sample's small members (.cls first, then .conveyor-source and
+// .conveyor-class: nullptr where absent) into out[k]; one pread when, as
+// `conveyor pack` writes them, they lie together, else one each. Throws
+// DatasetError naming the member.
 void read_small_members(File& file, const fs::path& shard, const std::array<const TarMember*, 3>& members,
                         std::array<std::string, 3>& out) {
   std::uint64_t begin = std::numeric_limits<std::uint64_t>::max(), end = 0;
   for (const TarMember* m : members) {
     if (!m) continue;
+    if (m == members[0] && m->size > kMaxLabelMember) {
+      throw DatasetError(shard.string() + ":" + m->name + ": a label of " + std::to_string(m->size) +
+                         " bytes (expected a decimal integer)");
+    }
     if (m->size > kMaxSmallMember) {
       throw DatasetError(shard.string() + ":" + m->name + ": " + std::to_string(m->size) + " bytes (at most " +
                          std::to_string(kMaxSmallMember) + " expected)");

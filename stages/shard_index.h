@@ -21,6 +21,7 @@
 // temporary file and rename it, so a reader never sees half an index.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -57,6 +58,10 @@ struct ShardIndex {
   // Throws DatasetError naming `where` when the text is not a valid index (format, checksum).
   static ShardIndex parse(std::string_view text, const std::string& where);
 };
+
+// The longest source or class name a shard's .conveyor-source or
+// .conveyor-class may hold (PATH_MAX): pack refuses longer, readers too.
+inline constexpr std::size_t kMaxPackedName = 4096;
 
 // What `conveyor pack` writes its shards into, inside the output folder
 // (".partial-PID"), before it moves them up: a folder holding one is not a

@@ -449,6 +449,8 @@ TEST_CASE("shards: a folder without shards, a sample without image or label, a b
   }
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", std::string("3\0x", 3)) + kEnd)),
                       Catch::EndsWith("a.tar:k/1.cls: label '3\\x00x' is not a non-negative decimal integer"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1" + std::string(64, ' ')) + kEnd)),
+                      Catch::Contains("a.tar:k/1.cls: a label of 65 bytes (expected a decimal integer)"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-1") + kEnd)),
                       Catch::Contains("label '-1' is not a non-negative decimal integer"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x").substr(0, 600))), Catch::Contains("a.tar: member k/1.jpg claims"));
