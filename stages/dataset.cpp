@@ -35,6 +35,31 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, s.find_last_not_of(kBlank) - first + 1);
 }
 
+// A listed path without its "." segments and doubled slashes ("./a//1.jpg" ->
+// "a/1.jpg"). They name the same file; kept, they would change the sample's
+// relative_name(), and so the dataset's name_digest(), when only some lines
+// have them ("./a/1.jpg" beside "a/2.jpg"). ".." stays: when "link" is a
+// symlink to a folder, "link/.." is not the folder that holds "link", so it
+// cannot be folded without asking the file system. A path ending in "/" or
+// "/." (or "." alone) names a folder and is kept as written, for the open to
+// refuse under the name the user gave.
+std::string without_dot_segments(std::string_view p) {
+  if (p == "." || p.ends_with('/') || p.ends_with("/.")) return std::string(p);
+  std::string out;
+  if (p.starts_with('/')) out = "/";
+  std::size_t start = 0;
+  while (start <= p.size()) {
+    const std::size_t end = std::min(p.find('/', start), p.size());
+    const std::string_view part = p.substr(start, end - start);
+    if (!part.empty() && part != ".") {
+      if (!out.empty() && out.back() != '/') out += '/';
+      out.append(part);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
 // `s` in quotes for an error message: at most 80 chars, control chars shown as '?', so what() stays one line.
 std::string in_quotes(std::string_view s) {
   constexpr std::size_t kMax = 80;
@@ -378,7 +403,7 @@ Dataset Dataset::from_list(const fs::path& list_file) {
     if (path_text.empty()) fail("empty path before label " + in_quotes(label_text));
 
     if (path_text.front() != '/') d.path_chars_.append(prefix);  // part of this sample's path
-    d.add_path(path_text);
+    d.add_path(without_dot_segments(path_text));
     d.labels_.push_back(label);
   }
   if (in.bad()) throw DatasetError(name + ":" + std::to_string(line_no + 1) + ": read error");

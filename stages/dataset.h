@@ -45,7 +45,9 @@ class Dataset {
  public:
   // List file: one sample a line, `path label`. The label is the last whitespace-separated field, a
   // non-negative decimal integer that fits int64; the path is everything before it, trimmed, and may
-  // contain spaces. Relative paths resolve against the list file's folder. Lines that are blank or
+  // contain spaces. Relative paths resolve against the list file's folder ("parent / path"), each
+  // path with its "." segments and doubled slashes taken out ("./a//1.jpg" is "a/1.jpg"; ".." stays,
+  // and a path ending in '/' or "/." is kept as written). Lines that are blank or
   // whose first non-blank char is '#' are skipped; CRLF endings and a UTF-8 BOM are accepted, a CR
   // anywhere else (CR-only line ends) is an error.
   // A list with no samples gives size 0. Does not open or stat the images.

@@ -78,11 +78,14 @@ TEST_CASE("dataset list: relative paths resolve against the list file's folder, 
   CHECK_FALSE(fs::exists(d.path(0)));  // images are never checked
 }
 
-TEST_CASE("dataset list: paths are joined to the list's folder byte for byte as parent / path", "[dataset]") {
+TEST_CASE("dataset list: paths are joined to the list's folder as parent / path, without \".\" segments", "[dataset]") {
   TempDir t;
   t.mkdir("sub");
   const std::vector<std::string> texts = {"img/a.jpg", "/abs/b.jpg", "../c.jpg", "./d e.jpg", "f", "//g/h.jpg",
                                           "i//j.jpg", ".k"};
+  // The same without "." segments and doubled slashes; ".." stays (a symlink's ".." is not lexical).
+  const std::vector<std::string> cleaned = {"img/a.jpg", "/abs/b.jpg", "../c.jpg", "d e.jpg", "f", "/g/h.jpg",
+                                            "i/j.jpg", ".k"};
   std::string content;
   for (std::size_t i = 0; i < texts.size(); ++i) content += texts[i] + " " + std::to_string(i) + "\n";
   const auto check = [&](const fs::path& list) {
@@ -91,7 +94,7 @@ TEST_CASE("dataset list: paths are joined to the list's folder byte for byte as 
     const Dataset d = Dataset::from_list(list);
     REQUIRE(d.size() == texts.size());
     for (std::size_t i = 0; i < texts.size(); ++i) {
-      const fs::path p(texts[i]);
+      const fs::path p(cleaned[i]);
       const fs::path expected = p.is_absolute() ? p : list.parent_path() / p;  // the documented rule
       CHECK(d.path(i).native() == expected.native());
       CHECK(d.path_view(i) == expected.native());
@@ -105,6 +108,25 @@ TEST_CASE("dataset list: paths are joined to the list's folder byte for byte as 
   check("list.txt");  // no parent folder: relative paths stay relative, as written
   check("./list.txt");
   check("../sub/list.txt");
+}
+
+TEST_CASE("dataset list: \"./\" on some lines only changes neither names nor the digest", "[dataset]") {
+  TempDir t;
+  const fs::path plain = t.write("plain.txt", "a/1.jpg 0\na/2.jpg 0\nb/3.jpg 1\n");
+  const Dataset d = Dataset::from_list(plain);
+  for (const char* text : {"./a/1.jpg 0\na/2.jpg 0\nb/3.jpg 1\n", "a/1.jpg 0\na/./2.jpg 0\nb//3.jpg 1\n",
+                                  "./a/1.jpg 0\n./a/2.jpg 0\n././b/3.jpg 1\n"}) {
+    INFO(text);
+    const Dataset mixed = Dataset::from_list(t.write("mixed.txt", text));
+    CHECK(strings(mixed) == strings(d));
+    CHECK(mixed.name_digest() == d.name_digest());
+  }
+  // What names another file, or a folder, is kept: ".." and a trailing "/." or "/".
+  const Dataset odd = Dataset::from_list(t.write("odd.txt", "x/../a/1.jpg 0\na/1.jpg/. 0\na/ 0\n. 0\n"));
+  CHECK(odd.path(0) == t.root() / "x/../a/1.jpg");
+  CHECK(odd.path(1) == t.root() / "a/1.jpg/.");
+  CHECK(odd.path(2) == t.root() / "a/");
+  CHECK(odd.path(3) == t.root() / ".");
 }
 
 TEST_CASE("dataset list: a path may contain spaces and the label is the last field", "[dataset]") {
