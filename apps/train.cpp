@@ -74,7 +74,7 @@ std::string run_identity(const Options& o, const TrainOptions& t, int crop, cons
 
 int report_interrupt(int sig, std::size_t batches, std::uint64_t epoch, const std::string& checkpoint) {
   std::printf("interrupted by %s after %zu batch(es) of this run, in epoch %llu%s\n", signal_word(sig),
-              batches, (unsigned long long)epoch,
+              batches, (unsigned long long)epoch + 1,  // counted from 1, as the epoch lines are
               checkpoint.empty() ? " (no --checkpoint: nothing saved)" : ("; saved; resume with --resume " + checkpoint).c_str());
   std::fflush(stdout);
   return 128 + sig;
@@ -237,7 +237,7 @@ void Trainer::resume() {
   sums_ = saved.sums;
   history_ = std::move(saved.history);
   std::printf("resumed from %s: epoch %llu, %zu batch(es) of it done\n", t_.resume.c_str(),
-              (unsigned long long)resume_state_->epoch, resume_state_->delivered.size());
+              (unsigned long long)resume_state_->epoch + 1, resume_state_->delivered.size());  // from 1
 }
 
 // The training pipeline (normalizing to float32 on the device) and the validation split's.
@@ -332,7 +332,7 @@ void Trainer::train_epoch(EpochTally& tally) {
       stopped_ = report_interrupt(interrupted, batches_this_run_, tally.epoch(), t_.checkpoint);
     } else {
       std::printf("stopped after %zu batch(es) (--stop-after) in epoch %llu%s\n", batches_this_run_,
-                  (unsigned long long)tally.epoch(),
+                  (unsigned long long)tally.epoch() + 1,  // from 1
                   t_.checkpoint.empty() ? "" : ("; resume with --resume " + t_.checkpoint).c_str());
       stopped_ = 0;
     }
@@ -352,8 +352,8 @@ void Trainer::train_batch(DeviceBatch batch) {
   const double value = loss.item<double>();  // the sync the running mean needs anyway
   if (!std::isfinite(value)) {
     // Training on would only carry NaN into every later figure and checkpoint.
-    throw std::runtime_error("the loss is " + std::to_string(value) + " at epoch " +
-                             std::to_string(pipeline_->state().epoch) +
+    throw std::runtime_error("the loss is " + std::to_string(value) + " in epoch " +
+                             std::to_string(pipeline_->state().epoch + 1) +
                              ": the model diverged (lower --lr) or its weights are corrupt (the --resume file?)");
   }
   sums_.loss += value * double(n);

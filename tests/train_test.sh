@@ -60,7 +60,7 @@ resume_pair() {  # resume_pair TAG FLAGS...: straight, stopped at batch 50, resu
   grep -q 'stopped after 50 batch' "$work/part1$tag" || fail "--stop-after did not stop: $(tail -2 "$work/part1$tag")"
   "$bin" train --workers 2 --epochs 3 "$@" --resume "$work/r$tag.pt" --checkpoint "$work/r$tag.pt" >"$work/part2$tag" 2>&1 ||
     fail "--resume run failed: $(tail -2 "$work/part2$tag")"
-  grep -q 'resumed from .*: epoch 1, 7 batch' "$work/part2$tag" || fail "resume did not continue mid-epoch: $(head -3 "$work/part2$tag")"
+  grep -q 'resumed from .*: epoch 2, 7 batch' "$work/part2$tag" || fail "resume did not continue mid-epoch: $(head -3 "$work/part2$tag")"
   [ "$(digests "$work/straight$tag" | wc -l)" -eq 2 ] && [ "$(digests "$work/straight$tag")" = "$(digests "$work/part2$tag")" ] ||
     fail "the resumed run received other batches ($tag): '$(digests "$work/part2$tag" | tr '\n' ' ')' vs '$(digests "$work/straight$tag" | tr '\n' ' ')'"
 }
@@ -84,7 +84,7 @@ fi
   fail "--stop-after on a folder failed"
 "$bin" train --workers 2 --epochs 2 --shards "$work/ds-shards" "${det[@]}" --resume "$work/folder.pt" >"$work/onshards" 2>&1 ||
   fail "a folder's checkpoint did not resume on its shards: $(tail -1 "$work/onshards")"
-grep -q 'resumed from .*: epoch 0, 3 batch' "$work/onshards" || fail "not resumed mid-epoch on the shards: $(head -2 "$work/onshards")"
+grep -q 'resumed from .*: epoch 1, 3 batch' "$work/onshards" || fail "not resumed mid-epoch on the shards: $(head -2 "$work/onshards")"
 [ -n "$(final "$work/folder")" ] && [ "$(final "$work/folder")" = "$(final "$work/onshards")" ] &&
   [ "$(grep '^epoch 2/2' "$work/folder" | grep -oE 'batches [0-9a-f]{16}$')" = "$(grep '^epoch 2/2' "$work/onshards" | grep -oE 'batches [0-9a-f]{16}$')" ] ||
   fail "resumed on the shards: '$(final "$work/onshards")', on the folder: '$(final "$work/folder")'"
