@@ -69,7 +69,7 @@ std::string lower_case(std::string s);
 
 // Whether open_dataset says on stderr which embedded dataset it uses.
 enum class Announce { always, when_made };
-// --list, --folder, or the embedded default dataset (made on first use; says
+// --list, --folder, --shards, or the embedded default dataset (made on first use; says
 // which on stderr per `announce`, and always when it was just made). Throws
 // UsageError, also for a dataset with no samples (an empty list).
 Dataset open_dataset(const Options& o, Announce announce);

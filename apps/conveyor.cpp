@@ -15,7 +15,8 @@
 //
 // This file only dispatches: each subcommand is a part of its own, found by
 // name: run and bench (apps/run.h: streaming, run_resident.cpp,
-// run_serial.cpp), sweep (apps/sweep.h), inspect (apps/inspect.h), the trace
+// run_serial.cpp), sweep (apps/sweep.h), inspect (apps/inspect.h), pack
+// (apps/pack.h: WebDataset shards, their index and manifest), the trace
 // (apps/trace.h), the figures and JSON (apps/report.h) and the one epoch loop
 // (apps/epochs.h); the flags are apps/options.h; train is conveyor-train
 // (apps/train.cpp).

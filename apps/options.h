@@ -38,12 +38,12 @@ enum class Compute {
 };
 // --normalize-in: where --normalize happens.
 enum class NormalizeIn {
-  device,   // after the transfer (the GPU's kernel; the transfer thread on the host backend)
+  device,   // after the transfer (the GPU's kernel; on the host backend, the normalize stream's own thread)
   workers,  // each worker writes float32 (a consumer on the CPU)
 };
 
 struct Options {
-  // ---- dataset (neither --list nor --folder: the embedded default dataset)
+  // ---- dataset (none of --list, --folder, --shards: the embedded default dataset)
   std::string list;    // --list FILE: `path label` per line. Default: none.
   std::string folder;  // --folder DIR: root/<class>/<image>. Default: none.
   std::string shards;  // --shards DIR: WebDataset tar shards (KEY.jpg + KEY.cls). Default: none.
@@ -141,9 +141,10 @@ CLI::Option* add_choice(CLI::App& app, const std::string& name, E& value, const 
       ->default_str(std::string(name_of(choices, value)));
 }
 
-// The dataset, pipeline and device flags (--list, --folder, --workers, --batch,
-// queues, --epochs, --seed, --crop, --augment, --device, --link-gbps,
-// --host-transfer, --on-error, --rank, --world-size, --max-memory-mb), their
+// The dataset, pipeline and device flags (--list, --folder, --shards,
+// --workers, --batch, queues, --wait-yields, --epochs, --seed, --crop,
+// --augment, --device, --gpu, --link-gbps, --host-transfer, --on-error, --rank,
+// --world-size, --rank-by-shard, --read-ahead, --max-memory-mb), their
 // defaults taken from o. A flag app already has (a sweep axis of the same
 // name) is left as it is. Ranges are checked at parse time, with the library's
 // own limits (Config::kMaxWorkers).
@@ -189,7 +190,7 @@ void check_plot_name(const std::string& plot);
 // Throws UsageError for anything else, or for a mode it cannot combine with.
 std::optional<double> gpu_decode_share(const Options& o);
 
-// True when neither --list nor --folder names a dataset.
+// True when none of --list, --folder, --shards names a dataset.
 bool embedded_dataset(const Options& o);
 // --crop, or its default: 64 on the embedded dataset, else 224.
 int crop_size(const Options& o);
