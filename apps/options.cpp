@@ -14,14 +14,12 @@ namespace conveyor::apps {
 
 namespace {
 
-// --link-gbps: 0 (off), or 0.01 to 1e6 GB/s. A simulated copy sleeps while
-// its stream runs, so a slower link would make one batch (and a stop that
-// waits for it) last minutes: 10 MB/s is already a thousand times below PCIe.
+// --link-gbps: 0 (off), or DeviceConfig's range, 0.01 to 1e6 GB/s.
 CLI::Validator link_range() {
   return CLI::Validator(
       [](const std::string& value) -> std::string {
         const double x = std::strtod(value.c_str(), nullptr);
-        if (x == 0 || (x >= 0.01 && x <= 1e6)) return {};
+        if (x == 0 || (x >= DeviceConfig::kMinLinkGbps && x <= DeviceConfig::kMaxLinkGbps)) return {};
         return "Value " + value + " is neither 0 nor in 0.01 to 1e6 (GB/s)";
       },
       "0 or 0.01-1e6");
@@ -73,9 +71,9 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
              "(the consumer gets the worker's buffer: CPU training)");
   add_choice(app, "--on-error", o.on_error, kErrorPolicies, "a bad image: fail (stop) or skip (count and list it)");
   option("--rank", o.rank, "this process's shard (default: $RANK or $OMPI_COMM_WORLD_RANK, else 0)")
-      ->check(range(0, (std::size_t(1) << 20) - 1));
+      ->check(range(0, Config::kMaxWorldSize - 1));
   option("--world-size", o.world_size, "number of shards (default: $WORLD_SIZE or $OMPI_COMM_WORLD_SIZE, else 1)")
-      ->check(range(1, std::size_t(1) << 20));
+      ->check(range(1, Config::kMaxWorldSize));
   app.add_flag("--rank-by-shard", o.rank_by_shard,
          "with --shards: whole shards per rank (shard s to rank s % world size), for locality; counts evened by padding");
   option("--read-ahead", o.read_ahead,
@@ -94,7 +92,7 @@ void add_run_flags(CLI::App& app, Options& o) {
   add_choice(app, "--normalize", o.normalize, kNormalizes,
              "normalized output (CHW), where --normalize-in says: off (uint8 HWC) | float32 | float16 | bfloat16");
   add_choice(app, "--normalize-in", o.normalize_in, kNormalizeIns,
-             "device: after the transfer (the GPU's kernel; the transfer thread on the host backend) | "
+             "device: after the transfer (the GPU's kernel; on the host backend, the normalize stream's own thread) | "
              "workers: each worker writes float32 (a consumer on the CPU)");
   add_choice(app, "--compute", o.compute, kComputes,
              "the consumer's synthetic step: sleep (frees the CPU, like a GPU) or spin");
@@ -125,7 +123,7 @@ void add_sweep_flags(CLI::App& app, Options& o) {
 }
 
 void shard_from_environment(Options& o) {
-  constexpr std::size_t kMaxRanks = std::size_t(1) << 20;  // as --world-size
+  constexpr std::size_t kMaxRanks = Config::kMaxWorldSize;  // as --world-size
   o.rank = env_size({"RANK", "OMPI_COMM_WORLD_RANK"}, 0, kMaxRanks - 1);
   o.world_size = env_size({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"}, 1, kMaxRanks);
   if (o.world_size == 0) throw UsageError("environment: WORLD_SIZE (or OMPI_COMM_WORLD_SIZE) must be at least 1");

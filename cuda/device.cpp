@@ -1,5 +1,5 @@
 // Backend choice: probe once, decide once, say why.
-#include <cmath>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -41,8 +41,24 @@ std::shared_ptr<Device> open_host(DeviceConfig config, std::string why) {
 }  // namespace
 
 std::shared_ptr<Device> open_device(const DeviceConfig& config) {
-  if (!(config.link_gbps >= 0) || !std::isfinite(config.link_gbps)) {
-    throw std::invalid_argument("device: link_gbps must be a finite number >= 0, got " + std::to_string(config.link_gbps));
+  const double gbps = config.link_gbps;
+  if (gbps != 0 && !(gbps >= DeviceConfig::kMinLinkGbps && gbps <= DeviceConfig::kMaxLinkGbps)) {
+    std::ostringstream got;
+    got << gbps;  // std::to_string(1e-6) reads 0.000000
+    throw std::invalid_argument("device: link_gbps must be 0 (no simulated link) or 0.01 to 1e6, got " + got.str());
+  }
+  if (config.max_delay_us > DeviceConfig::kMaxDelayUs) {
+    throw std::invalid_argument("device: max_delay_us must be <= " + std::to_string(DeviceConfig::kMaxDelayUs) +
+                                ", got " + std::to_string(config.max_delay_us));
+  }
+  if (config.backend != BackendChoice::automatic && config.backend != BackendChoice::cuda &&
+      config.backend != BackendChoice::host) {
+    throw std::invalid_argument("device: backend must be automatic, cuda or host, got " +
+                                std::to_string(int(config.backend)));
+  }
+  if (config.host_transfer != HostTransfer::copy && config.host_transfer != HostTransfer::handover) {
+    throw std::invalid_argument("device: host_transfer must be copy or handover, got " +
+                                std::to_string(int(config.host_transfer)));
   }
   if (config.backend == BackendChoice::host) return open_host(config, "asked for");
 

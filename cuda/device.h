@@ -77,7 +77,11 @@ struct DeviceConfig {
   bool handover_if_host = false;
 
   // Host backend: simulated host-to-device link in GB/s (1e9 bytes/s); every
-  // copy takes at least bytes / bandwidth. Default: 0, no simulated link.
+  // copy takes at least bytes / bandwidth. Default: 0, no simulated link;
+  // otherwise kMinLinkGbps .. kMaxLinkGbps. A copy sleeps while its stream
+  // runs, so a slower link would make one batch (and a stop that waits for it)
+  // last minutes: 10 MB/s is already a thousand times below PCIe.
+  static constexpr double kMinLinkGbps = 0.01, kMaxLinkGbps = 1e6;
   double link_gbps = 0;
 
   // Write 0xA5 over every buffer the consumer releases (device and host), so a
@@ -87,6 +91,8 @@ struct DeviceConfig {
 
   // Host backend, for tests: each stream operation first sleeps a random
   // 0..max_delay_us microseconds drawn from delay_seed. Default: 0 (none).
+  // At most kMaxDelayUs (one second), so a stop never waits longer.
+  static constexpr std::uint32_t kMaxDelayUs = 1000000;
   std::uint32_t max_delay_us = 0;
   std::uint64_t delay_seed = 1;
 };
@@ -240,7 +246,8 @@ CudaProbe probe_cuda();
 // Chooses and opens the backend. auto: cuda when the probe finds a device,
 // else host, making no further CUDA call. cuda with no device, or a
 // cuda_device out of range: DeviceError, one line naming the reason. Host-only
-// options with the cuda backend (or link_gbps < 0): ConfigError-like
+// options with the cuda backend, a field out of its range (link_gbps,
+// max_delay_us) or an enum holding no enumerator: ConfigError-like
 // std::invalid_argument naming the field.
 std::shared_ptr<Device> open_device(const DeviceConfig& config);
 

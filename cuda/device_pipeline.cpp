@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -442,14 +443,20 @@ std::size_t DeviceBatch::bytes() const {
 void validate_normalization(const TransferConfig::Normalization& n, std::size_t sample_bytes) {
   if (n.channels < 1 || n.channels > 3) throw ConfigError("normalize.channels", "must be 1, 2 or 3");
   if (n.height == 0 || n.width == 0) throw ConfigError("normalize.height", "and width must be >= 1");
-  if (n.height * n.width * n.channels != sample_bytes) {
+  // Saturating: a product that wraps could land on sample_bytes.
+  if (saturating_mul(saturating_mul(n.height, n.width), n.channels) != sample_bytes) {
     throw ConfigError("normalize", "layout " + std::to_string(n.height) + "x" + std::to_string(n.width) + "x" +
                                        std::to_string(n.channels) + " does not match sample_bytes " +
                                        std::to_string(sample_bytes));
   }
-  if (n.out_type == DType::uint8) throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
+  if (n.out_type != DType::float32 && n.out_type != DType::float16 && n.out_type != DType::bfloat16) {
+    throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
+  }
   for (std::size_t c = 0; c < n.channels; ++c) {
-    if (!(n.mean_std.std[c] > 0)) throw ConfigError("normalize.std", "must be > 0 for every channel");
+    if (!(n.mean_std.std[c] > 0) || !std::isfinite(n.mean_std.std[c])) {
+      throw ConfigError("normalize.std", "must be finite and > 0 for every channel");
+    }
+    if (!std::isfinite(n.mean_std.mean[c])) throw ConfigError("normalize.mean", "must be finite for every channel");
   }
 }
 

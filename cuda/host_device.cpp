@@ -142,7 +142,7 @@ class HostStream final : public Stream {
       // An inline (wrapped nullptr) stream runs on its callers' threads, and a
       // batch may be released on another thread than next() runs on.
       std::lock_guard lk(rng_mu_);
-      us = rng_.below(max_delay_us_ + 1);
+      us = rng_.below(std::uint64_t{max_delay_us_} + 1);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   }

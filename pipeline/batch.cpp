@@ -116,15 +116,19 @@ BatchPool::BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t 
     }
     b->sample_bytes = sample_bytes;
     b->batch_capacity = batch_capacity;
-    if (core_->bytes_per_batch > 0) {
-      try {
-        b->data = static_cast<std::byte*>(core_->allocator.allocate(core_->bytes_per_batch));
-      } catch (const std::bad_alloc&) {
-        throw PoolAllocationError("batch pool: out of memory allocating buffer " + std::to_string(i + 1) + " of " +
-                                  std::to_string(count) + " (" + std::to_string(core_->bytes_per_batch) +
-                                  " bytes each, " + core_->allocator.name + " memory)");
-      }
+    // Even 0 bytes (labels only): an allocator may add room of its own (the
+    // device pipeline's label tail), and data is never null for a stage to check.
+    const auto out_of_memory = [&] {
+      return PoolAllocationError("batch pool: out of memory allocating buffer " + std::to_string(i + 1) + " of " +
+                                 std::to_string(count) + " (" + std::to_string(core_->bytes_per_batch) +
+                                 " bytes each, " + core_->allocator.name + " memory)");
+    };
+    try {
+      b->data = static_cast<std::byte*>(core_->allocator.allocate(core_->bytes_per_batch));
+    } catch (const std::bad_alloc&) {
+      throw out_of_memory();
     }
+    if (!b->data) throw out_of_memory();
     core_->batches.push_back(std::move(b));  // owned before anything else can throw
     if (!core_->free.try_push(core_->batches.back().get())) throw std::logic_error("batch pool: free list full");
   }

@@ -32,7 +32,9 @@ namespace conveyor {
 // is built and destroyed, never in the steady state.
 struct Allocator {
   std::string name = "host";
-  std::function<void*(std::size_t bytes)> allocate;             // throws on failure
+  // Asked for 0 bytes too (labels-only batches, sample_bytes 0): returns a
+  // pointer deallocate takes. Throws on failure; a null pointer counts as one.
+  std::function<void*(std::size_t bytes)> allocate;
   std::function<void(void* ptr, std::size_t bytes)> deallocate;  // never throws
   // Optional: called on the releasing thread as a batch's buffer returns to the
   // pool, before any worker can see it again (a debug backend writes a poison
@@ -66,7 +68,7 @@ struct Batch {
   // indices.size() + skipped.size() is the batch's planned length.
   std::vector<SkippedSample> skipped;
 
-  // batch_capacity * sample_bytes bytes; sample j lives at j * sample_bytes.
+  // batch_capacity * sample_bytes bytes (never null, even for 0); sample j lives at j * sample_bytes.
   std::byte* data = nullptr;
   std::size_t sample_bytes = 0;
   std::size_t batch_capacity = 0;

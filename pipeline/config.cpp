@@ -8,33 +8,40 @@ namespace {
 void require_at_least_1(const char* field, std::size_t value) {
   if (value < 1) throw ConfigError(field, "must be >= 1 (got " + std::to_string(value) + ")");
 }
+void require_at_most(const char* field, std::size_t value, std::size_t max) {
+  if (value > max) throw ConfigError(field, "must be <= " + std::to_string(max) + " (got " + std::to_string(value) + ")");
+}
 }  // namespace
 
 void Config::validate() const {
   require_at_least_1("batch_size", batch_size);
-  if (batch_size > kMaxBatchSize) {
-    throw ConfigError("batch_size", "must be <= " + std::to_string(kMaxBatchSize) + " (got " + std::to_string(batch_size) + ")");
-  }
+  require_at_most("batch_size", batch_size, kMaxBatchSize);
   require_at_least_1("workers", workers);
-  if (workers > kMaxWorkers) {
-    throw ConfigError("workers", "must be <= " + std::to_string(kMaxWorkers) + " (got " + std::to_string(workers) + ")");
-  }
+  require_at_most("workers", workers, kMaxWorkers);
   require_at_least_1("host_queue_depth", host_queue_depth);
+  require_at_most("host_queue_depth", host_queue_depth, kMaxQueueDepth);
   require_at_least_1("device_queue_depth", device_queue_depth);
+  require_at_most("device_queue_depth", device_queue_depth, kMaxQueueDepth);
+  require_at_most("host_buffers", host_buffers, kMaxBuffers);
+  require_at_most("device_buffers", device_buffers, kMaxBuffers);
   require_at_least_1("world_size", world_size);
+  require_at_most("world_size", world_size, kMaxWorldSize);
   if (rank >= world_size) {
     throw ConfigError("rank", "must be < world_size " + std::to_string(world_size) + " (got " + std::to_string(rank) + ")");
   }
-  if (wait_yields > kMaxWaitYields) {
-    throw ConfigError("wait_yields", "must be <= " + std::to_string(kMaxWaitYields) + " (got " + std::to_string(wait_yields) + ")");
+  if (shard_policy != ShardPolicy::pad && shard_policy != ShardPolicy::drop) {
+    throw ConfigError("shard_policy", "must be pad or drop (got " + std::to_string(int(shard_policy)) + ")");
   }
+  require_at_most("wait_yields", wait_yields, kMaxWaitYields);
   if (sample_bytes != 0 && batch_size > SIZE_MAX / sample_bytes) {
     throw ConfigError("sample_bytes", "times batch_size overflows");
   }
 }
 
 std::size_t Config::host_buffer_count() const {
-  return host_buffers ? host_buffers : workers + host_queue_depth + device_queue_depth + 2;
+  // Saturating: host_pool_bytes() promises a comparable figure even for a config validate() refuses.
+  return host_buffers ? host_buffers
+                      : saturating_add(saturating_add(workers, host_queue_depth), saturating_add(device_queue_depth, 2));
 }
 
 std::size_t Config::host_pool_bytes() const {
@@ -48,7 +55,9 @@ SamplerOptions Config::sampler_options(std::size_t dataset_size) const {
   return SamplerOptions{dataset_size, batch_size, seed, shuffle, drop_last, rank, world_size, shard_policy};
 }
 
-std::size_t Config::device_buffer_count() const { return device_buffers ? device_buffers : device_queue_depth + 2; }
+std::size_t Config::device_buffer_count() const {
+  return device_buffers ? device_buffers : saturating_add(device_queue_depth, 2);
+}
 
 std::uint64_t default_pool_budget_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);

@@ -35,6 +35,12 @@ struct Config {
   static constexpr std::size_t kMaxBatchSize = std::size_t{1} << 24;  // the slot field of a work ticket
   static constexpr std::size_t kMaxWorkers = 1024;
   static constexpr std::size_t kMaxWaitYields = 1000000;
+  // Queue depths and buffer counts: far past any use (a batch per slot), and
+  // small enough that the pools' counts and the queues' semaphores (signed
+  // counts) cannot wrap, so an unsigned -1 is refused instead of hanging.
+  static constexpr std::size_t kMaxQueueDepth = std::size_t{1} << 16;
+  static constexpr std::size_t kMaxBuffers = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxWorldSize = std::size_t{1} << 20;
 
   // Samples per batch; an epoch's last batch may be shorter unless drop_last.
   // Default: 32. Range 1 .. 2^24.
@@ -47,20 +53,21 @@ struct Config {
   // Worker threads running the filler. Default: 2. Range 1 .. kMaxWorkers.
   std::size_t workers = 2;
 
-  // Finished batches waiting for the transfer thread. Default: 2. At least 1.
+  // Finished batches waiting for the transfer thread. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t host_queue_depth = 2;
 
-  // Transferred batches waiting for the consumer. Default: 2. At least 1.
+  // Transferred batches waiting for the consumer. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t device_queue_depth = 2;
 
   // Batch buffers in the pool, which bounds the batches in flight.
   // Default: 0, meaning workers + host_queue_depth + device_queue_depth + 2
   // (batches being filled, queued both sides, one in transfer, one held by the
   // consumer). Fewer buffers than that still work, with less overlap.
+  // At most kMaxBuffers.
   std::size_t host_buffers = 0;
 
   // Device-side buffers, for transfer backends that copy. Default: 0, meaning
-  // device_queue_depth + 2.
+  // device_queue_depth + 2. At most kMaxBuffers.
   std::size_t device_buffers = 0;
 
   // Seeds the epoch order and every sample's Rng. Default: 0.
@@ -77,9 +84,10 @@ struct Config {
   bool ordered = true;
 
   // This process's shard, DistributedSampler style. Default: rank 0 of 1.
+  // world_size: 1 .. kMaxWorldSize; rank below it.
   std::size_t rank = 0;
   std::size_t world_size = 1;
-  ShardPolicy shard_policy = ShardPolicy::pad;  // Default: pad.
+  ShardPolicy shard_policy = ShardPolicy::pad;  // Default: pad. pad or drop.
 
   // How a thread waits on a full or empty queue or an empty buffer pool: it
   // yields its core up to this many times, looking again after each, before it

@@ -83,7 +83,9 @@ struct Sample {
 };
 
 // Fills one sample. Called concurrently from every worker thread; must be
-// thread-safe. Throwing stops the pipeline (see PipelineError).
+// thread-safe. Throwing stops the pipeline (see PipelineError). It must not call
+// the pipeline's next() (the batch it waits for is the one being filled: a
+// deadlock) or stop() (the run then ends as if complete).
 //
 // Optionally it also takes read-ahead advice: when a worker opens batch g, the
 // pipeline passes the dataset indices of batch g + 1 (and of g itself when g is
@@ -117,7 +119,8 @@ class Filler {
   std::function<void(Sample&)> fill_;
   Prefetch prefetch_;
 };
-// Runs on the transfer thread for each finished batch, in delivery order.
+// Runs on the transfer thread for each finished batch, in delivery order. It
+// may change the bytes, never the batch's samples (indices, labels, skipped).
 using TransferFn = std::function<void(Batch&)>;
 
 struct StageFunctions {
@@ -183,7 +186,10 @@ PipelineState initial_state(const Config& config, std::size_t dataset_size);
 
 class Pipeline {
  public:
-  // Starts the threads. Throws ConfigError for an invalid config,
+  // Starts the threads. The epoch's order and plan take 8 bytes a sample and
+  // a few a batch (dataset_size is bounded by memory, not checked against it:
+  // a run over too many samples fails with std::bad_alloc, at construction or
+  // as the workers' PipelineError). Throws ConfigError for an invalid config,
   // std::invalid_argument for a missing filler or a resume state that does not
   // match the config (or whose epoch is past kMaxEpoch), and whatever the
   // allocator throws.

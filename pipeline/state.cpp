@@ -32,17 +32,26 @@ std::uint64_t parse_u64(const std::string& field, const std::string& text) {
   }
 }
 
-std::vector<std::uint64_t> parse_ranges(const std::string& text) {
+// Batch indices below `batches` (the most an epoch of the state's dataset and
+// batch size has), so an edited line cannot ask for more memory than the
+// epoch's own plan takes: "0-4294967296" of a 10-batch epoch is refused
+// before anything is allocated. An empty text is refused too: "-" is none.
+std::vector<std::uint64_t> parse_ranges(const std::string& text, std::uint64_t batches) {
   std::vector<std::uint64_t> out;
   if (text == "-") return out;
+  if (text.empty()) throw std::invalid_argument("state: field 'delivered' is empty (none delivered is '-')");
   std::stringstream ss(text);
   std::string part;
   while (std::getline(ss, part, ',')) {
     const auto dash = part.find('-');
     const std::uint64_t lo = parse_u64("delivered", part.substr(0, dash));
     const std::uint64_t hi = dash == std::string::npos ? lo : parse_u64("delivered", part.substr(dash + 1));
-    if (hi < lo || (!out.empty() && lo <= out.back()) || hi - lo > (std::uint64_t{1} << 32)) {
+    if (hi < lo || (!out.empty() && lo <= out.back())) {
       throw std::invalid_argument("state: field 'delivered' is not sorted disjoint ranges: '" + text + "'");
+    }
+    if (hi >= batches) {
+      throw std::invalid_argument("state: field 'delivered' names batch " + std::to_string(hi) + ", past the " +
+                                  std::to_string(batches) + " an epoch of dataset_size and batch_size has");
     }
     for (std::uint64_t i = lo; i <= hi; ++i) out.push_back(i);
   }
@@ -71,7 +80,9 @@ PipelineState PipelineState::parse(const std::string& text) {
   for (std::string tok; in >> tok;) {
     const auto eq = tok.find('=');
     if (eq == std::string::npos) throw std::invalid_argument("state: token '" + tok + "' is not key=value");
-    kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+    if (!kv.emplace(tok.substr(0, eq), tok.substr(eq + 1)).second) {
+      throw std::invalid_argument("state: field '" + tok.substr(0, eq) + "' appears twice");
+    }
   }
   auto take = [&](const char* key) -> std::string {
     auto it = kv.find(key);
@@ -86,10 +97,14 @@ PipelineState PipelineState::parse(const std::string& text) {
     return v == "1";
   };
   s.epoch = parse_u64("epoch", take("epoch"));
-  s.delivered = parse_ranges(take("delivered"));
+  const std::string delivered = take("delivered");
   s.seed = parse_u64("seed", take("seed"));
   s.dataset_size = parse_u64("dataset_size", take("dataset_size"));
   s.batch_size = parse_u64("batch_size", take("batch_size"));
+  // Every rank's epoch has at most ceil(dataset_size / batch_size) batches.
+  const std::uint64_t batches =
+      s.batch_size == 0 ? 0 : s.dataset_size / s.batch_size + (s.dataset_size % s.batch_size != 0);
+  s.delivered = parse_ranges(delivered, batches);
   s.shuffle = take_bool("shuffle");
   s.drop_last = take_bool("drop_last");
   s.rank = parse_u64("rank", take("rank"));

@@ -29,7 +29,9 @@ struct PipelineState {
 
   // One line of text, e.g. "conveyor-state 1 epoch=3 delivered=0-41,43 seed=7 ...".
   std::string serialize() const;
-  // Throws std::invalid_argument naming the bad field.
+  // Throws std::invalid_argument naming the bad field: also a field given
+  // twice, and a delivered batch past the ceil(dataset_size / batch_size) an
+  // epoch can have (so an edited line cannot make it allocate more).
   static PipelineState parse(const std::string& text);
   // The settings (not the position) this state and `here` disagree on, as
   // "seed=11 there, 12 here, batch_size=..."; "" when they agree.

@@ -720,11 +720,12 @@ LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std
   c.shuffle = shuffle;
   c.drop_last = drop_last;
   c.epochs = whole("epochs", n.epochs);
-  c.host_queue_depth = whole("host_queue", n.host_queue);
-  c.device_queue_depth = whole("device_queue", n.device_queue);
-  c.device_buffers = whole("device_buffers", n.device_buffers);
+  // Config's upper limits, checked here so the message names the argument.
+  c.host_queue_depth = whole("host_queue", n.host_queue, 1, Config::kMaxQueueDepth);
+  c.device_queue_depth = whole("device_queue", n.device_queue, 1, Config::kMaxQueueDepth);
+  c.device_buffers = whole("device_buffers", n.device_buffers, 0, Config::kMaxBuffers);
   c.rank = whole("rank", n.rank);
-  c.world_size = whole("world_size", n.world_size);
+  c.world_size = whole("world_size", n.world_size, 1, Config::kMaxWorldSize);
   std::string kind = device;
   if (kind.rfind("cuda:", 0) == 0) {
     // "cuda:N", N a decimal GPU index (std::stoi took "cuda:1x" as cuda:1).

@@ -32,7 +32,9 @@ class ArraySource {
   std::size_t size() const { return rows_; }
   std::size_t sample_bytes() const { return row_bytes_; }
 
-  // Copies row s.index into s.data and sets its label.
+  // Copies row s.index into s.data and sets its label. Throws
+  // std::invalid_argument (the pipeline fails) unless s.data holds a row and
+  // s.index < size(): a config of another sample_bytes or dataset_size.
   void fill(Sample& s) const;
   // fill() as the pipeline's Filler; refers to this ArraySource.
   Filler filler() const {

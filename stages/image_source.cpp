@@ -174,6 +174,16 @@ void ImageSource::fill(Sample& s) {
     throw std::invalid_argument("image source: the pipeline's sample_bytes is " + std::to_string(s.data.size()) +
                                 " but " + augment_.describe() + " writes " + std::to_string(sample_bytes()));
   }
+  // Neither is the sample's fault either: thrown before the try, so no skip policy turns them into skips.
+  if (s.worker >= workers_.size()) {
+    throw std::logic_error("image source: built for " + std::to_string(workers_.size()) +
+                           " workers but the pipeline runs worker " + std::to_string(s.worker) +
+                           " (give ImageSource the pipeline's Config::workers)");
+  }
+  if (s.index >= dataset_.size()) {
+    throw std::logic_error("image source: sample index " + std::to_string(s.index) + " is past the dataset's " +
+                           std::to_string(dataset_.size()) + " samples (the pipeline's dataset_size is larger)");
+  }
   if (config_.gpu_share > 0 && !deferred_->attached()) {  // not the sample's fault: no skip policy applies
     throw std::logic_error("image source: gpu_share is set but no pipeline decodes for it "
                            "(a DevicePipeline with TransferConfig::gpu_decode over deferred_decodes())");

@@ -58,9 +58,10 @@ struct ImageConfig {
   // Normalize in the workers: each sample becomes float32 CHW, (x / 255 - mean)
   // / std per channel, bit for bit what the device's normalize computes. For a
   // consumer on the CPU (the host backend handing buffers over), where the
-  // workers then share the work instead of the one transfer thread doing it;
-  // with a GPU leave it unset and normalize on the device, which moves 4x
-  // fewer bytes. Default: unset (uint8 HWC).
+  // workers then share the work instead of the one thread of the host
+  // backend's normalize stream doing it; with a GPU leave it unset and
+  // normalize on the device, which moves 4x fewer bytes. Default: unset
+  // (uint8 HWC).
   std::optional<Normalize> normalize;
   // Shard datasets: shard files kept open at once, shared by the workers (the
   // least recently used is closed beyond it). Default: 256.
@@ -102,6 +103,9 @@ class ImageSource {
   const std::shared_ptr<DeferredDecodes>& deferred_decodes() const { return deferred_; }
 
   // Fills one sample (see the policy above). Sets the label from the dataset.
+  // Throws, whatever the policy (the pipeline fails), when the pipeline does not
+  // match the source: another sample_bytes, more workers than it was built for,
+  // or a sample index past the dataset.
   void fill(Sample& s);
   // Read-ahead advice for samples the workers will fill next: for a shard
   // member, WILLNEED on its byte range through the shard descriptor the

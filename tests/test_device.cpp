@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -306,6 +307,18 @@ TEST_CASE("open_device chooses once and says why", "[device][backend]") {
     REQUIRE(open_device(cfg)->backend() == Backend::host);
     cfg.link_gbps = -1;
     REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("link_gbps must be"));
+    // 1e-6 GB/s: every copy slept 13 minutes a batch, and the destructor waited it out.
+    cfg.link_gbps = 1e-6;
+    REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("link_gbps must be 0 (no simulated link) or 0.01 to 1e6, got 1e-06"));
+    cfg.link_gbps = 0;
+    cfg.max_delay_us = DeviceConfig::kMaxDelayUs + 1;
+    REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("max_delay_us must be <= 1000000"));
+    cfg.max_delay_us = 0;
+    cfg.host_transfer = HostTransfer(9);
+    REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("host_transfer must be copy or handover"));
+    cfg.host_transfer = HostTransfer::copy;
+    cfg.backend = BackendChoice(9);
+    REQUIRE_THROWS_WITH(open_device(cfg), Catch::Contains("backend must be automatic, cuda or host"));
   }
   SECTION("a GPU named other than 0 is never auto's fallback to host") {
     DeviceConfig cfg;
@@ -611,8 +624,19 @@ TEST_CASE("device pipeline rejects a normalize layout that does not match the sa
   REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device),
                       Catch::Contains("config: normalize layout 4x5x3 does not match sample_bytes 48"));
   tc.normalize->width = 4;
+  tc.normalize->height = (std::size_t{1} << 62) + 4;  // x 4 x 3 wraps to 48
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("does not match"));
+  tc.normalize->height = 4;
   tc.normalize->out_type = DType::uint8;
   REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.out_type"));
+  tc.normalize->out_type = DType(9);
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.out_type"));
+  tc.normalize->out_type = DType::float16;
+  tc.normalize->mean_std.mean[1] = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.mean"));
+  tc.normalize->mean_std = Normalize{};
+  tc.normalize->mean_std.std[2] = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.std"));
 }
 
 TEST_CASE("a device error on the transfer thread reaches the consumer with the call and file:line",
@@ -1141,7 +1165,8 @@ TEST_CASE("labels cross the bus in the batch's one copy, 8-byte aligned after th
   // Issue 16.3: a pageable labels.to(device) synchronised every step; now the
   // transfer thread writes the labels after the pixels in the pinned buffer
   // and the one copy moves both.
-  for (std::size_t sample_bytes : {std::size_t(13), std::size_t(48)}) {  // 13: the labels need padding to align
+  // 13: the labels need padding to align; 0: labels only (the pool allocated nothing for them, a segfault)
+  for (std::size_t sample_bytes : {std::size_t(0), std::size_t(13), std::size_t(48)}) {
     for (HostTransfer mode : {HostTransfer::copy, HostTransfer::handover}) {
       DYNAMIC_SECTION("sample_bytes " << sample_bytes << " mode " << int(mode)) {
         DeviceConfig dc;

@@ -470,6 +470,35 @@ TEST_CASE("images: skip policy accounts for every sample, fail policy stops nami
   }
 }
 
+TEST_CASE("images: a pipeline that does not match its source fails, even under the skip policy",
+          "[images][pipeline][skip]") {
+  // Built for 1 worker, run by 3 (or over a dataset_size past the dataset): 23
+  // of 24 samples were "skipped" with a vector::at message, and the run ended
+  // as if all were well.
+  Folder f(24);
+  ImageConfig cfg;
+  cfg.transforms = {RandomResizedCrop{{8, 8}}};
+  cfg.on_error = ErrorPolicy::skip;
+  ImageSource src(f.dataset, cfg, 1);
+  Config c;
+  c.batch_size = 4;
+  c.sample_bytes = src.sample_bytes();
+  c.epochs = 1;
+  const auto run = [&](std::size_t workers, std::size_t size) -> std::string {
+    c.workers = workers;
+    Pipeline p(c, size, {src.filler()});
+    try {
+      while (p.next()) {
+      }
+    } catch (const PipelineError& e) {
+      return e.what();
+    }
+    return "no error, " + std::to_string(p.skipped().size()) + " skipped";
+  };
+  CHECK_THAT(run(3, f.dataset.size()), Catch::Contains("built for 1 workers but the pipeline runs worker"));
+  CHECK_THAT(run(1, f.dataset.size() + 3), Catch::Contains("is past the dataset's 24 samples"));
+}
+
 TEST_CASE("images: normalizing in the workers writes the device's float32 CHW bits", "[images][normalize]") {
   Folder f(12);
   ImageConfig plain;

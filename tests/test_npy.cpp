@@ -497,3 +497,29 @@ TEST_CASE("array source: a shape that does not add up is refused by name", "[npy
                       Catch::Contains("5 samples but 4 labels"));
   REQUIRE_THROWS_WITH(ArraySource(data, 0, labels), Catch::Contains("rows of 0 bytes"));
 }
+
+TEST_CASE("array source: a pipeline of another sample_bytes or dataset_size fails, never overruns",
+          "[npy][arrays]") {
+  // Unchecked, 8-byte slots took 16-byte rows (a heap overflow), 32-byte slots kept
+  // stale bytes, and a dataset_size past the rows read beyond the array.
+  const std::vector<std::byte> data(10 * 16);
+  const std::vector<std::int64_t> labels(10);
+  const ArraySource source(data, 16, labels);
+  const auto run = [&](std::size_t sample_bytes, std::size_t size) -> std::string {
+    Config c;
+    c.batch_size = 4;
+    c.epochs = 1;
+    c.sample_bytes = sample_bytes;
+    Pipeline p(c, size, {source.filler()});
+    try {
+      while (p.next()) {
+      }
+    } catch (const PipelineError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK_THAT(run(8, 10), Catch::Contains("the pipeline's sample_bytes is 8 but a row is 16 bytes"));
+  CHECK_THAT(run(32, 10), Catch::Contains("the pipeline's sample_bytes is 32 but a row is 16 bytes"));
+  CHECK_THAT(run(16, 12), Catch::Contains("sample index 1") && Catch::Contains("past the 10 rows"));
+}

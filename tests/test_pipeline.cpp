@@ -291,6 +291,13 @@ TEST_CASE("pipeline: invalid config names the field", "[pipeline][config]") {
   rejects([](Config& c) { c.world_size = 0; }, "world_size");
   rejects([](Config& c) { c.rank = 4, c.world_size = 4; }, "rank");
   rejects([](Config& c) { c.wait_yields = 1000001; }, "wait_yields");
+  // An unsigned -1 passed validate() and hung next(): the queue's semaphore took it as a negative count.
+  rejects([](Config& c) { c.host_queue_depth = SIZE_MAX; }, "host_queue_depth");
+  rejects([](Config& c) { c.device_queue_depth = std::size_t{1} << 63; }, "device_queue_depth");
+  rejects([](Config& c) { c.host_buffers = SIZE_MAX; }, "host_buffers");
+  rejects([](Config& c) { c.device_buffers = std::size_t{1} << 40; }, "device_buffers");
+  rejects([](Config& c) { c.world_size = SIZE_MAX; }, "world_size");
+  rejects([](Config& c) { c.shard_policy = ShardPolicy(7); }, "shard_policy");
   REQUIRE_THROWS_WITH(Pipeline(small_config(), 10, StageFunctions{}), Catch::Contains("fill"));
 }
 
@@ -1042,4 +1049,32 @@ TEST_CASE("config: the host pool's bytes, saturating instead of overflowing", "[
   CHECK(c.host_pool_bytes() == 10 * 64 * (150528 + 16));
   c.sample_bytes = SIZE_MAX / 2;
   CHECK(c.host_pool_bytes() == SIZE_MAX);
+  // The buffer counts saturate too (a queue depth of SIZE_MAX - 5 gave 0 buffers, 0 bytes).
+  c.sample_bytes = 1;
+  c.host_queue_depth = SIZE_MAX - 5;
+  CHECK(c.host_buffer_count() == SIZE_MAX);
+  CHECK(c.host_pool_bytes() == SIZE_MAX);
+  c.device_queue_depth = SIZE_MAX - 1;
+  CHECK(c.device_buffer_count() == SIZE_MAX);
+}
+
+TEST_CASE("batch pool: labels-only buffers are allocated, and a null from the allocator is refused",
+          "[pipeline][config]") {
+  std::vector<std::size_t> asked;
+  Allocator a;
+  a.name = "test";
+  a.allocate = [&](std::size_t bytes) -> void* {
+    asked.push_back(bytes);
+    return ::operator new(bytes + 8);  // room of its own past the pixels, as the device pipeline's label tail
+  };
+  a.deallocate = [](void* p, std::size_t) { ::operator delete(p); };
+  {
+    BatchPool pool(2, 4, 0, a);  // sample_bytes 0: labels only
+    CHECK(asked == std::vector<std::size_t>{0, 0});
+    std::optional<BatchHandle> h = pool.acquire();
+    REQUIRE(h);
+    CHECK((*h)->data != nullptr);
+  }
+  a.allocate = [](std::size_t) -> void* { return nullptr; };
+  REQUIRE_THROWS_AS(BatchPool(2, 4, 16, a), PoolAllocationError);
 }

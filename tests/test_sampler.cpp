@@ -169,3 +169,39 @@ TEST_CASE("state: serialize and parse round-trip, and bad text names the field",
   std::string extra = s.serialize() + " bogus=1";
   REQUIRE_THROWS_WITH(PipelineState::parse(extra), Catch::Contains("'bogus'"));
 }
+
+TEST_CASE("state: an edited line is refused, not replayed or allocated", "[state]") {
+  // 10 batches of 7 in an epoch of 64 samples
+  const std::string tail = " seed=1 dataset_size=64 batch_size=7 shuffle=1 drop_last=0 rank=0 world_size=1 shard_policy=pad";
+  REQUIRE(PipelineState::parse("conveyor-state 1 epoch=0 delivered=0-9" + tail).delivered.size() == 10);
+  // A cut line: "delivered=" read as none delivered replayed the epoch's batches.
+  REQUIRE_THROWS_WITH(PipelineState::parse("conveyor-state 1 epoch=0 delivered=" + tail),
+                      Catch::Contains("'delivered' is empty"));
+  // 2^32 + 1 batch indices (32 GiB) from a 10-batch epoch: refused before allocating.
+  REQUIRE_THROWS_WITH(PipelineState::parse("conveyor-state 1 epoch=0 delivered=0-4294967296" + tail),
+                      Catch::Contains("names batch 4294967296, past the 10"));
+  REQUIRE_THROWS_WITH(PipelineState::parse("conveyor-state 1 epoch=0 delivered=10" + tail),
+                      Catch::Contains("names batch 10, past the 10"));
+  // The last of two values won.
+  REQUIRE_THROWS_WITH(PipelineState::parse("conveyor-state 1 epoch=0 delivered=- seed=2" + tail),
+                      Catch::Contains("'seed' appears twice"));
+}
+
+TEST_CASE("sampler: shard and batch counts do not wrap near SIZE_MAX", "[sampler]") {
+  // (n + w - 1) / w wrapped to 0: epochs of no batches, without a word.
+  SamplerOptions o;
+  o.dataset_size = SIZE_MAX;
+  o.world_size = 2;
+  o.batch_size = 1;
+  const Sampler pad(o);
+  CHECK(pad.shard_size() == SIZE_MAX / 2 + 1);
+  CHECK(pad.batches_per_epoch() == SIZE_MAX / 2 + 1);
+  o.dataset_size = 10;
+  o.world_size = SIZE_MAX;
+  const Sampler wide(o);
+  CHECK(wide.shard_size() == 1);
+  o.dataset_size = SIZE_MAX;
+  o.world_size = 1;
+  o.batch_size = 64;
+  CHECK(Sampler(o).batches_per_epoch() == SIZE_MAX / 64 + 1);
+}

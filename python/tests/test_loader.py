@@ -239,11 +239,15 @@ def test_integer_arguments_get_one_line_errors_naming_them(kw, error, says):
 
 
 def test_batch_pools_over_the_memory_budget_are_refused_before_allocation():
-    # host_queue=2**31 grew the process to 24 GB until the OOM killer ended it
-    x = np.zeros((40, 1), np.uint8)
-    with pytest.raises(ValueError, match=r"^the batch pools need \d+ MiB .*host_queue 2147483648.*over max_memory_mb \d+ "
+    # host_queue=2**31 grew the process to 24 GB until the OOM killer ended it; it is now past
+    # host_queue's range, and the largest queue with 1 MiB rows is what the budget refuses.
+    x = np.zeros((40, 1 << 20), np.uint8)  # calloc'd: never touched, never resident
+    with pytest.raises(ValueError, match=r"^the batch pools need \d+ MiB .*host_queue 65536.*over max_memory_mb \d+ "
                                          r"\(default: a quarter of physical memory\)$"):
-        conveyor.Loader(arrays=(x, np.arange(40)), batch_size=8, host_queue=2**31, device="cpu")
+        conveyor.Loader(arrays=(x, np.arange(40)), batch_size=8, host_queue=2**16, device="cpu")
+    for arg, top in (("host_queue", 2**16), ("device_queue", 2**16), ("device_buffers", 2**20), ("world_size", 2**20)):
+        with pytest.raises(ValueError, match=rf"^{arg}={top + 1}: expected \d to {top}$"):
+            conveyor.Loader(arrays=(x, np.arange(40)), device="cpu", **{arg: top + 1})
     rows = np.zeros((8, 64, 64, 3), np.uint8)  # 12 KiB a row: 64 batches of 8 are 6 MiB
     with pytest.raises(ValueError, match=r"over max_memory_mb 1$"):
         conveyor.Loader(arrays=(rows, np.arange(8)), batch_size=8, host_queue=64, max_memory_mb=1, device="cpu")
