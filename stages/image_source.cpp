@@ -177,8 +177,8 @@ void ImageSource::fill(Sample& s) {
   // Neither is the sample's fault either: thrown before the try, so no skip policy turns them into skips.
   if (s.worker >= workers_.size()) {
     throw std::logic_error("image source: built for " + std::to_string(workers_.size()) +
-                           " workers but the pipeline runs worker " + std::to_string(s.worker) +
-                           " (give ImageSource the pipeline's Config::workers)");
+                           " worker(s), but the pipeline's worker " + std::to_string(s.worker) +
+                           " (counted from 0) called it: give ImageSource the pipeline's Config::workers");
   }
   if (s.index >= dataset_.size()) {
     throw std::logic_error("image source: sample index " + std::to_string(s.index) + " is past the dataset's " +

@@ -495,7 +495,7 @@ TEST_CASE("images: a pipeline that does not match its source fails, even under t
     }
     return "no error, " + std::to_string(p.skipped().size()) + " skipped";
   };
-  CHECK_THAT(run(3, f.dataset.size()), Catch::Contains("built for 1 workers but the pipeline runs worker"));
+  CHECK_THAT(run(3, f.dataset.size()), Catch::Contains("built for 1 worker(s), but the pipeline's worker"));
   CHECK_THAT(run(1, f.dataset.size() + 3), Catch::Contains("is past the dataset's 24 samples"));
 }
 
