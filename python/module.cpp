@@ -1,9 +1,10 @@
 // conveyor._conveyor: the pybind11 layer over python/loader.h. It converts
-// arguments (defaults from the C++ Config and ImageConfig: one source of
-// truth), releases the GIL while waiting for a batch and checks for Ctrl-C
-// every 50 ms, and hands batches to Python without a copy: each batch is a pair
-// of Arrays (images, labels) that share it, exported through DLPack
-// (__dlpack__, __dlpack_device__) and, on the host, NumPy's buffer protocol.
+// arguments (python/arguments.h checks each; defaults from the C++ Config and
+// ImageConfig: one source of truth), releases the GIL while waiting for a
+// batch and checks for Ctrl-C every 50 ms, and hands batches to Python
+// without a copy: each batch is a pair of Arrays (images, labels) that share
+// it, exported through DLPack (__dlpack__, __dlpack_device__) and, on the
+// host, NumPy's buffer protocol.
 // The batch goes back to the pipeline when the last Array, NumPy view or
 // DLPack tensor over it dies, on whichever thread that is. Workers and the
 // transfer thread never touch Python.
@@ -21,11 +22,9 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,6 +37,7 @@
 
 #include "conveyor/version.h"
 #include "pipeline/pipeline.h"
+#include "python/arguments.h"
 #include "python/holders.h"
 #include "python/loader.h"
 #include "stages/augment.h"
@@ -156,13 +156,6 @@ std::optional<Element> element_of_format(std::string f) {
     case '?': return Element{'u', 8};
     default: return std::nullopt;
   }
-}
-
-// A Python bool or NumPy's (numpy.bool_, numpy.bool in NumPy 2): refused
-// where an integer or a number is asked for, the one kind a flag takes.
-bool is_bool(const py::handle& v) {
-  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
-  return PyBool_Check(v.ptr()) || type == "numpy.bool_" || type == "numpy.bool";
 }
 
 // arrays=' y holds integers, or a ValueError: pybind11's cast to int64 would
@@ -581,129 +574,12 @@ EpochIter epoch_iter(py::object self, std::optional<std::uint64_t> e) {
   return EpochIter{&L, self, e ? *e : now.epoch, L.generation};
 }
 
-template <typename T, std::size_t N>
-T pick(const std::string& what, const std::string& value, const std::array<std::pair<const char*, T>, N>& choices) {
-  std::string names;
-  for (auto& [name, v] : choices) {
-    if (value == name) return v;
-    names += names.empty() ? name : std::string(", ") + name;
-  }
-  throw py::value_error(what + "=" + value + ": expected one of " + names);
-}
-
-template <typename T, std::size_t N>
-const char* name_of(T value, const std::array<std::pair<const char*, T>, N>& choices) {
-  for (auto& [name, v] : choices) {
-    if (v == value) return name;
-  }
-  return "?";
-}
-
 constexpr std::array<std::pair<const char*, BackendChoice>, 3> kDevices{
     {{"auto", BackendChoice::automatic}, {"cuda", BackendChoice::cuda}, {"cpu", BackendChoice::host}}};
 constexpr std::array<std::pair<const char*, DType>, 3> kNormalizeTypes{
     {{"float32", DType::float32}, {"float16", DType::float16}, {"bfloat16", DType::bfloat16}}};
 constexpr std::array<std::pair<const char*, ErrorPolicy>, 2> kErrorPolicies{
     {{"fail", ErrorPolicy::fail}, {"skip", ErrorPolicy::skip}}};
-
-// An integer argument (batch_size=, seed=, crop=, ...) as Python takes an
-// index: an int or anything with __index__ (NumPy's integers), not a bool or a
-// float, in [lo, hi]; else a one-line TypeError or ValueError naming it.
-// pybind11's own conversion would answer batch_size=-1 with a TypeError that
-// lists the whole signature, and would take True as 1.
-// "name=repr(v)" for an error message; built only when there is one (a
-// repr may raise, or exceed Python's digit limit for a huge int).
-std::string shown(const char* name, const py::handle& v) {
-  std::string text;
-  try {
-    text = py::repr(v).cast<std::string>();
-  } catch (const py::error_already_set&) {
-    text = "<" + std::string(Py_TYPE(v.ptr())->tp_name) + ">";
-  }
-  if (text.size() > 60) text = text.substr(0, 40) + "...";
-  return std::string(name) + "=" + text;
-}
-
-std::uint64_t whole(const char* name, const py::handle& v, std::uint64_t lo = 0,
-                    std::uint64_t hi = std::numeric_limits<std::uint64_t>::max()) {
-  if (PyBool_Check(v.ptr())) throw py::type_error(shown(name, v) + ": expected an integer, not a bool");
-  PyObject* index = PyNumber_Index(v.ptr());
-  if (!index) {
-    // Not an index: a TypeError of our own wording. Anything else __index__
-    // raised (KeyboardInterrupt) goes on as it is.
-    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
-    PyErr_Clear();
-    throw py::type_error(shown(name, v) + ": expected an integer, not " + std::string(Py_TYPE(v.ptr())->tp_name));
-  }
-  const auto n = py::reinterpret_steal<py::int_>(index);
-  if (n < py::int_(lo) || n > py::int_(hi)) {
-    throw py::value_error(shown(name, v) + (lo == 0 && n < py::int_(0) ? ": expected a non-negative integer"
-                                                                        : ": expected " + std::to_string(lo) + " to " +
-                                                                              std::to_string(hi)));
-  }
-  return n.cast<std::uint64_t>();
-}
-
-// A real-valued argument: an int or a float (not a bool), finite, >= 0.
-// NumPy's scalars count as the integers and floats they are (np.int64(512),
-// np.float32(0.5)), as whole() takes an integer by its __index__.
-double non_negative(const char* name, const py::handle& v) {
-  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
-  const bool real = PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyIndex_Check(v.ptr()) ||
-                    type.starts_with("numpy.float") || type == "numpy.longdouble" || type == "numpy.half";
-  if (is_bool(v) || !real) {
-    throw py::type_error(shown(name, v) + ": expected a number, not " + std::string(type));
-  }
-  const double x = PyFloat_AsDouble(v.ptr());  // an int too large for a double raises OverflowError
-  if (x == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw py::value_error(shown(name, v) + ": too large");
-  }
-  if (!std::isfinite(x) || x < 0) throw py::value_error(shown(name, v) + ": expected a finite number >= 0");
-  return x;
-}
-
-// True or False (NumPy's bool_ too); pybind11's bool took None as False.
-bool flag(const char* name, const py::handle& v) {
-  if (is_bool(v)) return PyObject_IsTrue(v.ptr()) == 1;
-  throw py::type_error(shown(name, v) + ": expected True or False, not " + std::string(Py_TYPE(v.ptr())->tp_name));
-}
-
-// A str argument (nullopt for None where `optional`).
-std::optional<std::string> text(const char* name, const py::handle& v, bool optional = false) {
-  if (optional && v.is_none()) return std::nullopt;
-  if (!py::isinstance<py::str>(v)) {
-    throw py::type_error(shown(name, v) + ": expected a str" + (optional ? " or None" : "") + ", not " +
-                         std::string(Py_TYPE(v.ptr())->tp_name));
-  }
-  return v.cast<std::string>();
-}
-
-// A path argument: None, a str or an os.PathLike (pathlib.Path), as torchvision takes it.
-std::optional<std::string> path(const char* name, const py::handle& v) {
-  if (v.is_none()) return std::nullopt;
-  py::object p = py::reinterpret_borrow<py::object>(v);
-  if (!py::isinstance<py::str>(p) && !py::isinstance<py::bytes>(p) && py::hasattr(p, "__fspath__")) {
-    p = py::module_::import("os").attr("fspath")(p);
-  }
-  if (py::isinstance<py::bytes>(p)) return p.cast<std::string>();
-  if (py::isinstance<py::str>(p)) {
-    // As os.fsencode: a name that is not UTF-8, as os.listdir gives it
-    // (surrogateescape), is its bytes again.
-    PyObject* bytes = PyUnicode_EncodeFSDefault(p.ptr());
-    if (!bytes) throw py::error_already_set();
-    return py::reinterpret_steal<py::bytes>(bytes).cast<std::string>();
-  }
-  throw py::type_error(shown(name, v) + ": expected a path (str, bytes or os.PathLike), not " +
-                       std::string(Py_TYPE(v.ptr())->tp_name));
-}
-
-// arrays=: (x, y) as a tuple or a list; None for no arrays.
-std::optional<py::tuple> pair(const char* name, const py::handle& v) {
-  if (v.is_none()) return std::nullopt;
-  if (py::isinstance<py::tuple>(v) || py::isinstance<py::list>(v)) return py::tuple(py::reinterpret_borrow<py::object>(v));
-  throw py::type_error(std::string(name) + "=: expected a pair (x, y), not " + std::string(Py_TYPE(v.ptr())->tp_name));
-}
 
 // The Loader's integer arguments, as Python objects until whole() checks them.
 struct Counts {
