@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -452,11 +451,9 @@ void validate_normalization(const TransferConfig::Normalization& n, std::size_t 
   if (n.out_type != DType::float32 && n.out_type != DType::float16 && n.out_type != DType::bfloat16) {
     throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
   }
-  for (std::size_t c = 0; c < n.channels; ++c) {
-    if (!(n.mean_std.std[c] > 0) || !std::isfinite(n.mean_std.std[c])) {
-      throw ConfigError("normalize.std", "must be finite and > 0 for every channel");
-    }
-    if (!std::isfinite(n.mean_std.mean[c])) throw ConfigError("normalize.mean", "must be finite for every channel");
+  if (const auto problem = normalize_problem(n.mean_std, n.channels)) {
+    const std::size_t space = problem->find(' ');  // "std[1] must be ...": the field, then the problem
+    throw ConfigError("normalize." + problem->substr(0, space), problem->substr(space + 1));
   }
 }
 
@@ -543,7 +540,9 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
     stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };
   }
   pipeline_ = std::make_unique<Pipeline>(config, dataset_size, std::move(stages), std::move(resume));
-  max_held_ = device->hands_over() ? std::min(core_->slots.size(), config.host_buffer_count()) : core_->slots.size();
+  // A batch held keeps its host buffer too (its indices and labels; handed
+  // over, its bytes), so the host pool bounds it as well, copying or not.
+  max_held_ = std::min(core_->slots.size(), config.host_buffer_count());
 }
 
 DevicePipeline::~DevicePipeline() { stop(); }
@@ -579,12 +578,12 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   NvtxRange range("conveyor.next");
   if (stopped_) return std::nullopt;
   if (core_->held.load() >= max_held_) {
-    // The transfer thread (or, handed over, the workers) needs one of them
-    // back before it can publish again.
+    // The transfer thread (or the workers, for a host buffer) needs one of
+    // them back before it can publish again.
     if (max_held_ < core_->slots.size()) {
       throw std::logic_error("device pipeline: the consumer holds " + std::to_string(max_held_) +
-                             " batches, every buffer of the host pool (on the host backend a batch handed over is its "
-                             "host buffer); release a batch before taking another (or raise host_buffers)");
+                             " batch(es), every buffer of the host pool (a batch held keeps its host buffer); "
+                             "release a batch before taking another (or raise host_buffers)");
     }
     throw std::logic_error("device pipeline: all " + std::to_string(core_->slots.size()) +
                            " device slots are held by the consumer; release a batch before taking another "

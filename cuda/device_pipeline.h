@@ -246,10 +246,10 @@ class DevicePipeline {
   // when this reaches max_held().
   std::size_t held_slots() const;
   // The most batches the consumer can hold with the pipeline still able to
-  // give another: device_slots(), or, where the device hands the host buffer
-  // itself over (a CPU consumer on the host backend), the host pool's buffers
-  // if fewer: each batch held is one of them, and with all of them held the
-  // workers have none to fill.
+  // give another: device_slots(), or the host pool's buffers if fewer (a
+  // Config::host_buffers below the slots): a batch held keeps its host buffer
+  // until released (its indices and labels; handed over, its bytes too), and
+  // with all of them held the workers have none to fill.
   std::size_t max_held() const { return max_held_; }
 
  private:
@@ -258,7 +258,7 @@ class DevicePipeline {
   // after pipeline_ (its workers) is joined. Holds no object of its own.
   std::shared_ptr<void> gpu_attachment_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
-  bool stopped_ = false;                // stop() was called (consumer thread)
+  std::atomic<bool> stopped_{false};    // stop() was called
   std::size_t max_held_ = 0;
 };
 

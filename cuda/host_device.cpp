@@ -13,14 +13,18 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <new>
+#include <string>
 #include <thread>
 #include <type_traits>
+#include <unordered_set>
 
 #include "cuda/backends.h"
 #include "pipeline/rng.h"
@@ -91,6 +95,21 @@ class HostEvent final : public Event {
   Clock::time_point at_{};
 };
 
+class HostStream;
+
+// The threaded host streams alive, so wrap_stream can refuse a handle that is
+// not one (CUDA's per-thread stream 0x2, a CUDA stream given to the host
+// backend) instead of using it as one. Leaked on purpose: a stream may die
+// during static destruction.
+struct LiveStreams {
+  std::mutex mu;
+  std::unordered_set<const HostStream*> streams;
+};
+LiveStreams& live_streams() {
+  static auto* live = new LiveStreams;
+  return *live;
+}
+
 // Runs operations in order: on its own thread (a created stream) or inline (a
 // wrapped nullptr: the caller's thread). Either way each operation first sleeps a
 // random 0..max_delay_us when the device injects delays.
@@ -98,10 +117,17 @@ class HostStream final : public Stream {
  public:
   HostStream(bool threaded, std::uint32_t max_delay_us, std::uint64_t seed, std::uint64_t id)
       : max_delay_us_(max_delay_us), rng_(seed, id, 0) {
-    if (threaded) thread_ = std::thread([this] { run(); });
+    if (!threaded) return;
+    thread_ = std::thread([this] { run(); });
+    std::lock_guard lk(live_streams().mu);
+    live_streams().streams.insert(this);
   }
   ~HostStream() override {
     if (!thread_.joinable()) return;
+    {
+      std::lock_guard lk(live_streams().mu);
+      live_streams().streams.erase(this);
+    }
     {
       std::lock_guard lk(mu_);
       closing_ = true;
@@ -320,8 +346,27 @@ class HostDevice final : public Device {
   std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits& limits, std::string&) override {
     return std::make_unique<HostJpegDecoder>(limits);
   }
+  // As CUDA's: null (and cudaStreamLegacy, 0x1) is the caller's own timeline,
+  // here inline on the calling thread; cudaStreamPerThread (0x2) is refused.
+  // Anything else must be a live stream of this backend (create_stream()'s
+  // native()): a CUDA stream handed to the host backend was taken for one.
   std::unique_ptr<Stream> wrap_stream(void* native) override {
-    if (native) return std::make_unique<HostStreamView>(static_cast<HostStream*>(native), nullptr);
+    const auto handle = reinterpret_cast<std::uintptr_t>(native);
+    if (handle == 0x2) {
+      throw DeviceError("the per-thread default stream (cudaStreamPerThread) cannot be waited on and released from "
+                        "other threads: pass an explicit stream");
+    }
+    if (handle != 0 && handle != 0x1) {
+      auto* stream = static_cast<HostStream*>(native);
+      {
+        std::lock_guard lk(live_streams().mu);
+        if (live_streams().streams.count(stream)) return std::make_unique<HostStreamView>(stream, nullptr);
+      }
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%p", native);
+      throw DeviceError("stream " + std::string(shown) + " is not a live stream of the host backend "
+                        "(a CUDA stream, or one already destroyed?)");
+    }
     return std::make_unique<HostStreamView>(
         nullptr, std::make_unique<HostStream>(false, config_.max_delay_us, config_.delay_seed, next_id()));
   }

@@ -17,7 +17,7 @@ struct ResidentDataset::Slot {
 
 std::size_t HostSamples::row_elements() const {
   std::size_t n = 1;
-  for (auto d : row_shape) n *= d;
+  for (auto d : row_shape) n = saturating_mul(n, d);
   return n;
 }
 
@@ -38,7 +38,12 @@ HostSamples host_samples(const NpyArray& array) {
 }
 
 namespace {
-std::string mib(std::size_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+// Rounded up to MiB, or exact below one: "1 MiB" for 5459 bytes against 5458 read as equal.
+std::string mib(std::size_t bytes) {
+  if (bytes < (std::size_t{1} << 20)) return std::to_string(bytes) + " bytes";
+  if (bytes == SIZE_MAX) return "more than 2^64 bytes";  // a saturated size: a shape whose product wraps
+  return std::to_string(bytes / (1 << 20) + (bytes % (1 << 20) != 0)) + " MiB";
+}
 }  // namespace
 
 ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSamples& samples,
@@ -49,6 +54,7 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
       sampler_(config.sampler_options(samples.rows)),
       layout_(samples) {
   if (!device_) throw std::invalid_argument("resident dataset: device is required");
+  config_.validate();  // ConfigError naming the field: batch_size past kMaxBatchSize was a bad_alloc
   if (samples.dtype != DType::uint8 && samples.dtype != DType::float32) {
     throw std::invalid_argument(std::string("resident dataset: samples must be uint8 or float32, not ") +
                                 dtype_name(samples.dtype));
@@ -58,7 +64,10 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
                                 std::to_string(samples.rows) + " samples");
   }
   if (samples.rows > 0 && !samples.data) throw std::invalid_argument("resident dataset: samples.data is null");
-  if (resident_.buffers == 0) throw std::invalid_argument("resident dataset: buffers must be >= 1");
+  if (resident_.buffers == 0 || resident_.buffers > Config::kMaxBuffers) {
+    throw std::invalid_argument("resident dataset: buffers must be 1 to " + std::to_string(Config::kMaxBuffers) +
+                                " (got " + std::to_string(resident_.buffers) + ")");
+  }
   const std::size_t row_bytes = samples.row_bytes();
   if (const auto& n = resident_.normalize) {
     if (samples.dtype != DType::uint8 || samples.row_shape.size() != 3 || samples.row_shape[0] != n->height ||
@@ -74,7 +83,9 @@ ResidentDataset::ResidentDataset(std::shared_ptr<Device> device, const HostSampl
   }
 
   // The budget: the resident data itself. Output buffers and indices are extra, and small.
-  const std::size_t data_bytes = samples.rows * row_bytes + samples.rows * sizeof(std::int64_t);
+  // Saturating, as row_bytes: a product that wraps must read as over budget.
+  const std::size_t data_bytes =
+      saturating_add(saturating_mul(samples.rows, row_bytes), saturating_mul(samples.rows, sizeof(std::int64_t)));
   if (data_bytes > resident_.budget_bytes) {
     throw std::invalid_argument("resident dataset: " + mib(data_bytes) + " of samples and labels exceed budget_bytes (" +
                                 mib(resident_.budget_bytes) + "); stream the dataset with DevicePipeline instead");

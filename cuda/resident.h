@@ -46,8 +46,9 @@ struct HostSamples {
   DType dtype = DType::uint8;
   std::size_t rows = 0;
   std::vector<std::size_t> row_shape;  // e.g. {28, 28} or {32, 32, 3}
+  // Both saturate at SIZE_MAX (a shape whose product wraps reads as too much).
   std::size_t row_elements() const;
-  std::size_t row_bytes() const { return row_elements() * dtype_size(dtype); }
+  std::size_t row_bytes() const { return saturating_mul(row_elements(), dtype_size(dtype)); }
 };
 
 // A view of an array read with read_npy (uint8 or float32; its first axis is
@@ -59,7 +60,8 @@ struct ResidentConfig {
   // (stream it with DevicePipeline). Default: 1 GiB.
   std::size_t budget_bytes = std::size_t{1} << 30;
 
-  // Output batches the consumer may hold at once. Default: 2.
+  // Output batches the consumer may hold at once. Default: 2. Range 1 ..
+  // Config::kMaxBuffers.
   std::size_t buffers = 2;
 
   // For uint8 HWC image rows (row_shape {H, W, C}): normalize in the gather,

@@ -91,8 +91,12 @@ TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   if (batch.dtype() == DType::uint8) {
     const std::int64_t sample = sizes[1];
     const std::int64_t element = shape.float32_chw ? std::int64_t(sizeof(float)) : 1;
-    if (shape.height <= 0 || shape.width <= 0 || shape.channels <= 0 ||
-        shape.height * shape.width * shape.channels * element != sample) {
+    // The product in unsigned arithmetic, saturating: a signed one could overflow (undefined) and wrap onto `sample`.
+    const auto product = [&] {
+      std::size_t p = saturating_mul(std::size_t(shape.height), std::size_t(shape.width));
+      return saturating_mul(saturating_mul(p, std::size_t(shape.channels)), std::size_t(element));
+    };
+    if (shape.height <= 0 || shape.width <= 0 || shape.channels <= 0 || product() != std::size_t(sample)) {
       throw std::invalid_argument("to_tensors: un-normalized samples of " + std::to_string(sample) +
                                   " bytes need a shape (" + std::to_string(shape.height) + "x" +
                                   std::to_string(shape.width) + "x" + std::to_string(shape.channels) +

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace conveyor {
 
 namespace {
@@ -40,8 +42,9 @@ void Config::validate() const {
 
 std::size_t Config::host_buffer_count() const {
   // Saturating: host_pool_bytes() promises a comparable figure even for a config validate() refuses.
-  return host_buffers ? host_buffers
-                      : saturating_add(saturating_add(workers, host_queue_depth), saturating_add(device_queue_depth, 2));
+  if (host_buffers) return host_buffers;
+  return saturating_add(saturating_add(workers, host_queue_depth),
+                        std::max(saturating_add(device_queue_depth, 2), device_buffers));
 }
 
 std::size_t Config::host_pool_bytes() const {

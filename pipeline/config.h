@@ -62,7 +62,10 @@ struct Config {
   // Batch buffers in the pool, which bounds the batches in flight.
   // Default: 0, meaning workers + host_queue_depth + device_queue_depth + 2
   // (batches being filled, queued both sides, one in transfer, one held by the
-  // consumer). Fewer buffers than that still work, with less overlap.
+  // consumer), or workers + host_queue_depth + device_buffers where that is
+  // more: a batch a DevicePipeline's consumer holds keeps its host buffer, so
+  // every device slot can be held. Fewer buffers than that still work, with
+  // less overlap (and, under a DevicePipeline, fewer batches to hold).
   // At most kMaxBuffers.
   std::size_t host_buffers = 0;
 

@@ -15,7 +15,8 @@ namespace conveyor {
 
 namespace {
 std::string describe(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, const std::string& message) {
-  std::string s = stage + " stage failed at epoch " + std::to_string(epoch);
+  std::string s = stage + " stage failed";
+  if (epoch != PipelineError::kNoSample) s += " at epoch " + std::to_string(epoch);
   if (sample != PipelineError::kNoSample) s += ", sample " + std::to_string(sample);
   return s + ": " + message;
 }

@@ -159,7 +159,9 @@ struct StageFunctions {
 class PipelineError : public std::runtime_error {
  public:
   static constexpr std::uint64_t kNoSample = ~std::uint64_t{0};
-  // what(): "<stage> stage failed at epoch E[, sample S]: <message>".
+  // what(): "<stage> stage failed[ at epoch E][, sample S]: <message>"; the
+  // epoch is left out (epoch() is kNoSample) for a failure of no one epoch,
+  // such as a device pipeline's release.
   PipelineError(std::string stage, std::uint64_t epoch, std::uint64_t sample, std::string message,
                 std::exception_ptr cause = nullptr);
   const std::string& stage() const { return stage_; }

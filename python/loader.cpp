@@ -53,16 +53,10 @@ Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sa
   // opened; a GPU, when auto finds one, is opened as it is. One probe, and the reason auto gives.
   settings_.device.handover_if_host = true;
   device_ = open_device(settings_.device);
-  // Handed over, each batch the consumer holds is one of the host pool's
-  // buffers: the pool gets one for each device slot beside those the workers
-  // and the host queue use, so that device_buffers= is what the consumer may
-  // hold (with the default pool, raising it only moved the limit to the
-  // pool's size, where next() waited for ever: round 9).
-  if (device_->hands_over() && settings_.config.host_buffers == 0) {
-    Config& c = settings_.config;
-    c.host_buffers = std::max(c.host_buffer_count(),
-                              saturating_add(saturating_add(c.workers, c.host_queue_depth), c.device_buffer_count()));
-  }
+  // Each batch the consumer holds keeps one of the host pool's buffers; the
+  // default pool (Config::host_buffer_count) has one for each device slot
+  // beside those the workers and the host queue use, so device_buffers= is
+  // what the consumer may hold (round 9: next() waited for ever past the pool).
   if (device_->backend() == Backend::cuda) {
     transfer_.current_consumer_stream = [this] { return stream_; };
   }

@@ -93,10 +93,8 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
   if (!config_.files) config_.files = posix_file_system();
   workers_.reserve(workers);
   if (config_.normalize) {
-    for (int c = 0; c < 3; ++c) {
-      if (!(config_.normalize->std[std::size_t(c)] > 0)) {
-        throw std::invalid_argument("image source: normalize.std[" + std::to_string(c) + "] must be > 0");
-      }
+    if (const auto problem = normalize_problem(*config_.normalize, 3)) {
+      throw std::invalid_argument("image source: normalize." + *problem);
     }
   }
   const std::size_t pixel_bytes = std::size_t(output().height) * output().width * 3;

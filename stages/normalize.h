@@ -8,6 +8,9 @@
 
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <optional>
+#include <string>
 
 #if defined(__CUDACC__)
 #define CONVEYOR_HD __host__ __device__
@@ -31,5 +34,23 @@ struct ChannelAffine {
 inline ChannelAffine channel_affine(float mean, float std) { return {1.0f / (255.0f * std), -mean / std}; }
 
 CONVEYOR_HD inline float normalize_value(unsigned char v, ChannelAffine a) { return fmaf(float(v), a.scale, a.bias); }
+
+// Why `n` cannot normalize its first `channels` channels into numbers, or
+// nullopt: each std finite and > 0, each mean finite, and the folded scale
+// and bias finite (a std of 1e-42 passes "> 0", but its scale is infinite,
+// and every output NaN). "std[1] must be finite and > 0", for messages that
+// put their own prefix ("normalize.").
+inline std::optional<std::string> normalize_problem(const Normalize& n, std::size_t channels) {
+  for (std::size_t c = 0; c < channels && c < 3; ++c) {
+    const std::string at = "[" + std::to_string(c) + "]";
+    if (!(n.std[c] > 0) || !std::isfinite(n.std[c])) return "std" + at + " must be finite and > 0";
+    if (!std::isfinite(n.mean[c])) return "mean" + at + " must be finite";
+    const ChannelAffine a = channel_affine(n.mean[c], n.std[c]);
+    if (!std::isfinite(a.scale) || !std::isfinite(a.bias)) {
+      return "std" + at + " is too small: 1 / (255 std) or mean / std overflows a float";
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace conveyor

@@ -532,6 +532,33 @@ std::size_t run_stream_consumer(DevicePipeline& dp, Device& device, Stream& stre
 
 }  // namespace
 
+TEST_CASE("the host backend wraps only its own streams, as CUDA refuses the per-thread stream",
+          "[device][streams]") {
+  // Any handle was taken for a host stream: cudaStreamPerThread (0x2) as a
+  // consumer stream, or in record_stream, crashed in next() or in a release.
+  auto device = host_device();
+  auto own = device->create_stream();
+  REQUIRE_NOTHROW(device->wrap_stream(own->native()));
+  REQUIRE_NOTHROW(device->wrap_stream(nullptr));
+  REQUIRE_NOTHROW(device->wrap_stream(reinterpret_cast<void*>(0x1)));  // cudaStreamLegacy: the caller's timeline
+  REQUIRE_THROWS_AS(device->wrap_stream(reinterpret_cast<void*>(0x2)), DeviceError);
+  REQUIRE_THROWS_WITH(device->wrap_stream(reinterpret_cast<void*>(0x2)), Catch::Contains("cudaStreamPerThread"));
+  int not_a_stream = 0;
+  REQUIRE_THROWS_WITH(device->wrap_stream(&not_a_stream), Catch::Contains("is not a live stream of the host backend"));
+  void* gone = own->native();
+  own.reset();
+  REQUIRE_THROWS_AS(device->wrap_stream(gone), DeviceError);
+  TransferConfig tc;
+  tc.consumer_stream = reinterpret_cast<void*>(0x2);
+  REQUIRE_THROWS_AS(DevicePipeline(small_config(1, 1, 2), 8, test::fill_pattern, tc, device), DeviceError);
+  DevicePipeline dp(small_config(1, 1, 2), 8, test::fill_pattern, {}, device);
+  auto batch = dp.next();
+  REQUIRE(batch);
+  REQUIRE_THROWS_AS(batch->record_stream(reinterpret_cast<void*>(0x2)), DeviceError);
+  batch.reset();  // released whole: the refused stream was never kept
+  REQUIRE(dp.held_slots() == 0);
+}
+
 TEST_CASE("device pipeline on the host backend delivers every sample intact under random delays",
           "[device][pipeline]") {
   const std::size_t dataset = 23;  // 6 batches an epoch, the last short
@@ -636,7 +663,10 @@ TEST_CASE("device pipeline rejects a normalize layout that does not match the sa
   REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.mean"));
   tc.normalize->mean_std = Normalize{};
   tc.normalize->mean_std.std[2] = std::numeric_limits<float>::infinity();
-  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.std"));
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.std[2]"));
+  tc.normalize->mean_std.std[2] = 1e-42f;  // > 0, but 1 / (255 std) is infinite: every output was NaN
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device),
+                      Catch::Contains("normalize.std[2] is too small"));
 }
 
 TEST_CASE("a device error on the transfer thread reaches the consumer with the call and file:line",
@@ -898,7 +928,21 @@ TEST_CASE("resident dataset: sharding, budget and held buffers", "[device][resid
     ResidentConfig rc;
     rc.budget_bytes = 100;  // 11 * 2 + 11 * 8 = 110 bytes
     REQUIRE_THROWS_WITH(ResidentDataset(device, t.samples, t.labels, Config{}, rc),
-                        Catch::Contains("exceed budget_bytes") && Catch::Contains("DevicePipeline"));
+                        Catch::Contains("110 bytes of samples and labels exceed budget_bytes (100 bytes)") &&
+                            Catch::Contains("DevicePipeline"));
+  }
+  SECTION("sizes that wrap, a batch past the Config's limit and buffers past kMaxBuffers are refused") {
+    // {2^62, 4} rows were 0 bytes: accepted, with batches of shape [n, 2^62, 4] over no memory.
+    HostSamples wide = t.samples;
+    wide.row_shape = {std::size_t{1} << 62, 4};
+    REQUIRE(wide.row_bytes() == SIZE_MAX);
+    REQUIRE_THROWS_WITH(ResidentDataset(device, wide, t.labels, Config{}), Catch::Contains("exceed budget_bytes"));
+    Config big;
+    big.batch_size = std::size_t{1} << 40;  // a bad_alloc before
+    REQUIRE_THROWS_AS(ResidentDataset(device, t.samples, t.labels, big), ConfigError);
+    ResidentConfig rc;
+    rc.buffers = std::size_t{1} << 40;
+    REQUIRE_THROWS_WITH(ResidentDataset(device, t.samples, t.labels, Config{}, rc), Catch::Contains("buffers must be 1 to"));
   }
   SECTION("labels must match the rows") {
     std::vector<std::int64_t> short_labels(10);
@@ -963,10 +1007,11 @@ TEST_CASE("the consumer's stream waits on copied for every batch, and holding ev
   REQUIRE(empty.bytes() == 0);
 }
 
-TEST_CASE("handed over, the consumer may hold every buffer of the host pool; asking for one more is an error, not a hang",
+TEST_CASE("the consumer may hold every buffer of the host pool; asking for one more is an error, not a hang",
           "[device][pipeline]") {
-  // Each batch handed over is a host buffer: with 8 device slots but a pool of
-  // 4, a consumer holding 4 leaves the workers none to fill.
+  // Each batch held keeps its host buffer (handed over, its bytes; copied, its
+  // indices and labels): with 8 device slots but a pool of 4, a consumer
+  // holding 4 leaves the workers none to fill.
   DeviceConfig handover;
   handover.host_transfer = HostTransfer::handover;
   Config cfg = small_config(1, 1, 8);
@@ -979,14 +1024,26 @@ TEST_CASE("handed over, the consumer may hold every buffer of the host pool; ask
   for (int i = 0; i < 4; ++i) held.push_back(dp.next());
   REQUIRE(dp.held_slots() == 4);
   REQUIRE(dp.wait_ready(std::chrono::microseconds(0)));  // next() would not wait: it throws
-  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("the consumer holds 4 batches, every buffer of the host pool"));
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("the consumer holds 4 batch(es), every buffer of the host pool"));
   held.front().reset();
   std::size_t rest = 0;
   while (auto b = dp.next()) ++rest;
   REQUIRE(rest == 6);
-  // Copied (not handed over), host buffers go back at once: the slots are the limit.
-  DevicePipeline copied(cfg, 40, test::fill_pattern, {}, host_device());
-  REQUIRE(copied.max_held() == 8);
+  // Copied, the same: max_held() said 8, and the 5th next() waited for ever
+  // ("keep the previous batch" with host_buffers 1 hung at the 2nd).
+  for (std::size_t buffers : {std::size_t(1), std::size_t(4)}) {
+    cfg.host_buffers = buffers;
+    DevicePipeline copied(cfg, 40, test::fill_pattern, {}, host_device());
+    REQUIRE(copied.max_held() == buffers);
+    std::vector<DeviceBatch> kept;
+    for (std::size_t i = 0; i < buffers; ++i) kept.push_back(*copied.next());
+    REQUIRE(copied.wait_ready(std::chrono::microseconds(0)));
+    REQUIRE_THROWS_WITH(copied.next(), Catch::Contains("every buffer of the host pool"));
+    kept.erase(kept.begin());
+    REQUIRE(copied.next());
+  }
+  cfg.host_buffers = 0;  // the default pool is larger than the slots
+  REQUIRE(DevicePipeline(cfg, 40, test::fill_pattern, {}, host_device()).max_held() == 8);
 }
 
 TEST_CASE("normalize through the pipeline with a delayed consumer stream keeps every output intact",

@@ -123,10 +123,16 @@ TEST_CASE("to_tensors over a batch the workers normalized is float32 NCHW, the b
     std::memcpy(s.data.data(), v.data(), s.data.size());
     s.label = std::int64_t(s.index);
   };
-  DevicePipeline p(cfg, 5, floats, TransferConfig{}, host(HostTransfer::handover, false));
+  DevicePipeline p(cfg, 8, floats, TransferConfig{}, host(HostTransfer::handover, false));  // 3 batches
   auto b = p.next();
   REQUIRE(b);
   REQUIRE_THROWS_AS(to_tensors(std::move(*b), ImageShape{kH, kW, kC}), std::invalid_argument);  // 4x the uint8 size
+  b = p.next();
+  REQUIRE(b);
+  // A product that wraps onto the sample size ((2^62 + kH) x kW x kC x 4 bytes): a
+  // signed overflow before, then LibTorch's own c10::Error, not invalid_argument.
+  REQUIRE_THROWS_AS(to_tensors(std::move(*b), ImageShape{(std::int64_t{1} << 62) + kH, kW, kC, true}),
+                    std::invalid_argument);
   b = p.next();
   REQUIRE(b);
   const std::byte* filled = b->host().data;
