@@ -22,7 +22,13 @@ void check(bool ok, const char* transform, const char* what) {
   if (!ok) throw AugmentError(std::string(transform) + ": " + what);
 }
 
-void check_size(Size s, const char* transform) { check(s.height > 0 && s.width > 0, transform, "size must be positive"); }
+// Sizes, a Resize's shorter side and padding up to kMaxCrop: past it the
+// canvas arithmetic (ints) could overflow, and no output that large fits a batch.
+static_assert(kMaxCrop == 16384, "the messages below say 16384");
+void check_size(Size s, const char* transform) {
+  check(s.height > 0 && s.width > 0, transform, "size must be positive");
+  check(s.height <= kMaxCrop && s.width <= kMaxCrop, transform, "size must be at most 16384");
+}
 
 // snprintf rather than string operator+: GCC 12 at -O3 warns falsely (-Wrestrict) on the latter.
 std::string size_text(Size s) {
@@ -47,6 +53,9 @@ std::string num(double v) {
 struct Canvas {
   double ax = 0, bx = 1, ay = 0, by = 1;
   int width = 0, height = 0;
+  // The source box the last resize saw (Geometry's window): torchvision
+  // resizes what earlier crops left, so the resize reads nothing outside it.
+  double wx0 = 0, wy0 = 0, wx1 = 0, wy1 = 0;
 
   // Keep the part [left, left + w) x [top, top + h) of the canvas (may reach outside: padding).
   void crop(int left, int top, Size s) {
@@ -56,6 +65,10 @@ struct Canvas {
     height = s.height;
   }
   void resize(Size s) {
+    wx0 = std::min(ax, ax + bx * width);
+    wx1 = std::max(ax, ax + bx * width);
+    wy0 = ay;
+    wy1 = ay + by * height;
     bx *= double(width) / s.width;
     by *= double(height) / s.height;
     width = s.width;
@@ -103,12 +116,13 @@ Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
                      check_size(r.size, "RandomResizedCrop");
                      check(r.scale_min > 0 && r.scale_min <= r.scale_max && r.scale_max <= 1, "RandomResizedCrop",
                            "scale must satisfy 0 < min <= max <= 1");
-                     check(r.ratio_min > 0 && r.ratio_min <= r.ratio_max, "RandomResizedCrop",
-                           "ratio must satisfy 0 < min <= max");
+                     check(r.ratio_min > 0 && r.ratio_min <= r.ratio_max && std::isfinite(r.ratio_max),
+                           "RandomResizedCrop", "ratio must satisfy 0 < min <= max, finite");
                      size = r.size;
                    },
                    [&](const Resize& r) {
                      check(r.shorter >= 0, "Resize", "shorter side must be positive");
+                     check(r.shorter <= kMaxCrop, "Resize", "shorter side must be at most 16384");
                      if (r.shorter > 0) {
                        size.reset();
                      } else {
@@ -124,6 +138,9 @@ Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
                      check_size(r.size, "RandomCrop");
                      check(r.pad_left >= 0 && r.pad_top >= 0 && r.pad_right >= 0 && r.pad_bottom >= 0, "RandomCrop",
                            "padding must be non-negative");
+                     check(r.pad_left <= kMaxCrop && r.pad_top <= kMaxCrop && r.pad_right <= kMaxCrop &&
+                               r.pad_bottom <= kMaxCrop,
+                           "RandomCrop", "padding must be at most 16384 a side");
                      size = r.size;
                    },
                    [&](const RandomHorizontalFlip& r) {
@@ -141,6 +158,8 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
   Canvas c;
   c.width = width;
   c.height = height;
+  c.wx1 = width;  // no resize yet: the whole image
+  c.wy1 = height;
   for (const Transform& t : chain_) {
     std::visit(Overload{
                    [&](const RandomResizedCrop& r) { random_resized_crop(c, r, rng); },
@@ -154,8 +173,12 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
                      }
                    },
                    [&](const CenterCrop& r) {
-                     c.crop(py_round((c.width - r.size.width) / 2.0), py_round((c.height - r.size.height) / 2.0),
-                            r.size);
+                     // torchvision: larger than the image, it pads (crop - size) // 2 before and the rest
+                     // after; else it starts at round((size - crop) / 2). round(-1.5) is -2, one off.
+                     const auto start = [](int size, int crop) {
+                       return crop > size ? -((crop - size) / 2) : py_round((size - crop) / 2.0);
+                     };
+                     c.crop(start(c.width, r.size.width), start(c.height, r.size.height), r.size);
                    },
                    [&](const RandomCrop& r) {
                      int left = r.pad_left, right = r.pad_right, top = r.pad_top, bottom = r.pad_bottom;
@@ -197,6 +220,10 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
   g.x1 = std::max(xa, xb);
   g.y0 = c.ay;
   g.y1 = c.ay + c.by * c.height;
+  g.wx0 = c.wx0;
+  g.wy0 = c.wy0;
+  g.wx1 = c.wx1;
+  g.wy1 = c.wy1;
   return g;
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "pipeline/rng.h"
+#include "stages/resize_math.h"  // ResizeWindow
 
 namespace conveyor {
 
@@ -87,17 +88,24 @@ class AugmentError : public std::runtime_error {
 // Where the output's pixels come from. Output column c (0 .. width-1, before the
 // flip) samples source x in [x0 + c * (x1 - x0) / width, ...). The box may reach
 // outside the image: those output pixels take ImageConfig::pad_value (padding).
+// The window is the source box the chain's last resize saw: torchvision crops
+// and then resizes what is left, so the resize reads no pixel outside it, and
+// a part of the box outside it is padding too (a RandomCrop with padding after
+// the resize). plan() sets it; the default is the whole image.
 struct Geometry {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // source-pixel box, x1 > x0, y1 > y0
   Size out;
   bool flip = false;  // mirror the output horizontally
+  double wx0 = -ResizeWindow::kOpen, wy0 = -ResizeWindow::kOpen;  // the window
+  double wx1 = ResizeWindow::kOpen, wy1 = ResizeWindow::kOpen;
 };
 
 class Augment {
  public:
-  // Validates the chain: positive sizes, 0 < scale_min <= scale_max <= 1,
-  // 0 < ratio_min <= ratio_max, 0 <= p <= 1, non-negative padding, and a fixed
-  // output size (a shorter-side Resize must be followed by a crop). Throws
+  // Validates the chain: sizes (and a Resize's shorter side) 1 .. kMaxCrop,
+  // 0 < scale_min <= scale_max <= 1, 0 < ratio_min <= ratio_max (finite),
+  // 0 <= p <= 1, padding 0 .. kMaxCrop a side, and a fixed output size (a
+  // shorter-side Resize must be followed by a crop). Throws
   // AugmentError naming the transform and field. An empty chain is invalid.
   explicit Augment(std::vector<Transform> chain);
 

@@ -142,9 +142,15 @@ bool jpeg_decode_safely(jpeg_decompress_struct& cinfo, JpegErrors& err, JpegJob&
   jpeg_start_decompress(&cinfo);
 
   // The region in scaled pixels: source x maps to x * M / 8.
+  // Two more columns each side where the image has them: jpeg_crop_scanline's
+  // fancy upsampling takes the crop's edge for the image's, so with 4:2:0
+  // chroma the first and last columns decoded differ from a whole decode (by
+  // up to 21 levels). With a chroma sample more each side they are not used.
   const double s = job.scale / 8.0;
+  constexpr JDIMENSION kEdge = 2;
   JDIMENSION x0 = JDIMENSION(std::floor(job.region.x * s));
-  JDIMENSION x1 = std::min(cinfo.output_width, JDIMENSION(std::ceil((job.region.x + job.region.w) * s)));
+  x0 = x0 > kEdge ? x0 - kEdge : 0;
+  JDIMENSION x1 = std::min(cinfo.output_width, JDIMENSION(std::ceil((job.region.x + job.region.w) * s) + kEdge));
   const JDIMENSION y0 = JDIMENSION(std::floor(job.region.y * s));
   const JDIMENSION y1 = std::min(cinfo.output_height, JDIMENSION(std::ceil((job.region.y + job.region.h) * s)));
   x1 = std::max(x1, x0 + 1);

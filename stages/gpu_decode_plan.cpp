@@ -19,7 +19,9 @@ bool gpu_decodes(std::uint64_t index, double share) {
 
 bool gpu_decodable(const ImageInfo& info, const Geometry& g) {
   if (info.format != ImageFormat::jpeg || info.progressive || info.arithmetic || !info.gray_or_ycc) return false;
-  return g.x0 >= 0 && g.y0 >= 0 && g.x1 <= info.width && g.y1 <= info.height && g.x1 > g.x0 && g.y1 > g.y0;
+  // The box inside the image and inside its window: no padding to write.
+  return g.x0 >= 0 && g.y0 >= 0 && g.x1 <= info.width && g.y1 <= info.height && g.x1 > g.x0 && g.y1 > g.y0 &&
+         g.x0 >= g.wx0 && g.y0 >= g.wy0 && g.x1 <= g.wx1 && g.y1 <= g.wy1;
 }
 
 void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrdiff_t stride, const Geometry& g,
@@ -29,7 +31,8 @@ void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrd
     throw std::invalid_argument("render_gpu_twin: dst holds " + std::to_string(dst.size()) + " bytes, the output needs " +
                                 std::to_string(std::size_t(ow) * std::size_t(oh) * 3));
   }
-  resize_reference(full, width, height, stride, g.x0, g.y0, g.x1, g.y1, dst.data(), ow, oh, std::ptrdiff_t(ow) * 3, g.flip);
+  resize_reference(full, width, height, stride, g.x0, g.y0, g.x1, g.y1, dst.data(), ow, oh, std::ptrdiff_t(ow) * 3, g.flip,
+                   ResizeWindow{g.wx0, g.wy0, g.wx1, g.wy1});
 }
 
 DeferredDecode DeferredDecodes::blank() {

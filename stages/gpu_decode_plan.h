@@ -42,7 +42,7 @@ bool gpu_decodes(std::uint64_t index, double share);
 // Whether the GPU path can take this image with this geometry: a sequential
 // Huffman-coded 8-bit JPEG in grayscale or YCbCr (progressive, arithmetic,
 // RGB-coded, CMYK and YCCK files, and every other format, stay on the CPU), and
-// a crop box inside the image (padding is the CPU path's).
+// a crop box inside the image and its window (padding is the CPU path's).
 bool gpu_decodable(const ImageInfo& info, const Geometry& g);
 
 // The GPU path on the host: the geometry's box of a full-size RGB8 decode

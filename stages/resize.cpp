@@ -219,7 +219,11 @@ void layout_horizontal_weights(const std::vector<std::int16_t>& taps_weights, in
 
 }  // namespace
 
-void make_resize_taps(double start, double end, int in_size, int out_size, ResizeTaps& taps) {
+void make_resize_taps(double start, double end, int in_size, int out_size, ResizeTaps& taps, double window_lo,
+                      double window_hi) {
+  // The pixels the window covers, at least one, inside the image.
+  const int first = window_lo <= 0 ? 0 : int(std::min(std::floor(window_lo), double(in_size - 1)));
+  const int last = window_hi >= in_size ? in_size - 1 : std::max(first, int(std::ceil(window_hi)) - 1);
   const double scale = (end - start) / out_size;  // input pixels per output pixel
   const double support = std::max(1.0, scale);     // antialias: widen when shrinking
   const int max_taps = int(std::ceil(support)) * 2 + 1;
@@ -230,8 +234,8 @@ void make_resize_taps(double start, double end, int in_size, int out_size, Resiz
   double w[64 * 2 + 1];
   for (int o = 0; o < out_size; ++o) {
     const double centre = start + (o + 0.5) * scale;
-    const int lo = std::max(0, int(std::floor(centre - support)));
-    const int hi = std::min({in_size - 1, int(std::ceil(centre + support)), lo + max_taps - 1});
+    const int lo = std::min(last, std::max(first, int(std::floor(centre - support))));
+    const int hi = std::min({last, int(std::ceil(centre + support)), lo + max_taps - 1});
     double sum = 0;
     int n = 0;
     for (int i = lo; i <= hi && n < 129; ++i, ++n) {
@@ -273,11 +277,11 @@ ResizeBox clamp_resize_box(double u0, double v0, double u1, double v1, int width
 
 void resize_reference(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                       double u1, double v1, unsigned char* dst, int out_width, int out_height,
-                      std::ptrdiff_t dst_stride, bool mirror) {
+                      std::ptrdiff_t dst_stride, bool mirror, ResizeWindow window) {
   const ResizeBox box = clamp_resize_box(u0, v0, u1, v1, width, height, out_width, out_height);
   ResizeTaps x, y;
-  make_resize_taps(box.u0, box.u1, width, out_width, x);
-  make_resize_taps(box.v0, box.v1, height, out_height, y);
+  make_resize_taps(box.u0, box.u1, width, out_width, x, window.u0, window.u1);
+  make_resize_taps(box.v0, box.v1, height, out_height, y, window.v0, window.v1);
   for (int oy = 0; oy < out_height; ++oy) {
     for (int q = 0; q < out_width; ++q) {
       const int ox = mirror ? out_width - 1 - q : q;
@@ -321,7 +325,7 @@ const char* resize_isa() {
 
 void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                      double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
-                     ResizeScratch& s, bool mirror) {
+                     ResizeScratch& s, bool mirror, ResizeWindow window) {
 #if defined(CONVEYOR_RESIZE_AVX2)
   const bool avx2 = chosen_isa() == Isa::avx2;
   const auto vertical = avx2 ? vertical_row_avx2 : vertical_row;
@@ -331,8 +335,8 @@ void resize_triangle(const unsigned char* src, int width, int height, std::ptrdi
   const auto horizontal = horizontal_row;
 #endif
   const ResizeBox box = clamp_resize_box(u0, v0, u1, v1, width, height, out_width, out_height);
-  make_resize_taps(box.u0, box.u1, width, out_width, s.x);
-  make_resize_taps(box.v0, box.v1, height, out_height, s.y);
+  make_resize_taps(box.u0, box.u1, width, out_width, s.x, window.u0, window.u1);
+  make_resize_taps(box.v0, box.v1, height, out_height, s.y, window.v0, window.v1);
   const int x_taps = s.x.max_taps, y_taps = s.y.max_taps;
 
   // Vertical pass first, over just the input columns the horizontal taps read:

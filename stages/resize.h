@@ -40,12 +40,13 @@ const char* resize_isa();
 
 // Samples the box [u0, u1) x [v0, v1) (in pixels of src, 0 <= u0 < u1 <= width,
 // likewise v) into out_width x out_height pixels at dst (row stride dst_stride
-// bytes). Samples near the image edge renormalize over the pixels that exist.
+// bytes). Samples near the image's edge, or the window's (ResizeWindow: the
+// crop a chain resizes), renormalize over the pixels that exist there.
 // mirror flips the output left to right (RandomHorizontalFlip folded into the
 // resize, saving a pass over the output). Writes only the out_width x
 // out_height pixels at dst, never the bytes between rows.
 void resize_triangle(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                      double u1, double v1, unsigned char* dst, int out_width, int out_height, std::ptrdiff_t dst_stride,
-                     ResizeScratch& scratch, bool mirror = false);
+                     ResizeScratch& scratch, bool mirror = false, ResizeWindow window = {});
 
 }  // namespace conveyor

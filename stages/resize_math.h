@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "stages/normalize.h"  // CONVEYOR_HD
@@ -52,10 +53,22 @@ struct ResizeBox {
 ResizeBox clamp_resize_box(double u0, double v0, double u1, double v1, int width, int height, int out_width,
                            int out_height);
 
+// The input pixels a resize may read, [u0, u1) x [v0, v1) in the source's own
+// pixels (partly covered pixels included), beside the image's bounds:
+// torchvision crops and then resizes what is left, so a sample near the crop's
+// edge renormalizes over the crop's pixels, not the image's. Default:
+// unbounded, the whole image.
+struct ResizeWindow {
+  static constexpr double kOpen = std::numeric_limits<double>::infinity();
+  double u0 = -kOpen, v0 = -kOpen, u1 = kOpen, v1 = kOpen;
+};
+
 // The triangle filter's taps for out_size output pixels over [start, end) of
-// in_size input pixels (antialiased when shrinking). Host only: it rounds
-// doubles, and a kernel receives the result.
-void make_resize_taps(double start, double end, int in_size, int out_size, ResizeTaps& taps);
+// in_size input pixels (antialiased when shrinking), reading only pixels of
+// [window_lo, window_hi) (see ResizeWindow). Host only: it rounds doubles, and
+// a kernel receives the result.
+void make_resize_taps(double start, double end, int in_size, int out_size, ResizeTaps& taps,
+                      double window_lo = -ResizeWindow::kOpen, double window_hi = ResizeWindow::kOpen);
 
 // The vertical sum for input column `x` (byte offset x * 3 + c within a row)
 // at output row `oy`: 7 fraction bits.
@@ -87,6 +100,6 @@ CONVEYOR_HD inline unsigned char resize_value(const unsigned char* src, std::ptr
 // backend's GPU-decode twin.
 void resize_reference(const unsigned char* src, int width, int height, std::ptrdiff_t src_stride, double u0, double v0,
                       double u1, double v1, unsigned char* dst, int out_width, int out_height,
-                      std::ptrdiff_t dst_stride, bool mirror = false);
+                      std::ptrdiff_t dst_stride, bool mirror = false, ResizeWindow window = {});
 
 }  // namespace conveyor

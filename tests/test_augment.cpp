@@ -1,6 +1,8 @@
 // Augment: crop boxes for every image shape, torchvision parameter semantics,
 // flips, validation, and the pixel ops that render a box into a slot.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "catch_compat.h"
@@ -58,6 +60,16 @@ TEST_CASE("augment: Resize then CenterCrop stays inside, CenterCrop alone pads s
   REQUIRE(g.x0 == Approx(58 * 500.0 / 341));
   REQUIRE(g.x1 - g.x0 == Approx(224 * 500.0 / 341));
   REQUIRE(g.y0 == Approx(16 * 375.0 / 256));
+  // Larger than the image, torchvision pads (crop - size) // 2 before: 97x61 to 100x64 starts at
+  // (-1, -1). round(-1.5) = -2 put the image a pixel off whenever crop - size was 3 mod 4.
+  const Augment pad({CenterCrop{{64, 100}}});
+  const Geometry p = pad.plan(97, 61, rng);
+  CHECK(p.x0 == -1);
+  CHECK(p.y0 == -1);
+  const Geometry mixed = pad.plan(97, 70, rng);  // pads across, crops down: round((70 - 64) / 2) = 3
+  CHECK(mixed.x0 == -1);
+  CHECK(mixed.y0 == 3);
+  CHECK(pad.plan(93, 57, rng).x0 == -3);  // 7 // 2 = 3, not round(-3.5) = -4
 }
 
 TEST_CASE("augment: RandomResizedCrop draws scale and ratio in range", "[augment]") {
@@ -142,8 +154,60 @@ TEST_CASE("augment: invalid chains name the transform", "[augment]") {
   REQUIRE_THROWS_WITH(Augment({CenterCrop{{0, 3}}}), Catch::Contains("CenterCrop: size"));
   REQUIRE_THROWS_WITH(Augment({RandomCrop{{3, 3}, -1}}), Catch::Contains("padding"));
   REQUIRE_THROWS_WITH(Augment({CenterCrop{{3, 3}}, RandomHorizontalFlip{1.5}}), Catch::Contains("p must be"));
+  // Past kMaxCrop the canvas's int arithmetic overflowed (a zero-width box, a false "add padding").
+  REQUIRE_THROWS_WITH(Augment({RandomResizedCrop{{kMaxCrop + 1, 224}}}), Catch::Contains("at most 16384"));
+  REQUIRE_THROWS_WITH(Augment({Resize{2000000000}, CenterCrop{{224, 224}}}), Catch::Contains("Resize: shorter side"));
+  REQUIRE_THROWS_WITH(Augment({RandomCrop{{224, 224}, 1500000000, 0, 1500000000, 0}}),
+                      Catch::Contains("padding must be at most"));
+  REQUIRE_THROWS_WITH(Augment({RandomResizedCrop{{224, 224}, 0.08, 1, 0.75, std::numeric_limits<double>::infinity()}}),
+                      Catch::Contains("ratio"));
+  REQUIRE_NOTHROW(Augment({RandomResizedCrop{{kMaxCrop, kMaxCrop}}}));
   REQUIRE(Augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}}).describe() ==
           "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5)");
+}
+
+TEST_CASE("image ops: a resize reads the crop it resizes, as torchvision's crop-then-resize does",
+          "[augment][ops]") {
+  // A 60x80 image: random pixels inside the 40x50 centre, and outside it either
+  // black or white. CenterCrop(50x40) -> Resize(25x20) resizes the crop alone
+  // (torchvision cuts, then resizes what is left), so the outside cannot show;
+  // a whole decoded PNG let the filter read it (up to 24 levels at the edges),
+  // a region-decoded JPEG did not. Resize -> CenterCrop resizes the whole image
+  // first, so there the pixels just outside the crop do count.
+  const int w = 60, h = 80;
+  Rng fill(5, 0, 0);
+  std::vector<unsigned char> random(std::size_t(w) * h * 3);
+  for (auto& b : random) b = (unsigned char)fill.below(256);
+  // The random pixels inside [x0, x1) x [y0, y1), `outside` elsewhere.
+  const auto image = [&](int x0, int y0, int x1, int y1, unsigned char outside) {
+    std::vector<unsigned char> img = random;
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        if (x < x0 || x >= x1 || y < y0 || y >= y1) std::fill_n(&img[(std::size_t(y) * w + x) * 3], 3, outside);
+    return img;
+  };
+  const auto run = [&](const Augment& a, const std::vector<unsigned char>& img) {
+    Rng rng(1, 0, 0);
+    const Geometry g = a.plan(w, h, rng);
+    const DecodedView v{img.data(), w, h, w * 3};
+    ResizeScratch scratch;
+    std::vector<unsigned char> out(std::size_t(g.out.width) * g.out.height * 3);
+    render(v, g, w, h, 0, out, scratch);
+    return out;
+  };
+  // The crop: x [10, 50), y [15, 65).
+  const Augment crop_then_resize({CenterCrop{{50, 40}}, Resize{0, {25, 20}}});
+  CHECK(run(crop_then_resize, image(10, 15, 50, 65, 0)) == run(crop_then_resize, image(10, 15, 50, 65, 255)));
+  // Halved to 30x40, then its centre 20x24: source x [10, 50), y [16, 64); the filter reaches past it.
+  const Augment shrink_then_crop({Resize{0, {40, 30}}, CenterCrop{{24, 20}}});
+  CHECK(run(shrink_then_crop, image(10, 16, 50, 64, 0)) != run(shrink_then_crop, image(10, 16, 50, 64, 255)));
+  // RandomResizedCrop is a crop then a resize: whatever the draw, its box is its window.
+  const Augment rrc({RandomResizedCrop{{24, 24}}});
+  for (std::uint64_t i = 0; i < 50; ++i) {
+    Rng rng(2, 0, i);
+    const Geometry g = rrc.plan(w, h, rng);
+    CHECK((g.wx0 == g.x0 && g.wx1 == g.x1 && g.wy0 == g.y0 && g.wy1 == g.y1));
+  }
 }
 
 TEST_CASE("image ops: render copies, pads, flips exactly", "[augment][ops]") {

@@ -169,7 +169,6 @@ TEST_CASE("gpu decode: the same bytes for any worker count, each sample once, sp
     // Each sample: the twin's bits on the GPU path, the CPU path's otherwise.
     const Augment augment({RandomResizedCrop{{kOut, kOut}}, RandomHorizontalFlip{}});
     ImageDecoder dec({}, {8});
-    std::size_t differ = 0;
     for (const auto& [key, bytes] : one.sample) {
       const auto [epoch, index] = key;
       CAPTURE(epoch, index);
@@ -185,10 +184,9 @@ TEST_CASE("gpu decode: the same bytes for any worker count, each sample once, sp
       const DecodedView v = dec.decode({0, 0, info.width, info.height}, 1.0);
       std::vector<unsigned char> want(std::size_t(kOut) * kOut * 3);
       render_gpu_twin(v.pixels, v.width, v.height, v.stride, g, want);
-      REQUIRE(bytes == want);
-      differ += bytes != cpu.sample.at(key);  // full decode + resize, not the CPU path's ROI and DCT scale
+      REQUIRE(bytes == want);  // the counts above say this path ran: since the resize reads only
+                               // its window, the CPU path's full-scale ROI decode gives these bits too
     }
-    CHECK(differ > 0);  // the test sees which path ran
   }
 }
 
