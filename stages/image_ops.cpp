@@ -21,11 +21,11 @@ DecodeRequest decode_request(const Geometry& g, int image_width, int image_heigh
   // resized image beyond the crop, as torchvision's does.
   const double mx = std::ceil(std::max(1.0, (g.x1 - g.x0) / g.out.width)) + 1;
   const double my = std::ceil(std::max(1.0, (g.y1 - g.y0) / g.out.height)) + 1;
-  const auto at_most = [](double v, int hi) { return int(std::min(v, double(hi))); };  // no int overflow
-  const int x0 = std::clamp(at_most(std::floor(std::max(g.x0 - mx, g.wx0)), image_width), 0, image_width - 1);
-  const int y0 = std::clamp(at_most(std::floor(std::max(g.y0 - my, g.wy0)), image_height), 0, image_height - 1);
-  const int x1 = std::clamp(at_most(std::ceil(std::min(g.x1 + mx, g.wx1)), image_width), x0 + 1, image_width);
-  const int y1 = std::clamp(at_most(std::ceil(std::min(g.y1 + my, g.wy1)), image_height), y0 + 1, image_height);
+  const auto near = [](double v, int hi) { return int(std::clamp(v, -1.0, double(hi))); };  // never an int overflow
+  const int x0 = std::clamp(near(std::floor(std::max(g.x0 - mx, g.wx0)), image_width), 0, image_width - 1);
+  const int y0 = std::clamp(near(std::floor(std::max(g.y0 - my, g.wy0)), image_height), 0, image_height - 1);
+  const int x1 = std::clamp(near(std::ceil(std::min(g.x1 + mx, g.wx1)), image_width), x0 + 1, image_width);
+  const int y1 = std::clamp(near(std::ceil(std::min(g.y1 + my, g.wy1)), image_height), y0 + 1, image_height);
   return {{x0, y0, x1 - x0, y1 - y0}, std::max(g.out.width / (g.x1 - g.x0), g.out.height / (g.y1 - g.y0))};
 }
 
