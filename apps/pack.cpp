@@ -306,6 +306,20 @@ int pack(const Options& o) {
     }
     w.finish();
     wipe_progress_line();
+    // The shards move up under OUT's lock, and only into an OUT that holds no
+    // one else's: two packs that both got past the claim (CI's TSan run saw
+    // one) must not move one's shard-000000.tar over the other's, leaving one
+    // pack's manifest over the other's shards. Partial folders are another
+    // pack's work in progress, refused when it finishes in turn.
+    FolderLock finishing;
+    if (finishing.lock(out, std::chrono::seconds(5)) == FolderLock::Result::held_elsewhere) {
+      throw UsageError("--out " + o.out + ": locked by another process for 5 s (a flock around this command?)");
+    }
+    for (const auto& e : fs::directory_iterator(out)) {
+      if (!e.path().filename().string().starts_with(kPartialPrefix)) {
+        throw UsageError("--out " + o.out + ": exists and is not an empty folder (another pack finished into it first)");
+      }
+    }
     std::vector<fs::path> shards;
     for (const auto& e : fs::directory_iterator(partial)) shards.push_back(e.path());
     std::sort(shards.begin(), shards.end());
