@@ -160,13 +160,19 @@ class FolderLock {
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return Result::unsupported;
     const auto give_up = std::chrono::steady_clock::now() + patience;
-    int rc;
-    while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && (errno == EINTR || errno == EWOULDBLOCK) &&
-           std::chrono::steady_clock::now() < give_up && interrupt_signal() == 0) {
+    // flock's errno is kept at once: read after the clock and the sleep (which
+    // may set errno, under a sanitizer's interceptors too) a lock held
+    // elsewhere could read as "no flock here", and the caller fall back to the
+    // unlocked protocol beside a pack that locks.
+    int rc = 0, err = 0;
+    for (;;) {
+      rc = ::flock(fd, LOCK_EX | LOCK_NB);
+      err = rc == 0 ? 0 : errno;
+      if (rc == 0 || (err != EINTR && err != EWOULDBLOCK)) break;
+      if (std::chrono::steady_clock::now() >= give_up || interrupt_signal() != 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (rc != 0) {
-      const int err = errno;
       ::close(fd);
       return err == EWOULDBLOCK || err == EINTR ? Result::held_elsewhere : Result::unsupported;
     }
