@@ -21,8 +21,6 @@ Sampler::Sampler(const SamplerOptions& options) : o_(options) {
     throw std::invalid_argument("sampler: rank " + std::to_string(o_.rank) + " must be < world_size " +
                                 std::to_string(o_.world_size));
   }
-  // ceil(a / b) without (a + b - 1), which wraps for a near SIZE_MAX (an epoch of 0 batches).
-  const auto ceil_div = [](std::size_t a, std::size_t b) { return a / b + (a % b != 0); };
   const std::size_t n = o_.dataset_size, w = o_.world_size;
   shard_size_ = o_.shard_policy == ShardPolicy::pad ? ceil_div(n, w) : n / w;
   batches_ = o_.drop_last ? shard_size_ / o_.batch_size : ceil_div(shard_size_, o_.batch_size);

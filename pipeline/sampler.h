@@ -18,6 +18,10 @@
 
 namespace conveyor {
 
+// ceil(a / b) for b > 0, without the a + b - 1 that wraps near the type's
+// maximum (an epoch of 0 batches). Throws nothing.
+constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
+
 // What to do with the samples that do not divide evenly among the ranks.
 enum class ShardPolicy {
   pad,   // repeat samples from the head of the order so every rank gets ceil(N / W)

@@ -102,8 +102,7 @@ PipelineState PipelineState::parse(const std::string& text) {
   s.dataset_size = parse_u64("dataset_size", take("dataset_size"));
   s.batch_size = parse_u64("batch_size", take("batch_size"));
   // Every rank's epoch has at most ceil(dataset_size / batch_size) batches.
-  const std::uint64_t batches =
-      s.batch_size == 0 ? 0 : s.dataset_size / s.batch_size + (s.dataset_size % s.batch_size != 0);
+  const std::uint64_t batches = s.batch_size == 0 ? 0 : ceil_div(s.dataset_size, s.batch_size);
   s.delivered = parse_ranges(delivered, batches);
   s.shuffle = take_bool("shuffle");
   s.drop_last = take_bool("drop_last");
