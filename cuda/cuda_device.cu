@@ -426,8 +426,8 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
       const ResizeBox box = clamp_resize_box(g.x0, g.y0, g.x1, g.y1, items[i].width, items[i].height, g.out.width,
                                              g.out.height);
       Layout l{i, {}, {}, {}};
-      make_resize_taps(box.u0, box.u1, items[i].width, g.out.width, l.x, g.wx0, g.wx1);
-      make_resize_taps(box.v0, box.v1, items[i].height, g.out.height, l.y, g.wy0, g.wy1);
+      make_resize_taps(box.u0, box.u1, items[i].width, g.out.width, l.x, g.window.u0, g.window.u1);
+      make_resize_taps(box.v0, box.v1, items[i].height, g.out.height, l.y, g.window.v0, g.window.v1);
       l.at = taps_item_layout(total, l.x.first.size(), std::size_t(l.x.max_taps), l.y.first.size(),
                               std::size_t(l.y.max_taps));
       total = l.at.end;

@@ -451,10 +451,7 @@ void validate_normalization(const TransferConfig::Normalization& n, std::size_t 
   if (n.out_type != DType::float32 && n.out_type != DType::float16 && n.out_type != DType::bfloat16) {
     throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
   }
-  if (const auto problem = normalize_problem(n.mean_std, n.channels)) {
-    const std::size_t space = problem->find(' ');  // "std[1] must be ...": the field, then the problem
-    throw ConfigError("normalize." + problem->substr(0, space), problem->substr(space + 1));
-  }
+  if (const auto p = normalize_problem(n.mean_std, n.channels)) throw ConfigError("normalize." + p->field, p->problem);
 }
 
 std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device) {

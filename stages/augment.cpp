@@ -55,7 +55,7 @@ struct Canvas {
   int width = 0, height = 0;
   // The source box the last resize saw (Geometry's window): torchvision
   // resizes what earlier crops left, so the resize reads nothing outside it.
-  double wx0 = 0, wy0 = 0, wx1 = 0, wy1 = 0;
+  ResizeWindow window;
 
   // Keep the part [left, left + w) x [top, top + h) of the canvas (may reach outside: padding).
   void crop(int left, int top, Size s) {
@@ -65,10 +65,7 @@ struct Canvas {
     height = s.height;
   }
   void resize(Size s) {
-    wx0 = std::min(ax, ax + bx * width);
-    wx1 = std::max(ax, ax + bx * width);
-    wy0 = ay;
-    wy1 = ay + by * height;
+    window = {std::min(ax, ax + bx * width), ay, std::max(ax, ax + bx * width), ay + by * height};
     bx *= double(width) / s.width;
     by *= double(height) / s.height;
     width = s.width;
@@ -158,8 +155,7 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
   Canvas c;
   c.width = width;
   c.height = height;
-  c.wx1 = width;  // no resize yet: the whole image
-  c.wy1 = height;
+  c.window = {0, 0, double(width), double(height)};  // no resize yet: the whole image
   for (const Transform& t : chain_) {
     std::visit(Overload{
                    [&](const RandomResizedCrop& r) { random_resized_crop(c, r, rng); },
@@ -220,10 +216,7 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
   g.x1 = std::max(xa, xb);
   g.y0 = c.ay;
   g.y1 = c.ay + c.by * c.height;
-  g.wx0 = c.wx0;
-  g.wy0 = c.wy0;
-  g.wx1 = c.wx1;
-  g.wy1 = c.wy1;
+  g.window = c.window;
   return g;
 }
 

@@ -96,8 +96,7 @@ struct Geometry {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // source-pixel box, x1 > x0, y1 > y0
   Size out;
   bool flip = false;  // mirror the output horizontally
-  double wx0 = -ResizeWindow::kOpen, wy0 = -ResizeWindow::kOpen;  // the window
-  double wx1 = ResizeWindow::kOpen, wy1 = ResizeWindow::kOpen;
+  ResizeWindow window;  // in source pixels: u is x, v is y
 };
 
 class Augment {

@@ -21,7 +21,7 @@ bool gpu_decodable(const ImageInfo& info, const Geometry& g) {
   if (info.format != ImageFormat::jpeg || info.progressive || info.arithmetic || !info.gray_or_ycc) return false;
   // The box inside the image and inside its window: no padding to write.
   return g.x0 >= 0 && g.y0 >= 0 && g.x1 <= info.width && g.y1 <= info.height && g.x1 > g.x0 && g.y1 > g.y0 &&
-         g.x0 >= g.wx0 && g.y0 >= g.wy0 && g.x1 <= g.wx1 && g.y1 <= g.wy1;
+         g.x0 >= g.window.u0 && g.y0 >= g.window.v0 && g.x1 <= g.window.u1 && g.y1 <= g.window.v1;
 }
 
 void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrdiff_t stride, const Geometry& g,
@@ -32,7 +32,7 @@ void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrd
                                 std::to_string(std::size_t(ow) * std::size_t(oh) * 3));
   }
   resize_reference(full, width, height, stride, g.x0, g.y0, g.x1, g.y1, dst.data(), ow, oh, std::ptrdiff_t(ow) * 3, g.flip,
-                   ResizeWindow{g.wx0, g.wy0, g.wx1, g.wy1});
+                   g.window);
 }
 
 DeferredDecode DeferredDecodes::blank() {

@@ -22,10 +22,10 @@ DecodeRequest decode_request(const Geometry& g, int image_width, int image_heigh
   const double mx = std::ceil(std::max(1.0, (g.x1 - g.x0) / g.out.width)) + 1;
   const double my = std::ceil(std::max(1.0, (g.y1 - g.y0) / g.out.height)) + 1;
   const auto near = [](double v, int hi) { return int(std::clamp(v, -1.0, double(hi))); };  // never an int overflow
-  const int x0 = std::clamp(near(std::floor(std::max(g.x0 - mx, g.wx0)), image_width), 0, image_width - 1);
-  const int y0 = std::clamp(near(std::floor(std::max(g.y0 - my, g.wy0)), image_height), 0, image_height - 1);
-  const int x1 = std::clamp(near(std::ceil(std::min(g.x1 + mx, g.wx1)), image_width), x0 + 1, image_width);
-  const int y1 = std::clamp(near(std::ceil(std::min(g.y1 + my, g.wy1)), image_height), y0 + 1, image_height);
+  const int x0 = std::clamp(near(std::floor(std::max(g.x0 - mx, g.window.u0)), image_width), 0, image_width - 1);
+  const int y0 = std::clamp(near(std::floor(std::max(g.y0 - my, g.window.v0)), image_height), 0, image_height - 1);
+  const int x1 = std::clamp(near(std::ceil(std::min(g.x1 + mx, g.window.u1)), image_width), x0 + 1, image_width);
+  const int y1 = std::clamp(near(std::ceil(std::min(g.y1 + my, g.window.v1)), image_height), y0 + 1, image_height);
   return {{x0, y0, x1 - x0, y1 - y0}, std::max(g.out.width / (g.x1 - g.x0), g.out.height / (g.y1 - g.y0))};
 }
 
@@ -33,8 +33,8 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
             std::span<unsigned char> dst, ResizeScratch& scratch) {
   const int ow = g.out.width, oh = g.out.height;
   // The part of the box inside the image and the window, and where it lands in the output.
-  const double ix0 = std::max({g.x0, g.wx0, 0.0}), ix1 = std::min({g.x1, g.wx1, double(image_width)});
-  const double iy0 = std::max({g.y0, g.wy0, 0.0}), iy1 = std::min({g.y1, g.wy1, double(image_height)});
+  const double ix0 = std::max({g.x0, g.window.u0, 0.0}), ix1 = std::min({g.x1, g.window.u1, double(image_width)});
+  const double iy0 = std::max({g.y0, g.window.v0, 0.0}), iy1 = std::min({g.y1, g.window.v1, double(image_height)});
   const double sx = ow / (g.x1 - g.x0), sy = oh / (g.y1 - g.y0);
   const int ox0 = std::clamp(int(std::lround((ix0 - g.x0) * sx)), 0, ow);
   const int ox1 = std::clamp(int(std::lround((ix1 - g.x0) * sx)), 0, ow);
@@ -58,8 +58,8 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
                     std::size_t(cw) * 3);
       }
     } else {
-      const ResizeWindow window{(g.wx0 - src.x0) * src.scale_x, (g.wy0 - src.y0) * src.scale_y,
-                                (g.wx1 - src.x0) * src.scale_x, (g.wy1 - src.y0) * src.scale_y};
+      const ResizeWindow window{(g.window.u0 - src.x0) * src.scale_x, (g.window.v0 - src.y0) * src.scale_y,
+                                (g.window.u1 - src.x0) * src.scale_x, (g.window.v1 - src.y0) * src.scale_y};
       resize_triangle(src.pixels, src.width, src.height, src.stride, u0, v0, u1, v1, out, cw, ch, out_stride, scratch,
                       mirrored, window);
     }

@@ -93,8 +93,8 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
   if (!config_.files) config_.files = posix_file_system();
   workers_.reserve(workers);
   if (config_.normalize) {
-    if (const auto problem = normalize_problem(*config_.normalize, 3)) {
-      throw std::invalid_argument("image source: normalize." + *problem);
+    if (const auto p = normalize_problem(*config_.normalize, 3)) {
+      throw std::invalid_argument("image source: normalize." + p->field + " " + p->problem);
     }
   }
   const std::size_t pixel_bytes = std::size_t(output().height) * output().width * 3;

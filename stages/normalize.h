@@ -38,16 +38,19 @@ CONVEYOR_HD inline float normalize_value(unsigned char v, ChannelAffine a) { ret
 // Why `n` cannot normalize its first `channels` channels into numbers, or
 // nullopt: each std finite and > 0, each mean finite, and the folded scale
 // and bias finite (a std of 1e-42 passes "> 0", but its scale is infinite,
-// and every output NaN). "std[1] must be finite and > 0", for messages that
-// put their own prefix ("normalize.").
-inline std::optional<std::string> normalize_problem(const Normalize& n, std::size_t channels) {
+// and every output NaN). The field ("std[1]") and the problem ("must be
+// finite and > 0"), for messages that put their own prefix ("normalize.").
+struct NormalizeProblem {
+  std::string field, problem;
+};
+inline std::optional<NormalizeProblem> normalize_problem(const Normalize& n, std::size_t channels) {
   for (std::size_t c = 0; c < channels && c < 3; ++c) {
     const std::string at = "[" + std::to_string(c) + "]";
-    if (!(n.std[c] > 0) || !std::isfinite(n.std[c])) return "std" + at + " must be finite and > 0";
-    if (!std::isfinite(n.mean[c])) return "mean" + at + " must be finite";
+    if (!(n.std[c] > 0) || !std::isfinite(n.std[c])) return NormalizeProblem{"std" + at, "must be finite and > 0"};
+    if (!std::isfinite(n.mean[c])) return NormalizeProblem{"mean" + at, "must be finite"};
     const ChannelAffine a = channel_affine(n.mean[c], n.std[c]);
     if (!std::isfinite(a.scale) || !std::isfinite(a.bias)) {
-      return "std" + at + " is too small: 1 / (255 std) or mean / std overflows a float";
+      return NormalizeProblem{"std" + at, "is too small: 1 / (255 std) or mean / std overflows a float"};
     }
   }
   return std::nullopt;

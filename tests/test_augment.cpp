@@ -206,7 +206,7 @@ TEST_CASE("image ops: a resize reads the crop it resizes, as torchvision's crop-
   for (std::uint64_t i = 0; i < 50; ++i) {
     Rng rng(2, 0, i);
     const Geometry g = rrc.plan(w, h, rng);
-    CHECK((g.wx0 == g.x0 && g.wx1 == g.x1 && g.wy0 == g.y0 && g.wy1 == g.y1));
+    CHECK((g.window.u0 == g.x0 && g.window.u1 == g.x1 && g.window.v0 == g.y0 && g.window.v1 == g.y1));
   }
 }
 
