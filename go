@@ -11,13 +11,13 @@
 #                       ASan+UBSan, TSan; then 30 s of each fuzz target
 #   ./go fuzz [SECONDS] the fuzz targets alone, SECONDS each (default 600)
 #   ./go gpu-bundle     here: .gpu/ for a GPU machine without a registry (../shared's
-#                       gpu-bundle.sh plus toml++), then there: bash .gpu/build.sh && ./go gpu
+#                       gpu-bundle.sh plus toml++, dlpack and pybind11), then there: bash .gpu/build.sh && ./go gpu
 #   ./go gpu [PART...]  on a machine with an NVIDIA GPU: test_cuda, compute-sanitizer
 #                       memcheck and synccheck, the H2D and pipeline benchmarks,
 #                       conveyor train --device cuda --deterministic resumed, and what that switch
 #                       costs on the small ResNet; a 5 ms step-bound run; a summary.
 #                       PARTs, for a per-call time limit (default all, in this order):
-#                       tests (test_cuda, then the whole CTest), sanitize (memcheck,
+#                       tests (test_cuda, the whole CTest, the Python module required and its pytest), sanitize (memcheck,
 #                       synccheck), bench (h2d, pipeline), train (resume check),
 #                       train-cost (--deterministic's cost), decode (issue 22's benchmark)
 #   ./go peers ARGS     Conveyor against PyTorch's DataLoader and the Python
@@ -65,11 +65,15 @@ install_missing() {
 # nvcc lives outside PATH in the toolkit's default install.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
+# Warnings are errors in the test command and in CI (CONVEYOR_WERROR=ON, which
+# .ci/run sets for the demo too, so a warning only a Release build shows fails
+# CI); the demo on a user's machine warns but builds, since a newer compiler
+# may warn where Debian 12's GCC does not.
 # build NAME [cmake args...]: configure (once) and build build/NAME.
 build() {
   local name=$1; shift
   say "build/$name: configure and build ($*)"
-  cmake -S . -B "build/$name" -G Ninja -DCONVEYOR_WERROR=ON "$@" >"build/$name.configure.log" 2>&1 \
+  cmake -S . -B "build/$name" -G Ninja "$@" >"build/$name.configure.log" 2>&1 \
     || { cat "build/$name.configure.log"; exit 1; }
   local t0=$SECONDS
   cmake --build "build/$name" -j "$JOBS"
@@ -153,7 +157,7 @@ gpu_checks() {
   if [ ! -x "$b/apps/conveyor" ]; then
     install_missing "${TEST_PACKAGES[@]}"
     mkdir -p build
-    build gpu -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_CUDA=ON -DCONVEYOR_TORCH=AUTO
+    build gpu -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_WERROR=ON -DCONVEYOR_CUDA=ON -DCONVEYOR_TORCH=AUTO
     b=build/gpu
   fi
   mkdir -p "$out"
@@ -178,6 +182,14 @@ gpu_checks() {
     # but the install tests: their consumer builds do not get .gpu/build.sh's sysroot include
     # flags, so they would fail there for the machine's sake, not the code's.
     step ctest ctest --test-dir "$b" -j "$JOBS" --output-on-failure --no-tests=error -LE install
+    # The Python module must be built there (the bundle carries pybind11): its pytest suite is
+    # in the CTest above; here it is required, and run once more on its own for the summary.
+    if compgen -G "$b/python/conveyor/_conveyor*.so" >/dev/null; then
+      step pytest env PYTHONPATH="$b/python" python3 -m pytest -q -p no:cacheprovider python/tests
+    else
+      row "FAIL  pytest: the Python module was not built in $b (its configure log says why: pybind11, dlpack.h, Python.h)"
+      rc=1
+    fi
   fi
   if want sanitize; then
     local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -313,7 +325,7 @@ case "$cmd" in
   demo)
     install_missing
     mkdir -p build
-    build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF
+    build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF -DCONVEYOR_WERROR="${CONVEYOR_WERROR:-OFF}"
     say "running: build/release/apps/conveyor run $*"
     exec build/release/apps/conveyor run "$@"
     ;;
@@ -323,12 +335,12 @@ case "$cmd" in
     start=$SECONDS
     # LibTorch is not built with sanitizers: its parts are tested in the first build only.
     # The Python module for Debian's interpreter (the first python3 on PATH may be another, without numpy).
-    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}" -DCONVEYOR_TORCH=ON \
+    build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_WERROR=ON -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}" -DCONVEYOR_TORCH=ON \
       -DCONVEYOR_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
     run_tests debug
-    build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=address,undefined -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
+    build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_WERROR=ON -DCONVEYOR_SANITIZE=address,undefined -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
     run_tests asan
-    build tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_SANITIZE=thread -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
+    build tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_WERROR=ON -DCONVEYOR_SANITIZE=thread -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
     run_tests tsan
     if grep -q "CONVEYOR_HAVE_CUDA:INTERNAL=ON" build/debug/CMakeCache.txt 2>/dev/null; then
       check_cu_compiled build/debug
@@ -344,10 +356,14 @@ case "$cmd" in
     # carry (toml++'s and dlpack's headers) unpacked into its sysroot.
     [ -x ../shared/tools/gpu-bundle.sh ] || { say "gpu-bundle: ../shared/tools/gpu-bundle.sh not found"; exit 1; }
     ../shared/tools/gpu-bundle.sh
-    (cd .gpu && apt-get download -q libtomlplusplus-dev libdlpack-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
-      || { say "gpu-bundle: apt-get download libtomlplusplus-dev libdlpack-dev failed"; exit 1; }
+    # pybind11 too, so the GPU machine builds the Python module and ./go gpu tests it.
+    (cd .gpu && apt-get download -q libtomlplusplus-dev libdlpack-dev pybind11-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
+      || { say "gpu-bundle: apt-get download libtomlplusplus-dev libdlpack-dev pybind11-dev failed"; exit 1; }
+    for h in toml++/toml.hpp dlpack/dlpack.h pybind11/pybind11.h; do
+      [ -f ".gpu/sysroot/usr/include/$h" ] || { say "gpu-bundle: .gpu/sysroot lacks $h"; exit 1; }
+    done
     if [ -d ../shared/data/photos-200 ]; then cp -r ../shared/data/photos-200 .gpu/photos; fi  # issue 22's benchmark
-    say "gpu-bundle: .gpu/ ready, toml++ and dlpack added; on the GPU machine: bash .gpu/build.sh && ./go gpu"
+    say "gpu-bundle: .gpu/ ready, toml++, dlpack and pybind11 added; on the GPU machine: bash .gpu/build.sh && ./go gpu"
     ;;
   gpu)
     # The GPU machine's checks (issue 16), from a build with CUDA and LibTorch:
@@ -362,7 +378,8 @@ case "$cmd" in
     # Conveyor's own Python module (conveyor-python) built for that interpreter.
     install_missing python3-torch python3-torchvision python3-pil python3-dev pybind11-dev libdlpack-dev python3-numpy
     mkdir -p build
-    build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF -DCONVEYOR_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
+    build release -DCMAKE_BUILD_TYPE=Release -DCONVEYOR_TESTS=OFF -DCONVEYOR_WERROR="${CONVEYOR_WERROR:-OFF}" \
+      -DCONVEYOR_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
     exec /usr/bin/python3 apps/peers/compare.py --build build/release "$@"
     ;;
   fuzz)

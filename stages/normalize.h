@@ -44,13 +44,21 @@ struct NormalizeProblem {
   std::string field, problem;
 };
 inline std::optional<NormalizeProblem> normalize_problem(const Normalize& n, std::size_t channels) {
+  // "std[1]", appended piece by piece: GCC 12 at -O3 misreads `"[" + std::to_string(c)`
+  // as an overlapping memcpy (-Werror=restrict, GCC bug 105329).
+  const auto field = [](const char* name, std::size_t c) {
+    std::string s(name);
+    s += '[';
+    s += std::to_string(c);
+    s += ']';
+    return s;
+  };
   for (std::size_t c = 0; c < channels && c < 3; ++c) {
-    const std::string at = "[" + std::to_string(c) + "]";
-    if (!(n.std[c] > 0) || !std::isfinite(n.std[c])) return NormalizeProblem{"std" + at, "must be finite and > 0"};
-    if (!std::isfinite(n.mean[c])) return NormalizeProblem{"mean" + at, "must be finite"};
+    if (!(n.std[c] > 0) || !std::isfinite(n.std[c])) return NormalizeProblem{field("std", c), "must be finite and > 0"};
+    if (!std::isfinite(n.mean[c])) return NormalizeProblem{field("mean", c), "must be finite"};
     const ChannelAffine a = channel_affine(n.mean[c], n.std[c]);
     if (!std::isfinite(a.scale) || !std::isfinite(a.bias)) {
-      return NormalizeProblem{"std" + at, "is too small: 1 / (255 std) or mean / std overflows a float"};
+      return NormalizeProblem{field("std", c), "is too small: 1 / (255 std) or mean / std overflows a float"};
     }
   }
   return std::nullopt;
