@@ -108,6 +108,58 @@ TEST_CASE("gpu decode plan: only sequential Huffman JPEGs in gray or YCbCr, with
   REQUIRE_FALSE(decodable(baseline, Geometry{10, 10, 80, 40, {16, 16}, false}));    // past the right edge (CenterCrop)
 }
 
+// Every RandomResizedCrop (+ flip) box of a plain baseline JPEG must stay on the
+// GPU path, or the GPU's share silently shrinks. The box's edges and its window
+// are computed apart and may differ by a rounding error; compared exactly, about
+// 2% of the boxes went to the CPU, which only a GPU run (test_cuda) noticed. The
+// images are test_cuda's (make_photos), and more sizes and draws; the host twin
+// then renders each box as the CPU resize does, bit for bit.
+TEST_CASE("gpu decode plan: every RandomResizedCrop box of a baseline or grey JPEG stays on the GPU path",
+          "[gpu-plan]") {
+  ImageDecoder header, full({}, {8});
+  ResizeScratch scratch;
+  int boxes = 0, off_edge = 0;
+  for (const int out : {224, 64}) {
+    const Augment augment({RandomResizedCrop{{out, out}}, RandomHorizontalFlip{}});
+    for (int i = 0; i < 35; ++i) {
+      const int w = 300 + 37 * (i % 7), h = 220 + 29 * (i % 5);
+      const t::Rgb img = t::photo_like(w, h, std::uint64_t(i));
+      const auto file = t::jpeg(img, {i % 6 == 5 ? t::JpegKind::gray : t::JpegKind::baseline, 90, i % 4 != 3});
+      const ImageInfo info = header.open(file);
+      full.open(file);
+      const DecodedView whole = full.decode({0, 0, info.width, info.height}, 1.0);
+      for (std::uint64_t draw = 0; draw < 40; ++draw) {
+        CAPTURE(out, i, w, h, draw);
+        Rng rng(5, draw, std::uint64_t(i));
+        const Geometry g = augment.plan(info.width, info.height, rng);
+        ++boxes;
+        off_edge += g.x1 > g.window.u1 || g.y1 > g.window.v1 || g.x1 > info.width || g.y1 > info.height;
+        REQUIRE(gpu_decodable(info, g));
+        if (draw % 8 == 0) {  // the twin takes the box as the CPU resize does
+          t::Rgb twin = t::Rgb::sized(out, out), rendered = twin;
+          render_gpu_twin(whole.pixels, whole.width, whole.height, whole.stride, g, twin.px);
+          render(whole, g, info.width, info.height, 0, rendered.px, scratch);
+          REQUIRE(twin.px == rendered.px);
+        }
+      }
+    }
+  }
+  INFO(off_edge << " of " << boxes << " boxes end a rounding error past their window or the image");
+  CHECK(off_edge > 0);  // the sweep does reach the rounding case it guards
+  // A box a rounding error past the image is inside; one a pixel past is padding.
+  const t::Rgb img = t::photo_like(64, 48, 3);
+  const ImageInfo info = header.open(t::jpeg(img, {t::JpegKind::baseline, 90}));
+  REQUIRE(gpu_decodable(info, Geometry{0, 0, 64 + 1e-12, 48, {16, 16}, false}));
+  REQUIRE(gpu_decodable(info, Geometry{-1e-12, 0, 64, 48 + 1e-12, {16, 16}, true}));
+  REQUIRE_FALSE(gpu_decodable(info, Geometry{0, 0, 65, 48, {16, 16}, false}));
+  REQUIRE_FALSE(gpu_decodable(info, Geometry{-1, 0, 63, 48, {16, 16}, false}));
+  Geometry windowed{8, 8, 40, 40, {16, 16}, false};
+  windowed.window = {8, 8, 40, 40};
+  REQUIRE(gpu_decodable(info, windowed));
+  windowed.x1 = 41;  // past its window: the resize would read pixels the crop removed
+  REQUIRE_FALSE(gpu_decodable(info, windowed));
+}
+
 TEST_CASE("gpu decode plan: the host twin equals render() of a full decode, and stays close to the CPU path",
           "[gpu-plan][quality]") {
   const t::Rgb img = t::photo_like(1024, 768, 11);
