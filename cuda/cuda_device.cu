@@ -75,7 +75,7 @@ __global__ void gather_kernel(const Word* __restrict__ src, Word* __restrict__ d
   }
 }
 
-// The GPU decode path's render (issue 22): one thread per output byte of one
+// The GPU decode path's render: one thread per output byte of one
 // sample, each resize_value() -- the arithmetic the CPU's SIMD resize and the
 // host twin share (stages/resize_math.h) -- over the full decoded image.
 __global__ void resize_kernel(const std::uint8_t* __restrict__ src, std::ptrdiff_t stride, ResizeTapsView x,
@@ -311,7 +311,7 @@ class PinnedBytes {
   std::size_t bytes_ = 0;
 };
 
-// The GPU decode path on CUDA (issue 22): nvJPEG's batched decode of whole
+// The GPU decode path on CUDA: nvJPEG's batched decode of whole
 // files into device images it keeps (grown to the largest batch and image
 // seen), then resize_kernel into each sample's place in the slot. nvJPEG is
 // opened at run time (cuda/nvjpeg_library.h). Written from NVIDIA's nvJPEG

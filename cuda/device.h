@@ -138,7 +138,7 @@ struct GatherJob {
   std::size_t rows = 0, row_bytes = 0;
 };
 
-// One JPEG for the GPU decode path (issue 22): the whole file is decoded,
+// One JPEG for the GPU decode path: the whole file is decoded,
 // then its geometry's box rendered into dst as uint8 HWC (geometry.out) with
 // resize_math.h's arithmetic.
 struct JpegItem {

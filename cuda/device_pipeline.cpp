@@ -15,7 +15,7 @@ namespace conveyor {
 
 namespace {
 
-// Labels travel with the pixels (issue 16.3): the transfer thread writes a
+// Labels travel with the pixels: the transfer thread writes a
 // batch's n labels into its host buffer at label_offset(n), right after the
 // pixels and 8-byte aligned, and one copy moves both, so the labels arrive on
 // the device with the images and the consumer needs no pageable copy (which
@@ -162,7 +162,7 @@ struct TransferCore {
         s.source = static_cast<std::byte*>(s.raw->data());
         device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
       }
-      if (!deferred.items.empty()) {  // the GPU path's samples, into the slot after the copy (issue 22)
+      if (!deferred.items.empty()) {  // the GPU path's samples, into the slot after the copy
         for (std::size_t k = 0; k < deferred.items.size(); ++k) {
           if (!deferred.refused[k].empty()) continue;  // decoded on the CPU (in the copy), or dropped
           deferred.items[k].dst = reinterpret_cast<std::uint8_t*>(s.source) + deferred.slot[k] * sample_bytes;

@@ -89,7 +89,7 @@ struct TransferConfig {
   // correct. Overrides consumer_stream. Default: none.
   std::function<void*()> current_consumer_stream;
 
-  // The GPU decode path (issue 22): the samples an ImageSource with gpu_share
+  // The GPU decode path: the samples an ImageSource with gpu_share
   // left undecoded (its deferred_decodes()) are decoded here, on the transfer
   // thread's stream, by `decoder` (Device::create_jpeg_decoder) and rendered
   // into their slots before the batch is published, so the consumer's protocol

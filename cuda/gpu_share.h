@@ -1,4 +1,4 @@
-// The share of samples to decode on the GPU (issue 22, `--gpu-decode auto`),
+// The share of samples to decode on the GPU (`--gpu-decode auto`),
 // from both sides' rates measured at the start of a run and kept for the run.
 //
 // The CPU workers decode (1 - s) of the samples at workers x cpu_per_worker

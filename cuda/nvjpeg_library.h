@@ -1,4 +1,4 @@
-// NvJpegLibrary: nvJPEG opened at run time, for the GPU decode path (issue 22).
+// NvJpegLibrary: nvJPEG opened at run time, for the GPU decode path.
 //
 // nvJPEG ships with every full CUDA toolkit and with PyTorch's CUDA wheels,
 // but not with the toolkit on our CI machines, so Conveyor never links it. As

@@ -17,7 +17,7 @@
 // the waker's side and a context switch on the sleeper's, 5-10 us on a VM; when
 // a pipeline runs more threads than there are cores, the yield hands the core
 // to the thread being waited for instead, and the hand-off costs neither (see
-// docs/benchmarks.md, "Overhead"). A pure spin would hold the core that thread
+// docs/benchmarks.md, the pipeline's own overhead). A pure spin would hold the core that thread
 // needs, so the semaphore's own spin comes after the yields, not instead.
 #pragma once
 

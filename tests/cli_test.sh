@@ -86,7 +86,7 @@ if command -v python3 >/dev/null; then
     || fail "bench json does not parse or has no throughput"
 fi
 
-# An epoch served from the pool's prefetch says so (round 8, D2): with a slow
+# An epoch served from the pool's prefetch says so: with a slow
 # step, epoch 1's samples of this 30-sample dataset were nearly all decoded
 # during epoch 0, which never has any (its batches are filled after it began).
 "$bin" bench --folder "$work/ds" --batch 4 --epochs 2 --compute-ms 100 --json "$work/pf.json" >"$work/out" 2>&1 || fail "bench, prefetch"
@@ -95,7 +95,7 @@ grep '^epoch 1:' "$work/out" | grep -qE '; at least ([89]|[12][0-9]|30) of its 3
   fail "epoch 1 does not say it was served from prefetch: $(grep '^epoch 1:' "$work/out")"
 grep -qE '"epoch_prefetched": \[0, ([89]|[12][0-9]|30)\]' "$work/pf.json" || fail "json epoch_prefetched: $(grep prefetched "$work/pf.json")"
 
-# --gpu-decode (issue 22) on the host backend, whose GPU decoder is its CPU twin: a bad
+# --gpu-decode on the host backend, whose GPU decoder is its CPU twin: a bad
 # value is a usage error; auto says in one line why it is off; a share decodes that share
 # of the JPEGs in the transfer stage: for 1 and 3 workers every sample once (the epoch
 # digests sum the delivered indices) and the same number GPU-decoded. That the bytes

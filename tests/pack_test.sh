@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# conveyor pack (issue 21): a dataset written as WebDataset tar shards and read
+# conveyor pack: a dataset written as WebDataset tar shards and read
 # back. The members are the files' bytes (cmp after `tar -x`), labels in .cls,
 # each file's name below the dataset's folder in .conveyor-source, a folder's
 # class names in .conveyor-class,

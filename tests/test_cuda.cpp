@@ -432,7 +432,7 @@ TEST_CASE("work on a second GPU leaves each thread's context as it was", "[cuda]
 #endif
 #endif
 
-// ---- the GPU decode path (issue 22): nvJPEG + resize_kernel against the host twin and the CPU path
+// ---- the GPU decode path: nvJPEG + resize_kernel against the host twin and the CPU path
 
 namespace {
 

@@ -1219,7 +1219,7 @@ TEST_CASE("resident dataset: a failed release keeps its slot out and is thrown b
 }
 
 TEST_CASE("labels cross the bus in the batch's one copy, 8-byte aligned after the pixels", "[device][pipeline][labels]") {
-  // Issue 16.3: a pageable labels.to(device) synchronised every step; now the
+  // A pageable labels.to(device) would synchronise every step, so the
   // transfer thread writes the labels after the pixels in the pinned buffer
   // and the one copy moves both.
   // 13: the labels need padding to align; 0: labels only (the pool allocated nothing for them, a segfault)

@@ -1,4 +1,4 @@
-// Faults from outside the program (issue 8's table): files that vanish
+// Faults from outside the program (docs/reliability.md, "Faults tried"): files that vanish
 // mid-epoch, list entries that are directories or broken links, a megabyte
 // list line, file names that are not UTF-8, a consumer that throws mid-epoch,
 // and, through a FileSystem that injects them, EIO, short reads, truncation

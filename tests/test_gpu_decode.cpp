@@ -1,4 +1,4 @@
-// The GPU decode path through the transfer stage (issue 22), on the host
+// The GPU decode path through the transfer stage, on the host
 // backend, whose decoder is the host twin: the split by (index, share) gives
 // the same bytes for any worker count, every sample arrives exactly once, the
 // GPU-path samples are the twin's bits and the rest the CPU path's, and a file

@@ -1,4 +1,4 @@
-// NvJpegLibrary's run-time loading (issue 22): the absence path every CI run
+// NvJpegLibrary's run-time loading: the absence path every CI run
 // takes, and, through a stub library with the same C API, the symbol check,
 // the version, and the fall-back from the hardware backend.
 #include <dlfcn.h>

@@ -176,7 +176,7 @@ timeout 120 "$bin" train --config "$work/ds.toml" --list "$work/two.txt" --worke
   || fail "config folder + --list: $(cat "$work/err")"
 grep -q "2 images" "$work/out" || fail "config folder + --list did not train on the list: $(head -5 "$work/out")"
 
-# outputs and flags that were taken and then ignored, or destroyed what was there (round 7)
+# outputs and flags that were taken and then ignored, or destroyed what was there
 mkfifo "$work/fifo"
 expect_usage_error "--checkpoint on a FIFO" --checkpoint "$work/fifo" --epochs 1
 grep -q "not a regular file" "$work/err" || fail "--checkpoint FIFO: $(cat "$work/err")"

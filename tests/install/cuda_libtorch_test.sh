@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Conveyor configured beside a CUDA LibTorch (issue 18): a stand-in for pip torch 2.11's
+# Conveyor configured beside a CUDA LibTorch: a stand-in for pip torch 2.11's
 # TorchConfig.cmake with the three things it did on the H100 machine (2026-11-24), checked
 # without a GPU or a CUDA LibTorch:
 #   - whenever CMAKE_CUDA_ARCHITECTURES is defined, it warns that it "is not compatible" with
