@@ -36,6 +36,9 @@ std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores) {
 
 GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers) {
   if (wanted == 0.0) return {};
+  if (probe.augment().has_pixel_ops()) {  // the GPU path renders the crop only: every sample would stay on the CPU
+    return {0, nullptr, "gpu decode: off, the CPU workers decode alone: the colour transforms run on the CPU"};
+  }
   if (!wanted && device.backend() == Backend::host) {
     return {0, nullptr, "gpu decode: off (auto: the host backend has no GPU; a share runs its CPU twin)"};
   }

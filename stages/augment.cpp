@@ -1,8 +1,14 @@
 #include "stages/augment.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
+#include <tuple>
+#include <type_traits>
+
+#include "stages/photometric.h"
 
 namespace conveyor {
 namespace {
@@ -102,7 +108,116 @@ void random_resized_crop(Canvas& c, const RandomResizedCrop& t, Rng& rng) {
   c.resize(t.size);
 }
 
+template <typename T>
+constexpr bool kPixelTransform =
+    std::is_same_v<T, ColorJitter> || std::is_same_v<T, RandomGrayscale> || std::is_same_v<T, GaussianBlur> ||
+    std::is_same_v<T, RandomSolarize> || std::is_same_v<T, RandomPosterize> || std::is_same_v<T, RandomAdjustSharpness> ||
+    std::is_same_v<T, RandomAutocontrast> || std::is_same_v<T, RandomEqualize> || std::is_same_v<T, RandomInvert>;
+
+bool is_pixel_transform(const Transform& t) {
+  return std::visit([](const auto& r) { return kPixelTransform<std::decay_t<decltype(r)>>; }, t);
+}
+
+template <typename T>
+constexpr const char* kName = "";
+template <> constexpr const char* kName<RandomResizedCrop> = "RandomResizedCrop";
+template <> constexpr const char* kName<Resize> = "Resize";
+template <> constexpr const char* kName<CenterCrop> = "CenterCrop";
+template <> constexpr const char* kName<RandomCrop> = "RandomCrop";
+template <> constexpr const char* kName<RandomHorizontalFlip> = "RandomHorizontalFlip";
+template <> constexpr const char* kName<ColorJitter> = "ColorJitter";
+template <> constexpr const char* kName<RandomGrayscale> = "RandomGrayscale";
+template <> constexpr const char* kName<GaussianBlur> = "GaussianBlur";
+template <> constexpr const char* kName<RandomSolarize> = "RandomSolarize";
+template <> constexpr const char* kName<RandomPosterize> = "RandomPosterize";
+template <> constexpr const char* kName<RandomAdjustSharpness> = "RandomAdjustSharpness";
+template <> constexpr const char* kName<RandomAutocontrast> = "RandomAutocontrast";
+template <> constexpr const char* kName<RandomEqualize> = "RandomEqualize";
+template <> constexpr const char* kName<RandomInvert> = "RandomInvert";
+
+std::string transform_name(const Transform& t) {
+  return std::visit([](const auto& r) { return std::string(kName<std::decay_t<decltype(r)>>); }, t);
+}
+
+void check_p(double p, const char* transform) { check(p >= 0 && p <= 1, transform, "p must be in [0, 1]"); }
+
+void check_range(double lo, double hi, double min_allowed, double max_allowed, const char* transform, const char* what) {
+  check(std::isfinite(lo) && std::isfinite(hi) && lo <= hi && lo >= min_allowed && hi <= max_allowed, transform, what);
+}
+
+template <typename T>
+void check_pixel_transform(const T& r) {
+  if constexpr (std::is_same_v<T, ColorJitter>) {
+    const double inf = std::numeric_limits<double>::max();
+    check_range(r.brightness_min, r.brightness_max, 0, inf, "ColorJitter", "brightness must be a range 0 <= min <= max");
+    check_range(r.contrast_min, r.contrast_max, 0, inf, "ColorJitter", "contrast must be a range 0 <= min <= max");
+    check_range(r.saturation_min, r.saturation_max, 0, inf, "ColorJitter", "saturation must be a range 0 <= min <= max");
+    check_range(r.hue_min, r.hue_max, -0.5, 0.5, "ColorJitter", "hue must be a range -0.5 <= min <= max <= 0.5");
+    check_p(r.p, "ColorJitter");
+  } else if constexpr (std::is_same_v<T, GaussianBlur>) {
+    check(r.kernel_x >= 1 && r.kernel_x % 2 == 1 && r.kernel_x <= 255 && r.kernel_y >= 1 && r.kernel_y % 2 == 1 &&
+              r.kernel_y <= 255,
+          "GaussianBlur", "kernel_size must be odd, 1 .. 255");
+    check(std::isfinite(r.sigma_max) && r.sigma_min > 0 && r.sigma_min <= r.sigma_max, "GaussianBlur",
+          "sigma must be a range 0 < min <= max");
+    check_p(r.p, "GaussianBlur");
+  } else if constexpr (std::is_same_v<T, RandomSolarize>) {
+    check(r.threshold >= 0 && r.threshold <= 255, "RandomSolarize", "threshold must be in [0, 255]");
+    check_p(r.p, "RandomSolarize");
+  } else if constexpr (std::is_same_v<T, RandomPosterize>) {
+    check(r.bits >= 0 && r.bits <= 8, "RandomPosterize", "bits must be in [0, 8]");
+    check_p(r.p, "RandomPosterize");
+  } else if constexpr (std::is_same_v<T, RandomAdjustSharpness>) {
+    check(std::isfinite(r.sharpness_factor) && r.sharpness_factor >= 0, "RandomAdjustSharpness",
+          "sharpness_factor must be finite and >= 0");
+    check_p(r.p, "RandomAdjustSharpness");
+  } else {
+    check_p(r.p, kName<T>);
+  }
+}
+
+std::string range_text(double lo, double hi) { return "(" + num(lo) + ", " + num(hi) + ")"; }
+
+template <typename T>
+std::string describe_pixel_transform(const T& r) {
+  std::string s = std::string(kName<T>) + "(";
+  if constexpr (std::is_same_v<T, ColorJitter>) {
+    s += "brightness=" + range_text(r.brightness_min, r.brightness_max) +
+         ", contrast=" + range_text(r.contrast_min, r.contrast_max) +
+         ", saturation=" + range_text(r.saturation_min, r.saturation_max) + ", hue=" + range_text(r.hue_min, r.hue_max);
+    if (r.p < 1) s += ", p=" + num(r.p);
+  } else if constexpr (std::is_same_v<T, GaussianBlur>) {
+    s += "kernel_size=(" + std::to_string(r.kernel_x) + ", " + std::to_string(r.kernel_y) +
+         "), sigma=" + range_text(r.sigma_min, r.sigma_max);
+    if (r.p < 1) s += ", p=" + num(r.p);
+  } else if constexpr (std::is_same_v<T, RandomSolarize>) {
+    s += "threshold=" + num(r.threshold) + ", p=" + num(r.p);
+  } else if constexpr (std::is_same_v<T, RandomPosterize>) {
+    s += "bits=" + std::to_string(r.bits) + ", p=" + num(r.p);
+  } else if constexpr (std::is_same_v<T, RandomAdjustSharpness>) {
+    s += "sharpness_factor=" + num(r.sharpness_factor) + ", p=" + num(r.p);
+  } else {
+    s += "p=" + num(r.p);
+  }
+  return s + ")";
+}
+
 }  // namespace
+
+ColorJitter color_jitter(double brightness, double contrast, double saturation, double hue) {
+  const auto factor = [](double v, const char* name) {
+    check(std::isfinite(v) && v >= 0, "ColorJitter", (std::string(name) + " must be finite and >= 0").c_str());
+    return std::pair{std::max(0.0, 1 - v), 1 + v};
+  };
+  check(hue >= 0 && hue <= 0.5, "ColorJitter", "hue must be in [0, 0.5]");
+  ColorJitter j;
+  std::tie(j.brightness_min, j.brightness_max) = factor(brightness, "brightness");
+  std::tie(j.contrast_min, j.contrast_max) = factor(contrast, "contrast");
+  std::tie(j.saturation_min, j.saturation_max) = factor(saturation, "saturation");
+  j.hue_min = -hue;
+  j.hue_max = hue;
+  return j;
+}
 
 Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
   if (chain_.empty()) throw AugmentError("augment: the transform chain is empty: it needs a crop or a sized resize");
@@ -143,11 +258,26 @@ Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
                    [&](const RandomHorizontalFlip& r) {
                      check(r.p >= 0 && r.p <= 1, "RandomHorizontalFlip", "p must be in [0, 1]");
                    },
+                   [&](const auto& r) { check_pixel_transform(r); },
                },
                t);
+    // Colour transforms act on the output: a geometric one after them would
+    // have to see their pixels, which plan()'s single box cannot give.
+    const bool pixel = is_pixel_transform(t);
+    if (!pixel && pixel_ops_) {
+      throw AugmentError(transform_name(t) + ": geometric transforms must come before the colour transforms (" +
+                         "Conveyor applies those to the cropped output)");
+    }
+    pixel_ops_ = pixel_ops_ || pixel;
   }
   if (!size) throw AugmentError("augment: the output size depends on the image: end the chain with a crop or a sized Resize");
   out_ = *size;
+  for (const Transform& t : chain_) {
+    if (const auto* b = std::get_if<GaussianBlur>(&t)) {  // reflect padding needs kernel // 2 < the side
+      check(b->kernel_x / 2 < out_.width && b->kernel_y / 2 < out_.height, "GaussianBlur",
+            "kernel_size // 2 must be below the output's width and height (reflect padding)");
+    }
+  }
 }
 
 Geometry Augment::plan(int width, int height, Rng& rng) const {
@@ -205,6 +335,7 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
                        c.bx = -c.bx;
                      }
                    },
+                   [](const auto&) {},  // colour transforms: plan_pixels()
                },
                t);
   }
@@ -244,10 +375,88 @@ std::string Augment::describe() const {
               return s + ")";
             },
             [](const RandomHorizontalFlip& r) { return "RandomHorizontalFlip(" + num(r.p) + ")"; },
+            [](const auto& r) { return describe_pixel_transform(r); },
         },
         t);
   }
   return out;
+}
+
+void Augment::plan_pixels(Rng& rng, std::vector<PixelOp>& ops) const {
+  ops.clear();
+  if (!pixel_ops_) return;
+  using K = PixelOp::Kind;
+  for (const Transform& t : chain_) {
+    std::visit(
+        Overload{
+            [&](const ColorJitter& r) {
+              if (r.p < 1 && !rng.bernoulli(r.p)) return;  // RandomApply
+              // ColorJitter.get_params: a random order of the four, then each enabled factor.
+              std::array<int, 4> order{0, 1, 2, 3};
+              for (int i = 3; i > 0; --i) std::swap(order[std::size_t(i)], order[rng.below(std::uint64_t(i) + 1)]);
+              const auto on = [](double lo, double hi, double identity) { return !(lo == identity && hi == identity); };
+              const bool b_on = on(r.brightness_min, r.brightness_max, 1), c_on = on(r.contrast_min, r.contrast_max, 1),
+                         s_on = on(r.saturation_min, r.saturation_max, 1), h_on = on(r.hue_min, r.hue_max, 0);
+              const double b = b_on ? rng.uniform(r.brightness_min, r.brightness_max) : 1;
+              const double c = c_on ? rng.uniform(r.contrast_min, r.contrast_max) : 1;
+              const double s = s_on ? rng.uniform(r.saturation_min, r.saturation_max) : 1;
+              const double h = h_on ? rng.uniform(r.hue_min, r.hue_max) : 0;
+              for (const int k : order) {
+                if (k == 0 && b_on) ops.push_back({K::brightness, b});
+                if (k == 1 && c_on) ops.push_back({K::contrast, c});
+                if (k == 2 && s_on) ops.push_back({K::saturation, s});
+                if (k == 3 && h_on) ops.push_back({K::hue, h});
+              }
+            },
+            [&](const RandomGrayscale& r) {
+              if (rng.bernoulli(r.p)) ops.push_back({K::grayscale});
+            },
+            [&](const GaussianBlur& r) {
+              if (r.p < 1 && !rng.bernoulli(r.p)) return;  // RandomApply
+              ops.push_back({K::blur, rng.uniform(r.sigma_min, r.sigma_max), r.kernel_x, r.kernel_y});
+            },
+            [&](const RandomSolarize& r) {
+              if (rng.bernoulli(r.p)) ops.push_back({K::solarize, r.threshold});
+            },
+            [&](const RandomPosterize& r) {
+              if (rng.bernoulli(r.p)) ops.push_back({K::posterize, double(r.bits)});
+            },
+            [&](const RandomAdjustSharpness& r) {
+              if (rng.bernoulli(r.p)) ops.push_back({K::sharpness, r.sharpness_factor});
+            },
+            [&](const RandomAutocontrast& r) {
+              if (rng.bernoulli(r.p)) ops.push_back({K::autocontrast});
+            },
+            [&](const RandomEqualize& r) {
+              if (rng.bernoulli(r.p)) ops.push_back({K::equalize});
+            },
+            [&](const RandomInvert& r) {
+              if (rng.bernoulli(r.p)) ops.push_back({K::invert});
+            },
+            [](const auto&) {},  // geometric: plan()
+        },
+        t);
+  }
+}
+
+void apply_pixel_ops(const std::vector<PixelOp>& ops, RgbView img, PhotometricScratch& scratch) {
+  using K = PixelOp::Kind;
+  for (const PixelOp& op : ops) {
+    switch (op.kind) {
+      case K::brightness: adjust_brightness(img, op.value); break;
+      case K::contrast: adjust_contrast(img, op.value); break;
+      case K::saturation: adjust_saturation(img, op.value); break;
+      case K::hue: adjust_hue(img, op.value); break;
+      case K::grayscale: to_grayscale(img); break;
+      case K::blur: gaussian_blur(img, op.kernel_x, op.kernel_y, op.value, op.value, scratch); break;
+      case K::solarize: solarize(img, op.value); break;
+      case K::posterize: posterize(img, int(op.value)); break;
+      case K::sharpness: adjust_sharpness(img, op.value, scratch); break;
+      case K::autocontrast: autocontrast(img); break;
+      case K::equalize: equalize(img); break;
+      case K::invert: invert(img); break;
+    }
+  }
 }
 
 std::vector<Transform> preset_transforms(AugmentPreset preset, int crop) {

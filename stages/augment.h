@@ -8,7 +8,10 @@
 // straight into the batch slot. Names and parameters follow torchvision, so a
 // user can switch: RandomResizedCrop(size, scale, ratio), Resize(shorter side or
 // h x w), CenterCrop (pads with ImageConfig::pad_value when larger than the image),
-// RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p).
+// RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p). Colour
+// transforms (ColorJitter, RandomGrayscale, GaussianBlur, ...) follow the
+// geometric ones: plan_pixels() draws their parameters, apply_pixel_ops()
+// runs them on the output.
 //
 // Random parameters come from the sample's Rng, so results do not depend on the
 // worker count. Thread safety: an Augment is immutable; plan() is const and
@@ -56,7 +59,71 @@ struct RandomHorizontalFlip {
   double p = 0.5;
 };
 
-using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip>;
+// Colour and tone transforms (stages/photometric.h's ops, torchvision's
+// names, parameters and draws). They act on the output after the geometric
+// transforms, so in a chain they come after every crop and flip. `p` is
+// RandomApply's for the two transforms torchvision wraps in it (ColorJitter,
+// GaussianBlur); the Random* ones have torchvision's own p.
+//
+// ColorJitter: each factor drawn uniformly from its [min, max], the four in a
+// random order, as ColorJitter.get_params. A range equal to its identity
+// ([1, 1], hue [0, 0]) is off, and draws nothing. color_jitter() makes the
+// ranges from torchvision's scalar arguments.
+struct ColorJitter {
+  double brightness_min = 1, brightness_max = 1;
+  double contrast_min = 1, contrast_max = 1;
+  double saturation_min = 1, saturation_max = 1;
+  double hue_min = 0, hue_max = 0;  // within [-0.5, 0.5]
+  double p = 1;
+};
+// ColorJitter(brightness, contrast, saturation, hue) as torchvision takes
+// scalars: [max(0, 1 - v), 1 + v] for the first three, [-hue, hue]. Throws
+// AugmentError for a negative value or a hue above 0.5.
+ColorJitter color_jitter(double brightness, double contrast = 0, double saturation = 0, double hue = 0);
+struct RandomGrayscale {
+  double p = 0.1;
+};
+// sigma drawn uniformly from [sigma_min, sigma_max], the same for x and y.
+struct GaussianBlur {
+  int kernel_x = 3, kernel_y = 3;  // odd, 1 .. 255
+  double sigma_min = 0.1, sigma_max = 2.0;
+  double p = 1;
+};
+struct RandomSolarize {
+  double threshold = 128;  // 0 .. 255
+  double p = 0.5;
+};
+struct RandomPosterize {
+  int bits = 4;  // 0 .. 8
+  double p = 0.5;
+};
+struct RandomAdjustSharpness {
+  double sharpness_factor = 2;
+  double p = 0.5;
+};
+struct RandomAutocontrast {
+  double p = 0.5;
+};
+struct RandomEqualize {
+  double p = 0.5;
+};
+struct RandomInvert {
+  double p = 0.5;
+};
+
+using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, ColorJitter,
+                               RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, RandomAdjustSharpness,
+                               RandomAutocontrast, RandomEqualize, RandomInvert>;
+
+// One colour op with its parameters drawn (Augment::plan_pixels), applied by
+// apply_pixel_ops() in the order drawn.
+struct PixelOp {
+  enum class Kind { brightness, contrast, saturation, hue, grayscale, blur, solarize, posterize, sharpness,
+                    autocontrast, equalize, invert };
+  Kind kind = Kind::invert;
+  double value = 0;     // the factor, threshold, bits or sigma
+  int kernel_x = 0, kernel_y = 0;  // blur
+};
 
 // The named training recipes (`conveyor --augment`, Python's augment=), each a
 // transform chain ending at crop x crop.
@@ -116,12 +183,26 @@ class Augment {
   // parameters from rng. Throws AugmentError for an image a transform cannot take.
   Geometry plan(int width, int height, Rng& rng) const;
 
+  // Draws the colour transforms' parameters for one sample into `ops` (cleared
+  // first; no allocation once it has grown), from the same rng, after plan():
+  // the ops to apply to the output, in order. Empty when the chain has none.
+  void plan_pixels(Rng& rng, std::vector<PixelOp>& ops) const;
+  // Whether the chain has colour transforms (the GPU decode path renders
+  // geometry only, so such samples stay on the CPU).
+  bool has_pixel_ops() const { return pixel_ops_; }
+
   // A one-line description, e.g. "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5)".
   std::string describe() const;
 
  private:
   std::vector<Transform> chain_;
   Size out_;
+  bool pixel_ops_ = false;
 };
+
+struct RgbView;
+struct PhotometricScratch;
+// Applies ops (plan_pixels') to the interleaved RGB8 output in place.
+void apply_pixel_ops(const std::vector<PixelOp>& ops, RgbView img, PhotometricScratch& scratch);
 
 }  // namespace conveyor

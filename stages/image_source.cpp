@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "stages/image_ops.h"
+#include "stages/photometric.h"
 
 namespace conveyor {
 
@@ -70,6 +71,9 @@ struct ImageSource::Worker {
   // cache) that to_float_chw() then writes into the slot, and its table.
   std::vector<unsigned char> pixels;
   std::optional<NormalizeTable> normalize;
+  // The colour transforms drawn for the sample, and their scratch.
+  std::vector<PixelOp> pixel_ops;
+  PhotometricScratch photometric;
   Worker(const ImageConfig& config, std::size_t pixel_bytes) : decoder(config.limits, config.jpeg_scales) {
     if (config.normalize) {
       pixels.resize(pixel_bytes);
@@ -141,7 +145,9 @@ void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
     }
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
-    if (defer_epoch && gpu_decodable(info, g) && gpu_decodes(index, config_.gpu_share)) {
+    augment_.plan_pixels(rng, w.pixel_ops);  // the GPU path renders the crop alone: none may be drawn
+    if (defer_epoch && w.pixel_ops.empty() && !augment_.has_pixel_ops() && gpu_decodable(info, g) &&
+        gpu_decodes(index, config_.gpu_share)) {
       DeferredDecode d = deferred_->blank();  // a recycled entry: its buffer becomes the worker's next file buffer
       d.name = dataset_.name(index);
       std::swap(d.file, w.file);
@@ -153,10 +159,17 @@ void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
     }
     const DecodeRequest want = decode_request(g, info.width, info.height);
     const DecodedView view = w.decoder.decode(want.region, want.min_scale);
+    const auto colour = [&](std::span<unsigned char> rgb) {
+      if (w.pixel_ops.empty()) return;
+      apply_pixel_ops(w.pixel_ops, RgbView{rgb.data(), g.out.width, g.out.height, std::ptrdiff_t(g.out.width) * 3},
+                      w.photometric);
+    };
     if (!w.normalize) {
       render(view, g, info.width, info.height, config_.pad_value, out, w.resize);
+      colour(out);
     } else {
       render(view, g, info.width, info.height, config_.pad_value, w.pixels, w.resize);
+      colour(w.pixels);
       to_float_chw(w.pixels, g.out.height, g.out.width, *w.normalize,
                    {reinterpret_cast<float*>(out.data()), out.size() / sizeof(float)});
     }

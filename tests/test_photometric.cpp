@@ -1,15 +1,27 @@
 // stages/photometric.h: parameters outside torchvision's domain are refused by
 // name, strides and empty images are honoured, and a few values worked by hand.
 // tests/photometric_test.py holds every op to torchvision itself.
+#include <array>
+#include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <vector>
 
 #include "catch_compat.h"
 
+#include "image_writers.h"
+#include "pipeline/pipeline.h"
+#include "stages/augment.h"
+#include "stages/decode.h"
+#include "stages/image_ops.h"
+#include "stages/image_source.h"
 #include "stages/photometric.h"
+#include "temp_dir.h"
 
 using namespace conveyor;
+namespace t = conveyor::test;
 
 namespace {
 struct Image {
@@ -100,4 +112,153 @@ TEST_CASE("photometric ops: values worked by hand, and row padding left alone", 
       for (int ch = 0; ch < 3; ++ch) REQUIRE(std::abs(int(g.at(x, y)[ch]) - int(original.at(x, y)[ch])) <= 1);
     }
   }
+}
+
+TEST_CASE("colour transforms: validated by name, after the geometric ones, described as torchvision writes them",
+          "[photometric][augment]") {
+  const auto error = [](std::vector<Transform> chain) {
+    try {
+      Augment a(std::move(chain));
+    } catch (const AugmentError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const RandomResizedCrop rrc{{32, 32}};
+  REQUIRE(error({ColorJitter{}, rrc}) ==
+          "RandomResizedCrop: geometric transforms must come before the colour transforms (Conveyor applies those to "
+          "the cropped output)");
+  REQUIRE(error({rrc, RandomGrayscale{}, RandomHorizontalFlip{}}).starts_with("RandomHorizontalFlip: geometric"));
+  ColorJitter bad;
+  bad.hue_max = 0.6;
+  REQUIRE(error({rrc, bad}) == "ColorJitter: hue must be a range -0.5 <= min <= max <= 0.5");
+  bad = ColorJitter{};
+  bad.brightness_min = -0.1;
+  REQUIRE(error({rrc, bad}) == "ColorJitter: brightness must be a range 0 <= min <= max");
+  REQUIRE(error({rrc, GaussianBlur{4, 3}}) == "GaussianBlur: kernel_size must be odd, 1 .. 255");
+  REQUIRE(error({rrc, GaussianBlur{3, 3, 0, 1}}) == "GaussianBlur: sigma must be a range 0 < min <= max");
+  REQUIRE(error({rrc, GaussianBlur{65, 3}}) ==
+          "GaussianBlur: kernel_size // 2 must be below the output's width and height (reflect padding)");
+  REQUIRE(error({rrc, RandomSolarize{300}}) == "RandomSolarize: threshold must be in [0, 255]");
+  REQUIRE(error({rrc, RandomPosterize{9}}) == "RandomPosterize: bits must be in [0, 8]");
+  REQUIRE(error({rrc, RandomEqualize{1.5}}) == "RandomEqualize: p must be in [0, 1]");
+  REQUIRE_THROWS_WITH(color_jitter(0.4, -1), "ColorJitter: contrast must be finite and >= 0");
+  REQUIRE_THROWS_WITH(color_jitter(0, 0, 0, 0.7), "ColorJitter: hue must be in [0, 0.5]");
+
+  const ColorJitter j = color_jitter(0.4, 1.5, 0, 0.1);  // torchvision's scalar form
+  REQUIRE((j.brightness_min == Approx(0.6) && j.brightness_max == Approx(1.4)));
+  REQUIRE((j.contrast_min == 0 && j.contrast_max == 2.5));  // 1 - 1.5 clipped at 0
+  REQUIRE((j.saturation_min == 1 && j.saturation_max == 1));
+  REQUIRE((j.hue_min == -0.1 && j.hue_max == 0.1));
+  const Augment a({rrc, RandomHorizontalFlip{}, j, RandomGrayscale{}, GaussianBlur{5, 5}});
+  REQUIRE(a.has_pixel_ops());
+  REQUIRE_FALSE(Augment({rrc}).has_pixel_ops());
+  REQUIRE(a.describe() ==
+          "RandomResizedCrop(32, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5) + "
+          "ColorJitter(brightness=(0.6, 1.4), contrast=(0, 2.5), saturation=(1, 1), hue=(-0.1, 0.1)) + "
+          "RandomGrayscale(p=0.1) + GaussianBlur(kernel_size=(5, 5), sigma=(0.1, 2))");
+}
+
+TEST_CASE("colour transforms: parameters drawn as torchvision draws them", "[photometric][augment]") {
+  const Augment a({RandomResizedCrop{{32, 32}}, color_jitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale{0.2},
+                   GaussianBlur{3, 3, 0.1, 2.0, 0.5}, RandomSolarize{128, 0.3}});
+  using K = PixelOp::Kind;
+  std::map<std::array<int, 4>, int> orders;
+  std::map<K, int> count;
+  std::map<K, double> sum, lo, hi;
+  std::vector<PixelOp> ops;
+  const int n = 24000;
+  for (int i = 0; i < n; ++i) {
+    Rng rng(3, 0, std::uint64_t(i));
+    a.plan_pixels(rng, ops);
+    std::array<int, 4> order{};
+    int k = 0;
+    for (const PixelOp& op : ops) {
+      if (k < 4) order[std::size_t(k++)] = int(op.kind);
+      ++count[op.kind];
+      sum[op.kind] += op.value;
+      lo[op.kind] = count[op.kind] == 1 ? op.value : std::min(lo[op.kind], op.value);
+      hi[op.kind] = count[op.kind] == 1 ? op.value : std::max(hi[op.kind], op.value);
+    }
+    ++orders[order];
+  }
+  // ColorJitter: all four every time, in each of the 24 orders about equally often (randperm(4)).
+  for (const K kind : {K::brightness, K::contrast, K::saturation, K::hue}) REQUIRE(count[kind] == n);
+  REQUIRE(orders.size() == 24);
+  for (const auto& [order, times] : orders) REQUIRE(std::abs(times - n / 24) < n / 24 / 5);
+  // Each factor uniform over its range: the bounds reached and the mean at the centre.
+  for (const K kind : {K::brightness, K::contrast, K::saturation}) {
+    REQUIRE(lo[kind] >= 0.6);
+    REQUIRE(hi[kind] <= 1.4);
+    REQUIRE((lo[kind] < 0.61 && hi[kind] > 1.39));
+    REQUIRE(sum[kind] / n == Approx(1.0).margin(0.01));
+  }
+  REQUIRE((lo[K::hue] >= -0.1 && hi[K::hue] <= 0.1 && sum[K::hue] / n == Approx(0).margin(0.003)));
+  // The Random* ones with their p, the blur's sigma uniform over [0.1, 2].
+  REQUIRE(double(count[K::grayscale]) / n == Approx(0.2).margin(0.01));
+  REQUIRE(double(count[K::blur]) / n == Approx(0.5).margin(0.015));
+  REQUIRE(sum[K::blur] / count[K::blur] == Approx(1.05).margin(0.02));
+  REQUIRE(double(count[K::solarize]) / n == Approx(0.3).margin(0.015));
+  // A chain without colour transforms draws nothing: its samples keep their bits.
+  Rng used(3, 0, 7), fresh(3, 0, 7);
+  Augment({RandomResizedCrop{{32, 32}}}).plan_pixels(used, ops);
+  REQUIRE(ops.empty());
+  REQUIRE(used.next_u64() == fresh.next_u64());
+}
+
+TEST_CASE("colour transforms through the pipeline: the same bytes for 1 and 3 workers, and as applied by hand",
+          "[photometric][pipeline]") {
+  test::TempDir dir;
+  for (int i = 0; i < 12; ++i) {
+    const t::Rgb img = t::photo_like(50 + 7 * i, 40 + 5 * i, std::uint64_t(i));
+    dir.write("c/" + std::to_string(i) + ".jpg", t::jpeg(img, {i % 3 == 2 ? t::JpegKind::gray : t::JpegKind::baseline}));
+  }
+  const Dataset ds = Dataset::from_folder(dir.path());
+  ImageConfig cfg;
+  cfg.transforms = {RandomResizedCrop{{24, 24}}, RandomHorizontalFlip{}, color_jitter(0.4, 0.4, 0.4, 0.1),
+                    RandomGrayscale{0.2}, GaussianBlur{3, 3}, RandomEqualize{0.3}};
+  const auto run = [&](std::size_t workers) {
+    ImageSource src(ds, cfg, workers);
+    Config c;
+    c.batch_size = 5;
+    c.sample_bytes = src.sample_bytes();
+    c.workers = workers;
+    c.epochs = 2;
+    c.seed = 9;
+    Pipeline p(c, ds.size(), {src.filler()});
+    std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::byte>> out;
+    while (auto b = p.next()) {
+      for (std::size_t j = 0; j < (*b)->size(); ++j) {
+        const auto s = (*b)->sample(j);
+        out[{(*b)->epoch, (*b)->indices[j]}].assign(s.begin(), s.end());
+      }
+    }
+    return out;
+  };
+  const auto one = run(1), three = run(3);
+  REQUIRE(one.size() == 24);
+  REQUIRE(one == three);
+  // By hand: plan, decode, render, then the drawn ops; the pipeline gives the same bits.
+  ImageSource src(ds, cfg, 1);
+  const Augment augment(cfg.transforms);
+  ImageDecoder dec;
+  ResizeScratch scratch;
+  PhotometricScratch photometric;
+  std::vector<PixelOp> ops;
+  int coloured = 0;
+  for (std::uint64_t i = 0; i < ds.size(); ++i) {
+    std::vector<unsigned char> file, got(src.sample_bytes()), want(src.sample_bytes());
+    ds.read(i, *posix_file_system(), 1 << 24, file);
+    Rng r1(4, 1, i), r2(4, 1, i);
+    src.render_sample(i, r1, got, 0);
+    const ImageInfo info = dec.open(file);
+    const Geometry g = augment.plan(info.width, info.height, r2);
+    augment.plan_pixels(r2, ops);
+    coloured += !ops.empty();
+    const DecodeRequest req = decode_request(g, info.width, info.height);
+    render(dec.decode(req.region, req.min_scale), g, info.width, info.height, 0, want, scratch);
+    apply_pixel_ops(ops, RgbView{want.data(), 24, 24, 24 * 3}, photometric);
+    REQUIRE(got == want);
+  }
+  REQUIRE(coloured == int(ds.size()));  // ColorJitter draws every time
 }
