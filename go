@@ -7,7 +7,8 @@
 #                       pybind11 and pytest too), build and run every test three
 #                       times: plain (with the LibTorch parts, the conveyor train
 #                       test and the Python module's pytest suite, and the CUDA
-#                       sources compiled when nvcc is present),
+#                       sources compiled when nvcc is present; then the wheel,
+#                       installed into a venv and tested there),
 #                       ASan+UBSan, TSan; then 30 s of each fuzz target
 #   ./go fuzz [SECONDS] the fuzz targets alone, SECONDS each (default 600)
 #   ./go gpu-bundle     here: .gpu/ for a GPU machine without a registry (../shared's
@@ -37,9 +38,12 @@ PACKAGES=(cmake ninja-build g++ pkg-config
 # The Python module (pybind11, DLPack) and its pytest suite, with NumPy and
 # PyTorch (CPU), torchvision and Pillow (docs/python.md's DataLoader example)
 # from Debian for /usr/bin/python3.
+# The wheel (pyproject.toml, setup.py) is built offline with Debian's pip tools,
+# installed into a venv, and its stubs checked with mypy.
 TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev
                python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch
-               python3-torchvision python3-pil)
+               python3-torchvision python3-pil
+               python3-setuptools python3-wheel python3-build python3-venv python3-mypy)
 FUZZ_TARGETS=(decode list npy config tar)
 JOBS=$(nproc)
 
@@ -338,6 +342,12 @@ case "$cmd" in
     build debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_WERROR=ON -DCONVEYOR_CUDA="${CONVEYOR_CUDA:-AUTO}" -DCONVEYOR_TORCH=ON \
       -DCONVEYOR_PYTHON=ON -DPython3_EXECUTABLE=/usr/bin/python3
     run_tests debug
+    # The wheel as pip builds it, installed into a fresh venv, the pytest suite run against it.
+    say "wheel: build it from a clean copy, install it into a venv, test it, uninstall it"
+    t0=$SECONDS
+    CMAKE_ARGS="-DCONVEYOR_WERROR=ON -DCONVEYOR_CUDA=${CONVEYOR_CUDA:-AUTO}" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS \
+      bash tests/install/wheel_test.sh . /usr/bin/python3
+    say "wheel: passed in $((SECONDS - t0)) s"
     build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_WERROR=ON -DCONVEYOR_SANITIZE=address,undefined -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
     run_tests asan
     build tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONVEYOR_WERROR=ON -DCONVEYOR_SANITIZE=thread -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF
