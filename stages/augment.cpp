@@ -176,30 +176,54 @@ void check_pixel_transform(const T& r) {
   }
 }
 
-std::string range_text(double lo, double hi) { return "(" + num(lo) + ", " + num(hi) + ")"; }
+// Appended piece by piece: GCC 12 at -O3 misreads `"literal" + std::string`
+// as an overlapping memcpy (-Werror=restrict), as size_text() notes.
+void append_range(std::string& s, const char* name, double lo, double hi) {
+  s += name;
+  s += "=(";
+  s += num(lo);
+  s += ", ";
+  s += num(hi);
+  s += ')';
+}
+void append_value(std::string& s, const char* name, const std::string& value) {
+  s += name;
+  s += '=';
+  s += value;
+}
 
 template <typename T>
 std::string describe_pixel_transform(const T& r) {
-  std::string s = std::string(kName<T>) + "(";
+  std::string s = kName<T>;
+  s += '(';
   if constexpr (std::is_same_v<T, ColorJitter>) {
-    s += "brightness=" + range_text(r.brightness_min, r.brightness_max) +
-         ", contrast=" + range_text(r.contrast_min, r.contrast_max) +
-         ", saturation=" + range_text(r.saturation_min, r.saturation_max) + ", hue=" + range_text(r.hue_min, r.hue_max);
-    if (r.p < 1) s += ", p=" + num(r.p);
+    append_range(s, "brightness", r.brightness_min, r.brightness_max);
+    append_range(s, ", contrast", r.contrast_min, r.contrast_max);
+    append_range(s, ", saturation", r.saturation_min, r.saturation_max);
+    append_range(s, ", hue", r.hue_min, r.hue_max);
+    if (r.p < 1) append_value(s, ", p", num(r.p));
   } else if constexpr (std::is_same_v<T, GaussianBlur>) {
-    s += "kernel_size=(" + std::to_string(r.kernel_x) + ", " + std::to_string(r.kernel_y) +
-         "), sigma=" + range_text(r.sigma_min, r.sigma_max);
-    if (r.p < 1) s += ", p=" + num(r.p);
+    s += "kernel_size=(";
+    s += std::to_string(r.kernel_x);
+    s += ", ";
+    s += std::to_string(r.kernel_y);
+    s += ')';
+    append_range(s, ", sigma", r.sigma_min, r.sigma_max);
+    if (r.p < 1) append_value(s, ", p", num(r.p));
   } else if constexpr (std::is_same_v<T, RandomSolarize>) {
-    s += "threshold=" + num(r.threshold) + ", p=" + num(r.p);
+    append_value(s, "threshold", num(r.threshold));
+    append_value(s, ", p", num(r.p));
   } else if constexpr (std::is_same_v<T, RandomPosterize>) {
-    s += "bits=" + std::to_string(r.bits) + ", p=" + num(r.p);
+    append_value(s, "bits", std::to_string(r.bits));
+    append_value(s, ", p", num(r.p));
   } else if constexpr (std::is_same_v<T, RandomAdjustSharpness>) {
-    s += "sharpness_factor=" + num(r.sharpness_factor) + ", p=" + num(r.p);
+    append_value(s, "sharpness_factor", num(r.sharpness_factor));
+    append_value(s, ", p", num(r.p));
   } else {
-    s += "p=" + num(r.p);
+    append_value(s, "p", num(r.p));
   }
-  return s + ")";
+  s += ')';
+  return s;
 }
 
 }  // namespace
