@@ -1,0 +1,78 @@
+// stages/transform_spec.h: torchvision's Compose list as text, read into the
+// chain Augment takes, and every mistake named in one line.
+#include <string>
+
+#include "catch_compat.h"
+
+#include "stages/augment.h"
+#include "stages/transform_spec.h"
+
+using namespace conveyor;
+
+namespace {
+std::string described(const std::string& text) { return Augment(parse_transforms(text)).describe(); }
+std::string error(const std::string& text) {
+  try {
+    Augment a(parse_transforms(text));
+  } catch (const AugmentError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST_CASE("transform lists: torchvision's names, short names and defaults give the same chains", "[transforms]") {
+  const std::string rrc = Augment(preset_transforms(AugmentPreset::rrc, 224)).describe();
+  REQUIRE(described("RandomResizedCrop(224), RandomHorizontalFlip()") == rrc);
+  REQUIRE(described("rrc(224),flip") == rrc);
+  REQUIRE(described("  randomresizedcrop( 224 , scale=(0.08, 1.0), ratio=(0.75, 1.3333333333333333) ) , flip(p=0.5) ") == rrc);
+  REQUIRE(described("Resize(256), CenterCrop(224)") == Augment({Resize{256, {}}, CenterCrop{{224, 224}}}).describe());
+  REQUIRE(described("Resize((64, 32)), RandomCrop(32, padding=4, pad_if_needed=True)") ==
+          "Resize((64, 32)) + RandomCrop(32, padding=(4, 4, 4, 4), pad_if_needed=True)");
+  REQUIRE(described("RandomCrop((24, 32), padding=(1, 2))") == "RandomCrop((24, 32), padding=(1, 2, 1, 2))");
+  // SimCLR's recipe, as its authors write it in torchvision.
+  REQUIRE(described("RandomResizedCrop(96), RandomHorizontalFlip(), ColorJitter(0.8, 0.8, 0.8, 0.2, p=0.8), "
+                    "RandomGrayscale(p=0.2), GaussianBlur(kernel_size=9, sigma=(0.1, 2.0), p=0.5)") ==
+          "RandomResizedCrop(96, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5) + "
+          "ColorJitter(brightness=(0.2, 1.8), contrast=(0.2, 1.8), saturation=(0.2, 1.8), hue=(-0.2, 0.2), p=0.8) + "
+          "RandomGrayscale(p=0.2) + GaussianBlur(kernel_size=(9, 9), sigma=(0.1, 2), p=0.5)");
+  REQUIRE(described("center(32), jitter(brightness=(0.5, 0.9)), solarize(128), posterize(bits=4, p=1), "
+                    "sharpness(2), autocontrast, equalize(0.3), invert") ==
+          "CenterCrop(32) + ColorJitter(brightness=(0.5, 0.9), contrast=(1, 1), saturation=(1, 1), hue=(0, 0)) + "
+          "RandomSolarize(threshold=128, p=0.5) + RandomPosterize(bits=4, p=1) + "
+          "RandomAdjustSharpness(sharpness_factor=2, p=0.5) + RandomAutocontrast(p=0.5) + RandomEqualize(p=0.3) + "
+          "RandomInvert(p=0.5)");
+}
+
+TEST_CASE("transform lists: each mistake is one line naming the transform and parameter", "[transforms]") {
+  REQUIRE(error("") == "transforms: the list is empty");
+  REQUIRE(error("rrc(224),,flip") == "transforms: an empty entry in the list (two commas, or one at an end)");
+  REQUIRE(error("rrc(224), Flipp") ==
+          "transforms: unknown transform 'Flipp' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
+          "RandomHorizontalFlip, ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, "
+          "RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, or their short names)");
+  REQUIRE(error("RandomResizedCrop(224, scal=(0.1, 1))") ==
+          "transforms: RandomResizedCrop: unknown parameter 'scal' (it takes size, scale, ratio)");
+  REQUIRE(error("RandomResizedCrop(224, scale=0.5)") == "transforms: RandomResizedCrop: scale must be 2 number(s)");
+  REQUIRE(error("RandomResizedCrop(224.5)") == "transforms: RandomResizedCrop: size must be whole numbers 1 .. 16384");
+  REQUIRE(error("RandomResizedCrop()") == "transforms: RandomResizedCrop: size is required");
+  REQUIRE(error("RandomResizedCrop(224, 224)") == "transforms: RandomResizedCrop: scale must be 2 number(s)");
+  REQUIRE(error("rrc(224, scale=(0.1, 1), scale=(0.2, 1))") == "transforms: rrc: scale given twice");
+  REQUIRE(error("rrc(size=224, (0.1, 1))") == "transforms: rrc: a positional argument after a keyword one");
+  REQUIRE(error("flip(0.5, 0.5)") == "transforms: flip: more than 1 arguments (p)");
+  REQUIRE(error("rrc(224), flip(p=high)") ==
+          "transforms: flip: p: 'high' is not a number, a tuple of numbers, True, False or None");
+  REQUIRE(error("rrc(224, scale=(0.1, x))") == "transforms: rrc: scale: 'x' in a tuple is not a finite number");
+  REQUIRE(error("rrc(224") == "transforms: the list: a '(' without its ')'");
+  REQUIRE(error("rrc(224)) ") == "transforms: the list: a ')' without its '('");
+  REQUIRE(error("rrc(224) x") == "transforms: rrc: text after its ')'");
+  REQUIRE(error("crop(32, pad_if_needed=1)") == "transforms: crop: pad_if_needed must be True or False");
+  REQUIRE(error("rrc(32), blur") == "transforms: blur: kernel_size is required");
+  REQUIRE(error("rrc(32), blur(4)") == "GaussianBlur: kernel_size must be odd, 1 .. 255");  // Augment's own check
+  REQUIRE(error("rrc(32), posterize(4.5)") == "transforms: posterize: bits must be an integer");
+  REQUIRE(error("rrc(32), jitter(-0.1)") == "transforms: ColorJitter: brightness must be >= 0");
+  REQUIRE(error("rrc(32), jitter(hue=0.6)") == "ColorJitter: hue must be a range -0.5 <= min <= max <= 0.5");
+  REQUIRE(error("jitter(0.4), rrc(32)") ==
+          "RandomResizedCrop: geometric transforms must come before the colour transforms (Conveyor applies those to "
+          "the cropped output)");
+}
