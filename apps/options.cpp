@@ -9,6 +9,7 @@
 
 #include "stages/dataset.h"
 #include "stages/decode.h"
+#include "stages/transform_spec.h"
 
 namespace conveyor::apps {
 
@@ -60,6 +61,10 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
       ->check(CLI::Range(1, kMaxCrop));
   add_choice(app, "--augment", o.augment, kAugments,
              "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop");
+  option("--transforms", o.transforms,
+         "the transform list as torchvision's Compose is written, e.g. \"RandomResizedCrop(224), RandomHorizontalFlip(), "
+         "ColorJitter(0.4, 0.4, 0.4)\" (names, parameters and defaults: stages/transform_spec.h); in place of --augment "
+         "and --crop");
   add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");
   option("--gpu", o.gpu, "the CUDA device to use, numbered as CUDA_VISIBLE_DEVICES shows them (default 0; --gpu 0 is "
                          "the default, so --device auto still falls back to the host without a GPU; any other N does not)")
@@ -250,7 +255,27 @@ std::optional<double> gpu_decode_share(const Options& o) {
 
 bool embedded_dataset(const Options& o) { return o.list.empty() && o.folder.empty() && o.shards.empty(); }
 
-int crop_size(const Options& o) { return o.crop ? o.crop : (embedded_dataset(o) ? 64 : 224); }
+std::vector<Transform> transforms_of(const Options& o) {
+  if (o.transforms.empty()) return {};
+  if (o.crop) throw UsageError("--crop: not with --transforms, whose list sets the output size");
+  if (o.resident) throw UsageError("--transforms: not with --resident, which decodes each image once (center crop)");
+  try {
+    std::vector<Transform> chain = parse_transforms(o.transforms);
+    const Size out = Augment(chain).output();
+    if (out.height != out.width) {
+      throw UsageError("--transforms: the output must be square for now; the list ends at " + std::to_string(out.height) +
+                       " x " + std::to_string(out.width));
+    }
+    return chain;
+  } catch (const AugmentError& e) {
+    throw UsageError(std::string("--transforms: ").append(e.what()));
+  }
+}
+
+int crop_size(const Options& o) {
+  if (!o.transforms.empty()) return Augment(transforms_of(o)).output().width;
+  return o.crop ? o.crop : (embedded_dataset(o) ? 64 : 224);
+}
 
 Config pipeline_config(const Options& o) {
   Config cfg;
@@ -284,7 +309,7 @@ DeviceConfig device_config(const Options& o) {
 
 ImageConfig image_config(const Options& o, Augmentation augment, int crop) {
   ImageConfig ic;
-  ic.transforms = preset_transforms(augment, crop);
+  ic.transforms = o.transforms.empty() ? preset_transforms(augment, crop) : transforms_of(o);
   ic.on_error = o.on_error;
   ic.read_ahead = o.read_ahead;
   if (o.normalize_in == NormalizeIn::workers) ic.normalize = Normalize{};

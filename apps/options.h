@@ -58,6 +58,9 @@ struct Options {
   std::uint64_t seed = 0;                            // Default: 0.
   int crop = 0;                  // Default: 0, meaning 64 on the embedded dataset, else 224 (train: by model).
   Augmentation augment = Augmentation::rrc;                    // Default: rrc (train: crop).
+  // --transforms: the transform list as text (stages/transform_spec.h), in
+  // place of --augment and --crop. Default: "" (the --augment preset).
+  std::string transforms;
   ErrorPolicy on_error = ErrorPolicy::fail;          // Default: fail.
   std::size_t rank = 0, world_size = 1;              // Default: $RANK/$WORLD_SIZE, else 0 of 1.
   bool rank_by_shard = false;  // --rank-by-shard: whole shards per rank. Default: off (sample by sample).
@@ -192,14 +195,19 @@ std::optional<double> gpu_decode_share(const Options& o);
 
 // True when none of --list, --folder, --shards names a dataset.
 bool embedded_dataset(const Options& o);
-// --crop, or its default: 64 on the embedded dataset, else 224.
+// --crop, or its default: 64 on the embedded dataset, else 224; with
+// --transforms, the side of the list's (square) output. Throws UsageError.
 int crop_size(const Options& o);
+// --transforms read and checked (torchvision's names, an output side; not with
+// --crop or --resident). Empty without --transforms. Throws UsageError naming
+// the transform and parameter.
+std::vector<Transform> transforms_of(const Options& o);
 
 // The pipeline settings the flags give; callers add sample_bytes.
 Config pipeline_config(const Options& o);
 // --device, --link-gbps, --host-transfer.
 DeviceConfig device_config(const Options& o);
-// The image stage's settings: `augment`'s transforms at crop x crop,
+// The image stage's settings: --transforms, else `augment`'s transforms at crop x crop,
 // --on-error's policy, and with --normalize-in workers the workers' normalize.
 ImageConfig image_config(const Options& o, Augmentation augment, int crop);
 // --normalize after the transfer (none when off, or done in the workers).

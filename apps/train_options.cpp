@@ -5,8 +5,9 @@ namespace conveyor::apps {
 void add_train_flags(CLI::App& app, Options& o, TrainOptions& t) {
   add_pipeline_flags(app, o);
   // Host-backend simulation flags: training on the CPU always hands the
-  // buffers over, so these would be taken and ignored. Not offered at all.
-  for (const char* flag : {"--link-gbps", "--host-transfer"}) app.remove_option(app.get_option(flag));
+  // buffers over, so these would be taken and ignored. Not offered at all;
+  // nor --transforms, since the model's input size follows --crop and --model.
+  for (const char* flag : {"--link-gbps", "--host-transfer", "--transforms"}) app.remove_option(app.get_option(flag));
   app.get_option("--crop")->description("input size (default 32 for lenet, 64 for resnet)");
   app.get_option("--augment")->description(
       "crop: Resize + RandomCrop (padding 4) + flip (default) | rrc: RandomResizedCrop + flip | center: Resize + CenterCrop");

@@ -199,6 +199,7 @@ std::pair<double, double> jitter_range(const Args& a, const char* name, double c
   const std::vector<double> v = a.numbers(name, {1, 2});
   if (v.size() == 2) return {v[0], v[1]};
   if (v[0] < 0) fail(std::string("ColorJitter: ") + name + " must be >= 0");
+  if (centre == 0 && v[0] > 0.5) fail("ColorJitter: hue must be in [0, 0.5]");
   return centre == 0 ? std::pair{-v[0], v[0]} : std::pair{std::max(0.0, centre - v[0]), centre + v[0]};
 }
 

@@ -102,6 +102,17 @@ grep -qE '"epoch_prefetched": \[0, ([89]|[12][0-9]|30)\]' "$work/pf.json" || fai
 # are the same is test_gpu_decode's to show.
 expect_usage_error "gpu decode share out of range" bench --gpu-decode 1.5
 expect_usage_error "gpu decode with workers normalizing" bench --gpu-decode 0.5 --normalize-in workers --normalize float32
+
+# --transforms: torchvision's Compose list, colour transforms included, in place of --augment and --crop.
+"$bin" run --folder "$work/ds" --epochs 2 --workers 2 --batch 7 --transforms \
+  "RandomResizedCrop(48), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(p=0.2), GaussianBlur(5)" \
+  --json "$work/tf.json" >"$work/out" 2>&1 || fail "run --transforms: $(tail -3 "$work/out")"
+[ "$(grep -c "^delivered: .* 30 samples, 0 skipped" "$work/out")" -eq 2 ] || fail "run --transforms: $(tail -3 "$work/out")"
+expect_usage_error "--transforms: an unknown transform" run --folder "$work/ds" --transforms "rrc(48), Flipp"
+grep -q "unknown transform 'Flipp'" "$work/err" || fail "--transforms Flipp: $(cat "$work/err")"
+expect_usage_error "--transforms: a colour transform first" run --folder "$work/ds" --transforms "jitter(0.4), rrc(48)"
+expect_usage_error "--transforms with --crop" run --folder "$work/ds" --transforms "rrc(48)" --crop 32
+expect_usage_error "--transforms with --resident" run --folder "$work/ds" --transforms "rrc(48)" --resident
 "$bin" bench --folder "$work/ds" --device host --gpu-decode auto --epochs 1 >"$work/out" 2>&1 || fail "gpu decode auto"
 grep -q "^gpu decode: off (auto: the host backend has no GPU" "$work/out" || fail "gpu decode auto: no reason line: $(cat "$work/out")"
 for w in 1 3; do

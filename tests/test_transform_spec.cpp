@@ -71,7 +71,8 @@ TEST_CASE("transform lists: each mistake is one line naming the transform and pa
   REQUIRE(error("rrc(32), blur(4)") == "GaussianBlur: kernel_size must be odd, 1 .. 255");  // Augment's own check
   REQUIRE(error("rrc(32), posterize(4.5)") == "transforms: posterize: bits must be an integer");
   REQUIRE(error("rrc(32), jitter(-0.1)") == "transforms: ColorJitter: brightness must be >= 0");
-  REQUIRE(error("rrc(32), jitter(hue=0.6)") == "ColorJitter: hue must be a range -0.5 <= min <= max <= 0.5");
+  REQUIRE(error("rrc(32), jitter(hue=0.6)") == "transforms: ColorJitter: hue must be in [0, 0.5]");
+  REQUIRE(error("rrc(32), jitter(hue=(-0.2, 0.6))") == "ColorJitter: hue must be a range -0.5 <= min <= max <= 0.5");
   REQUIRE(error("jitter(0.4), rrc(32)") ==
           "RandomResizedCrop: geometric transforms must come before the colour transforms (Conveyor applies those to "
           "the cropped output)");
