@@ -4,6 +4,8 @@
 //   decode DIR    one thread: full-size decode vs RandomResizedCrop(224)+flip, with a time split
 //   resize DIR    stb_image_resize vs a hand-written resize on the same crops
 //   pipeline DIR  the whole pipeline, batch 64, for a list of worker counts
+//   ops DIR       each colour op's cost per 224 x 224 output, one thread, beside the
+//                 decode + RandomResizedCrop(224) + flip it follows
 //   full-decode LIST --threads N   full-size decode alone with N threads, the files
 //                 read from disk each epoch: the reference row of apps/peers/compare.py
 //
@@ -14,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "pipeline/pipeline.h"
 #include "stages/image_ops.h"
 #include "stages/image_source.h"
+#include "stages/photometric.h"
 
 using namespace conveyor;
 
@@ -258,6 +262,67 @@ void cmd_full_decode(const std::string& list, std::size_t threads, int epochs) {
   }
 }
 
+// Each colour op on the photos' RandomResizedCrop(224) outputs: microseconds
+// per image (the median of `runs` passes over every photo), one thread. The
+// outputs are rendered once; each pass first copies them back, untimed, since
+// the ops work in place.
+void cmd_ops(const std::vector<File>& files, int runs) {
+  const Augment augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}});
+  ImageDecoder decoder;
+  ResizeScratch scratch;
+  const std::size_t bytes = 224 * 224 * 3;
+  std::vector<unsigned char> rendered(files.size() * bytes);
+  std::vector<double> decode_runs;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      Rng rng(1, 0, i);
+      const ImageInfo info = decoder.open(files[i].bytes);
+      const Geometry g = augment.plan(info.width, info.height, rng);
+      const DecodeRequest want = decode_request(g, info.width, info.height);
+      render(decoder.decode(want.region, want.min_scale), g, info.width, info.height, 0,
+             {rendered.data() + i * bytes, bytes}, scratch);
+    }
+    decode_runs.push_back(seconds_since(t0));
+  }
+  std::vector<unsigned char> work(rendered.size());
+  PhotometricScratch ps;
+  const auto each = [&](auto&& op) {
+    std::vector<double> t;
+    for (int r = 0; r < runs; ++r) {
+      std::copy(rendered.begin(), rendered.end(), work.begin());  // untimed: the ops work in place
+      const auto t0 = Clock::now();
+      for (std::size_t i = 0; i < files.size(); ++i) op(RgbView{work.data() + i * bytes, 224, 224, 224 * 3});
+      t.push_back(seconds_since(t0));
+    }
+    return median(t) / double(files.size()) * 1e6;
+  };
+  const double base = median(decode_runs) / double(files.size()) * 1e6;
+  std::printf("%zu photos, 224 x 224 outputs, one thread, median of %d runs (us per image)\n", files.size(), runs);
+  std::printf("%-34s %8.1f\n", "decode + RandomResizedCrop + flip", base);
+  const struct {
+    const char* name;
+    std::function<void(RgbView)> op;
+  } ops[] = {
+      {"adjust_brightness(1.3)", [](RgbView v) { adjust_brightness(v, 1.3); }},
+      {"adjust_contrast(1.3)", [](RgbView v) { adjust_contrast(v, 1.3); }},
+      {"adjust_saturation(1.3)", [](RgbView v) { adjust_saturation(v, 1.3); }},
+      {"adjust_hue(0.1)", [](RgbView v) { adjust_hue(v, 0.1); }},
+      {"to_grayscale", [](RgbView v) { to_grayscale(v); }},
+      {"solarize(128)", [](RgbView v) { solarize(v, 128); }},
+      {"posterize(4)", [](RgbView v) { posterize(v, 4); }},
+      {"autocontrast", [](RgbView v) { autocontrast(v); }},
+      {"equalize", [](RgbView v) { equalize(v); }},
+      {"invert", [](RgbView v) { invert(v); }},
+      {"adjust_sharpness(2)", [&](RgbView v) { adjust_sharpness(v, 2, ps); }},
+      {"gaussian_blur(23, sigma 1)", [&](RgbView v) { gaussian_blur(v, 23, 23, 1.0, 1.0, ps); }},
+  };
+  for (const auto& o : ops) {
+    const double us = each(o.op);
+    std::printf("%-34s %8.1f  (%.0f%% of the decode)\n", o.name, us, 100 * us / base);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,6 +335,7 @@ int main(int argc, char** argv) {
   auto* decode = app.add_subcommand("decode", "full-size decode vs RandomResizedCrop(224)+flip, one thread");
   auto* resize = app.add_subcommand("resize", "stb_image_resize vs a hand-written resize");
   auto* pipe = app.add_subcommand("pipeline", "the whole pipeline, batch 64");
+  auto* ops = app.add_subcommand("ops", "each colour op's cost per 224 x 224 output, one thread");
   int stb_filter = STBIR_FILTER_MITCHELL;
   resize->add_option("--stb-filter", stb_filter, "stb_image_resize filter number (STBIR_FILTER_*)");
   std::vector<int> jpeg_scales = default_jpeg_scales();
@@ -278,7 +344,7 @@ int main(int argc, char** argv) {
   int epochs = 3;
   pipe->add_option("--workers", workers, "worker counts to run")->delimiter(',');
   pipe->add_option("--epochs", epochs, "epochs per run");
-  for (auto* s : {scales, decode, resize, pipe}) s->add_option("dir", dir, "folder of images")->required();
+  for (auto* s : {scales, decode, resize, pipe, ops}) s->add_option("dir", dir, "folder of images")->required();
   auto* full = app.add_subcommand("full-decode", "full-size decode alone, N threads, files from a list (peers' reference)");
   std::string list;
   std::size_t threads = 1;
@@ -296,6 +362,7 @@ int main(int argc, char** argv) {
     if (*decode) cmd_decode(files, runs, jpeg_scales);
     if (*resize) cmd_resize(files, runs, stb_filter);
     if (*pipe) cmd_pipeline(files, runs, workers, epochs);
+    if (*ops) cmd_ops(files, runs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conveyor-bench-images: %s\n", e.what());
     return 1;

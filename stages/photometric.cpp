@@ -223,24 +223,33 @@ void adjust_sharpness(RgbView img, double factor, PhotometricScratch& scratch) {
   if (img.width <= 2 || img.height <= 2) return;  // torchvision: no interior to smooth
   const std::uint8_t* src = packed_copy(img, scratch);
   const std::ptrdiff_t row = std::ptrdiff_t(img.width) * 3;
-  const float side = 1.0f / 13.0f, centre = 5.0f / 13.0f;  // [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13
   const Blend blend(factor);
+  // The border keeps its pixels in the smoothed copy, and is blended with
+  // itself as torchvision does (in float32, a*v + (1-a)*v may truncate to v - 1).
+  const auto self_blend = [&](std::uint8_t* p, std::ptrdiff_t n) {
+    for (std::ptrdiff_t i = 0; i < n; ++i) p[i] = blend(p[i], float(p[i]));
+  };
+  self_blend(img.pixels, row);
+  self_blend(img.pixels + std::ptrdiff_t(img.height - 1) * img.stride, row);
   for (int y = 1; y + 1 < img.height; ++y) {
+    std::uint8_t* line = img.pixels + std::ptrdiff_t(y) * img.stride;
+    self_blend(line, 3);
+    self_blend(line + row - 3, 3);
+  }
+  for (int y = 1; y + 1 < img.height; ++y) {
+    const std::uint8_t* r0 = src + std::ptrdiff_t(y - 1) * row;
+    const std::uint8_t* r1 = r0 + row;
+    const std::uint8_t* r2 = r1 + row;
     std::uint8_t* out = img.pixels + std::ptrdiff_t(y) * img.stride;
-    for (int x = 1; x + 1 < img.width; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        const std::uint8_t* p = src + std::ptrdiff_t(y) * row + std::ptrdiff_t(x) * 3 + c;
-        float sum = 0;
-        for (int dy = -1; dy <= 1; ++dy) {
-          for (int dx = -1; dx <= 1; ++dx) {
-            sum += (dx == 0 && dy == 0 ? centre : side) * float(p[dy * row + dx * 3]);
-          }
-        }
-        out[x * 3 + c] = blend(p[0], float(round_u8(sum)));
-      }
+    for (std::ptrdiff_t i = 3; i < row - 3; ++i) {
+      // The kernel [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, in integers: n / 13
+      // never ends in exactly .5 (13 is odd), and torchvision's float32 sum
+      // stays far closer to it than the 1/26 to the nearest half, so rounding
+      // n / 13 to nearest gives torchvision's round() of its convolution.
+      const int n = r0[i - 3] + r0[i] + r0[i + 3] + r1[i - 3] + 5 * r1[i] + r1[i + 3] + r2[i - 3] + r2[i] + r2[i + 3];
+      out[i] = blend(r1[i], float((n + 6) / 13));
     }
   }
-  // The border keeps its pixels in the smoothed copy, so the blend leaves it as it was.
 }
 
 void gaussian_blur(RgbView img, int kernel_x, int kernel_y, double sigma_x, double sigma_y, PhotometricScratch& scratch) {
@@ -266,33 +275,43 @@ void gaussian_blur(RgbView img, int kernel_x, int kernel_y, double sigma_x, doub
     return w;
   };
   const std::vector<float> kx = kernel(kernel_x, sigma_x), ky = kernel(kernel_y, sigma_y);
+  // Reflect padding (torch's "reflect": the edge pixel is not repeated).
   const auto reflect = [](int i, int n) { return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i); };
-  const std::uint8_t* src = packed_copy(img, scratch);
-  const std::ptrdiff_t row = std::ptrdiff_t(img.width) * 3;
-  // Separable: rows first into float, then columns; torchvision's 2-D kernel is
-  // the outer product of the two, so the sums agree to float32 rounding.
-  scratch.rows.resize(std::size_t(row) * std::size_t(img.height));
-  const int hx = kernel_x / 2, hy = kernel_y / 2;
-  for (int y = 0; y < img.height; ++y) {
-    for (int x = 0; x < img.width; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        float sum = 0;
-        for (int k = 0; k < kernel_x; ++k) {
-          sum += kx[std::size_t(k)] * float(src[std::ptrdiff_t(y) * row + std::ptrdiff_t(reflect(x + k - hx, img.width)) * 3 + c]);
-        }
-        scratch.rows[std::size_t(std::ptrdiff_t(y) * row + std::ptrdiff_t(x) * 3 + c)] = sum;
-      }
+  const int w = img.width, h = img.height, hx = kernel_x / 2, hy = kernel_y / 2;
+  const std::ptrdiff_t row = std::ptrdiff_t(w) * 3;
+  // Separable: each row, padded, through kx into float; then the columns
+  // through ky. torchvision's 2-D kernel is the outer product of the two, so
+  // the sums agree to float32 rounding (within a grey level after rounding).
+  std::vector<float>& rows = scratch.rows;
+  rows.resize(std::size_t(row) * std::size_t(h) + std::size_t(w + 2 * hx) * 3 + std::size_t(row));
+  float* padded = rows.data() + std::size_t(row) * std::size_t(h);
+  float* acc = padded + std::size_t(w + 2 * hx) * 3;
+  for (int y = 0; y < h; ++y) {
+    const std::uint8_t* in = img.pixels + std::ptrdiff_t(y) * img.stride;
+    for (int x = -hx; x < w + hx; ++x) {
+      const std::uint8_t* p = in + std::ptrdiff_t(reflect(x, w)) * 3;
+      float* q = padded + std::ptrdiff_t(x + hx) * 3;
+      q[0] = p[0];
+      q[1] = p[1];
+      q[2] = p[2];
+    }
+    float* out = rows.data() + std::ptrdiff_t(y) * row;
+    for (std::ptrdiff_t i = 0; i < row; ++i) out[i] = 0;
+    for (int k = 0; k < kernel_x; ++k) {
+      const float weight = kx[std::size_t(k)];
+      const float* q = padded + std::ptrdiff_t(k) * 3;
+      for (std::ptrdiff_t i = 0; i < row; ++i) out[i] += weight * q[i];
     }
   }
-  for (int y = 0; y < img.height; ++y) {
-    std::uint8_t* out = img.pixels + std::ptrdiff_t(y) * img.stride;
-    for (std::ptrdiff_t i = 0; i < row; ++i) {
-      float sum = 0;
-      for (int k = 0; k < kernel_y; ++k) {
-        sum += ky[std::size_t(k)] * scratch.rows[std::size_t(std::ptrdiff_t(reflect(y + k - hy, img.height)) * row + i)];
-      }
-      out[i] = round_u8(sum);
+  for (int y = 0; y < h; ++y) {
+    for (std::ptrdiff_t i = 0; i < row; ++i) acc[i] = 0;
+    for (int k = 0; k < kernel_y; ++k) {
+      const float weight = ky[std::size_t(k)];
+      const float* q = rows.data() + std::ptrdiff_t(reflect(y + k - hy, h)) * row;
+      for (std::ptrdiff_t i = 0; i < row; ++i) acc[i] += weight * q[i];
     }
+    std::uint8_t* out = img.pixels + std::ptrdiff_t(y) * img.stride;
+    for (std::ptrdiff_t i = 0; i < row; ++i) out[i] = round_u8(acc[i]);
   }
 }
 
