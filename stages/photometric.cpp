@@ -48,13 +48,6 @@ void check_factor(double f, const char* op, const char* name) {
   check(std::isfinite(f) && f >= 0, op, std::string(name) + " must be finite and >= 0");
 }
 
-// Python's x % 1.0 (torch.remainder) for float32: the result takes the divisor's sign.
-inline float remainder1(float x) {
-  float r = std::fmod(x, 1.0f);
-  if (r < 0) r += 1.0f;
-  return r;
-}
-
 }  // namespace
 
 void adjust_brightness(RgbView img, double factor) {
@@ -93,9 +86,14 @@ void adjust_hue(RgbView img, double factor) {
   check_view(img, "adjust_hue");
   check(factor >= -0.5 && factor <= 0.5, "adjust_hue", "hue_factor must be in [-0.5, 0.5]");
   const float shift = float(factor);
+  static const std::array<float, 256> unit = [] {  // v / 255.0f, the very values torchvision divides to
+    std::array<float, 256> t{};
+    for (std::size_t v = 0; v < 256; ++v) t[v] = float(v) / 255.0f;
+    return t;
+  }();
   each_pixel(img, [&](std::uint8_t* p) {
     // torchvision's _rgb2hsv, in float32 on values / 255.
-    const float r = float(p[0]) / 255.0f, g = float(p[1]) / 255.0f, b = float(p[2]) / 255.0f;
+    const float r = unit[p[0]], g = unit[p[1]], b = unit[p[2]];
     const float maxc = std::max({r, g, b}), minc = std::min({r, g, b});
     const bool eqc = maxc == minc;
     const float cr = maxc - minc;
@@ -110,8 +108,16 @@ void adjust_hue(RgbView img, double factor) {
     } else {
       h = 4.0f + gc - rc;
     }
-    h = std::fmod(h / 6.0f + 1.0f, 1.0f);
-    h = remainder1(h + shift);
+    // fmod(h / 6 + 1, 1) and then (h + shift) % 1, for arguments in [0, 2) and
+    // [-0.5, 1.5): subtracting or adding 1 there is what both compute, exactly.
+    h = h / 6.0f + 1.0f;
+    if (h >= 1.0f) h -= 1.0f;
+    h += shift;
+    if (h >= 1.0f) {
+      h -= 1.0f;
+    } else if (h < 0.0f) {
+      h += 1.0f;
+    }
     // _hsv2rgb.
     const float v = maxc;
     const float i_f = std::floor(h * 6.0f);
