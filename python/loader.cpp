@@ -1,6 +1,7 @@
 #include "python/loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -135,7 +136,14 @@ void Loader::check_memory() const {
   const bool asked = settings_.max_memory_mb > 0;
   const double limit = asked ? settings_.max_memory_mb : double(default_pool_budget_bytes()) / mib;
   if (need <= limit) return;
-  const auto whole = [](double x) { return std::to_string((unsigned long long)(x + 0.5)); };
+  // MiB as a person reads them: whole from 100 up, else 3 digits, so that a
+  // limit of 1.5 reads 1.5 and a need just over it does not round to it.
+  const auto whole = [](double x) {
+    if (x >= 100) return std::to_string((unsigned long long)(x + 0.5));
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", x);
+    return std::string(text);
+  };
   // Handed over (a CPU consumer), the device slots are the host buffers themselves.
   const std::string device = device_->hands_over() ? "" : " + device " + std::to_string(c.device_buffer_count()) + " slots";
   throw std::invalid_argument(

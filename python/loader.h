@@ -51,7 +51,8 @@
 namespace conveyor::python {
 
 // An element type as DLPack and NumPy see it: kind 'u' (unsigned), 'i'
-// (signed), 'f' (IEEE float) or 'b' (bfloat), and its bits.
+// (signed), 'f' (IEEE float), 'b' (bfloat) or '?' (bool: one byte, 0 or 1),
+// and its bits.
 struct Element {
   char kind = 'u';
   std::uint8_t bits = 8;
