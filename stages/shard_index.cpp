@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "pipeline/fnv1a.h"
+#include "stages/atomic_file.h"
 #include "stages/dataset.h"
 #include "stages/file_system.h"
 #include "stages/tar_index.h"
@@ -299,21 +300,13 @@ void remove_stale_temporaries(const fs::path& file) {
   }
 }
 
-// Writes text to `file` by way of a temporary file renamed over it. False when
-// anything fails (the temporary is removed).
+// Writes text to `file` whole or not at all (an AtomicFile). False when
+// anything fails.
 bool write_atomically(const fs::path& file, const std::string& text) {
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   remove_stale_temporaries(file);
-  fs::path tmp = file;
-  tmp += ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
-  const bool wrote = write_bytes(tmp, {reinterpret_cast<const unsigned char*>(text.data()), text.size()}) == 0;
-  if (wrote) fs::rename(tmp, file, ec);
-  if (!wrote || ec) {
-    fs::remove(tmp, ec);
-    return false;
-  }
-  return true;
+  return write_file_atomically(file, {reinterpret_cast<const unsigned char*>(text.data()), text.size()}) == 0;
 }
 
 }  // namespace
