@@ -97,7 +97,7 @@ Dataset open_dataset(const Options& o, Announce announce) {
   }
   try {
     if (!o.shards.empty()) {
-      Dataset d = Dataset::from_shards(o.shards);
+      Dataset d = Dataset::from_shards(o.shards, o.unlisted_shards);
       return o.rank_by_shard ? shards_of_rank(d, o) : d;
     }
     if (!o.list.empty()) {

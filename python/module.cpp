@@ -446,7 +446,8 @@ std::optional<double> gpu_decode_share(const py::object& v) {
 }
 
 std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
-                                      std::optional<std::string> shards, bool rank_by_shard, std::optional<py::tuple> arrays,
+                                      std::optional<std::string> shards, bool rank_by_shard, UnlistedShards unlisted,
+                                      std::optional<py::tuple> arrays,
                                       ImageConfig image, LoaderSettings s) {
   if (rank_by_shard && !shards) throw py::value_error("rank_by_shard=True: needs shards=");
   // A path is a C string below: a NUL would cut it short, to another path.
@@ -460,7 +461,7 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   if (given != 1) throw py::value_error("give exactly one dataset: folder=, list=, shards= or arrays=(x, y)");
   auto L = std::make_unique<PyLoader>();
   if (!arrays) {
-    Dataset d = folder ? Dataset::from_folder(*folder) : shards ? Dataset::from_shards(*shards) : Dataset::from_list(*list);
+    Dataset d = folder ? Dataset::from_folder(*folder) : shards ? Dataset::from_shards(*shards, unlisted) : Dataset::from_list(*list);
     if (list && d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");  // a folder refuses itself
     if (rank_by_shard) {  // whole shards for this rank; the pipeline then runs as rank 0 of 1
       d = d.rank_subset(s.config.rank, s.config.world_size, s.config.shard_policy);
@@ -518,7 +519,7 @@ void bind_loader(py::module_& m) {
   static const std::set<std::string> kLoaderKeywords = {
       "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "seed", "shuffle", "drop_last",
       "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-      "rank_by_shard", "gpu_decode", "max_memory_mb", "slot_timeout"};
+      "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"};
   py::class_<PyLoader> loader_class(m, "Loader");
   loader_class
       // Every argument is taken as a Python object and checked here, so that a
@@ -529,7 +530,8 @@ void bind_loader(py::module_& m) {
                        const py::object& drop_last_arg, py::object epochs, const py::object& device_arg,
                        const py::object& normalize_arg, py::object host_queue, py::object device_queue,
                        py::object device_buffers, const py::object& on_error_arg, py::object rank, py::object world_size,
-                       const py::object& rank_by_shard_arg, const py::object& gpu_decode, const py::object& max_memory_mb,
+                       const py::object& rank_by_shard_arg, const py::object& extra_shards_arg,
+                       const py::object& gpu_decode, const py::object& max_memory_mb,
                        const py::object& slot_timeout) {
              const auto folder = path("folder", folder_arg), list = path("list", list_arg), shards = path("shards", shards_arg);
              const auto arrays = pair("arrays", arrays_arg);
@@ -537,6 +539,8 @@ void bind_loader(py::module_& m) {
              const std::string device = device_name(device_arg), on_error = *text("on_error", on_error_arg);
              const bool shuffle = flag("shuffle", shuffle_arg), drop_last = flag("drop_last", drop_last_arg);
              const bool rank_by_shard = flag("rank_by_shard", rank_by_shard_arg);
+             const bool extra_shards = flag("extra_shards", extra_shards_arg);
+             if (extra_shards && shards_arg.is_none()) throw py::value_error("extra_shards=True: needs shards=");
              ImageConfig ic;
              if (arrays && (!crop.is_none() || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
@@ -581,9 +585,12 @@ void bind_loader(py::module_& m) {
                             "drop_last"_a = c.drop_last, "epochs"_a = c.epochs, "normalize"_a = normalize_arg,
                             "host_queue"_a = c.host_queue_depth, "device_queue"_a = c.device_queue_depth,
                             "device_buffers"_a = c.device_buffers, "on_error"_a = on_error, "rank"_a = c.rank,
-                            "world_size"_a = c.world_size, "rank_by_shard"_a = rank_by_shard, "gpu_decode"_a = gpu_decode,
+                            "world_size"_a = c.world_size, "rank_by_shard"_a = rank_by_shard, "extra_shards"_a = extra_shards,
+                            "gpu_decode"_a = gpu_decode,
                             "max_memory_mb"_a = s.max_memory_mb, "slot_timeout"_a = slot_timeout);
-             auto loader = make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
+             auto loader = make_loader(folder, list, shards, rank_by_shard,
+                                       extra_shards ? UnlistedShards::read : UnlistedShards::refuse, arrays, std::move(ic),
+                                       std::move(s));
              loader->slot_timeout = wait;
              loader->given = std::move(given);
              return loader;
@@ -595,7 +602,7 @@ void bind_loader(py::module_& m) {
            "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
-           "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false,
+           "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false, "extra_shards"_a = false,
            "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0, "slot_timeout"_a = 60.0)
       // Tried only when the one above does not match: a positional argument or
       // an unknown keyword. pybind11 would print every overload's signature
@@ -713,7 +720,7 @@ void bind_loader(py::module_& m) {
       });
   for (const char* name : {"folder", "list", "shards", "workers", "crop", "augment", "seed", "shuffle", "drop_last", "epochs",
                            "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-                           "rank_by_shard", "gpu_decode", "max_memory_mb", "slot_timeout"}) {
+                           "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"}) {
     loader_class.def_property_readonly(name, [name](PyLoader& L) { return L.given[name]; }, "as given to the constructor");
   }
 }

@@ -5,7 +5,7 @@
 # Cases: fifo memory trace resident write-errors outputs empty skip-list classes
 #        big-png workers toml subcommands nul env; round 3: skip-modes clobber
 #        contradictions pack-interrupt shard-ranks integers sigpipe slow-signal sweep-signal; round 13:
-#        config-size atomic-outputs
+#        config-size atomic-outputs extra-shards
 set -uo pipefail
 bin=$(realpath "$1") case=$2
 work=$(mktemp -d)
@@ -591,7 +591,7 @@ shard-ranks)  # --rank-by-shard with a rank whose shards are empty: every rank r
   cp "$work/sh/shard-000000.tar" "$work/sh/shard-000001.tar"
   tar cf "$work/sh/shard-000002.tar" --files-from /dev/null
   for r in 0 1 2; do
-    expect 2 "rank $r of 3 with an empty shard" -- run --shards "$work/sh" --rank-by-shard --world-size 3 --rank $r --batch 4
+    expect 2 "rank $r of 3 with an empty shard" -- run --shards "$work/sh" --extra-shards --rank-by-shard --world-size 3 --rank $r --batch 4
     err_has "rank 2 of 3 would get no samples: its shards (shard-000002.tar) hold none" "rank $r"
   done
   ;;
@@ -717,6 +717,17 @@ atomic-outputs)  # a failed --json, --trace or --csv write leaves the old file w
   else
     echo "note: no tmpfs could be mounted here (not root?); the full-disk part did not run"
   fi
+  ;;
+extra-shards)  # a .tar beside pack's manifest that it does not list is refused by name; --extra-shards reads it
+  "$bin" pack --folder "$work/ds" --out "$work/train" >/dev/null 2>&1 || fail "pack: status $?"
+  "$bin" pack --folder "$work/ds" --out "$work/val" >/dev/null 2>&1 || fail "pack val: status $?"
+  cp "$work/val/shard-000000.tar" "$work/train/val-000000.tar"
+  expect 2 "run --shards with an unlisted shard" -- run --shards "$work/train" --epochs 1
+  err_has "val-000000.tar: not listed in $work/train/.conveyor-manifest (written by conveyor pack: 1 shard(s) of 30 samples)" "unlisted shard"
+  timeout 60 "$bin" run --shards "$work/train" --epochs 1 --batch 10 --extra-shards >"$work/out" 2>&1 || fail "--extra-shards: $(tail -2 "$work/out")"
+  grep -q "^epoch 0: 60 images" "$work/out" || fail "--extra-shards did not read both: $(grep '^epoch' "$work/out")"
+  expect 2 "--extra-shards without --shards" -- run --folder "$work/ds" --extra-shards
+  err_has "--extra-shards: needs a --shards dataset" "--extra-shards alone"
   ;;
 *)
   echo "unknown case $case"; exit 2 ;;

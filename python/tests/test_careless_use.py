@@ -194,3 +194,29 @@ def test_record_stream_on_a_host_array_is_refused():
     with pytest.raises(ValueError, match=r"^record_stream: this Array is in host memory"):
         images.record_stream(123)
 
+
+# ------------------------------------------------------------ shards beside a manifest
+
+def test_a_shard_the_manifest_does_not_list_is_refused_unless_asked_for(tmp_path):
+    import io
+    import tarfile
+
+    def shard(path, keys):
+        with tarfile.open(path, "w") as t:
+            for k in keys:
+                for name, data in ((f"{k}.ppm", b"P6\n1 1\n255\n\x00\x00\x00"), (f"{k}.cls", b"0")):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+
+    shard(tmp_path / "train.tar", ["a", "b"])
+    (tmp_path / ".conveyor-manifest").write_text("conveyor-shard-manifest 1\n2 train.tar\n")
+    assert conveyor.Loader(shards=str(tmp_path), device="cpu").dataset_size == 2
+    shard(tmp_path / "val.tar", ["c"])  # validation copied into the training folder
+    with pytest.raises(ValueError, match=r"val\.tar: not listed in .*\.conveyor-manifest .*extra_shards=True"):
+        conveyor.Loader(shards=str(tmp_path), device="cpu")
+    loader = conveyor.Loader(shards=str(tmp_path), device="cpu", extra_shards=True)
+    assert loader.dataset_size == 3 and loader.extra_shards is True
+    with pytest.raises(ValueError, match=r"^extra_shards=True: needs shards=$"):
+        conveyor.Loader(folder=str(tmp_path), extra_shards=True, device="cpu")
+
