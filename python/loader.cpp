@@ -168,8 +168,7 @@ PipelineState Loader::state() const {
 void Loader::start(std::optional<PipelineState> from) {
   if (closed_) throw std::logic_error("loader: closed");
   if (pipeline_) {
-    const auto s = pipeline_->skipped();
-    skipped_before_.insert(skipped_before_.end(), s.begin(), s.end());
+    for (const SkippedSample& s : pipeline_->skipped()) skipped_before_.add(s);
     pipeline_.reset();  // stops and joins its threads; batches still held stay valid
   }
   const Filler fill = images_ ? images_->filler() : rows_->filler();
@@ -206,12 +205,11 @@ std::optional<DeviceBatch> Loader::next(void* stream) {
 PipelineStats Loader::stats() const { return pipeline_ ? pipeline_->stats() : PipelineStats{}; }
 
 std::vector<SkippedSample> Loader::skipped() const {
-  auto all = skipped_before_;
+  SkipLog all = skipped_before_;
   if (pipeline_) {
-    const auto s = pipeline_->skipped();
-    all.insert(all.end(), s.begin(), s.end());
+    for (const SkippedSample& s : pipeline_->skipped()) all.add(s);
   }
-  return all;
+  return all.entries();
 }
 
 void Loader::close() {

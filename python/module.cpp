@@ -699,7 +699,8 @@ void bind_loader(py::module_& m) {
       .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })
       .def("skipped", [](PyLoader& L) {
         py::list out;
-        for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = message(s.reason)));
+        for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = message(s.reason),
+                                                                                            "times"_a = s.times, "last_epoch"_a = s.last_epoch));
         return out;
       })
       .def("close", [](PyLoader& L) { L.close(); })

@@ -219,6 +219,17 @@ names = sorted(s["reason"].split(": ")[0].rsplit("/", 1)[1] for s in d["skipped"
 assert names == [f"zz-broken-{i}.jpg" for i in range(1, 8)], names
 assert all("not an image" in s["reason"] for s in d["skipped"]), d["skipped"]
 PY
+  # Over many epochs each broken file is listed once, with its count: the list is bounded by the dataset
+  "$bin" run --folder "$work/ds" --batch 8 --epochs 30 --on-error skip --json "$work/many.json" >"$work/out" 2>&1 ||
+    fail "run --epochs 30 --on-error skip"
+  grep -q "^skipped 210 sample(s)" "$work/out" || fail "30 epochs: not 210 skips counted: $(grep -A2 '^skipped' "$work/out")"
+  grep -q "^  epochs 0-29 (30 times): .*zz-broken-" "$work/out" || fail "30 epochs: no count per file: $(grep -A2 '^skipped' "$work/out")"
+  python3 - "$work/many.json" <<'PY' || fail "30 epochs: --json does not list each file once with its count"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["skipped"]) == 7, len(d["skipped"])
+assert all(s["times"] == 30 and s["epoch"] == 0 and s["last_epoch"] == 29 for s in d["skipped"]), d["skipped"][:2]
+PY
   # A name with a line break, an escape sequence and a byte that is not UTF-8:
   # one line each in the terminal's list and inspect's, valid JSON in --json
   # (round 9: the list printed them raw, and the JSON was not UTF-8).

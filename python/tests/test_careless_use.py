@@ -220,3 +220,21 @@ def test_a_shard_the_manifest_does_not_list_is_refused_unless_asked_for(tmp_path
     with pytest.raises(ValueError, match=r"^extra_shards=True: needs shards=$"):
         conveyor.Loader(folder=str(tmp_path), extra_shards=True, device="cpu")
 
+
+# ------------------------------------------------------------ skips over many epochs
+
+def test_skipped_keeps_each_bad_file_once_with_its_count(tmp_path):
+    (tmp_path / "c").mkdir()
+    for i in range(4):
+        (tmp_path / "c" / f"good{i}.ppm").write_bytes(b"P6\n2 2\n255\n" + bytes(12))
+    (tmp_path / "c" / "bad.ppm").write_bytes(b"not an image")
+    loader = conveyor.Loader(folder=str(tmp_path), batch_size=5, crop=2, on_error="skip", device="cpu", epochs=6)
+    for _ in range(3):
+        for _ in loader:
+            pass
+    for _ in loader.epoch(5):  # a restart: the skips before it are kept, merged
+        pass
+    skipped = loader.skipped()
+    assert len(skipped) == 1, skipped
+    assert skipped[0]["times"] == 4 and skipped[0]["epoch"] == 0 and skipped[0]["last_epoch"] == 5
+    assert "bad.ppm" in skipped[0]["reason"]
