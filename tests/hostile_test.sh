@@ -166,7 +166,7 @@ write-errors)  # 17.5: a failed write of any output is a one-line error and a no
   if train_built && mkdir "$work/tiny" && mount -t tmpfs -o size=32k tmpfs "$work/tiny" 2>/dev/null; then
     # A checkpoint onto a full disk: LibTorch's own writer ended the process in std::terminate.
     expect 1 "train --checkpoint onto a full disk" -- train --folder "$work/ds" --epochs 1 --checkpoint "$work/tiny/c.pt"
-    err_has "--checkpoint: cannot write $work/tiny/c.pt.tmp: No space left on device" "checkpoint on a full disk"
+    err_has "--checkpoint: cannot write $work/tiny/c.pt: No space left on device" "checkpoint on a full disk"
     [ -z "$(ls -A "$work/tiny")" ] || fail "the failed checkpoint left $(ls "$work/tiny") behind"
     umount "$work/tiny"
   elif train_built; then
