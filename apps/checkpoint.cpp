@@ -151,15 +151,7 @@ void save_checkpoint(const std::string& file, Net& model, torch::optim::SGD& opt
   // previous checkpoint stays as it was.
   std::ostringstream bytes;
   archive.save_to(bytes);
-  const std::string tmp = file + ".tmp";
-  try {
-    write_file("--checkpoint", tmp, bytes.str());
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
-  std::filesystem::rename(tmp, file);
+  write_file("--checkpoint", file, bytes.str());  // whole or not at all
 }
 
 CheckpointState load_checkpoint(const std::string& file, Net& model, torch::optim::SGD& optimizer,

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "apps/toml_config.h"
+#include "stages/atomic_file.h"
 #include "stages/default_dataset.h"
 #include "stages/file_system.h"
 
@@ -96,7 +97,7 @@ Dataset open_dataset(const Options& o, Announce announce) {
   }
   try {
     if (!o.shards.empty()) {
-      Dataset d = Dataset::from_shards(o.shards);
+      Dataset d = Dataset::from_shards(o.shards, o.unlisted_shards);
       return o.rank_by_shard ? shards_of_rank(d, o) : d;
     }
     if (!o.list.empty()) {
@@ -260,7 +261,7 @@ void check_writable(const std::string& flag, const std::string& file) {
 
 void write_file(const std::string& flag, const std::string& file, const std::string& text) {
   const std::span bytes{reinterpret_cast<const unsigned char*>(text.data()), text.size()};
-  if (const int err = write_bytes(file, bytes); err != 0) {
+  if (const int err = write_file_atomically(file, bytes); err != 0) {
     throw std::runtime_error(flag + ": cannot write " + file + ": " + std::strerror(err));
   }
 }

@@ -90,8 +90,10 @@ void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc,
 // written (a directory, a missing folder, no permission), not after the run.
 // Leaves no file behind where none was.
 void check_writable(const std::string& flag, const std::string& file);
-// Writes bytes to file, checking every write and the close: throws
-// std::runtime_error "FLAG: cannot write FILE: reason" (a full disk, /dev/full).
+// Writes text to file whole or not at all (stages/atomic_file.h: a temporary
+// renamed over it), checking every write and the close: throws
+// std::runtime_error "FLAG: cannot write FILE: reason" (a full disk,
+// /dev/full), and the file is then as it was.
 void write_file(const std::string& flag, const std::string& file, const std::string& text);
 // Every integer flag of app and its subcommands (CLI11 type INT or UINT) takes
 // decimal digits only, and a value that fits 64 bits. CLI11 2.1 reads them with

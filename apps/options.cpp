@@ -40,6 +40,11 @@ void add_dataset_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
   add_or_keep(app, "--shards", o.shards, "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls")
       ->check(CLI::ExistingDirectory);
+  if (!app.get_option_no_throw("--extra-shards")) {
+    app.add_flag_callback("--extra-shards", [&o] { o.unlisted_shards = UnlistedShards::read; },
+                          "with --shards: also read .tar files that the folder's manifest (conveyor pack's) does not "
+                          "list (default: refused by name)");
+  }
 }
 
 void add_pipeline_flags(CLI::App& app, Options& o) {
@@ -141,6 +146,7 @@ void check_shard(const Options& o) {
                      std::to_string(o.world_size) + " (--world-size, or WORLD_SIZE / OMPI_COMM_WORLD_SIZE)");
   }
   if (o.rank_by_shard && o.shards.empty()) throw UsageError("--rank-by-shard: needs a --shards dataset");
+  if (o.unlisted_shards == UnlistedShards::read && o.shards.empty()) throw UsageError("--extra-shards: needs a --shards dataset");
 }
 
 void check_normalize(const Options& o) {

@@ -25,6 +25,7 @@
 #include "cuda/device_pipeline.h"
 #include "cuda/resident.h"
 #include "stages/augment.h"
+#include "stages/dataset.h"
 #include "stages/image_source.h"
 
 namespace conveyor::apps {
@@ -47,6 +48,8 @@ struct Options {
   std::string list;    // --list FILE: `path label` per line. Default: none.
   std::string folder;  // --folder DIR: root/<class>/<image>. Default: none.
   std::string shards;  // --shards DIR: WebDataset tar shards (KEY.jpg + KEY.cls). Default: none.
+  // --extra-shards: also read .tar files DIR's manifest does not list. Default: refused by name.
+  UnlistedShards unlisted_shards = UnlistedShards::refuse;
   std::size_t shard_mb = 256;  // pack --shard-mb: a shard's size limit in MiB. Default: 256.
 
   // ---- pipeline

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "apps/cli.h"
+#include "stages/atomic_file.h"
 #include "stages/dataset.h"
 #include "stages/decode.h"
 #include "stages/file_system.h"
@@ -29,14 +30,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The shards being written: one open file at a time, written as NAME.tar.tmp
-// and renamed when complete, every write and the close checked.
+// The shards being written: one open file at a time, through an AtomicFile
+// (renamed into place when complete, every write and the close checked; an
+// unfinished one removed when the writer is destroyed).
 class ShardWriter {
  public:
   ShardWriter(fs::path dir, std::uint64_t limit) : dir_(std::move(dir)), limit_(limit) {}
-  ~ShardWriter() {
-    if (file_) std::fclose(file_);
-  }
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
@@ -71,10 +70,9 @@ class ShardWriter {
     char name[32];
     std::snprintf(name, sizeof name, "shard-%06zu.tar", shards_);
     path_ = dir_ / name;
-    tmp_ = path_;
-    tmp_ += ".tmp";
-    file_ = std::fopen(tmp_.c_str(), "wb");
-    if (!file_) fail();
+    out_ = std::make_unique<AtomicFile>(path_, AtomicFile::Sync::yes);
+    file_ = out_->stream();
+    if (!file_) fail(out_->error());
     written_ = 0;
   }
 
@@ -87,7 +85,7 @@ class ShardWriter {
   }
 
   void write(const void* data, std::size_t size) {
-    if (size && std::fwrite(data, 1, size, file_) != size) fail();
+    if (size && std::fwrite(data, 1, size, file_) != size) fail(errno);
     written_ += size;
     total_ += size;
   }
@@ -95,23 +93,20 @@ class ShardWriter {
   void close_shard() {
     const std::string end(kTarEnd, '\0');
     write(end.data(), end.size());
-    const bool flushed = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
-    const int err = errno;
-    const bool closed = std::fclose(file_) == 0;
     file_ = nullptr;
-    if (!flushed || !closed) {
-      errno = flushed ? errno : err;
-      fail();
-    }
-    std::error_code ec;
-    fs::rename(tmp_, path_, ec);
-    if (ec) throw std::runtime_error("pack: cannot rename " + tmp_.string() + " to " + path_.string() + ": " + ec.message());
+    if (const int err = out_->commit(); err != 0) fail(err);
+    out_.reset();
     ++shards_;
   }
 
-  [[noreturn]] void fail() { throw std::runtime_error("pack: cannot write " + tmp_.string() + ": " + std::strerror(errno)); }
+  [[noreturn]] void fail(int err) {
+    file_ = nullptr;
+    if (out_) out_->discard();
+    throw std::runtime_error("pack: cannot write " + path_.string() + ": " + std::strerror(err));
+  }
 
-  fs::path dir_, path_, tmp_;
+  fs::path dir_, path_;
+  std::unique_ptr<AtomicFile> out_;  // the shard being written: renamed into place when whole
   std::uint64_t limit_;
   std::FILE* file_ = nullptr;
   std::uint64_t written_ = 0, total_ = 0;

@@ -123,8 +123,8 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   out << "],\n  \"skipped\": [";  // every sample --on-error skip left out, with its reason (which names the file)
   for (std::size_t i = 0; i < r.skipped.size(); ++i) {
     const SkippedSample& k = r.skipped[i];
-    out << (i ? ",\n    " : "\n    ") << "{\"epoch\": " << k.epoch << ", \"index\": " << k.index << ", \"reason\": \""
-        << json_escape(k.reason) << "\"}";
+    out << (i ? ",\n    " : "\n    ") << "{\"epoch\": " << k.epoch << ", \"last_epoch\": " << k.last_epoch
+        << ", \"times\": " << k.times << ", \"index\": " << k.index << ", \"reason\": \"" << json_escape(k.reason) << "\"}";
   }
   out << (r.skipped.empty() ? "]\n}\n" : "\n  ]\n}\n");
   write_file("--json", file, out.str());
@@ -137,9 +137,17 @@ void report_trace(const std::string& file) {
 void report_skipped(const RunResult& r) {
   if (r.skipped.empty()) return;
   constexpr std::size_t kShown = 5;
-  std::printf("skipped %zu sample(s) (--on-error skip):\n", r.skipped.size());
+  std::uint64_t skips = 0;
+  for (const SkippedSample& k : r.skipped) skips += k.times;
+  std::printf("skipped %llu sample(s) (--on-error skip):\n", (unsigned long long)skips);
   for (std::size_t i = 0; i < std::min(kShown, r.skipped.size()); ++i) {
-    std::printf("  epoch %llu: %s\n", (unsigned long long)r.skipped[i].epoch, one_line(r.skipped[i].reason).c_str());
+    const SkippedSample& k = r.skipped[i];
+    if (k.times > 1) {
+      std::printf("  epochs %llu-%llu (%llu times): %s\n", (unsigned long long)k.epoch, (unsigned long long)k.last_epoch,
+                  (unsigned long long)k.times, one_line(k.reason).c_str());
+    } else {
+      std::printf("  epoch %llu: %s\n", (unsigned long long)k.epoch, one_line(k.reason).c_str());
+    }
   }
   if (r.skipped.size() > kShown) {
     std::printf("  ... and %zu more (--json FILE lists every one)\n", r.skipped.size() - kShown);

@@ -5,6 +5,7 @@
 
 #include "apps/run.h"
 #include "apps/trace.h"
+#include "pipeline/skip_log.h"
 
 namespace conveyor::apps {
 
@@ -22,6 +23,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
                      const std::shared_ptr<Device>& device, Output output) {
   RunResult result;
   result.device = device->describe();
+  SkipLog skips;  // each distinct (sample, reason) once, however many epochs run
   std::unique_ptr<Tracer> tracer;
   if (!o.trace.empty()) {
     tracer = std::make_unique<Tracer>(o.trace);
@@ -45,7 +47,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
                Rng(cfg.seed, e, indices[j])};
       fill(s);
       if (s.skipped) {
-        result.skipped.push_back({e, indices[j], std::move(*s.skipped)});
+        skips.add({e, indices[j], std::move(*s.skipped)});
       } else {
         ++kept;
       }
@@ -77,6 +79,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
     tracer->finish();
     if (output == Output::print) report_trace(o.trace);
   }
+  result.skipped = skips.entries();
   return result;
 }
 

@@ -1,6 +1,10 @@
 #include "apps/toml_config.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -22,7 +26,11 @@ std::string where(const toml::source_region& r) {
 
 // A scalar as the text a flag would be given on the command line.
 std::string scalar_text(const toml::node& v, const std::string& key) {
-  if (auto s = v.value_exact<std::string>()) return *s;
+  if (auto s = v.value_exact<std::string>()) {
+    // A C string ends at a NUL: every use of the value would see another one.
+    if (s->find('\0') != std::string::npos) fail(where(v.source()) + ": '" + key + "': a string holding a NUL byte (\\u0000)");
+    return *s;
+  }
   if (auto b = v.value_exact<bool>()) return *b ? "true" : "false";
   if (auto i = v.value_exact<std::int64_t>()) return std::to_string(*i);
   if (auto d = v.value_exact<double>()) {
@@ -43,6 +51,7 @@ void collect(const toml::table& table, std::vector<std::string>& parents, const 
              std::vector<CLI::ConfigItem>& out) {
   for (auto&& [k, v] : table) {
     const std::string key(k.str());
+    if (key.find('\0') != std::string::npos) fail(where(k.source()) + ": a key holding a NUL byte (\\u0000)");
     if (const toml::table* sub = v.as_table()) {
       const bool own = top && key == own_table;
       if (!own) parents.push_back(key);
@@ -154,13 +163,33 @@ std::string ascii_toml(std::string_view t) {
 
 }  // namespace
 
+std::string config_file_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path + ": " + std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return path + ": a directory, not a config file";
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+                       : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : "not a file";
+    return path + ": not a regular file (" + kind + ")";
+  }
+  if (std::uintmax_t(st.st_size) > kMaxConfigBytes) {
+    return path + ": " + std::to_string(st.st_size) + " bytes, over the " + std::to_string(kMaxConfigBytes >> 20) +
+           " MiB a config file may hold";
+  }
+  return "";
+}
+
 std::string TomlConfig::to_config(const CLI::App*, bool, bool, std::string) const {
   return "";  // conveyor never writes config files
 }
 
 std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const {
-  const std::string text{std::istreambuf_iterator<char>(input), std::istreambuf_iterator<char>()};
+  // At most one byte past the limit: a file that grew after its check is refused too.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  input.read(text.data(), std::streamsize(text.size()));
   if (input.bad()) fail("cannot read it");
+  text.resize(std::size_t(input.gcount()));
+  if (text.size() > kMaxConfigBytes) fail("over the " + std::to_string(kMaxConfigBytes >> 20) + " MiB a config file may hold");
   const std::string ascii = ascii_toml(text);
   toml::table root;
   try {
@@ -189,8 +218,11 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
 
 void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table, int argc,
                        const char* const* argv) {
+  // Checked as the command line is parsed, before CLI11 opens the file: a
+  // FIFO would block the open, /dev/zero or a huge file fill memory.
   app.set_config("--config", "", "TOML file of flags (`workers = 8`); flags on the command line override it")
-      ->check(CLI::ExistingFile);
+      ->check(CLI::Validator(config_file_problem, "FILE"))
+      ->trigger_on_parse();
   // CLI11 lets a flag given on the command line win over the file's key of the
   // same name; the dataset's three keys exclude one another, so one given on
   // the command line replaces all three of the file's.

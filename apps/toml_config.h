@@ -25,6 +25,7 @@
 //   unknown-key message.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -49,9 +50,18 @@ class TomlConfig final : public CLI::Config {
   std::vector<std::string> overridden_;
 };
 
+// The most a --config file may hold: 1 MiB, generous for a page of flags.
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
+
+// Why `path` is no config file ("" when it may be one): it does not exist,
+// is not a regular file (a FIFO, /dev/zero, a directory), or holds more than
+// kMaxConfigBytes. Only stat()s it: nothing is opened or read.
+std::string config_file_problem(const std::string& path);
+
 // Gives the top-level app a --config FILE option read by TomlConfig, for the
 // subcommand `section` ("" for none), with unknown keys an error. Flags on
-// the command line override the file's; the dataset counts as one setting:
+// the command line override the file's; the file is checked with
+// config_file_problem() as the command line is parsed, before it is read; the dataset counts as one setting:
 // `--list L` on the command line replaces the file's `folder = "..."` (argv
 // is looked at for --folder, --list and --shards).
 void add_config_option(CLI::App& app, const std::string& section, const std::string& own_table, int argc = 0,

@@ -9,9 +9,9 @@
 
 namespace conveyor::apps {
 
-Tracer::Tracer(std::string file) : file_(std::move(file)), origin_(Clock::now()) {
-  out_ = std::fopen(file_.c_str(), "w");
-  if (!out_) throw UsageError("--trace " + file_ + ": cannot write there: " + std::strerror(errno));
+Tracer::Tracer(std::string file) : file_(std::move(file)), origin_(Clock::now()), atomic_(std::make_unique<AtomicFile>(file_)) {
+  out_ = atomic_->stream();
+  if (!out_) throw UsageError("--trace " + file_ + ": cannot write there: " + std::strerror(atomic_->error()));
   if (std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out_) < 0) error_ = errno;
 }
 
@@ -54,8 +54,12 @@ int Tracer::close_file() {
   std::lock_guard lk(mu_);
   if (!out_) return error_;
   if (std::fputs("\n]}\n", out_) < 0 && error_ == 0) error_ = errno;
-  if (std::fclose(out_) != 0 && error_ == 0) error_ = errno;
   out_ = nullptr;
+  if (error_ != 0) {
+    atomic_->discard();  // the file as it was before the run
+  } else {
+    error_ = atomic_->commit();
+  }
   return error_;
 }
 

@@ -6,10 +6,13 @@
 // - Events go to the file as they come (through stdio's buffer), so memory
 //   stays flat however long the run: `--epochs 100000 --trace t.json` no longer
 //   grows by every event.
-// - The file is valid JSON once finish() ran, or the Tracer was destroyed
-//   (an error unwinding the run, SIGINT/SIGTERM ending it early).
+// - The events go to a temporary beside the file (stages/atomic_file.h),
+//   renamed over it once finish() ran or the Tracer was destroyed (an error
+//   unwinding the run, SIGINT/SIGTERM ending it early): the file is then
+//   valid JSON, and never a part of a trace.
 // - A failed write (a full disk, /dev/full) sticks: later events are dropped,
-//   and finish() throws std::runtime_error "--trace: cannot write FILE: reason".
+//   the temporary is removed and the file left as it was before the run, and
+//   finish() throws std::runtime_error "--trace: cannot write FILE: reason".
 // Thread safety: span(), counter() and thread() may be called from any thread.
 #pragma once
 
@@ -22,12 +25,13 @@
 
 #include "cuda/device_pipeline.h"
 #include "pipeline/stats.h"
+#include "stages/atomic_file.h"
 
 namespace conveyor::apps {
 
 class Tracer {
  public:
-  // Creates (truncates) file and writes the header. Throws UsageError when it cannot be opened.
+  // Opens the temporary and writes the header. Throws UsageError when it cannot be opened.
   explicit Tracer(std::string file);
   // Closes the file as finish() does, without throwing.
   ~Tracer();
@@ -50,7 +54,8 @@ class Tracer {
   std::string file_;
   Clock::time_point origin_;
   std::mutex mu_;
-  std::FILE* out_ = nullptr;  // guarded by mu_
+  std::unique_ptr<AtomicFile> atomic_;  // guarded by mu_
+  std::FILE* out_ = nullptr;            // guarded by mu_: atomic_'s stream until closed
   bool first_ = true;         // guarded by mu_
   int error_ = 0;             // guarded by mu_: errno of the first failed write
 };

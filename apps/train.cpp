@@ -181,7 +181,7 @@ void Trainer::check_outputs() {
   apps::check_outputs(o_, {{"--checkpoint", t_.checkpoint},
                            {"--plot", t_.plot, false, true},
                            {"--plot (its table)", t_.plot.empty() ? "" : t_.plot + ".csv"}});
-  check_writable("--checkpoint", t_.checkpoint + ".tmp");  // written there, then renamed over it
+  check_writable("--checkpoint", t_.checkpoint + ".tmp");  // a temporary beside it is written, then renamed over it
   check_writable("--plot", t_.plot);
 }
 

@@ -46,11 +46,16 @@ struct Allocator {
   static Allocator host();
 };
 
-// A sample its filler left out (Sample::skip), with the filler's reason.
+// A sample its filler left out (Sample::skip), with the filler's reason. In a
+// batch: one skip, in `epoch`. In a run's list (SkipLog, Pipeline::skipped()):
+// one entry per distinct (index, reason), left out `times` times, in epochs
+// `epoch` (the first) to `last_epoch`.
 struct SkippedSample {
   std::uint64_t epoch = 0;
   std::uint64_t index = 0;  // dataset index
   std::string reason;
+  std::uint64_t last_epoch = 0;  // a batch's own entry: 0 (read as `epoch`)
+  std::uint64_t times = 1;
   bool operator==(const SkippedSample&) const = default;
 };
 

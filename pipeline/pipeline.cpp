@@ -592,7 +592,7 @@ void Pipeline::note_delivered(const Batch& b) {
   }
   ++delivered_batches_;
   delivered_samples_ += b.size();
-  skipped_.insert(skipped_.end(), b.skipped.begin(), b.skipped.end());
+  for (const SkippedSample& k : b.skipped) skipped_.add(k);
   last_return_ = Clock::now();
 }
 
@@ -615,7 +615,7 @@ Pipeline::EpochRange Pipeline::epoch(std::uint64_t e) {
 
 std::vector<SkippedSample> Pipeline::skipped() const {
   std::lock_guard lk(state_mu_);
-  return skipped_;
+  return skipped_.entries();
 }
 
 PipelineStats Pipeline::stats() const {
@@ -638,7 +638,7 @@ PipelineStats Pipeline::stats() const {
     consumer_from = consumer_first_;
     s.batches = delivered_batches_;
     s.samples = delivered_samples_;
-    s.samples_skipped = skipped_.size();
+    s.samples_skipped = skipped_.total();
   }
   const auto now = Clock::now();
   s.wall_s = double(elapsed_ns(start_, now)) * 1e-9;

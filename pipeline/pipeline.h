@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "pipeline/batch.h"
+#include "pipeline/skip_log.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/config.h"
 #include "pipeline/epoch_range.h"
@@ -235,8 +236,11 @@ class Pipeline {
   // When the pipeline started its threads: the start of its first epoch.
   Clock::time_point started_at() const { return start_; }
 
-  // Every sample skipped in the batches next() has returned so far, in delivery
-  // order (stats().samples_skipped counts them). Thread-safe.
+  // The samples skipped in the batches next() has returned so far: each
+  // distinct (sample, reason) once, with how many times and in which epochs
+  // (pipeline/skip_log.h), in the order first skipped; stats().samples_skipped
+  // counts every skip. Bounded by the dataset, however many epochs run.
+  // Thread-safe.
   std::vector<SkippedSample> skipped() const;
 
   const Config& config() const { return config_; }
@@ -303,7 +307,7 @@ class Pipeline {
   // Consumer-side position and timing.
   mutable std::mutex state_mu_;
   std::uint64_t delivered_batches_ = 0, delivered_samples_ = 0;
-  std::vector<SkippedSample> skipped_;
+  SkipLog skipped_;
   std::optional<Clock::time_point> last_return_;
   std::optional<Clock::time_point> consumer_first_;  // its first arrival; guarded by state_mu_
 

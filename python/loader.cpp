@@ -1,6 +1,7 @@
 #include "python/loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -135,7 +136,14 @@ void Loader::check_memory() const {
   const bool asked = settings_.max_memory_mb > 0;
   const double limit = asked ? settings_.max_memory_mb : double(default_pool_budget_bytes()) / mib;
   if (need <= limit) return;
-  const auto whole = [](double x) { return std::to_string((unsigned long long)(x + 0.5)); };
+  // MiB as a person reads them: whole from 100 up, else 3 digits, so that a
+  // limit of 1.5 reads 1.5 and a need just over it does not round to it.
+  const auto whole = [](double x) {
+    if (x >= 100) return std::to_string((unsigned long long)(x + 0.5));
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", x);
+    return std::string(text);
+  };
   // Handed over (a CPU consumer), the device slots are the host buffers themselves.
   const std::string device = device_->hands_over() ? "" : " + device " + std::to_string(c.device_buffer_count()) + " slots";
   throw std::invalid_argument(
@@ -160,8 +168,7 @@ PipelineState Loader::state() const {
 void Loader::start(std::optional<PipelineState> from) {
   if (closed_) throw std::logic_error("loader: closed");
   if (pipeline_) {
-    const auto s = pipeline_->skipped();
-    skipped_before_.insert(skipped_before_.end(), s.begin(), s.end());
+    for (const SkippedSample& s : pipeline_->skipped()) skipped_before_.add(s);
     pipeline_.reset();  // stops and joins its threads; batches still held stay valid
   }
   const Filler fill = images_ ? images_->filler() : rows_->filler();
@@ -198,12 +205,11 @@ std::optional<DeviceBatch> Loader::next(void* stream) {
 PipelineStats Loader::stats() const { return pipeline_ ? pipeline_->stats() : PipelineStats{}; }
 
 std::vector<SkippedSample> Loader::skipped() const {
-  auto all = skipped_before_;
+  SkipLog all = skipped_before_;
   if (pipeline_) {
-    const auto s = pipeline_->skipped();
-    all.insert(all.end(), s.begin(), s.end());
+    for (const SkippedSample& s : pipeline_->skipped()) all.add(s);
   }
-  return all;
+  return all.entries();
 }
 
 void Loader::close() {

@@ -42,6 +42,7 @@
 #include "cuda/dtype.h"
 #include "cuda/gpu_share.h"
 #include "pipeline/config.h"
+#include "pipeline/skip_log.h"
 #include "pipeline/state.h"
 #include "pipeline/stats.h"
 #include "stages/array_source.h"
@@ -51,7 +52,8 @@
 namespace conveyor::python {
 
 // An element type as DLPack and NumPy see it: kind 'u' (unsigned), 'i'
-// (signed), 'f' (IEEE float) or 'b' (bfloat), and its bits.
+// (signed), 'f' (IEEE float), 'b' (bfloat) or '?' (bool: one byte, 0 or 1),
+// and its bits.
 struct Element {
   char kind = 'u';
   std::uint8_t bits = 8;
@@ -142,6 +144,8 @@ class Loader {
   std::size_t device_slots() const { return pipeline_ ? pipeline_->device_slots() : 0; }
 
   PipelineStats stats() const;
+  // Every skip since construction, across seeks: each distinct (sample,
+  // reason) once with its count and epochs (pipeline/skip_log.h).
   std::vector<SkippedSample> skipped() const;
   // Stops and joins every thread; batches still held stay valid. Idempotent.
   void close();
@@ -173,7 +177,7 @@ class Loader {
   std::unique_ptr<ArraySource> rows_;
   std::optional<PipelineState> pending_;  // where start() begins: seek()'s state
   std::unique_ptr<DevicePipeline> pipeline_;
-  std::vector<SkippedSample> skipped_before_;  // from pipelines a seek() replaced
+  SkipLog skipped_before_;  // from pipelines a seek() replaced
   bool closed_ = false;
 };
 

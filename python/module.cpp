@@ -3,18 +3,15 @@
 // ImageConfig: one source of truth), releases the GIL while waiting for a
 // batch and checks for Ctrl-C every 50 ms, and hands batches to Python
 // without a copy: each batch is a pair of Arrays (images, labels) that share
-// it, exported through DLPack (__dlpack__, __dlpack_device__) and, on the
-// host, NumPy's buffer protocol.
-// The batch goes back to the pipeline when the last Array, NumPy view or
-// DLPack tensor over it dies, on whichever thread that is. Workers and the
-// transfer thread never touch Python.
-//
-// DLPack: the legacy unversioned "dltensor" capsule (DLPack 0.6 from Debian's
-// libdlpack-dev), which PyTorch >= 1.10, NumPy >= 1.22 and CuPy all take.
+// it (python/batch_arrays.h: DLPack and, on the host, NumPy's buffer
+// protocol). The batch goes back to the pipeline when the last Array, NumPy
+// view or DLPack tensor over it dies, on whichever thread that is. Workers and
+// the transfer thread never touch Python.
+// A Loader's settings are read-only once it is made; iterating a closed one
+// raises RuntimeError "loader: closed".
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <dlpack/dlpack.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -38,6 +35,8 @@
 #include "conveyor/version.h"
 #include "pipeline/pipeline.h"
 #include "python/arguments.h"
+#include "python/array_input.h"
+#include "python/batch_arrays.h"
 #include "python/holders.h"
 #include "python/loader.h"
 #include "stages/augment.h"
@@ -68,215 +67,7 @@ py::str file_name(const std::string& name) {
   return py::reinterpret_steal<py::str>(s);
 }
 
-// One batch as Python holds it; Arrays and DLPack exports share it.
-// Forks this process has come out of as the child: bumped by a
-// pthread_atfork child handler (registered at import), so that "am I the
-// process that made this?" is an atomic load per batch, not a getpid() call.
-std::atomic<std::uint64_t> forks_as_child{0};
-
-// The taker's count of one batch, given back after the batch (declared
-// before it in Held, so destroyed after it: the slot is free by then).
-struct HoldCount {
-  std::shared_ptr<Holders> holders;
-  std::uint64_t taker = thread_serial();
-  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);
-  HoldCount() = default;
-  HoldCount(const HoldCount&) = delete;
-  HoldCount& operator=(const HoldCount&) = delete;
-  ~HoldCount() {
-    // In a forked child the mutex may have been copied locked: left alone.
-    if (holders && forks_as_child.load(std::memory_order_relaxed) == forks) holders->released(taker);
-  }
-};
-
-struct Held {
-  HoldCount count;  // first: given back after `batch` has freed its slot
-  DeviceBatch batch;
-  std::vector<std::int64_t> sample_shape;
-  Element element;
-  void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
-  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);  // of the process whose pipeline it goes back to
-
-  Held() = default;
-  Held(const Held&) = delete;
-  Held& operator=(const Held&) = delete;
-  ~Held() {
-    // A batch dropped in a forked child: its pipeline's threads (and perhaps
-    // a lock one of them held at the fork) stayed in the parent, so it is
-    // left to the OS rather than released into the child's copy.
-    if (forks_as_child.load(std::memory_order_relaxed) != forks) (void)new DeviceBatch(std::move(batch));
-  }
-};
-
-// images or labels of one batch.
-struct Array {
-  std::shared_ptr<Held> held;
-  bool labels = false;
-
-  void* data() const { return labels ? const_cast<std::int64_t*>(held->batch.labels()) : held->batch.data(); }
-  Element element() const { return labels ? Element{'i', 64} : held->element; }
-  std::vector<std::int64_t> shape() const {
-    std::vector<std::int64_t> s{std::int64_t(held->batch.size())};
-    if (!labels) s.insert(s.end(), held->sample_shape.begin(), held->sample_shape.end());
-    return s;
-  }
-  bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }
-};
-
-std::string dtype_name(Element e) {
-  if (e.kind == 'b') return "bfloat16";
-  return std::string(e.kind == 'u' ? "uint" : e.kind == 'i' ? "int" : "float") + std::to_string(e.bits);
-}
-
-// The buffer protocol's format character, or "" where it has none (bfloat16).
-std::string buffer_format(Element e) {
-  switch (e.kind) {
-    case 'u': return e.bits == 8 ? "B" : e.bits == 16 ? "H" : e.bits == 32 ? "I" : "Q";
-    case 'i': return e.bits == 8 ? "b" : e.bits == 16 ? "h" : e.bits == 32 ? "i" : "q";
-    case 'f': return e.bits == 16 ? "e" : e.bits == 32 ? "f" : "d";
-    default: return "";
-  }
-}
-
-std::optional<Element> element_of_format(std::string f) {
-  if (f.size() > 1 && (f[0] == '<' || f[0] == '=' || f[0] == '@')) f.erase(0, 1);
-  if (f.size() != 1) return std::nullopt;
-  switch (f[0]) {
-    case 'B': return Element{'u', 8};
-    case 'b': return Element{'i', 8};
-    case 'H': return Element{'u', 16};
-    case 'h': return Element{'i', 16};
-    case 'I': return Element{'u', 32};
-    case 'i': return Element{'i', 32};
-    case 'L': case 'Q': return Element{'u', 64};
-    case 'l': case 'q': return Element{'i', 64};
-    case 'e': return Element{'f', 16};
-    case 'f': return Element{'f', 32};
-    case 'd': return Element{'f', 64};
-    case '?': return Element{'u', 8};
-    default: return std::nullopt;
-  }
-}
-
-// arrays=' y holds integers, or a ValueError: pybind11's cast to int64 would
-// truncate NumPy floats (0.99 -> 0), complex and bools with a warning at most.
-// An array by its format; a sequence (a list, a torch tensor) element by
-// element, as __index__ takes each (a float tensor's elements refuse).
-void check_integer_labels(const py::handle& y) {
-  const auto refuse = [](const std::string& got) {
-    throw py::value_error("arrays: y must hold integer labels (int8 to int64, uint8 to uint64), not " + got);
-  };
-  if (PyObject_CheckBuffer(y.ptr())) {
-    const py::buffer_info info = py::reinterpret_borrow<py::buffer>(y).request();
-    std::string f = info.format;
-    if (f.size() > 1 && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '>' || f[0] == '!')) f.erase(0, 1);
-    if (f != "O") {  // Python objects (a NumPy object array) are checked one by one below
-      const auto e = element_of_format(f);
-      if (f == "?" || !e || e->kind == 'f') refuse("elements of format '" + info.format + "'");
-      return;
-    }
-  }
-  if (!py::isinstance<py::sequence>(y) || py::isinstance<py::str>(y)) return;  // the cast's own error follows
-  for (const py::handle item : y) {
-    const std::string_view type = Py_TYPE(item.ptr())->tp_name;
-    if (is_bool(item)) refuse("a bool");
-    PyObject* index = PyNumber_Index(item.ptr());
-    if (!index) {
-      if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
-      PyErr_Clear();
-      refuse("a " + std::string(type));
-    }
-    Py_DECREF(index);
-  }
-}
-
-// A DLPack export: keeps the batch alive until the consumer calls the deleter.
-struct Export {
-  std::shared_ptr<Held> held;
-  std::vector<std::int64_t> shape, strides;
-  DLManagedTensor tensor{};
-};
-
-void delete_export(DLManagedTensor* t) { delete static_cast<Export*>(t->manager_ctx); }
-
-// Frees an export nobody took ("dltensor" still); a consumer renames it "used_dltensor".
-void capsule_destructor(PyObject* capsule) {
-  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
-  auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-  if (t && t->deleter) t->deleter(t);
-}
-
-py::capsule to_dlpack(const Array& a, std::optional<std::intptr_t> stream) {
-  if (a.on_cuda() && stream != -1) {
-    // DLPack's stream: None or 1 the legacy default stream, 2 the per-thread
-    // one, else a cudaStream_t, passed as is (cudaStreamLegacy is 0x1). The
-    // per-thread one is refused (support for streams is optional in the
-    // standard): the batch may be released on another thread, whose own
-    // per-thread stream is not the one that read it.
-    if (stream == 2) {
-      throw py::buffer_error("__dlpack__(stream=2): the per-thread default stream is not supported; pass an explicit stream");
-    }
-    void* s = stream ? reinterpret_cast<void*>(*stream) : nullptr;
-    if (s == reinterpret_cast<void*>(1)) s = nullptr;
-    if (s != a.held->ready_on) a.held->batch.use_on(s);
-  }
-  auto e = std::make_unique<Export>();
-  e->held = a.held;
-  e->shape = a.shape();
-  e->strides.assign(e->shape.size(), 1);
-  for (std::size_t i = e->shape.size(); i-- > 1;) e->strides[i - 1] = e->strides[i] * e->shape[i];
-  const Element el = a.element();
-  DLTensor& t = e->tensor.dl_tensor;
-  t.data = a.data();
-  t.device = a.on_cuda() ? DLDevice{kDLCUDA, a.held->batch.device().ordinal()} : DLDevice{kDLCPU, 0};
-  t.ndim = std::int32_t(e->shape.size());
-  t.dtype = DLDataType{std::uint8_t(el.kind == 'u' ? kDLUInt : el.kind == 'i' ? kDLInt : el.kind == 'f' ? kDLFloat : kDLBfloat),
-                       el.bits, 1};
-  t.shape = e->shape.data();
-  t.strides = e->strides.data();
-  t.byte_offset = 0;
-  e->tensor.manager_ctx = e.get();
-  e->tensor.deleter = delete_export;
-  DLManagedTensor* raw = &e->tensor;
-  py::capsule capsule(raw, "dltensor", capsule_destructor);
-  e.release();  // the capsule (or the consumer that renames it) owns it now
-  return capsule;
-}
-
-py::buffer_info to_buffer(const Array& a) {
-  const Element el = a.element();
-  const auto shape = a.shape();
-  std::vector<py::ssize_t> strides(shape.size(), el.bits / 8);
-  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
-  return py::buffer_info(a.data(), el.bits / 8, buffer_format(el), py::ssize_t(shape.size()),
-                         std::vector<py::ssize_t>(shape.begin(), shape.end()), strides, /*readonly=*/false);
-}
-
-// An Array on the host whose dtype has a buffer format: NumPy views it in place.
-struct HostArray : Array {};
-
-py::object wrap(std::shared_ptr<Held> held, bool labels) {
-  const bool cuda = held->batch.device().backend() == Backend::cuda;
-  const Element el = labels ? Element{'i', 64} : held->element;
-  if (!cuda && !buffer_format(el).empty()) return py::cast(HostArray{{std::move(held), labels}});
-  return py::cast(Array{std::move(held), labels});
-}
-
 // ------------------------------------------------------------------ loader
-
-// A contiguous buffer of the caller's array, held (and the array with it) while the loader reads it.
-struct HeldBuffer {
-  Py_buffer view{};
-  explicit HeldBuffer(py::handle obj) {
-    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-      PyErr_Clear();
-      throw py::value_error("arrays: x must be a C-contiguous array with the buffer protocol (np.ascontiguousarray(x))");
-    }
-  }
-  ~HeldBuffer() { PyBuffer_Release(&view); }
-  HeldBuffer(const HeldBuffer&) = delete;
-  HeldBuffer& operator=(const HeldBuffer&) = delete;
-};
 
 // The thread that finalizes the interpreter: set by an atexit callback
 // (registered at import), which Python runs on that thread just before it
@@ -314,7 +105,7 @@ class NoGil {
 };
 
 struct PyLoader {
-  std::unique_ptr<HeldBuffer> x;  // before `loader`: released after its threads are joined
+  std::unique_ptr<HeldRows> x;  // before `loader`: released after its threads are joined
   std::unique_ptr<Loader> loader;
   std::mutex mu;                  // one consumer call at a time; taken with the GIL released
   // Bumped under `mu` by every move (epoch(), load_state_dict): older iterators end.
@@ -336,6 +127,7 @@ struct PyLoader {
   // slot_timeout=: how long next() waits for another thread to give a slot
   // back when every one is held; nullopt: for ever.
   std::optional<std::chrono::milliseconds> slot_timeout = std::chrono::seconds(60);
+  py::dict given;  // the constructor's keywords as checked (not arrays=), read back by the properties
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;
@@ -408,6 +200,12 @@ struct EpochIter {
 
 enum class Try { batch, end, not_yet, slot_held };
 
+// Iterating a closed loader, or one closed while a loop ran on it (from
+// another thread, or inside the loop): an error, not an empty epoch.
+std::runtime_error closed_error() {
+  return std::runtime_error("loader: closed (by close() or the end of its with block); make a new Loader to read again");
+}
+
 // A next() call waiting for another thread to give a slot back: since when
 // (slot_timeout counts from there; {}: not waiting), the releases it has seen
 // (a release to any thread starts the wait again), and who held what.
@@ -461,7 +259,8 @@ std::runtime_error full_pool(const Loader& l, const Holders::Count& n, std::opti
 Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::optional<DeviceBatch>& out, InNext& in_next,
              SlotWait& wait) {
   const std::uint64_t epoch = it.epoch;
-  if (l.closed() || it.generation != L.generation) return Try::end;  // closed, or moved elsewhere meanwhile
+  if (l.closed()) throw closed_error();
+  if (it.generation != L.generation) return Try::end;  // moved elsewhere meanwhile
   if (L.held_back) {
     if (L.held_back->host().epoch != epoch) return Try::end;
     out = std::move(*L.held_back);
@@ -564,7 +363,10 @@ std::string digest_text(std::uint64_t digest) {
 
 EpochIter epoch_iter(py::object self, std::optional<std::uint64_t> e) {
   auto& L = self.cast<PyLoader&>();
-  const PipelineState now = L.locked([&](Loader& l) { return L.consumer_state(l); });
+  const PipelineState now = L.locked([&](Loader& l) {
+    if (l.closed()) throw closed_error();
+    return L.consumer_state(l);
+  });
   if (e && *e != now.epoch) {
     PipelineState s = now;
     s.epoch = *e;
@@ -621,6 +423,15 @@ LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std
   return s;
 }
 
+// device=: a str, or a torch.device as its str ("cpu", "cuda", "cuda:1").
+std::string device_name(const py::object& v) {
+  const py::handle type = py::type::of(v);
+  if (py::str(type.attr("__module__")).cast<std::string>() == "torch" && py::str(type.attr("__name__")).cast<std::string>() == "device") {
+    return py::str(v);
+  }
+  return *text("device", v);
+}
+
 // gpu_decode=: "off", "auto" or a share in [0, 1]; 0 for off, nullopt for auto.
 std::optional<double> gpu_decode_share(const py::object& v) {
   if (py::isinstance<py::str>(v)) {
@@ -635,7 +446,8 @@ std::optional<double> gpu_decode_share(const py::object& v) {
 }
 
 std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
-                                      std::optional<std::string> shards, bool rank_by_shard, std::optional<py::tuple> arrays,
+                                      std::optional<std::string> shards, bool rank_by_shard, UnlistedShards unlisted,
+                                      std::optional<py::tuple> arrays,
                                       ImageConfig image, LoaderSettings s) {
   if (rank_by_shard && !shards) throw py::value_error("rank_by_shard=True: needs shards=");
   // A path is a C string below: a NUL would cut it short, to another path.
@@ -643,12 +455,13 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
     if (*path && (*path)->find('\0') != std::string::npos) {
       throw py::value_error(std::string(name) + "=" + py::repr(py::str(**path)).cast<std::string>() + ": a path holds no NUL byte");
     }
+    if (*path && (*path)->empty()) throw py::value_error(std::string(name) + "='': an empty path");
   }
   const int given = int(folder.has_value()) + int(list.has_value()) + int(shards.has_value()) + int(arrays.has_value());
   if (given != 1) throw py::value_error("give exactly one dataset: folder=, list=, shards= or arrays=(x, y)");
   auto L = std::make_unique<PyLoader>();
   if (!arrays) {
-    Dataset d = folder ? Dataset::from_folder(*folder) : shards ? Dataset::from_shards(*shards) : Dataset::from_list(*list);
+    Dataset d = folder ? Dataset::from_folder(*folder) : shards ? Dataset::from_shards(*shards, unlisted) : Dataset::from_list(*list);
     if (list && d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");  // a folder refuses itself
     if (rank_by_shard) {  // whole shards for this rank; the pipeline then runs as rank 0 of 1
       d = d.rank_subset(s.config.rank, s.config.world_size, s.config.shard_policy);
@@ -659,33 +472,9 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
     return L;
   }
   if (arrays->size() != 2) throw py::value_error("arrays=: expected a pair (x, y)");
-  L->x = std::make_unique<HeldBuffer>((*arrays)[0]);
-  const Py_buffer& v = L->x->view;
-  const auto element = element_of_format(v.format ? v.format : "B");
-  if (!element) throw py::value_error(std::string("arrays: x has an element type Conveyor does not take (format '") + v.format + "')");
-  if (v.itemsize != element->bits / 8) {
-    throw py::value_error(std::string("arrays: x's format '") + v.format + "' and item size " + std::to_string(v.itemsize) +
-                          " disagree");
-  }
-  if (v.ndim < 1) throw py::value_error("arrays: x must have a first axis (the samples)");
-  ArrayRows rows;
-  rows.data = {static_cast<const std::byte*>(v.buf), std::size_t(v.len)};
-  rows.row_shape.assign(v.shape + 1, v.shape + v.ndim);
-  rows.element = *element;
-  check_integer_labels((*arrays)[1]);
-  try {
-    // A NumPy array or torch tensor (its dtype checked above) as Python ints:
-    // a tensor's elements are 0-d tensors, which the int64 cast refuses.
-    const py::object y = (*arrays)[1];
-    rows.labels = (py::hasattr(y, "tolist") ? y.attr("tolist")() : y).cast<std::vector<std::int64_t>>();
-  } catch (const py::cast_error&) {
-    throw py::value_error("arrays: y must be a 1-D sequence of integer labels (int64), one per row of x; got " +
-                          std::string(py::str(py::type::of((*arrays)[1]))));
-  }
-  if (rows.labels.size() != std::size_t(v.shape[0])) {
-    throw py::value_error("arrays: x has " + std::to_string(v.shape[0]) + " samples but y has " +
-                          std::to_string(rows.labels.size()) + " labels");
-  }
+  L->x = std::make_unique<HeldRows>((*arrays)[0]);
+  ArrayRows rows = L->x->rows();
+  rows.labels = labels_of((*arrays)[1], L->x->count());
   L->loader = std::make_unique<Loader>(std::move(rows), std::move(s));
   return L;
 }
@@ -720,43 +509,6 @@ py::dict stats_dict(const PipelineStats& s) {
                   "bottleneck"_a = s.stages.empty() ? std::string("no batch taken yet") : s.bottleneck_summary());
 }
 
-void bind_arrays(py::module_& m) {
-  py::class_<Array>(m, "Array", "images or labels of one batch, shared with the pipeline (zero copy)")
-      .def("__dlpack__", &to_dlpack, py::kw_only(), "stream"_a = py::none())
-      .def("__dlpack_device__",
-           [](const Array& a) {
-             return a.on_cuda() ? py::make_tuple(int(kDLCUDA), a.held->batch.device().ordinal())
-                                : py::make_tuple(int(kDLCPU), 0);
-           })
-      .def_property_readonly("shape", [](const Array& a) { return py::tuple(py::cast(a.shape())); })
-      .def_property_readonly("dtype", [](const Array& a) { return dtype_name(a.element()); })
-      .def_property_readonly("device", [](const Array& a) {
-        return a.on_cuda() ? "cuda:" + std::to_string(a.held->batch.device().ordinal()) : std::string("cpu");
-      })
-      .def_property_readonly("epoch", [](const Array& a) { return a.held->batch.host().epoch; })
-      .def_property_readonly("index", [](const Array& a) { return a.held->batch.host().index; }, "the batch's index in its epoch")
-      .def_property_readonly("indices", [](const Array& a) { return a.held->batch.host().indices; },
-                             "the dataset index of each sample")
-      .def(
-          "record_stream",
-          [](const Array& a, std::intptr_t stream) {
-            if (a.on_cuda()) a.held->batch.record_stream(reinterpret_cast<void*>(stream));
-          },
-          "stream"_a,
-          "the batch is also used on this CUDA stream (torch: s.cuda_stream): its release waits for that "
-          "stream's work too, as Tensor.record_stream; nothing on the host")
-      .def("__len__", [](const Array& a) { return a.held->batch.size(); })
-      .def("__repr__", [](const Array& a) {
-        std::string s = "conveyor.Array(shape=(";
-        const auto shape = a.shape();
-        for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-        return s + (shape.size() == 1 ? ",), dtype=" : "), dtype=") + dtype_name(a.element()) + ", epoch=" + std::to_string(a.held->batch.host().epoch) +
-               ", index=" + std::to_string(a.held->batch.host().index) + ")";
-      });
-  py::class_<HostArray, Array>(m, "HostArray", py::buffer_protocol(), "an Array in host memory: also a NumPy buffer")
-      .def_buffer([](HostArray& a) { return to_buffer(a); });
-}
-
 void bind_loader(py::module_& m) {
   const Config config;
   const ImageConfig image;
@@ -767,8 +519,9 @@ void bind_loader(py::module_& m) {
   static const std::set<std::string> kLoaderKeywords = {
       "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "seed", "shuffle", "drop_last",
       "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-      "rank_by_shard", "gpu_decode", "max_memory_mb", "slot_timeout"};
-  py::class_<PyLoader>(m, "Loader", py::dynamic_attr())
+      "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"};
+  py::class_<PyLoader> loader_class(m, "Loader");
+  loader_class
       // Every argument is taken as a Python object and checked here, so that a
       // wrong one gets a one-line error naming it, not pybind11's signature dump.
       .def(py::init([](const py::object& folder_arg, const py::object& list_arg, const py::object& shards_arg,
@@ -777,14 +530,17 @@ void bind_loader(py::module_& m) {
                        const py::object& drop_last_arg, py::object epochs, const py::object& device_arg,
                        const py::object& normalize_arg, py::object host_queue, py::object device_queue,
                        py::object device_buffers, const py::object& on_error_arg, py::object rank, py::object world_size,
-                       const py::object& rank_by_shard_arg, const py::object& gpu_decode, const py::object& max_memory_mb,
+                       const py::object& rank_by_shard_arg, const py::object& extra_shards_arg,
+                       const py::object& gpu_decode, const py::object& max_memory_mb,
                        const py::object& slot_timeout) {
              const auto folder = path("folder", folder_arg), list = path("list", list_arg), shards = path("shards", shards_arg);
              const auto arrays = pair("arrays", arrays_arg);
              const auto augment = text("augment", augment_arg, true), normalize = text("normalize", normalize_arg, true);
-             const std::string device = *text("device", device_arg), on_error = *text("on_error", on_error_arg);
+             const std::string device = device_name(device_arg), on_error = *text("on_error", on_error_arg);
              const bool shuffle = flag("shuffle", shuffle_arg), drop_last = flag("drop_last", drop_last_arg);
              const bool rank_by_shard = flag("rank_by_shard", rank_by_shard_arg);
+             const bool extra_shards = flag("extra_shards", extra_shards_arg);
+             if (extra_shards && shards_arg.is_none()) throw py::value_error("extra_shards=True: needs shards=");
              ImageConfig ic;
              if (arrays && (!crop.is_none() || augment)) {
                throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
@@ -821,8 +577,22 @@ void bind_loader(py::module_& m) {
                                                                         ": expected seconds > 0 (or None: wait for ever)");
                wait = std::chrono::milliseconds(std::max<std::int64_t>(1, std::int64_t(std::ceil(seconds * 1000))));
              }
-             auto loader = make_loader(folder, list, shards, rank_by_shard, arrays, std::move(ic), std::move(s));
+             const Config& c = s.config;
+             // What each keyword was given, checked (arrays= left out: x is held apart).
+             py::dict given("folder"_a = folder_arg, "list"_a = list_arg, "shards"_a = shards_arg,
+                            "batch_size"_a = c.batch_size, "workers"_a = c.workers, "crop"_a = crop,
+                            "augment"_a = augment_arg, "seed"_a = c.seed, "shuffle"_a = c.shuffle,
+                            "drop_last"_a = c.drop_last, "epochs"_a = c.epochs, "normalize"_a = normalize_arg,
+                            "host_queue"_a = c.host_queue_depth, "device_queue"_a = c.device_queue_depth,
+                            "device_buffers"_a = c.device_buffers, "on_error"_a = on_error, "rank"_a = c.rank,
+                            "world_size"_a = c.world_size, "rank_by_shard"_a = rank_by_shard, "extra_shards"_a = extra_shards,
+                            "gpu_decode"_a = gpu_decode,
+                            "max_memory_mb"_a = s.max_memory_mb, "slot_timeout"_a = slot_timeout);
+             auto loader = make_loader(folder, list, shards, rank_by_shard,
+                                       extra_shards ? UnlistedShards::read : UnlistedShards::refuse, arrays, std::move(ic),
+                                       std::move(s));
              loader->slot_timeout = wait;
+             loader->given = std::move(given);
              return loader;
            }),
            py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
@@ -832,7 +602,7 @@ void bind_loader(py::module_& m) {
            "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
-           "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false,
+           "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false, "extra_shards"_a = false,
            "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0, "slot_timeout"_a = 60.0)
       // Tried only when the one above does not match: a positional argument or
       // an unknown keyword. pybind11 would print every overload's signature
@@ -865,7 +635,14 @@ void bind_loader(py::module_& m) {
       }))
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
-      .def("epoch", [](py::object self, const py::object& e) { return epoch_iter(self, whole("e", e)); }, "e"_a)
+      .def("epoch", [](py::object self, const py::object& e) {
+        const std::uint64_t n = whole("e", e);
+        if (n > kMaxEpoch) {
+          throw py::value_error("epoch(" + std::to_string(n) + "): epoch " + std::to_string(n) +
+                                " is out of range (epochs are 0 to " + std::to_string(kMaxEpoch) + ")");
+        }
+        return epoch_iter(self, n);
+      }, "e"_a)
       .def_property_readonly("current_epoch", [](PyLoader& L) { return L.locked([&](Loader& l) { return L.consumer_state(l).epoch; }); })
       .def_property_readonly("dataset_size", [](PyLoader& L) { return L.loader->dataset_size(); })
       .def_property_readonly("num_classes", [](PyLoader& L) { return L.loader->num_classes(); })
@@ -887,7 +664,12 @@ void bind_loader(py::module_& m) {
         return py::dict("conveyor_state"_a = L.locked([&](Loader& l) { return L.consumer_state(l).serialize(); }),
                         "dataset"_a = digest_text(L.loader->dataset_digest()));
       })
-      .def("load_state_dict", [](PyLoader& L, const py::dict& d) {
+      .def("load_state_dict", [](PyLoader& L, const py::object& arg) {
+        if (!py::isinstance<py::dict>(arg)) {
+          throw py::type_error(std::string("load_state_dict: expected a dict (a Loader's state_dict()), not ") +
+                               Py_TYPE(arg.ptr())->tp_name);
+        }
+        const py::dict d = py::reinterpret_borrow<py::dict>(arg);
         if (!d.contains("conveyor_state")) throw py::key_error("load_state_dict: no 'conveyor_state' (not a conveyor.Loader state)");
         // The order depends on the size alone, so a state of another dataset of
         // that size would resume without a word. A state saved before the
@@ -917,12 +699,31 @@ void bind_loader(py::module_& m) {
       .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })
       .def("skipped", [](PyLoader& L) {
         py::list out;
-        for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = message(s.reason)));
+        for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = message(s.reason),
+                                                                                            "times"_a = s.times, "last_epoch"_a = s.last_epoch));
         return out;
       })
       .def("close", [](PyLoader& L) { L.close(); })
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyLoader& L, py::args) { L.close(); });
+      .def("__exit__", [](PyLoader& L, py::args) { L.close(); })
+      // Settings are fixed when a loader is made: assigning one would read
+      // back changed while the pipeline kept the old value.
+      .def("__setattr__", [loader_class](const py::handle& self, const py::str& name, const py::object& value) {
+        const std::string n = name;
+        const py::object own = py::getattr(loader_class, name, py::none());
+        if (kLoaderKeywords.count(n) || py::isinstance(own, py::module_::import("builtins").attr("property"))) {
+          throw py::attribute_error("Loader." + n + " is read-only" +
+                                    (kLoaderKeywords.count(n) ? ": a loader's settings are fixed when it is made; make a "
+                                                                "new one: conveyor.Loader(..., " + n + "=...)"
+                                                              : std::string()));
+        }
+        if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0) throw py::error_already_set();
+      });
+  for (const char* name : {"folder", "list", "shards", "workers", "crop", "augment", "seed", "shuffle", "drop_last", "epochs",
+                           "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
+                           "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"}) {
+    loader_class.def_property_readonly(name, [name](PyLoader& L) { return L.given[name]; }, "as given to the constructor");
+  }
 }
 
 void bind_errors(py::module_& m) {

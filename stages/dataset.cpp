@@ -465,8 +465,8 @@ Dataset Dataset::from_folder(const fs::path& root) {
 
 // ---------------------------------------------------------------- shards
 
-Dataset Dataset::from_shards(const fs::path& dir) {
-  const ShardIndex index = load_shard_index(dir);
+Dataset Dataset::from_shards(const fs::path& dir, UnlistedShards unlisted) {
+  const ShardIndex index = load_shard_index(dir, nullptr, PartialFolders::refuse, unlisted);
   Dataset d;
   d.source_ = dir;
   for (const auto& shard : index.shards) d.shards_.push_back(dir / shard.file);

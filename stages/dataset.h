@@ -34,6 +34,11 @@ class FileSystem;
 // The largest label a sample may have: num_classes = max label + 1 must fit int64 too.
 inline constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max() - 1;
 
+// What Dataset::from_shards does with a .tar the folder's manifest does not
+// list (a validation shard copied into a training folder): refuse it by name,
+// or read it with the listed ones (--extra-shards, extra_shards=True).
+enum class UnlistedShards { refuse, read };
+
 // A bad list file or image folder. what() is one line naming the file, and the line number for
 // list files: "data/train.txt:17: label 'x1' is not a non-negative integer".
 class DatasetError : public std::runtime_error {
@@ -87,7 +92,9 @@ class Dataset {
   // .conveyor-source or .conveyor-class, one label with two class names, or
   // some samples with a .conveyor-class and
   // some without (shards of two datasets in one folder).
-  static Dataset from_shards(const std::filesystem::path& dir);
+  // A .tar that the folder's manifest (`conveyor pack`'s) does not list is
+  // refused by name unless `unlisted` is read (shard_index.h, check_manifest).
+  static Dataset from_shards(const std::filesystem::path& dir, UnlistedShards unlisted = UnlistedShards::refuse);
 
   // Builds from vectors, for tests and in-memory use; source() is "". Throws std::invalid_argument
   // when paths and labels differ in length, a label is negative, or classes is non-empty and a label

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -82,6 +83,48 @@ struct ImageSource::Worker {
   }
 };
 
+// What a Filler holds of its ImageSource: the source while it lives, and how
+// many calls are inside it, so that the destructor can wait for them.
+class ImageSource::Liveness {
+ public:
+  explicit Liveness(ImageSource* source) : source_(source) {}
+  // Runs f on the source; false, without running it, once the source is gone.
+  template <typename F>
+  bool run(F&& f) {
+    ImageSource* source = nullptr;
+    {
+      std::lock_guard lk(mu_);
+      if (!source_) return false;
+      source = source_;
+      ++inside_;
+    }
+    struct Leave {
+      Liveness& l;
+      ~Leave() {
+        {
+          std::lock_guard lk(l.mu_);
+          --l.inside_;
+        }
+        l.idle_.notify_all();
+      }
+    } leave{*this};
+    f(*source);
+    return true;
+  }
+  // No call starts after this; returns once none is inside.
+  void end() {
+    std::unique_lock lk(mu_);
+    source_ = nullptr;
+    idle_.wait(lk, [this] { return inside_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_;
+  ImageSource* source_;     // guarded by mu_; null once the source is gone
+  std::size_t inside_ = 0;  // guarded by mu_
+};
+
 ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
     : dataset_(std::move(dataset)),
       config_(std::move(config)),
@@ -103,9 +146,26 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
   }
   const std::size_t pixel_bytes = std::size_t(output().height) * output().width * 3;
   for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>(config_, pixel_bytes));
+  live_ = std::make_shared<Liveness>(this);
 }
 
-ImageSource::~ImageSource() = default;
+ImageSource::~ImageSource() { live_->end(); }
+
+Filler ImageSource::filler() {
+  Filler::Prefetch advice;
+  if (config_.read_ahead) {
+    advice = [live = live_](std::span<const std::uint64_t> indices) {
+      (void)live->run([&](ImageSource& s) { s.prefetch(indices); });
+    };
+  }
+  return Filler(
+      [live = live_](Sample& sample) {
+        if (!live->run([&](ImageSource& s) { s.fill(sample); })) {
+          throw std::logic_error("ImageSource: destroyed before the pipeline that calls it (destroy the pipeline first)");
+        }
+      },
+      std::move(advice));
+}
 
 void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
   for (const std::uint64_t i : indices) {

@@ -18,8 +18,13 @@
 // which is delivered short, and lists it in Batch::skipped with path and reason.
 //
 // Thread safety: fill() may run concurrently for distinct Sample::worker values
-// (each worker has its own decoder and file buffer); the ImageSource must
-// outlive the pipeline that calls it.
+// (each worker has its own decoder and file buffer).
+// Lifetime: destroy the pipeline before its ImageSource. The other order is
+// safe, not useful: the Fillers that filler() hands out hold the source
+// weakly, the destructor waits for the fills and prefetches in progress, and
+// every later fill throws std::logic_error "ImageSource: destroyed before the
+// pipeline that calls it", which the pipeline's consumer gets as its
+// PipelineError (prefetch advice is dropped).
 #pragma once
 
 #include <cstddef>
@@ -115,12 +120,8 @@ class ImageSource {
   // very cost shards remove. Errors are left to the sample's own read.
   void prefetch(std::span<const std::uint64_t> indices);
   // fill() as the pipeline's Filler, with prefetch() as its advice where
-  // ImageConfig::read_ahead; refers to this ImageSource.
-  Filler filler() {
-    Filler::Prefetch advice;
-    if (config_.read_ahead) advice = [this](std::span<const std::uint64_t> indices) { prefetch(indices); };
-    return Filler([this](Sample& s) { fill(s); }, std::move(advice));
-  }
+  // ImageConfig::read_ahead. It may outlive this ImageSource (see Lifetime above).
+  Filler filler();
 
   // Decodes and augments dataset sample `index` into out (sample_bytes(), and
   // float-aligned with ImageConfig::normalize), as the pipeline would with this
@@ -133,6 +134,7 @@ class ImageSource {
  private:
   struct Worker;
   class OpenShards;
+  class Liveness;
   // render_sample()'s work. With defer_epoch, a sample for the GPU path is put
   // in deferred_ (keyed by that epoch) instead of rendered.
   void process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
@@ -143,6 +145,7 @@ class ImageSource {
   std::unique_ptr<OpenShards> shards_;
   std::shared_ptr<DeferredDecodes> deferred_ = std::make_shared<DeferredDecodes>();
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::shared_ptr<Liveness> live_;  // shared with every Filler handed out
 };
 
 }  // namespace conveyor

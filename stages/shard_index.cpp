@@ -20,9 +20,11 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <system_error>
 
 #include "pipeline/fnv1a.h"
+#include "stages/atomic_file.h"
 #include "stages/dataset.h"
 #include "stages/file_system.h"
 #include "stages/tar_index.h"
@@ -299,21 +301,13 @@ void remove_stale_temporaries(const fs::path& file) {
   }
 }
 
-// Writes text to `file` by way of a temporary file renamed over it. False when
-// anything fails (the temporary is removed).
+// Writes text to `file` whole or not at all (an AtomicFile). False when
+// anything fails.
 bool write_atomically(const fs::path& file, const std::string& text) {
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   remove_stale_temporaries(file);
-  fs::path tmp = file;
-  tmp += ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
-  const bool wrote = write_bytes(tmp, {reinterpret_cast<const unsigned char*>(text.data()), text.size()}) == 0;
-  if (wrote) fs::rename(tmp, file, ec);
-  if (!wrote || ec) {
-    fs::remove(tmp, ec);
-    return false;
-  }
-  return true;
+  return write_file_atomically(file, {reinterpret_cast<const unsigned char*>(text.data()), text.size()}) == 0;
 }
 
 }  // namespace
@@ -515,9 +509,9 @@ ShardIndex current_index(const fs::path& dir, IndexSource* source, PartialFolder
 
 }  // namespace
 
-ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFolders partials) {
+ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFolders partials, UnlistedShards unlisted) {
   ShardIndex index = current_index(dir, source, partials);
-  check_manifest(dir, index);
+  check_manifest(dir, index, unlisted);
   return index;
 }
 
@@ -535,7 +529,7 @@ bool write_manifest(const fs::path& dir, const ShardIndex& index) {
   return write_atomically(dir / kManifestName, manifest_text(index));
 }
 
-void check_manifest(const fs::path& dir, const ShardIndex& index) {
+void check_manifest(const fs::path& dir, const ShardIndex& index, UnlistedShards unlisted) {
   const fs::path file = dir / kManifestName;
   const auto text = slurp(file);
   std::error_code ec;
@@ -586,6 +580,16 @@ void check_manifest(const fs::path& dir, const ShardIndex& index) {
       throw DatasetError((dir / name).string() + ": holds " + std::to_string(it->second) + " samples, not " +
                          std::to_string(count) + said);
     }
+  }
+  if (unlisted == UnlistedShards::read) return;
+  std::set<std::string> named;
+  for (const auto& w : wanted) named.insert(w.first);
+  for (const auto& s : index.shards) {
+    if (named.count(s.file)) continue;
+    throw DatasetError((dir / s.file).string() + ": not listed in " + file.string() + " (written by conveyor pack: " +
+                       std::to_string(listed) + " shard(s) of " + std::to_string(total) +
+                       " samples); a shard copied in later? Remove it, or read it too with --extra-shards "
+                       "(Python: extra_shards=True)");
   }
 }
 

@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "stages/dataset.h"
+
 namespace conveyor {
 
 struct ShardIndex {
@@ -95,22 +97,26 @@ enum class IndexSource {
 // the cache; checked against DIR's manifest (check_manifest). Throws what
 // build_shard_index and check_manifest throw.
 ShardIndex load_shard_index(const std::filesystem::path& dir, IndexSource* source = nullptr,
-                            PartialFolders partials = PartialFolders::refuse);
+                            PartialFolders partials = PartialFolders::refuse,
+                            UnlistedShards unlisted = UnlistedShards::refuse);
 
 // The manifest: DIR/.conveyor-manifest, written by `conveyor pack` after its
 // shards, naming each shard and how many samples it holds. Unlike the index
 // (a cache, rebuilt from whatever is there) no reader rewrites it, so a folder
 // that lost a shard on the way (an interrupted copy, a deleted file) is told
-// from a smaller dataset. Shards it does not name (added later by hand) are
-// read as usual. Text: a version line, then "COUNT NAME" per shard.
+// from a smaller dataset, and one holding a shard it does not name (added
+// later by hand) from the packed one. Text: a version line, then "COUNT NAME"
+// per shard.
 inline constexpr std::string_view kManifestName = ".conveyor-manifest";
 std::string manifest_text(const ShardIndex& index);
 // Writes DIR's manifest for `index` (a temporary renamed over it). False when it cannot.
 bool write_manifest(const std::filesystem::path& dir, const ShardIndex& index);
 // Throws DatasetError naming the shard when DIR's manifest lists one that
-// `index` lacks or that holds another number of samples, or naming the line
-// when the manifest is not one. No manifest: nothing to check.
-void check_manifest(const std::filesystem::path& dir, const ShardIndex& index);
+// `index` lacks or that holds another number of samples, or (unless
+// `unlisted` is read) when `index` holds a shard the manifest does not list;
+// or naming the line when the manifest is not one. No manifest: nothing to check.
+void check_manifest(const std::filesystem::path& dir, const ShardIndex& index,
+                    UnlistedShards unlisted = UnlistedShards::refuse);
 
 // Where load_shard_index looks: DIR/.conveyor-index, then the user cache's file
 // (an empty path when user_cache_dir() has none).

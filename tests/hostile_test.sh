@@ -5,6 +5,7 @@
 # Cases: fifo memory trace resident write-errors outputs empty skip-list classes
 #        big-png workers toml subcommands nul env skip-modes clobber
 #        contradictions pack-interrupt shard-ranks integers sigpipe slow-signal sweep-signal
+#        config-size atomic-outputs extra-shards
 set -uo pipefail
 bin=$(realpath "$1") case=$2
 work=$(mktemp -d)
@@ -91,9 +92,10 @@ trace)  # the trace is streamed (memory flat while the file grows) and stays val
   pid=$!
   set +m
   sleep 1
-  rss0=$(awk '/VmRSS/ {print $2}' /proc/$pid/status); size0=$(stat -c %s "$work/t.json")
+  # Streamed into a temporary beside t.json (t.json.tmpPID-N), renamed to t.json when the run ends.
+  rss0=$(awk '/VmRSS/ {print $2}' /proc/$pid/status); size0=$(cat "$work"/t.json.tmp* | wc -c)
   sleep 3
-  rss1=$(awk '/VmRSS/ {print $2}' /proc/$pid/status); size1=$(stat -c %s "$work/t.json")
+  rss1=$(awk '/VmRSS/ {print $2}' /proc/$pid/status); size1=$(cat "$work"/t.json.tmp* | wc -c)
   kill -TERM $pid
   wait $pid
   rc=$?
@@ -108,6 +110,7 @@ trace)  # the trace is streamed (memory flat while the file grows) and stays val
   fi
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(e["name"] == "decode" for e in d["traceEvents"])' \
     "$work/t.json" || fail "the trace is not valid JSON after SIGTERM"
+  [ -z "$(ls "$work" | grep '^t.json.tmp')" ] || fail "the trace's temporary was left: $(ls "$work")"
   ;;
 resident)  # --resident stops on SIGINT/SIGTERM, while decoding the set once and during its epochs
   # 100000 samples of one small image: the decode-once phase lasts long enough to be interrupted in.
@@ -163,7 +166,7 @@ write-errors)  # a failed write of any output is a one-line error and a non-zero
   if train_built && mkdir "$work/tiny" && mount -t tmpfs -o size=32k tmpfs "$work/tiny" 2>/dev/null; then
     # A checkpoint onto a full disk: LibTorch's own writer ended the process in std::terminate.
     expect 1 "train --checkpoint onto a full disk" -- train --folder "$work/ds" --epochs 1 --checkpoint "$work/tiny/c.pt"
-    err_has "--checkpoint: cannot write $work/tiny/c.pt.tmp: No space left on device" "checkpoint on a full disk"
+    err_has "--checkpoint: cannot write $work/tiny/c.pt: No space left on device" "checkpoint on a full disk"
     [ -z "$(ls -A "$work/tiny")" ] || fail "the failed checkpoint left $(ls "$work/tiny") behind"
     umount "$work/tiny"
   elif train_built; then
@@ -215,6 +218,17 @@ d = json.load(open(sys.argv[1]))
 names = sorted(s["reason"].split(": ")[0].rsplit("/", 1)[1] for s in d["skipped"])
 assert names == [f"zz-broken-{i}.jpg" for i in range(1, 8)], names
 assert all("not an image" in s["reason"] for s in d["skipped"]), d["skipped"]
+PY
+  # Over many epochs each broken file is listed once, with its count: the list is bounded by the dataset
+  "$bin" run --folder "$work/ds" --batch 8 --epochs 30 --on-error skip --json "$work/many.json" >"$work/out" 2>&1 ||
+    fail "run --epochs 30 --on-error skip"
+  grep -q "^skipped 210 sample(s)" "$work/out" || fail "30 epochs: not 210 skips counted: $(grep -A2 '^skipped' "$work/out")"
+  grep -q "^  epochs 0-29 (30 times): .*zz-broken-" "$work/out" || fail "30 epochs: no count per file: $(grep -A2 '^skipped' "$work/out")"
+  python3 - "$work/many.json" <<'PY' || fail "30 epochs: --json does not list each file once with its count"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["skipped"]) == 7, len(d["skipped"])
+assert all(s["times"] == 30 and s["epoch"] == 0 and s["last_epoch"] == 29 for s in d["skipped"]), d["skipped"][:2]
 PY
   # A name with a line break, an escape sequence and a byte that is not UTF-8:
   # one line each in the terminal's list and inspect's, valid JSON in --json
@@ -321,6 +335,13 @@ toml)  # malformed TOML is an error with the file and line; unknown keys and wro
   done
   expect 2 "two dataset flags on the command line" -- run --config "$work/ds.toml" --list "$work/six.txt" --folder "$work/ds"
   err_has "give one dataset, not several" "two dataset flags"
+  # A NUL in a string or a key (\u0000) is named, not cut short at the NUL
+  printf 'folder = "%s\\u0000x"\n' "$work/ds" >"$work/nul.toml"
+  expect 2 "a NUL in a string" -- run --config "$work/nul.toml"
+  err_has "nul.toml: line 1, column 10: 'folder': a string holding a NUL byte" "a NUL in a string"
+  printf '"a\\u0000b" = 1\n' >"$work/nulkey.toml"
+  expect 2 "a NUL in a key" -- run --config "$work/nulkey.toml"
+  err_has "nulkey.toml: line 1, column 1: a key holding a NUL byte" "a NUL in a key"
   ;;
 subcommands)  # an unknown subcommand is named with the valid ones; each subcommand's help lists its flags with defaults
   expect 2 "conveyor frobnicate" -- frobnicate
@@ -581,7 +602,7 @@ shard-ranks)  # --rank-by-shard with a rank whose shards are empty: every rank r
   cp "$work/sh/shard-000000.tar" "$work/sh/shard-000001.tar"
   tar cf "$work/sh/shard-000002.tar" --files-from /dev/null
   for r in 0 1 2; do
-    expect 2 "rank $r of 3 with an empty shard" -- run --shards "$work/sh" --rank-by-shard --world-size 3 --rank $r --batch 4
+    expect 2 "rank $r of 3 with an empty shard" -- run --shards "$work/sh" --extra-shards --rank-by-shard --world-size 3 --rank $r --batch 4
     err_has "rank 2 of 3 would get no samples: its shards (shard-000002.tar) hold none" "rank $r"
   done
   ;;
@@ -652,6 +673,72 @@ sweep-signal)  # SIGTERM mid-sweep: the point running is stopped, the finished r
   [ $rc -eq 143 ] || fail "inspect on SIGTERM: status $rc, not 143: $(tail -2 "$work/out")"
   grep -Eq "^interrupted by SIGTERM after [0-9]+ of 100000 samples" "$work/out" && grep -q "^formats:" "$work/out" ||
     fail "inspect on SIGTERM: $(cat "$work/out")"
+  ;;
+config-size)  # --config is checked before it is read: a non-regular file or one over 1 MiB is refused at once, by name
+  head -c $((2 << 20)) /dev/zero >"$work/big.toml"
+  t0=$(date +%s%N)
+  expect 2 "a 2 MiB config" -- run --config "$work/big.toml" --folder "$work/ds"
+  err_has "big.toml: 2097152 bytes, over the 1 MiB a config file may hold" "a 2 MiB config"
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $ms -lt 5000 ] || fail "a 2 MiB config took $ms ms"
+  expect 2 "--config /dev/zero" -- run --config /dev/zero --folder "$work/ds"
+  err_has "/dev/zero: not a regular file (a character device)" "--config /dev/zero"
+  mkfifo "$work/fifo.toml"
+  expect 2 "a FIFO as --config" -- run --config "$work/fifo.toml" --folder "$work/ds"
+  err_has "fifo.toml: not a regular file (a FIFO)" "a FIFO as --config"
+  expect 2 "a directory as --config" -- run --config "$work" --folder "$work/ds"
+  err_has "a directory, not a config file" "a directory as --config"
+  printf 'epochs = 1\nbatch = 8\n#' >"$work/spaces.toml"  # exactly 1 MiB, a long comment: read
+  head -c $(( (1 << 20) - $(stat -c %s "$work/spaces.toml") )) /dev/zero | tr '\0' ' ' >>"$work/spaces.toml"
+  timeout 60 "$bin" run --config "$work/spaces.toml" --folder "$work/ds" >"$work/out" 2>&1 || fail "a 1 MiB config: $(tail -2 "$work/out")"
+  if train_built; then
+    timeout 30 "$(dirname "$bin")/conveyor-train" --config /dev/zero >"$work/out" 2>"$work/err"
+    [ $? -eq 2 ] && err_has "not a regular file" "conveyor-train --config /dev/zero" || fail "conveyor-train --config /dev/zero: $(head -c 300 "$work/err")"
+  fi
+  ;;
+atomic-outputs)  # a failed --json, --trace or --csv write leaves the old file whole (or none), and no temporary
+  # Where a tmpfs can be mounted (as root): a full disk. Elsewhere the case says so and checks the rest.
+  "$bin" run --folder "$work/ds" --batch 4 --epochs 1 --json "$work/r.json" --trace "$work/t.json" >/dev/null 2>&1 ||
+    fail "run --json --trace: status $?"
+  for f in r.json t.json; do
+    python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$work/$f" || fail "$f is not JSON"
+  done
+  ln -s r.json "$work/link.json"  # a link stays a link; the file it names is replaced
+  chmod 600 "$work/r.json"
+  "$bin" run --folder "$work/ds" --batch 4 --epochs 1 --json "$work/link.json" >/dev/null 2>&1 || fail "run --json LINK"
+  [ -L "$work/link.json" ] || fail "--json through a link replaced the link"
+  [ "$(stat -c %a "$work/r.json")" = 600 ] || fail "--json lost the file's mode: $(stat -c %a "$work/r.json")"
+  if mkdir "$work/tiny" && mount -t tmpfs -o size=64k tmpfs "$work/tiny" 2>/dev/null; then
+    printf '{"old": true}\n' >"$work/tiny/r.json"
+    printf '{"old": true}\n' >"$work/tiny/t.json"
+    printf 'old\n' >"$work/tiny/s.csv"
+    head -c $((1 << 20)) /dev/zero >"$work/tiny/filler" 2>/dev/null  # fills the disk
+    expect 1 "run --json onto a full disk" -- run --folder "$work/ds" --batch 8 --epochs 150 --json "$work/tiny/r.json"
+    err_has "--json: cannot write $work/tiny/r.json: No space left on device" "--json on a full disk"
+    expect 1 "run --trace onto a full disk" -- run --folder "$work/ds" --batch 1 --epochs 20 --trace "$work/tiny/t.json"
+    err_has "--trace: cannot write $work/tiny/t.json: No space left on device" "--trace on a full disk"
+    "$bin" sweep --folder "$work/ds" --batch 1 --workers 1,2,1,2,1,2,1,2 --csv "$work/tiny/s.csv" >/dev/null 2>"$work/err"
+    for f in r.json t.json; do
+      [ "$(cat "$work/tiny/$f")" = '{"old": true}' ] || fail "the failed write destroyed the old $f: $(head -c 100 "$work/tiny/$f")"
+    done
+    grep -q "cannot write" "$work/err" && { [ "$(cat "$work/tiny/s.csv")" = old ] || fail "the failed --csv destroyed s.csv"; }
+    leftover=$(ls -A "$work/tiny" | grep -v -x -e r.json -e t.json -e s.csv -e filler)
+    [ -z "$leftover" ] || fail "a failed write left $leftover behind"
+    umount "$work/tiny"
+  else
+    echo "note: no tmpfs could be mounted here (not root?); the full-disk part did not run"
+  fi
+  ;;
+extra-shards)  # a .tar beside pack's manifest that it does not list is refused by name; --extra-shards reads it
+  "$bin" pack --folder "$work/ds" --out "$work/train" >/dev/null 2>&1 || fail "pack: status $?"
+  "$bin" pack --folder "$work/ds" --out "$work/val" >/dev/null 2>&1 || fail "pack val: status $?"
+  cp "$work/val/shard-000000.tar" "$work/train/val-000000.tar"
+  expect 2 "run --shards with an unlisted shard" -- run --shards "$work/train" --epochs 1
+  err_has "val-000000.tar: not listed in $work/train/.conveyor-manifest (written by conveyor pack: 1 shard(s) of 30 samples)" "unlisted shard"
+  timeout 60 "$bin" run --shards "$work/train" --epochs 1 --batch 10 --extra-shards >"$work/out" 2>&1 || fail "--extra-shards: $(tail -2 "$work/out")"
+  grep -q "^epoch 0: 60 images" "$work/out" || fail "--extra-shards did not read both: $(grep '^epoch' "$work/out")"
+  expect 2 "--extra-shards without --shards" -- run --folder "$work/ds" --extra-shards
+  err_has "--extra-shards: needs a --shards dataset" "--extra-shards alone"
   ;;
 *)
   echo "unknown case $case"; exit 2 ;;

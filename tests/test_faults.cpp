@@ -304,6 +304,27 @@ TEST_CASE("faults: EACCES, EIO, short reads and truncation through an injected f
   REQUIRE_THAT(error, Catch::Contains("sample 2") && Catch::Contains("Input/output error"));
 }
 
+TEST_CASE("faults: an ImageSource destroyed before its pipeline fails the pipeline by name, not the process", "[faults]") {
+  TempDir dir;
+  const auto paths = write_images(dir.path(), 12);
+  for (const std::size_t workers : {1, 3}) {
+    auto src = std::make_unique<ImageSource>(Dataset(paths, std::vector<std::int64_t>(12, 0)), small(ErrorPolicy::fail), workers);
+    Config c = config_for(*src, workers);
+    c.epochs = 0;  // endless: the workers go on filling after the source is gone
+    Pipeline p(c, 12, {src->filler()});
+    REQUIRE(p.next());
+    src.reset();
+    std::string error;
+    try {
+      for (int i = 0; i < 10000 && p.next(); ++i) {
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    REQUIRE_THAT(error, Catch::Contains("ImageSource: destroyed before the pipeline that calls it"));
+  }
+}
+
 TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consumer; stop returns promptly",
           "[faults][fs]") {
   TempDir dir;

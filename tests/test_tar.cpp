@@ -479,7 +479,7 @@ TEST_CASE("shards: a folder without shards, a sample without image or label, a b
   REQUIRE(Dataset::from_shards(dir / "s").size() == 2);
 }
 
-TEST_CASE("shards: a folder missing a shard its manifest lists, or holding other counts, is refused by name", "[tar][shards]") {
+TEST_CASE("shards: a folder missing a shard its manifest lists, holding other counts or a shard it does not list, is refused by name", "[tar][shards]") {
   TempDir dir;
   const auto folder = dir / "s";
   std::filesystem::create_directories(folder);
@@ -488,9 +488,16 @@ TEST_CASE("shards: a folder missing a shard its manifest lists, or holding other
   REQUIRE(write_manifest(folder, load_shard_index(folder)));
   REQUIRE(slurp(folder / std::string(kManifestName)) == "conveyor-shard-manifest 1\n2 a.tar\n1 b.tar\n");
   REQUIRE(Dataset::from_shards(folder).size() == 3);
-  // A shard added by hand is read; the listed ones must all be there, whole.
+  // A shard added by hand (a validation shard copied in) is refused by name,
+  // unless asked for; the listed ones must all be there, whole.
   spit(folder / "c.tar", member("k/4.jpg", "w") + member("k/4.cls", "4") + kEnd);
-  REQUIRE(Dataset::from_shards(folder).size() == 4);
+  REQUIRE_THROWS_WITH(Dataset::from_shards(folder),
+                      Catch::StartsWith((folder / "c.tar").string() + ": not listed in " +
+                                        (folder / std::string(kManifestName)).string() +
+                                        " (written by conveyor pack: 2 shard(s) of 3 samples)") &&
+                          Catch::Contains("--extra-shards"));
+  REQUIRE(Dataset::from_shards(folder, UnlistedShards::read).size() == 4);
+  std::filesystem::remove(folder / "c.tar");
   std::filesystem::remove(folder / "b.tar");  // lost in a copy: once read as 2 samples, without a word
   REQUIRE_THROWS_WITH(Dataset::from_shards(folder),
                       Catch::StartsWith((folder / "b.tar").string() + ": missing (") &&
@@ -502,10 +509,11 @@ TEST_CASE("shards: a folder missing a shard its manifest lists, or holding other
   REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains(std::string(kManifestName) + ":3: expected 'COUNT SHARD'; remove "));
   // Edited on Windows, or with a blank line at the end: still read.
   spit(folder / std::string(kManifestName), "conveyor-shard-manifest 1\r\n2 a.tar\r\n2 b.tar \r\n\r\n");
-  REQUIRE(Dataset::from_shards(folder).size() == 5);
+  REQUIRE(Dataset::from_shards(folder).size() == 4);
   spit(folder / std::string(kManifestName), "something else\n");
   REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains(":1: not a shard manifest"));
   std::filesystem::remove(folder / std::string(kManifestName));
+  spit(folder / "c.tar", member("k/4.jpg", "w") + member("k/4.cls", "4") + kEnd);
   REQUIRE(Dataset::from_shards(folder).size() == 5);  // no manifest: read as found (shards made by other tools)
 }
 

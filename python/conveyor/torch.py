@@ -19,10 +19,19 @@ from . import Loader as _Loader
 __all__ = ["Loader", "to_tensors"]
 
 
+def _tensor(array):
+    if array.dtype == "bool" and array.device == "cpu":
+        # DLPack's bool (code 6) is newer than some torch builds (Debian's
+        # 1.13 refuses it); NumPy's buffer gives the same memory as bool.
+        import numpy
+        return _torch.from_numpy(numpy.asarray(array))
+    return _torch.from_dlpack(array)
+
+
 def to_tensors(batch):
     """(images, labels) Arrays -> (images, labels) tensors, without a copy."""
     images, labels = batch
-    return _torch.from_dlpack(images), _torch.from_dlpack(labels)
+    return _tensor(images), _torch.from_dlpack(labels)
 
 
 class _Tensors:

@@ -769,7 +769,8 @@ def test_ctrl_c_while_waiting_raises_keyboard_interrupt_promptly_and_the_loader_
     t0 = time.monotonic()
     loader.close()
     assert time.monotonic() - t0 < 5
-    assert list(loader) == []
+    with pytest.raises(RuntimeError, match="^loader: closed"):
+        list(loader)
 
 
 def test_ctrl_c_while_waiting_loses_no_batch(tmp_path):

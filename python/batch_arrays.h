@@ -1,0 +1,97 @@
+// The batches Python holds: one Held per batch taken, shared by its two
+// Arrays (images, labels), the NumPy views and the DLPack exports over them;
+// the batch goes back to its pipeline when the last of those dies, on
+// whichever thread that is. bind_arrays() makes conveyor.Array and
+// conveyor.HostArray: DLPack (__dlpack__ as the array API standard 2023.12
+// has it, __dlpack_device__), NumPy's buffer protocol on the host, and
+// indexing and iteration through a NumPy view.
+//
+// DLPack: the legacy unversioned "dltensor" capsule (DLPack 0.6 from Debian's
+// libdlpack-dev), which PyTorch >= 1.10, NumPy >= 1.22 and CuPy all take;
+// bool rows are DLPack 0.8's kDLBool (6), which older consumers refuse.
+//
+// Thread safety: Python's (the GIL) for every call here; a Held may die on
+// any thread.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "python/holders.h"
+#include "python/loader.h"
+
+namespace conveyor::python {
+
+namespace py = pybind11;
+
+// One batch as Python holds it; Arrays and DLPack exports share it.
+// Forks this process has come out of as the child: bumped by a
+// pthread_atfork child handler (registered at import), so that "am I the
+// process that made this?" is an atomic load per batch, not a getpid() call.
+inline std::atomic<std::uint64_t> forks_as_child{0};
+
+// The taker's count of one batch, given back after the batch (declared
+// before it in Held, so destroyed after it: the slot is free by then).
+struct HoldCount {
+  std::shared_ptr<Holders> holders;
+  std::uint64_t taker = thread_serial();
+  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);
+  HoldCount() = default;
+  HoldCount(const HoldCount&) = delete;
+  HoldCount& operator=(const HoldCount&) = delete;
+  ~HoldCount() {
+    // In a forked child the mutex may have been copied locked: left alone.
+    if (holders && forks_as_child.load(std::memory_order_relaxed) == forks) holders->released(taker);
+  }
+};
+
+struct Held {
+  HoldCount count;  // first: given back after `batch` has freed its slot
+  DeviceBatch batch;
+  std::vector<std::int64_t> sample_shape;
+  Element element;
+  void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
+  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);  // of the process whose pipeline it goes back to
+
+  Held() = default;
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() {
+    // A batch dropped in a forked child: its pipeline's threads (and perhaps
+    // a lock one of them held at the fork) stayed in the parent, so it is
+    // left to the OS rather than released into the child's copy.
+    if (forks_as_child.load(std::memory_order_relaxed) != forks) (void)new DeviceBatch(std::move(batch));
+  }
+};
+
+// images or labels of one batch.
+struct Array {
+  std::shared_ptr<Held> held;
+  bool labels = false;
+
+  void* data() const { return labels ? const_cast<std::int64_t*>(held->batch.labels()) : held->batch.data(); }
+  Element element() const { return labels ? Element{'i', 64} : held->element; }
+  std::vector<std::int64_t> shape() const {
+    std::vector<std::int64_t> s{std::int64_t(held->batch.size())};
+    if (!labels) s.insert(s.end(), held->sample_shape.begin(), held->sample_shape.end());
+    return s;
+  }
+  bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }
+};
+
+// An Array on the host whose dtype has a buffer format: NumPy views it in place.
+struct HostArray : Array {};
+
+// images (labels = false) or labels of `held` as a Python object: a
+// HostArray where NumPy can view it, else an Array.
+py::object wrap(std::shared_ptr<Held> held, bool labels);
+
+// Adds conveyor.Array and conveyor.HostArray to m.
+void bind_arrays(py::module_& m);
+
+}  // namespace conveyor::python
