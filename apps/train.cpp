@@ -26,6 +26,7 @@
 // finish. The validation split is apps/validation.h.
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <csignal>
@@ -417,15 +418,20 @@ int Trainer::finish() const {
     std::printf("final: train loss %.6f, train accuracy %.4f (no validation split)\n", last.train_loss, last.train_acc);
   }
   // Every sample --on-error skip left out, named by its reason (which names the
-  // file), in each epoch it was left out of: training's and validation's.
-  for (const auto& s : pipeline_->skipped()) {
-    std::printf("skipped (training, epoch %llu): %s\n", (unsigned long long)s.epoch + 1, one_line(s.reason).c_str());
-  }
-  if (validation_) {
-    for (const auto& s : validation_->pipeline.skipped()) {
-      std::printf("skipped (validation, pass %llu): %s\n", (unsigned long long)s.epoch + 1, one_line(s.reason).c_str());
+  // file), once, with the epochs it was left out of: training's and validation's.
+  const auto print_skips = [](const char* what, const char* one, const char* many, const auto& skipped) {
+    for (const auto& s : skipped) {
+      const auto first = (unsigned long long)s.epoch + 1, final = (unsigned long long)std::max(s.epoch, s.last_epoch) + 1;
+      if (s.times == 1) {
+        std::printf("skipped (%s, %s %llu): %s\n", what, one, first, one_line(s.reason).c_str());
+      } else {
+        std::printf("skipped (%s, %s %llu-%llu, %llu times): %s\n", what, many, first, final, (unsigned long long)s.times,
+                    one_line(s.reason).c_str());
+      }
     }
-  }
+  };
+  print_skips("training", "epoch", "epochs", pipeline_->skipped());
+  if (validation_) print_skips("validation", "pass", "passes", validation_->pipeline.skipped());
   if (!t_.checkpoint.empty()) std::printf("checkpoint: %s\n", t_.checkpoint.c_str());
   return 0;
 }
