@@ -713,9 +713,13 @@ atomic-outputs)  # a failed --json, --trace or --csv write leaves the old file w
     printf '{"old": true}\n' >"$work/tiny/t.json"
     printf 'old\n' >"$work/tiny/s.csv"
     head -c $((1 << 20)) /dev/zero >"$work/tiny/filler" 2>/dev/null  # fills the disk
-    expect 1 "run --json onto a full disk" -- run --folder "$work/ds" --batch 8 --epochs 150 --json "$work/tiny/r.json"
+    # --synthetic-ms: the workers sleep instead of decoding, so the 150 epochs a large
+    # --json needs stay fast under the sanitizers.
+    expect 1 "run --json onto a full disk" -- run --folder "$work/ds" --batch 8 --epochs 150 --synthetic-ms 0.01 \
+      --json "$work/tiny/r.json"
     err_has "--json: cannot write $work/tiny/r.json: No space left on device" "--json on a full disk"
-    expect 1 "run --trace onto a full disk" -- run --folder "$work/ds" --batch 1 --epochs 20 --trace "$work/tiny/t.json"
+    expect 1 "run --trace onto a full disk" -- run --folder "$work/ds" --batch 1 --epochs 20 --synthetic-ms 0.01 \
+      --trace "$work/tiny/t.json"
     err_has "--trace: cannot write $work/tiny/t.json: No space left on device" "--trace on a full disk"
     "$bin" sweep --folder "$work/ds" --batch 1 --workers 1,2,1,2,1,2,1,2 --csv "$work/tiny/s.csv" >/dev/null 2>"$work/err"
     for f in r.json t.json; do
