@@ -205,9 +205,9 @@ void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
     }
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
-    augment_.plan_pixels(rng, w.pixel_ops);  // the GPU path renders the crop alone: none may be drawn
-    if (defer_epoch && w.pixel_ops.empty() && !augment_.has_pixel_ops() && gpu_decodable(info, g) &&
-        gpu_decodes(index, config_.gpu_share)) {
+    augment_.plan_pixels(rng, w.pixel_ops);
+    // The GPU path renders the crop alone: a chain with colour transforms stays on the CPU.
+    if (defer_epoch && !augment_.has_pixel_ops() && gpu_decodable(info, g) && gpu_decodes(index, config_.gpu_share)) {
       DeferredDecode d = deferred_->blank();  // a recycled entry: its buffer becomes the worker's next file buffer
       d.name = dataset_.name(index);
       std::swap(d.file, w.file);
