@@ -25,8 +25,8 @@
 
 #include "apps/median.h"
 #include "apps/synthetic.h"
-#include "cuda/device.h"
-#include "cuda/device_pipeline.h"
+#include "device/device.h"
+#include "device/device_pipeline.h"
 
 using namespace conveyor;
 

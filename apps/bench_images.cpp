@@ -25,9 +25,9 @@
 #include <stb/stb_image_resize.h>
 
 #include "pipeline/pipeline.h"
-#include "stages/image_ops.h"
-#include "stages/image_source.h"
-#include "stages/photometric.h"
+#include "image/image_ops.h"
+#include "image/image_source.h"
+#include "image/photometric.h"
 
 using namespace conveyor;
 

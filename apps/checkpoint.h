@@ -15,7 +15,7 @@
 
 #include "libtorch/models.h"
 #include "pipeline/state.h"
-#include "stages/dataset.h"
+#include "data/dataset.h"
 
 namespace conveyor::apps {
 

@@ -20,9 +20,9 @@
 #include <string_view>
 
 #include "apps/toml_config.h"
-#include "stages/atomic_file.h"
-#include "stages/default_dataset.h"
-#include "stages/file_system.h"
+#include "data/atomic_file.h"
+#include "image/default_dataset.h"
+#include "data/file_system.h"
 
 namespace conveyor::apps {
 

@@ -21,8 +21,8 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/options.h"
-#include "cuda/device_pipeline.h"
-#include "stages/dataset.h"
+#include "device/device_pipeline.h"
+#include "data/dataset.h"
 
 namespace conveyor::apps {
 
@@ -90,7 +90,7 @@ void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc,
 // written (a directory, a missing folder, no permission), not after the run.
 // Leaves no file behind where none was.
 void check_writable(const std::string& flag, const std::string& file);
-// Writes text to file whole or not at all (stages/atomic_file.h: a temporary
+// Writes text to file whole or not at all (data/atomic_file.h: a temporary
 // renamed over it), checking every write and the close: throws
 // std::runtime_error "FLAG: cannot write FILE: reason" (a full disk,
 // /dev/full), and the file is then as it was.

@@ -41,7 +41,7 @@
 #include "apps/run.h"
 #include "apps/sweep.h"
 #include "apps/toml_config.h"
-#include "stages/default_dataset.h"
+#include "image/default_dataset.h"
 
 using namespace conveyor;
 using namespace conveyor::apps;

@@ -2,9 +2,9 @@
 // worker threads, normalized on the device, consumed epoch by epoch.
 #include <cstdio>
 
-#include "cuda/device_pipeline.h"
-#include "stages/default_dataset.h"
-#include "stages/image_source.h"
+#include "device/device_pipeline.h"
+#include "image/default_dataset.h"
+#include "image/image_source.h"
 
 int main() {
   auto dataset = conveyor::Dataset::from_folder(conveyor::ensure_default_dataset());  // or your train/ folder

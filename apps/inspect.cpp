@@ -12,8 +12,8 @@
 
 #include "apps/cli.h"
 #include "pipeline/pipeline.h"
-#include "stages/decode.h"
-#include "stages/file_system.h"
+#include "image/decode.h"
+#include "data/file_system.h"
 
 namespace conveyor::apps {
 

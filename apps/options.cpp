@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <iterator>
 
-#include "stages/dataset.h"
-#include "stages/decode.h"
-#include "stages/transform_spec.h"
+#include "data/dataset.h"
+#include "image/decode.h"
+#include "image/transform_spec.h"
 
 namespace conveyor::apps {
 
@@ -68,7 +68,7 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
              "rrc: RandomResizedCrop + flip | crop: Resize + RandomCrop (padding 4) + flip | center: Resize + CenterCrop");
   option("--transforms", o.transforms,
          "the transform list as torchvision's Compose is written, e.g. \"RandomResizedCrop(224), RandomHorizontalFlip(), "
-         "ColorJitter(0.4, 0.4, 0.4)\" (names, parameters and defaults: stages/transform_spec.h); in place of --augment "
+         "ColorJitter(0.4, 0.4, 0.4)\" (names, parameters and defaults: image/transform_spec.h); in place of --augment "
          "and --crop");
   add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");
   option("--gpu", o.gpu, "the CUDA device to use, numbered as CUDA_VISIBLE_DEVICES shows them (default 0; --gpu 0 is "

@@ -22,15 +22,15 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cuda/device_pipeline.h"
-#include "cuda/resident.h"
-#include "stages/augment.h"
-#include "stages/dataset.h"
-#include "stages/image_source.h"
+#include "device/device_pipeline.h"
+#include "device/resident.h"
+#include "image/augment.h"
+#include "data/dataset.h"
+#include "image/image_source.h"
 
 namespace conveyor::apps {
 
-// --augment: the training transforms at the output size (stages/augment.h).
+// --augment: the training transforms at the output size (image/augment.h).
 using Augmentation = AugmentPreset;
 // --compute: what the synthetic training step does for --compute-ms.
 enum class Compute {
@@ -61,7 +61,7 @@ struct Options {
   std::uint64_t seed = 0;                            // Default: 0.
   int crop = 0;                  // Default: 0, meaning 64 on the embedded dataset, else 224 (train: by model).
   Augmentation augment = Augmentation::rrc;                    // Default: rrc (train: crop).
-  // --transforms: the transform list as text (stages/transform_spec.h), in
+  // --transforms: the transform list as text (image/transform_spec.h), in
   // place of --augment and --crop. Default: "" (the --augment preset).
   std::string transforms;
   ErrorPolicy on_error = ErrorPolicy::fail;          // Default: fail.

@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "apps/cli.h"
-#include "stages/atomic_file.h"
-#include "stages/dataset.h"
-#include "stages/decode.h"
-#include "stages/file_system.h"
-#include "stages/shard_index.h"
-#include "stages/tar_index.h"
+#include "data/atomic_file.h"
+#include "data/dataset.h"
+#include "image/decode.h"
+#include "data/file_system.h"
+#include "data/shards/shard_index.h"
+#include "data/shards/tar_index.h"
 
 namespace conveyor::apps {
 namespace {

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "apps/cli.h"
-#include "stages/file_system.h"
+#include "data/file_system.h"
 
 namespace conveyor::apps {
 

@@ -10,8 +10,8 @@
 
 #include "apps/cli.h"
 #include "apps/trace.h"
-#include "cuda/gpu_share.h"
-#include "stages/image_source.h"
+#include "device/gpu_share.h"
+#include "image/image_source.h"
 
 namespace conveyor::apps {
 

@@ -6,8 +6,8 @@
 
 #include "apps/cli.h"
 #include "apps/run.h"
-#include "cuda/resident.h"
-#include "stages/image_source.h"
+#include "device/resident.h"
+#include "image/image_source.h"
 
 namespace conveyor::apps {
 

@@ -28,9 +28,9 @@
 
 #include "apps/cli.h"
 #include "pipeline/pipeline.h"
-#include "stages/dataset.h"
-#include "stages/default_dataset.h"
-#include "stages/image_source.h"
+#include "data/dataset.h"
+#include "image/default_dataset.h"
+#include "image/image_source.h"
 
 using namespace conveyor;
 using namespace conveyor::apps;

@@ -6,7 +6,7 @@
 // - Events go to the file as they come (through stdio's buffer), so memory
 //   stays flat however long the run: `--epochs 100000 --trace t.json` no longer
 //   grows by every event.
-// - The events go to a temporary beside the file (stages/atomic_file.h),
+// - The events go to a temporary beside the file (data/atomic_file.h),
 //   renamed over it once finish() ran or the Tracer was destroyed (an error
 //   unwinding the run, SIGINT/SIGTERM ending it early): the file is then
 //   valid JSON, and never a part of a trace.
@@ -23,9 +23,9 @@
 #include <string>
 #include <thread>
 
-#include "cuda/device_pipeline.h"
+#include "device/device_pipeline.h"
 #include "pipeline/stats.h"
-#include "stages/atomic_file.h"
+#include "data/atomic_file.h"
 
 namespace conveyor::apps {
 

@@ -54,7 +54,7 @@
 #include "libtorch/determinism.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
-#include "stages/image_source.h"
+#include "image/image_source.h"
 
 using namespace conveyor;
 using namespace conveyor::apps;

@@ -6,8 +6,8 @@
 
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
-#include "stages/default_dataset.h"
-#include "stages/image_source.h"
+#include "image/default_dataset.h"
+#include "image/image_source.h"
 
 int main() {
   auto dataset = conveyor::Dataset::from_folder(conveyor::ensure_default_dataset());  // or from_list("train.txt")

@@ -12,10 +12,10 @@
 #include <torch/types.h>
 
 #include "apps/options.h"
-#include "cuda/device_pipeline.h"
+#include "device/device_pipeline.h"
 #include "libtorch/models.h"
-#include "stages/dataset.h"
-#include "stages/image_source.h"
+#include "data/dataset.h"
+#include "image/image_source.h"
 
 namespace conveyor::apps {
 

@@ -1,6 +1,6 @@
 # What `cmake --install` puts where (CONVEYOR_INSTALL, on when Conveyor is the
 # top-level project), the CMake package a consumer finds with
-#   find_package(Conveyor 0.2 REQUIRED COMPONENTS cuda torch)
+#   find_package(Conveyor 0.2 REQUIRED COMPONENTS device torch)
 # and the Debian packages CPack makes from it (cmake/ConveyorPackaging.cmake).
 #
 #   bin/conveyor, bin/conveyor-train            component conveyor (Debian: conveyor)
@@ -14,7 +14,7 @@ set(CONVEYOR_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Conveyor)
 # ---- the libraries and their headers. LibTorch's layer is an export set of its
 # own, loaded only for COMPONENTS torch, so finding Conveyor never loads LibTorch
 # unless asked to.
-install(TARGETS conveyor_pipeline conveyor_stages conveyor_cuda EXPORT ConveyorTargets
+install(TARGETS conveyor_pipeline conveyor_data conveyor_image conveyor_device EXPORT ConveyorTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   FILE_SET HEADERS DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/conveyor COMPONENT dev

@@ -1,7 +1,7 @@
-# conveyor_link_stb_statically(): PkgConfig::STB (made by stages/) links stb's
+# conveyor_link_stb_statically(): PkgConfig::STB (made by image/) links stb's
 # static archive beside each shared library pkg-config named (Debian's
 # libstb.a, position-independent) and libm, in place of libstb.so. Called
-# after add_subdirectory(stages): the target's link interface is read when the
+# after add_subdirectory(image): the target's link interface is read when the
 # build is generated, so every target that links it gets the archive.
 # A FATAL_ERROR names a library that has no archive beside it.
 function(conveyor_link_stb_statically)

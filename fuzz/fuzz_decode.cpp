@@ -8,10 +8,10 @@
 #include <span>
 #include <vector>
 
-#include "stages/augment.h"
-#include "stages/decode.h"
-#include "stages/image_ops.h"
-#include "stages/resize.h"
+#include "image/augment.h"
+#include "image/decode.h"
+#include "image/image_ops.h"
+#include "image/resize.h"
 
 using namespace conveyor;
 

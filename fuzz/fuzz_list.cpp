@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fuzz/input_file.h"
-#include "stages/dataset.h"
+#include "data/dataset.h"
 
 using namespace conveyor;
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fuzz/input_file.h"
-#include "stages/npy.h"
+#include "data/npy.h"
 
 using namespace conveyor;
 

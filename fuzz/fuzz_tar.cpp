@@ -1,4 +1,4 @@
-// libFuzzer target: scan_tar (stages/tar_index.h), the hand-written tar header
+// libFuzzer target: scan_tar (data/shards/tar_index.h), the hand-written tar header
 // walk behind sharded datasets, over an in-memory archive. Bad input must end
 // in TarError; every member listed must lie inside the input, block-aligned.
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <span>
 
-#include "stages/tar_index.h"
+#include "data/shards/tar_index.h"
 
 using namespace conveyor;
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "image_writers.h"
-#include "stages/npy.h"
+#include "data/npy.h"
 
 namespace t = conveyor::test;
 namespace fs = std::filesystem;

@@ -46,7 +46,7 @@
 
 #include <torch/types.h>
 
-#include "cuda/device_pipeline.h"
+#include "device/device_pipeline.h"
 
 namespace conveyor {
 

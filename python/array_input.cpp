@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "python/arguments.h"
-#include "stages/dataset.h"
+#include "data/dataset.h"
 
 namespace conveyor::python {
 

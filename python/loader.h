@@ -37,17 +37,17 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device.h"
-#include "cuda/device_pipeline.h"
-#include "cuda/dtype.h"
-#include "cuda/gpu_share.h"
+#include "device/device.h"
+#include "device/device_pipeline.h"
+#include "device/dtype.h"
+#include "device/gpu_share.h"
 #include "pipeline/config.h"
 #include "pipeline/skip_log.h"
 #include "pipeline/state.h"
 #include "pipeline/stats.h"
-#include "stages/array_source.h"
-#include "stages/dataset.h"
-#include "stages/image_source.h"
+#include "data/array_source.h"
+#include "data/dataset.h"
+#include "image/image_source.h"
 
 namespace conveyor::python {
 
@@ -76,7 +76,7 @@ struct LoaderSettings {
   DeviceConfig device;             // the loader sets handover_if_host: a CPU consumer reads in place
   std::optional<DType> normalize;  // on the device, for uint8 HWC samples of 1..3 channels
   // Images only: the share of JPEGs the device's decoder takes (issue 22):
-  // 0 off, a share in (0, 1], nullopt auto (cuda/gpu_share.h). Default: off.
+  // 0 off, a share in (0, 1], nullopt auto (device/gpu_share.h). Default: off.
   std::optional<double> gpu_decode = 0.0;
   // The most the batch pools (host and device) may take, in MiB; checked
   // before anything is allocated. Default: 0, default_pool_budget_bytes() (a

@@ -39,7 +39,7 @@
 #include "python/batch_arrays.h"
 #include "python/holders.h"
 #include "python/loader.h"
-#include "stages/augment.h"
+#include "image/augment.h"
 
 namespace py = pybind11;
 using namespace py::literals;

@@ -4,7 +4,7 @@
 #include "catch_compat.h"
 #include <cstdio>
 
-#include "cuda/device.h"
+#include "device/device.h"
 
 int main(int argc, char** argv) {
   const conveyor::CudaProbe probe = conveyor::probe_cuda();

@@ -3,19 +3,21 @@
 # layer and of the layers below it, never above. From the bottom up:
 #
 #   pipeline/   the generic core: threads, queues, buffers, sampler, stats
-#   stages/     datasets, decode, augment (images enter here)
-#   cuda/       the device interface, its CUDA and host backends
+#   data/       datasets, tar shards (data/shards/), .npy arrays, the file system:
+#               where a sample's bytes come from, never what they decode to
+#   image/      decode, augment, resize, normalize, the image filler (images enter here)
+#   device/     the device interface, its CUDA and host backends, the copy stage
 #   libtorch/   tensors and models
 #   python/     the Python module (pybind11): beside libtorch/, never over it:
 #               tensors reach PyTorch through DLPack, so the module carries no LibTorch
 #   apps/       the conveyor command, benchmarks, examples
 #
-# pipeline/ also names no image or CUDA library: it knows nothing of either.
+# pipeline/ and data/ also name no image or CUDA library: they know nothing of either.
 # Prints every offending line and exits 1 if there is one.
 # Usage: layering_test.sh SOURCE_ROOT
 set -euo pipefail
 cd "$1"
-layers=(pipeline stages cuda libtorch python apps)
+layers=(pipeline data image device libtorch python apps)
 bad=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   layer=${layers[i]}
@@ -28,8 +30,8 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
     bad=1
   fi
 done
-if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cuda_runtime|cuda_runtime_api|nvtx3/[^>"]*|turbojpeg|jpeglib|stb_image[^>"]*|stb/[^>"]*|torch/[^>"]*)(\.h)?[>"]' pipeline); then
-  echo "pipeline/ includes an image or CUDA library:"
+if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cuda_runtime|cuda_runtime_api|nvtx3/[^>"]*|turbojpeg|jpeglib|stb_image[^>"]*|stb/[^>"]*|torch/[^>"]*)(\.h)?[>"]' pipeline data); then
+  echo "pipeline/ or data/ includes an image or CUDA library:"
   echo "$hits"
   bad=1
 fi

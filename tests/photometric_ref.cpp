@@ -1,4 +1,4 @@
-// The C++ half of tests/photometric_test.py: applies stages/photometric.h's
+// The C++ half of tests/photometric_test.py: applies image/photometric.h's
 // ops to the images that script sends, so it can hold each to torchvision's.
 //
 //   photometric_ref IN OUT
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "stages/photometric.h"
+#include "image/photometric.h"
 
 using namespace conveyor;
 

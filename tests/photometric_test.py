@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Holds stages/photometric.h's ops to torchvision's functional ops on uint8 tensors.
+"""Holds image/photometric.h's ops to torchvision's functional ops on uint8 tensors.
 
     python3 tests/photometric_test.py PHOTOMETRIC_REF
 

@@ -7,8 +7,8 @@
 
 #include "catch_compat.h"
 
-#include "stages/augment.h"
-#include "stages/image_ops.h"
+#include "image/augment.h"
+#include "image/image_ops.h"
 
 using namespace conveyor;
 
@@ -275,7 +275,7 @@ TEST_CASE("image ops: float CHW normalize matches the plain formula", "[ops]") {
 
 namespace {
 
-// The triangle filter of stages/resize.cpp in double precision, one axis at a
+// The triangle filter of image/resize.cpp in double precision, one axis at a
 // time, without fixed point or padding: what resize_triangle must equal to
 // within the rounding of its 14-bit weights and 8-bit intermediate fraction.
 std::vector<double> reference_weights(double start, double end, int in_size, int out_size, int o, int& lo) {

@@ -20,12 +20,12 @@
 #include <thread>
 #include <tuple>
 
-#include "cuda/device.h"
-#include "cuda/device_pipeline.h"
-#include "cuda/resident.h"
+#include "device/device.h"
+#include "device/device_pipeline.h"
+#include "device/resident.h"
 #include "image_writers.h"
-#include "stages/gpu_decode_plan.h"
-#include "stages/image_ops.h"
+#include "image/gpu_decode_plan.h"
+#include "image/image_ops.h"
 #include "support.h"
 
 using namespace conveyor;
@@ -211,7 +211,7 @@ TEST_CASE("a failing CUDA call names the call, file:line and cudaGetErrorString"
     g->copy_to_device(nullptr, host.data(), host.size(), *stream);
     FAIL("no error");
   } catch (const DeviceError& e) {
-    REQUIRE_THAT(e.what(), Catch::Contains("cudaMemcpyAsync(") && Catch::Contains("cuda/cuda_device.cu:") &&
+    REQUIRE_THAT(e.what(), Catch::Contains("cudaMemcpyAsync(") && Catch::Contains("device/cuda_device.cu:") &&
                                Catch::Contains("cudaErrorInvalidValue: invalid argument"));
   }
 }
@@ -594,7 +594,7 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
 }
 
 // Last but one: an odd output width with make_resize_taps' odd tap counts once
-// put each item's y tables off 4-byte alignment (cuda/taps_layout.h), and the
+// put each item's y tables off 4-byte alignment (device/taps_layout.h), and the
 // kernel's misaligned loads end the CUDA context, failing every later case.
 TEST_CASE("gpu decode on CUDA: odd output sizes (63x61) render as the twin does", "[cuda][gpu-decode]") {
   auto device = gpu();

@@ -13,7 +13,7 @@
 
 #include "catch_compat.h"
 
-#include "stages/dataset.h"
+#include "data/dataset.h"
 #include "temp_dir.h"
 
 using namespace conveyor;

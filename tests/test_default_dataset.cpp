@@ -6,9 +6,9 @@
 #include <iterator>
 #include <unistd.h>
 
-#include "stages/dataset.h"
-#include "stages/decode.h"
-#include "stages/default_dataset.h"
+#include "data/dataset.h"
+#include "image/decode.h"
+#include "image/default_dataset.h"
 
 using namespace conveyor;
 namespace fs = std::filesystem;

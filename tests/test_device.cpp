@@ -19,10 +19,10 @@
 #include <unistd.h>
 #include <filesystem>
 
-#include "cuda/backends.h"
-#include "cuda/device.h"
-#include "cuda/device_pipeline.h"
-#include "cuda/resident.h"
+#include "device/backends.h"
+#include "device/device.h"
+#include "device/device_pipeline.h"
+#include "device/resident.h"
 #include "support.h"
 
 using namespace conveyor;

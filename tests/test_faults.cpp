@@ -23,9 +23,9 @@
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
 #include "shards.h"
-#include "stages/dataset.h"
-#include "stages/file_system.h"
-#include "stages/image_source.h"
+#include "data/dataset.h"
+#include "data/file_system.h"
+#include "image/image_source.h"
 #include "support.h"
 #include "temp_dir.h"
 

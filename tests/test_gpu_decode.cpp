@@ -10,11 +10,11 @@
 
 #include "catch_compat.h"
 
-#include "cuda/device_pipeline.h"
-#include "cuda/gpu_share.h"
+#include "device/device_pipeline.h"
+#include "device/gpu_share.h"
 #include "image_writers.h"
-#include "stages/gpu_decode_plan.h"
-#include "stages/image_source.h"
+#include "image/gpu_decode_plan.h"
+#include "image/image_source.h"
 #include "temp_dir.h"
 
 using namespace conveyor;

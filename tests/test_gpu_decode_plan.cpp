@@ -11,12 +11,12 @@
 
 #include "image_writers.h"
 #include "pipeline/rng.h"
-#include "stages/augment.h"
-#include "stages/decode.h"
-#include "stages/gpu_decode_plan.h"
-#include "stages/image_ops.h"
-#include "stages/resize.h"
-#include "stages/resize_math.h"
+#include "image/augment.h"
+#include "image/decode.h"
+#include "image/gpu_decode_plan.h"
+#include "image/image_ops.h"
+#include "image/resize.h"
+#include "image/resize_math.h"
 
 using namespace conveyor;
 namespace t = conveyor::test;

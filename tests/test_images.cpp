@@ -14,8 +14,8 @@
 
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
-#include "stages/image_ops.h"
-#include "stages/image_source.h"
+#include "image/image_ops.h"
+#include "image/image_source.h"
 #include "temp_dir.h"
 
 using namespace conveyor;

@@ -14,8 +14,8 @@
 #include "catch_compat.h"
 
 #include "pipeline/pipeline.h"
-#include "stages/array_source.h"
-#include "stages/npy.h"
+#include "data/array_source.h"
+#include "data/npy.h"
 #include "temp_dir.h"
 
 using namespace conveyor;

@@ -7,7 +7,7 @@
 
 #include "catch_compat.h"
 
-#include "cuda/nvjpeg_library.h"
+#include "device/nvjpeg_library.h"
 
 using namespace conveyor;
 

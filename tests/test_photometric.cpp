@@ -1,4 +1,4 @@
-// stages/photometric.h: parameters outside torchvision's domain are refused by
+// image/photometric.h: parameters outside torchvision's domain are refused by
 // name, strides and empty images are honoured, and a few values worked by hand.
 // tests/photometric_test.py holds every op to torchvision itself.
 #include <array>
@@ -13,11 +13,11 @@
 
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
-#include "stages/augment.h"
-#include "stages/decode.h"
-#include "stages/image_ops.h"
-#include "stages/image_source.h"
-#include "stages/photometric.h"
+#include "image/augment.h"
+#include "image/decode.h"
+#include "image/image_ops.h"
+#include "image/image_source.h"
+#include "image/photometric.h"
 #include "temp_dir.h"
 
 using namespace conveyor;

@@ -1,4 +1,4 @@
-// scan_tar (stages/tar_index.h) on archives written by GNU tar (gnu and ustar
+// scan_tar (data/shards/tar_index.h) on archives written by GNU tar (gnu and ustar
 // formats) and Python's tarfile (pax), and on corrupt, truncated and hostile ones;
 // Dataset::from_shards over tar shards against the same files read one by one.
 #include <algorithm>
@@ -24,11 +24,11 @@
 #include "catch_compat.h"
 #include "pipeline/pipeline.h"
 #include "shards.h"
-#include "stages/dataset.h"
-#include "stages/file_system.h"
-#include "stages/image_source.h"
-#include "stages/shard_index.h"
-#include "stages/tar_index.h"
+#include "data/dataset.h"
+#include "data/file_system.h"
+#include "image/image_source.h"
+#include "data/shards/shard_index.h"
+#include "data/shards/tar_index.h"
 #include "temp_dir.h"
 
 using namespace conveyor;

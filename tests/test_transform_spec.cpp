@@ -1,11 +1,11 @@
-// stages/transform_spec.h: torchvision's Compose list as text, read into the
+// image/transform_spec.h: torchvision's Compose list as text, read into the
 // chain Augment takes, and every mistake named in one line.
 #include <string>
 
 #include "catch_compat.h"
 
-#include "stages/augment.h"
-#include "stages/transform_spec.h"
+#include "image/augment.h"
+#include "image/transform_spec.h"
 
 using namespace conveyor;
 

@@ -25,7 +25,7 @@ fi
 mkdir -p "$work/consumer"
 cp "$src/tests/install/CMakeLists.txt" "$work/consumer/"
 cp "$src/apps/example.cpp" "$work/consumer/main.cpp"
-find_line='find_package(Conveyor 0.2 REQUIRED COMPONENTS cuda)'
+find_line='find_package(Conveyor 0.2 REQUIRED COMPONENTS device)'
 grep -qxF "$find_line" "$work/consumer/CMakeLists.txt" || { echo "FAIL: no '$find_line' line to replace"; exit 1; }
 args=("$@")
 step() {  # step LOG COMMAND...: quiet unless it fails
@@ -53,7 +53,7 @@ case "$mode" in
     else
       repl="include(FetchContent)\nFetchContent_Declare(Conveyor SOURCE_DIR \"$src\")\nFetchContent_MakeAvailable(Conveyor)"
     fi
-    sed -i "s|^find_package(Conveyor 0.2 REQUIRED COMPONENTS cuda)\$|$repl|" "$work/consumer/CMakeLists.txt"
+    sed -i "s|^find_package(Conveyor 0.2 REQUIRED COMPONENTS device)\$|$repl|" "$work/consumer/CMakeLists.txt"
     args+=(-DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF -DCMAKE_BUILD_TYPE=)  # unoptimised: compiles in half the time
     ;;
   *) echo "usage: consumer_test.sh package|subdirectory|fetchcontent SOURCE BUILD VERSION [cmake args...]" >&2; exit 2 ;;

@@ -4,11 +4,11 @@
 // and conveyor/version.h is generated. Prints "Conveyor <version>".
 #include <cstdio>
 
-#include "conveyor/cuda/device_pipeline.h"
+#include "conveyor/device/device_pipeline.h"
 #include "conveyor/pipeline/pipeline.h"
 #include "conveyor/version.h"
-#include "cuda/device_pipeline.h"
-#include "stages/image_source.h"
+#include "device/device_pipeline.h"
+#include "image/image_source.h"
 
 static_assert(CONVEYOR_VERSION ==
               CONVEYOR_MAKE_VERSION(CONVEYOR_VERSION_MAJOR, CONVEYOR_VERSION_MINOR, CONVEYOR_VERSION_PATCH));

@@ -1,0 +1,626 @@
+// The transfer stage's ordering logic, written once for both backends. Every
+// step below names the protocol point it holds, as numbered in docs/cuda.md
+// ("One slot's life").
+#include "device/device_pipeline.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "device/nvtx.h"
+
+namespace conveyor {
+
+namespace {
+
+// Labels travel with the pixels: the transfer thread writes a
+// batch's n labels into its host buffer at label_offset(n), right after the
+// pixels and 8-byte aligned, and one copy moves both, so the labels arrive on
+// the device with the images and the consumer needs no pageable copy (which
+// synchronises) to move them. Each host buffer and raw slot holds this tail
+// beyond the pixels.
+std::size_t label_offset(std::size_t n, std::size_t sample_bytes) {
+  return (n * sample_bytes + alignof(std::int64_t) - 1) / alignof(std::int64_t) * alignof(std::int64_t);
+}
+std::size_t label_tail_bytes(std::size_t capacity) {
+  return alignof(std::int64_t) - 1 + capacity * sizeof(std::int64_t);
+}
+
+}  // namespace
+
+constexpr unsigned char kPoison = 0xA5;
+
+struct DeviceSlot {
+  std::size_t id = 0;
+  std::unique_ptr<Buffer> raw;  // D[i]: the uint8 batch (none when the host backend hands over)
+  std::unique_ptr<Buffer> out;  // O[i]: the normalized batch (none without normalize)
+  std::unique_ptr<Event> copied, consumed;
+  std::unique_ptr<Event> staged;  // normalizing: D[i] holds the batch (the normalize stream waits for it)
+  std::chrono::steady_clock::time_point started;  // when the transfer thread started this slot's copy
+  // Touched by the transfer thread while the slot is free, and by the consumer
+  // while it holds the batch; the free-slot queue orders the two.
+  std::uint64_t copied_generation = 0;    // copies recorded into this slot
+  std::uint64_t consumed_generation = 0;  // releases recorded for those copies
+  std::byte* source = nullptr;            // what the consumer reads: D[i] or, handed over, H
+  // One event per stream the consumer named with DeviceBatch::record_stream,
+  // made on first use and reused by later generations (an event's wait binds
+  // to the record before it, so re-recording is safe).
+  std::vector<std::unique_ptr<Event>> side_done;
+};
+
+struct TransferCore {
+  std::shared_ptr<Device> device;
+  TransferConfig config;
+  std::size_t sample_bytes = 0, batch_capacity = 0;
+  std::vector<DeviceSlot> slots;
+  BoundedQueue<std::size_t> free_slots;
+  // Streams after the slots: destroyed first, so their queued work (which
+  // names the slots' events and buffers) finishes before those die.
+  std::unique_ptr<Stream> copy_stream;
+  std::unique_ptr<Stream> normalize_stream;  // normalizing: its own, so the copy engine never waits for a kernel
+  std::unique_ptr<Stream> consumer_stream;
+  bool thread_bound = false;  // the transfer thread (ours alone) is bound to the device once
+  std::chrono::steady_clock::time_point last_finished;  // the transfer thread's: on_transfer's previous end
+  // Slots the consumer holds: next() counts up on the consumer's thread; a
+  // release may count down on another (a tensor deleter, see DeviceBatch).
+  std::atomic<std::size_t> held{0};
+
+  std::mutex error_mu;
+  // The first error on the consumer's side (a release, or next()'s own device
+  // calls), with what failed: thrown by every later next().
+  std::string consumer_error;
+  std::exception_ptr consumer_cause;  // what was thrown, for PipelineError::cause()
+  std::vector<BatchHandle> quarantined;  // host buffers whose release failed, kept until the end
+
+  void quarantine(BatchHandle h) noexcept {
+    try {
+      std::lock_guard lk(error_mu);
+      quarantined.push_back(std::move(h));
+    } catch (...) {
+      // Could not keep it: h's destructor returns it to the pool, the lesser harm.
+    }
+  }
+
+  // The GPU decode path's state (TransferConfig::gpu_decode), the transfer thread's alone.
+  struct Deferred {
+    std::vector<DeferredDecode> taken;  // this batch's deferred samples, recycled once it is published
+    std::vector<std::size_t> slot;      // each one's position in the batch
+    std::vector<JpegItem> items;
+    std::vector<std::string> refused;   // per item: empty, or why the device's decoder refused it
+    std::unique_ptr<ImageDecoder> cpu;  // the fall-back for files the device's decoder refuses
+    std::vector<unsigned char> scratch;  // one rendered sample, for that fall-back
+  } deferred;
+  std::atomic<std::uint64_t> gpu_decoded{0}, gpu_fallbacks{0};
+
+  TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
+  ~TransferCore() {
+    // Work on the consumer's stream (which we do not own) may still name our
+    // events: wait for the last release of each slot before anything is freed.
+    if (!device) return;
+    try {
+      for (auto& s : slots) {
+        if (s.consumed) device->synchronize(*s.consumed);
+      }
+      if (copy_stream) device->synchronize(*copy_stream);
+      if (normalize_stream) device->synchronize(*normalize_stream);
+    } catch (...) {
+      // A device in error: there is nothing left to wait for.
+    }
+  }
+
+  // Keeps the first consumer-side error and closes the free slots, so the
+  // transfer thread stops rather than waiting for a slot that may never return.
+  void fail(const char* doing, const char* what, std::exception_ptr cause = nullptr) noexcept {
+    try {
+      std::lock_guard lk(error_mu);
+      if (consumer_error.empty()) {
+        consumer_error = std::string(doing) + ": " + what;
+        consumer_cause = std::move(cause);
+      }
+    } catch (...) {
+      // Out of memory while keeping an error: the free slots close regardless.
+    }
+    free_slots.close();
+  }
+
+  // The transfer thread's first phase for one finished batch (protocol point
+  // 4): enqueue its copy (and normalize) and return. The core calls finish()
+  // for it after it has started the next batch, so the copy engine always has
+  // the next copy queued (StageFunctions::finish).
+  void transfer(Batch& batch) {
+    NvtxRange range("conveyor.transfer");
+    const auto start = std::chrono::steady_clock::now();
+    if (!thread_bound) {
+      device->bind_thread();  // 3: first, on this thread (the calls guard themselves too)
+      thread_bound = true;
+    }
+    const auto waited_from = Clock::now();
+    auto id = free_slots.pop();  // blocks while the consumer holds every slot; empty once stopped
+    batch.transfer_blocked_ns += elapsed_ns(waited_from, Clock::now());  // the consumer's time, not ours
+    if (!id) {
+      // Closed by stop() (the core ignores errors while stopping) or by a failed release.
+      std::lock_guard lk(error_mu);
+      throw std::runtime_error(consumer_error.empty() ? "stopped while waiting for a free device slot"
+                                                      : "the consumer failed: " + consumer_error);
+    }
+    DeviceSlot& s = slots[*id];
+    if (s.consumed_generation != s.copied_generation) {  // 4: generations
+      throw std::logic_error("device slot " + std::to_string(s.id) + " reused before its release was recorded");
+    }
+    Stream& copy = *copy_stream;
+    try {
+      if (config.gpu_decode) decode_deferred(batch, copy);  // before the labels are placed: a skip shortens the batch
+      device->wait(copy, *s.consumed);  // 4: D[i]/O[i] are free on the device's timeline
+      const std::size_t at = label_offset(batch.size(), sample_bytes);
+      std::memcpy(batch.data + at, batch.labels.data(), batch.size() * sizeof(std::int64_t));
+      const std::size_t bytes = at + batch.size() * sizeof(std::int64_t);  // 12: pixels, then labels
+      if (device->hands_over()) {
+        s.source = batch.data;  // host backend, CPU consumer: the host buffer itself
+      } else {
+        s.source = static_cast<std::byte*>(s.raw->data());
+        device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
+      }
+      if (!deferred.items.empty()) {  // the GPU path's samples, into the slot after the copy
+        for (std::size_t k = 0; k < deferred.items.size(); ++k) {
+          if (!deferred.refused[k].empty()) continue;  // decoded on the CPU (in the copy), or dropped
+          deferred.items[k].dst = reinterpret_cast<std::uint8_t*>(s.source) + deferred.slot[k] * sample_bytes;
+        }
+        config.gpu_decode->decoder->render(deferred.items, deferred.refused, copy);
+      }
+      if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
+        device->record(*s.staged, copy);
+        device->wait(*normalize_stream, *s.staged);
+        device->normalize(
+            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()),
+            *normalize_stream);
+        device->record(*s.copied, *normalize_stream);  // 4: recorded before the slot is published
+      } else {
+        device->record(*s.copied, copy);  // 4: recorded before the slot is published
+      }
+      ++s.copied_generation;
+    } catch (...) {
+      // The core recycles H (poisoning it, if asked) or frees it as soon as this
+      // throws, while the copy enqueued above may still be reading it: wait for
+      // the streams first, whatever they report.
+      drain_streams();
+      throw;
+    }
+    s.started = start;
+    batch.user = &s;  // finish() publishes it
+  }
+
+  // The second phase (protocol point 5), on the transfer thread once the next
+  // batch's copy is queued: the host sees this batch's copy (and normalize)
+  // done before it is published, so H goes back to the workers (when the
+  // consumer releases the batch, later still) only after the DMA read it.
+  void finish(Batch& batch) {
+    NvtxRange range("conveyor.finish");
+    DeviceSlot& s = *static_cast<DeviceSlot*>(batch.user);
+    try {
+      // The copy waited on the device for the consumer's last use of this slot
+      // (its step may still run on the GPU after its thread released the batch):
+      // that wait is the consumer's time, which the stage reports as blocked.
+      const auto waited_from = Clock::now();
+      device->synchronize(*s.consumed);
+      batch.transfer_blocked_ns += elapsed_ns(waited_from, Clock::now());
+      device->synchronize(*s.copied);
+    } catch (...) {
+      drain_streams();  // as in transfer(): H must outlive the DMA that reads it
+      throw;
+    }
+    recycle_deferred();
+    if (config.on_transfer) {
+      const auto end = std::chrono::steady_clock::now();
+      config.on_transfer(batch, std::max(s.started, last_finished), end);  // spans that follow each other
+      last_finished = end;
+    }
+  }
+
+  // True when transfer() would block for a free slot (the batch in flight may
+  // hold the last one), and always on the GPU decode path, whose decoder reuses
+  // its memory only once the previous batch's render is done.
+  bool transfer_would_wait() const { return config.gpu_decode.has_value() || free_slots.size() == 0; }
+
+  // Takes the batch's deferred samples and decodes them on the device's
+  // decoder (the render into the slot comes after the copy). A file the decoder
+  // refuses is rendered here on the CPU into the host buffer, which the copy
+  // then carries; one the CPU refuses too is an error or, skipping, removed
+  // from the batch.
+  void decode_deferred(Batch& batch, Stream& copy) {
+    Deferred& d = deferred;
+    d.items.clear();
+    d.slot.clear();
+    for (std::size_t j = 0; j < batch.size(); ++j) {
+      auto entry = config.gpu_decode->deferred->take(batch.epoch, batch.indices[j]);
+      if (!entry) continue;
+      d.taken.push_back(std::move(*entry));
+      const DeferredDecode& e = d.taken.back();
+      d.slot.push_back(j);
+      d.items.push_back(JpegItem{e.file, e.width, e.height, e.geometry, nullptr});
+    }
+    if (d.items.empty()) return;
+    d.refused = config.gpu_decode->decoder->decode(d.items, copy);
+    std::vector<std::size_t> drop;  // positions in the batch of samples neither decoder took
+    for (std::size_t k = 0; k < d.items.size(); ++k) {
+      if (d.refused[k].empty()) continue;
+      const DeferredDecode& e = d.taken[k];
+      try {
+        if (!d.cpu) d.cpu = std::make_unique<ImageDecoder>(config.gpu_decode->limits, std::vector<int>{8});
+        const ImageInfo info = d.cpu->open(e.file);
+        const DecodedView v = d.cpu->decode({0, 0, info.width, info.height}, 1.0);
+        d.scratch.resize(sample_bytes);
+        render_gpu_twin(v.pixels, v.width, v.height, v.stride, e.geometry, d.scratch);
+        std::memcpy(batch.data + d.slot[k] * sample_bytes, d.scratch.data(), sample_bytes);
+        ++gpu_fallbacks;
+      } catch (const std::exception& cpu_error) {
+        const std::string reason = e.name + ": " + cpu_error.what() + " (the GPU decoder: " + d.refused[k] + ")";
+        if (config.gpu_decode->on_error == ErrorPolicy::fail) throw std::runtime_error(reason);
+        batch.skipped.push_back({batch.epoch, batch.indices[d.slot[k]], reason});
+        drop.push_back(d.slot[k]);
+      }
+    }
+    // render() gets the very list decode() saw, since a decoder keeps its images
+    // by position there; it skips the refused ones (the CPU's or dropped). The
+    // accepted ones' positions move down past the dropped samples.
+    std::size_t accepted = 0;
+    for (std::size_t k = 0; k < d.items.size(); ++k) {
+      if (!d.refused[k].empty()) continue;
+      ++accepted;
+      d.slot[k] -= std::size_t(std::lower_bound(drop.begin(), drop.end(), d.slot[k]) - drop.begin());
+    }
+    gpu_decoded += accepted;
+    if (!drop.empty()) remove_samples(batch, drop);
+  }
+
+  // Removes the samples at `positions` (ascending) from the host batch; later ones move down.
+  void remove_samples(Batch& batch, const std::vector<std::size_t>& positions) {
+    std::size_t out = 0, p = 0;
+    for (std::size_t j = 0; j < batch.indices.size(); ++j) {
+      if (p < positions.size() && positions[p] == j) {
+        ++p;
+        continue;
+      }
+      if (out != j) {
+        batch.indices[out] = batch.indices[j];
+        batch.labels[out] = batch.labels[j];
+        std::memmove(batch.data + out * sample_bytes, batch.data + j * sample_bytes, sample_bytes);
+      }
+      ++out;
+    }
+    batch.indices.resize(out);
+    batch.labels.resize(out);
+  }
+
+  void recycle_deferred() noexcept {
+    try {
+      for (auto& e : deferred.taken) config.gpu_decode->deferred->recycle(std::move(e));
+    } catch (...) {  // out of memory keeping a spare: it is freed instead
+    }
+    deferred.taken.clear();
+    deferred.items.clear();
+  }
+
+  // Waits for everything enqueued on the transfer's streams; never throws (a
+  // device in error has nothing left to run, and the caller is already failing).
+  void drain_streams() noexcept {
+    for (Stream* stream : {copy_stream.get(), normalize_stream.get()}) {
+      if (!stream) continue;
+      try {
+        device->synchronize(*stream);
+      } catch (...) {
+      }
+    }
+  }
+
+  // The consumer's release of one slot (protocol point 7). Returns false when
+  // the release could not be recorded: the slot then stays out of the free list
+  // (its memory may still be in use on the device) and the error is kept.
+  // `stream`: the stream the batch was taken on (nullptr: consumer_stream);
+  // `also`: the other streams the consumer said use it (record_stream).
+  bool release(DeviceSlot& s, std::uint64_t generation, Stream* stream,
+               const std::vector<std::unique_ptr<Stream>>& also) noexcept {
+    --held;
+    try {
+      if (generation != s.copied_generation) {
+        throw std::logic_error("device slot " + std::to_string(s.id) + " released for generation " +
+                               std::to_string(generation) + " but holds " + std::to_string(s.copied_generation));
+      }
+      Stream& consumer = stream ? *stream : *consumer_stream;
+      // Each other stream's work so far comes before "consumed": chained through an event.
+      while (s.side_done.size() < also.size()) s.side_done.push_back(device->create_event(EventKind::sync));
+      for (std::size_t i = 0; i < also.size(); ++i) {
+        device->record(*s.side_done[i], *also[i]);
+        device->wait(consumer, *s.side_done[i]);
+      }
+      if (device->poisons_released()) {
+        if (s.raw) device->set_bytes(s.raw->data(), kPoison, s.raw->bytes(), consumer);
+        if (s.out) device->set_bytes(s.out->data(), kPoison, s.out->bytes(), consumer);
+      }
+      device->record(*s.consumed, consumer);  // 7: on the consumer's stream, after its work on the batch
+      // Handed over, the consumer's stream reads H itself: H may go back to the
+      // workers only once that work is done (instant for a consumer on the CPU).
+      if (device->hands_over()) device->synchronize(*s.consumed);
+    } catch (const std::exception& e) {
+      fail("releasing a batch", e.what(), std::current_exception());  // the transfer thread must not wait for this slot
+      return false;
+    } catch (...) {
+      fail("releasing a batch", "unknown error", std::current_exception());
+      return false;
+    }
+    s.consumed_generation = generation;
+    (void)free_slots.try_push(s.id);  // capacity = slot count: never full; refused only once stopped
+    return true;
+  }
+};
+
+DevicePipeline::GpuDecodeCounts DevicePipeline::gpu_decode_counts() const {
+  return {core_->gpu_decoded.load(), core_->gpu_fallbacks.load()};
+}
+
+NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* dst, std::size_t samples,
+                                                const std::uint64_t* indices) const {
+  NormalizeJob j;
+  j.src = src;
+  j.dst = dst;
+  j.indices = indices;
+  j.samples = samples;
+  j.height = height;
+  j.width = width;
+  j.channels = channels;
+  j.out_type = out_type;
+  for (std::size_t c = 0; c < channels; ++c) j.affine[c] = channel_affine(mean_std.mean[c], mean_std.std[c]);
+  return j;
+}
+
+DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
+  if (this != &other) {
+    reset();
+    core_ = std::move(other.core_);
+    host_ = std::move(other.host_);
+    slot_ = std::exchange(other.slot_, nullptr);
+    generation_ = other.generation_;
+    data_ = std::exchange(other.data_, nullptr);
+    labels_ = std::exchange(other.labels_, nullptr);
+    stream_ = std::move(other.stream_);
+    also_used_on_ = std::move(other.also_used_on_);
+    dtype_ = other.dtype_;
+  }
+  return *this;
+}
+
+void DeviceBatch::record_stream(void* stream) {
+  if (!core_) throw std::logic_error("DeviceBatch::record_stream on an empty batch");
+  also_used_on_.push_back(core_->device->wrap_stream(stream));
+}
+
+void DeviceBatch::use_on(void* stream) {
+  if (!core_) throw std::logic_error("DeviceBatch::use_on on an empty batch");
+  auto s = core_->device->wrap_stream(stream);
+  core_->device->wait(*s, *slot_->copied);  // as next() does for the consumer stream (protocol point 6)
+  also_used_on_.push_back(std::move(s));
+}
+
+void DeviceBatch::reset() noexcept {
+  if (!core_) return;
+  const bool released = core_->release(*slot_, generation_, stream_.get(), also_used_on_);
+  also_used_on_.clear();
+  stream_.reset();
+  if (released) {
+    host_.reset();  // H back to the workers (with its poison, if asked) after the slot is recorded free
+  } else if (!core_->device->hands_over()) {
+    host_.reset();  // its copy finished before the batch was published: H is safe to refill
+  } else {
+    core_->quarantine(std::move(host_));  // the consumer's stream may still read H: never refill it
+  }
+  slot_ = nullptr;
+  data_ = nullptr;
+  labels_ = nullptr;
+  core_.reset();
+}
+
+std::vector<std::int64_t> DeviceBatch::shape() const {
+  if (!core_) return {};
+  const auto n = static_cast<std::int64_t>(size());
+  if (const auto& norm = core_->config.normalize) {
+    return {n, std::int64_t(norm->channels), std::int64_t(norm->height), std::int64_t(norm->width)};
+  }
+  return {n, std::int64_t(host_->sample_bytes)};
+}
+
+const Device& DeviceBatch::device() const { return *core_->device; }
+
+std::size_t DeviceBatch::bytes() const {
+  if (!core_) return 0;
+  if (const auto& norm = core_->config.normalize) {
+    return size() * norm->output_bytes();
+  }
+  return size() * host_->sample_bytes;
+}
+
+void validate_normalization(const TransferConfig::Normalization& n, std::size_t sample_bytes) {
+  if (n.channels < 1 || n.channels > 3) throw ConfigError("normalize.channels", "must be 1, 2 or 3");
+  if (n.height == 0 || n.width == 0) throw ConfigError("normalize.height", "and width must be >= 1");
+  // Saturating: a product that wraps could land on sample_bytes.
+  if (saturating_mul(saturating_mul(n.height, n.width), n.channels) != sample_bytes) {
+    throw ConfigError("normalize", "layout " + std::to_string(n.height) + "x" + std::to_string(n.width) + "x" +
+                                       std::to_string(n.channels) + " does not match sample_bytes " +
+                                       std::to_string(sample_bytes));
+  }
+  if (n.out_type != DType::float32 && n.out_type != DType::float16 && n.out_type != DType::bfloat16) {
+    throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");
+  }
+  if (const auto p = normalize_problem(n.mean_std, n.channels)) throw ConfigError("normalize." + p->field, p->problem);
+}
+
+std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device) {
+  const std::size_t raw =
+      device.hands_over() ? 0
+                          : saturating_add(saturating_mul(config.batch_size, config.sample_bytes),
+                                           label_tail_bytes(config.batch_size));
+  const std::size_t out = transfer.normalize ? saturating_mul(config.batch_size, transfer.normalize->output_bytes()) : 0;
+  return saturating_mul(config.device_buffer_count(), saturating_add(raw, out));
+}
+
+DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,
+                               std::shared_ptr<Device> device, std::optional<PipelineState> resume) {
+  if (!device) throw std::invalid_argument("device pipeline: device is required");
+  if (!fill) throw std::invalid_argument("pipeline: stages.fill is required");
+  config.validate();
+  if (transfer.normalize) validate_normalization(*transfer.normalize, config.sample_bytes);
+  if (transfer.gpu_decode) {
+    if (!transfer.gpu_decode->deferred) throw ConfigError("gpu_decode.deferred", "is required (ImageSource::deferred_decodes())");
+    if (!transfer.gpu_decode->decoder) throw ConfigError("gpu_decode.decoder", "is required (Device::create_jpeg_decoder)");
+    // One pipeline at a time per source: entries an earlier one left are dropped,
+    // and the source defers only while this pipeline is there to decode.
+    auto store = transfer.gpu_decode->deferred;
+    store->attach();
+    gpu_attachment_ = std::shared_ptr<void>(nullptr, [store](void*) { store->detach(); });
+  }
+
+  // 1: every buffer, stream and event now, none in the steady state.
+  core_ = std::make_shared<TransferCore>(config.device_buffer_count());
+  core_->device = device;
+  core_->config = transfer;
+  core_->sample_bytes = config.sample_bytes;
+  core_->batch_capacity = config.batch_size;
+  for (std::size_t i = 0; i < core_->slots.size(); ++i) {
+    DeviceSlot& s = core_->slots[i];
+    s.id = i;
+    try {
+      if (!device->hands_over()) {
+        s.raw = device->allocate(config.batch_size * config.sample_bytes + label_tail_bytes(config.batch_size));
+      }
+      if (transfer.normalize) s.out = device->allocate(config.batch_size * transfer.normalize->output_bytes());
+    } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
+      throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
+                                std::to_string(core_->slots.size()) + " (" +
+                                std::to_string(device_pool_bytes(config, transfer, *device) / core_->slots.size()) +
+                                " bytes each)");
+    }
+    s.copied = device->create_event(EventKind::sync);
+    s.consumed = device->create_event(EventKind::sync);
+    if (transfer.normalize) s.staged = device->create_event(EventKind::sync);
+    (void)core_->free_slots.try_push(i);
+  }
+  core_->copy_stream = device->create_stream();  // 2: its own non-blocking stream
+  if (transfer.normalize) core_->normalize_stream = device->create_stream();  // 10: and normalize's
+  core_->consumer_stream = device->wrap_stream(transfer.consumer_stream);
+
+  StageFunctions stages;
+#if defined(CONVEYOR_WITH_NVTX)
+  auto inner = std::make_shared<const Filler>(std::move(fill));
+  Filler::Prefetch advice;
+  if (inner->takes_advice()) advice = [inner](std::span<const std::uint64_t> indices) { inner->prefetch(indices); };
+  stages.fill = Filler(
+      [inner](Sample& s) {
+        NvtxRange range("conveyor.fill");
+        (*inner)(s);
+      },
+      std::move(advice));
+#else
+  stages.fill = std::move(fill);
+#endif
+  // The core holds a plain pointer: core_ outlives pipeline_ (declared before it).
+  TransferCore* core = core_.get();
+  stages.transfer = [core](Batch& b) { core->transfer(b); };
+  stages.finish = [core](Batch& b) { core->finish(b); };
+  stages.transfer_would_wait = [core] { return core->transfer_would_wait(); };
+  stages.on_stop = [core] { core->free_slots.close(); };  // wakes a transfer thread waiting for a slot
+  // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
+  stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
+  const std::size_t tail = label_tail_bytes(config.batch_size);  // room for the labels after the pixels
+  stages.allocator.allocate = [device, tail](std::size_t bytes) { return device->allocate_host(bytes + tail); };
+  stages.allocator.deallocate = [device](void* p, std::size_t) { device->free_host(p); };
+  if (device->poisons_released()) {
+    stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };
+  }
+  pipeline_ = std::make_unique<Pipeline>(config, dataset_size, std::move(stages), std::move(resume));
+  // A batch held keeps its host buffer too (its indices and labels; handed
+  // over, its bytes), so the host pool bounds it as well, copying or not.
+  max_held_ = std::min(core_->slots.size(), config.host_buffer_count());
+}
+
+DevicePipeline::~DevicePipeline() { stop(); }
+
+// The core marks itself stopping and then calls on_stop, which closes the free
+// slots: a transfer thread woken there is seen as stopping, not failing.
+void DevicePipeline::stop() {
+  stopped_ = true;
+  pipeline_->stop();
+}
+
+Device& DevicePipeline::device() const { return *core_->device; }
+std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
+std::size_t DevicePipeline::held_slots() const { return core_->held.load(); }
+
+bool DevicePipeline::wait_ready(std::chrono::microseconds timeout) {
+  if (stopped_ || core_->held.load() >= max_held_) return true;
+  {
+    std::lock_guard lk(core_->error_mu);
+    if (!core_->consumer_error.empty()) return true;
+  }
+  return pipeline_->wait_ready(timeout);
+}
+
+std::optional<DeviceBatch> DevicePipeline::next() {
+  {
+    std::lock_guard lk(core_->error_mu);
+    if (!core_->consumer_error.empty()) {
+      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample, core_->consumer_error,
+                          core_->consumer_cause);
+    }
+  }
+  NvtxRange range("conveyor.next");
+  if (stopped_) return std::nullopt;
+  if (core_->held.load() >= max_held_) {
+    // The transfer thread (or the workers, for a host buffer) needs one of
+    // them back before it can publish again.
+    if (max_held_ < core_->slots.size()) {
+      throw std::logic_error("device pipeline: the consumer holds " + std::to_string(max_held_) +
+                             " batch(es), every buffer of the host pool (a batch held keeps its host buffer); "
+                             "release a batch before taking another (or raise host_buffers)");
+    }
+    throw std::logic_error("device pipeline: all " + std::to_string(core_->slots.size()) +
+                           " device slots are held by the consumer; release a batch before taking another "
+                           "(or raise device_buffers)");
+  }
+  auto host = pipeline_->next();
+  if (!host) return std::nullopt;
+  auto* slot = static_cast<DeviceSlot*>((*host)->user);
+  DeviceBatch batch;
+  batch.core_ = core_;
+  batch.slot_ = slot;
+  batch.generation_ = slot->copied_generation;
+  batch.host_ = std::move(*host);
+  ++core_->held;
+  if (core_->config.normalize) {
+    batch.data_ = slot->out->data();
+    batch.dtype_ = core_->config.normalize->out_type;
+  } else {
+    batch.data_ = slot->source;
+  }
+  batch.labels_ = reinterpret_cast<const std::int64_t*>(slot->source + label_offset(batch.size(), core_->sample_bytes));
+  try {
+    // The stream the consumer computes on now, when it says so at each call (LibTorch's current stream).
+    if (core_->config.current_consumer_stream) {
+      batch.stream_ = core_->device->wrap_stream(core_->config.current_consumer_stream());
+    }
+    Stream& consumer = batch.stream_ ? *batch.stream_ : *core_->consumer_stream;
+    core_->device->wait(consumer, *slot->copied);  // 6: the consumer's stream waits, not the host
+  } catch (const std::exception& e) {
+    // As promised, PipelineError, and it sticks. `batch` is released after the
+    // error is kept, so its own release, likely failing too, does not replace it.
+    core_->fail("taking a batch", e.what(), std::current_exception());
+    throw PipelineError("consumer", batch.host().epoch, PipelineError::kNoSample, "taking a batch: " + std::string(e.what()),
+                        std::current_exception());
+  }
+  return batch;
+}
+
+DevicePipeline::EpochRange DevicePipeline::epoch(std::uint64_t e) {
+  return EpochRange(this, pipeline_->epoch(e).size());
+}
+
+}  // namespace conveyor

@@ -1,0 +1,265 @@
+// DevicePipeline: the core Pipeline with its transfer stage on a Device: batch
+// buffers come from the device's host memory (pinned on CUDA), and the one
+// transfer thread moves each finished batch into a device slot on its own
+// stream while the workers fill the next batches and the consumer's stream
+// trains on the previous one.
+//
+// The slot protocol (docs/cuda.md, "One slot's life": the diagram, and the
+// numbered points the code cites).
+// Device slot i holds D[i] (uint8 samples), O[i] (the normalized tensor, when
+// normalizing) and events copied[i], consumed[i] (and staged[i], normalizing):
+//   transfer thread: take a free slot -> copy stream waits consumed[i] -> one
+//     copy H -> D[i] -> (record staged[i]; the normalize stream waits for it
+//     and normalizes D[i] -> O[i]) -> record copied[i]; then start the next
+//     batch the same way, and only then: the host sees copied[i] complete ->
+//     publish the batch. One batch is in flight behind the one being
+//     published, so the copy engine never idles between batches;
+//   consumer, next(): its stream waits copied[i] on the device (no host block);
+//   consumer, release: (poison) -> record consumed[i] on its stream -> slot
+//     free; the host buffer H goes back to the workers.
+// Generation numbers per slot check that a slot is published, taken and
+// released exactly once per copy.
+//
+// Thread safety: as Pipeline: next(), epoch(), state(), stop() belong to one
+// consumer thread; stats() is thread-safe. A DeviceBatch may be released on any
+// thread (a LibTorch deleter runs wherever the last tensor dies), one thread per
+// batch; the release is recorded on the consumer stream, so every use of the
+// batch must have been enqueued there (or finished, on the CPU) by then.
+// Lifetime: a DeviceBatch keeps the device slots alive, so it may outlive the
+// DevicePipeline; the memory is freed when the last one is released.
+// Errors: a device error on the transfer thread stops the pipeline and the
+// consumer's next call throws PipelineError (stage "transfer") with the CUDA
+// call, file:line and message; an error while releasing a batch is kept and
+// thrown by the next call to next(), and it closes the free slots, so a
+// transfer waiting for one stops and a next() already waiting wakes with an
+// error instead of waiting forever. Every device call runs on the pipeline's
+// device and leaves the calling thread's current device as it was (on CUDA the
+// thread's current context, null included: see Device::bind_thread).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <functional>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "device/device.h"
+#include "pipeline/pipeline.h"
+#include "image/gpu_decode_plan.h"
+#include "image/image_source.h"
+#include "image/normalize.h"
+
+namespace conveyor {
+
+struct TransferConfig {
+  // Normalize on the device: each sample is uint8 HWC of height x width x
+  // channels (sample_bytes must equal their product) and becomes out_type NCHW
+  // with the per-channel mean and std, so only uint8 crosses the bus.
+  struct Normalization {
+    std::size_t height = 0, width = 0;
+    std::size_t channels = 3;  // 1 .. 3; channel c uses mean[c], std[c]
+    Normalize mean_std;        // Default: ImageNet mean and std
+    DType out_type = DType::float32;  // float32, float16 or bfloat16
+
+    // Bytes of one normalized sample: channels x height x width of out_type.
+    std::size_t output_bytes() const { return channels * height * width * dtype_size(out_type); }
+    // The job that normalizes `samples` samples from src to dst; with `indices`
+    // (device memory), output sample n reads input sample indices[n].
+    NormalizeJob job(const std::uint8_t* src, void* dst, std::size_t samples,
+                     const std::uint64_t* indices = nullptr) const;
+  };
+  // Default: none; the consumer gets the uint8 samples as the filler wrote them.
+  std::optional<Normalization> normalize;
+
+  // The training step's stream: a cudaStream_t on CUDA; on the host backend a
+  // Stream::native() from the same device, or nullptr for a consumer that runs
+  // on the CPU, in its own thread. On CUDA, nullptr means the legacy default
+  // stream, which the caller then computes on: the pipeline puts only its event
+  // waits and records there (pass your own non-blocking stream to keep stream 0
+  // empty). Default: nullptr.
+  void* consumer_stream = nullptr;
+
+  // Optional: asked at each next() for the stream the consumer computes on at
+  // that moment (LibTorch's current stream: libtorch/tensors.h's
+  // torch_current_stream); the batch is made ready on it and its release is
+  // recorded on it, so a caller that switches streams between steps stays
+  // correct. Overrides consumer_stream. Default: none.
+  std::function<void*()> current_consumer_stream;
+
+  // The GPU decode path: the samples an ImageSource with gpu_share
+  // left undecoded (its deferred_decodes()) are decoded here, on the transfer
+  // thread's stream, by `decoder` (Device::create_jpeg_decoder) and rendered
+  // into their slots before the batch is published, so the consumer's protocol
+  // is unchanged. Samples must be the uint8 HWC of the geometry's output. A file
+  // the decoder refuses is decoded again on the CPU (the host twin, on this
+  // thread); one that fails there too follows on_error: fail stops the pipeline
+  // with the file's name, skip leaves it out of its batch (Batch::skipped).
+  struct GpuDecode {
+    std::shared_ptr<DeferredDecodes> deferred;
+    std::shared_ptr<JpegBatchDecoder> decoder;
+    ErrorPolicy on_error = ErrorPolicy::fail;
+    DecodeLimits limits;  // the CPU fall-back's: the source's ImageConfig::limits
+  };
+  // Default: none (every sample was decoded by the workers).
+  std::optional<GpuDecode> gpu_decode;
+  // Optional: called on the transfer thread after each batch is transferred,
+  // with the step's start and end (for tracing): from when its copy was
+  // enqueued, or the previous batch's end if later (the steps overlap, one
+  // batch in flight; the spans do not), to when the host saw it done. Also for
+  // a batch finished while the pipeline stops, which is then not delivered.
+  // Must not block. Default: none.
+  std::function<void(const Batch&, std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point)>
+      on_transfer;
+};
+
+// Throws ConfigError naming the field unless n describes sample_bytes-byte
+// uint8 samples (height x width x channels, channels 1..3) and a float out_type
+// with every std > 0.
+void validate_normalization(const TransferConfig::Normalization& n, std::size_t sample_bytes);
+
+struct DeviceSlot;
+struct TransferCore;
+
+// One transferred batch, owned by the consumer. Move-only; releasing it (reset()
+// or destruction) lets its slot and host buffer be reused.
+class DeviceBatch {
+ public:
+  DeviceBatch() = default;
+  DeviceBatch(DeviceBatch&& other) noexcept = default;
+  DeviceBatch& operator=(DeviceBatch&& other) noexcept;
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+  ~DeviceBatch() { reset(); }
+
+  explicit operator bool() const { return static_cast<bool>(host_); }
+  // Identity, dataset indices, labels and skipped samples; host().data is the
+  // host copy (do not write it). With TransferConfig::gpu_decode, the samples
+  // the GPU decoded exist only in data(): their host slots were never written.
+  const Batch& host() const { return *host_; }
+  std::size_t size() const { return host_->size(); }
+
+  // Device memory (host memory on the host backend), ready on the consumer
+  // stream: uint8 [size, sample_bytes] as filled, or out_type [size, C, H, W].
+  void* data() const { return data_; }
+  // The labels, int64 [size()], in the same memory as data() and ready with it
+  // on the consumer stream: they crossed the bus in the batch's one copy (host
+  // memory on the host backend). host().labels holds the same values on the host.
+  const std::int64_t* labels() const { return labels_; }
+  DType dtype() const { return dtype_; }
+  std::vector<std::int64_t> shape() const;
+  std::size_t bytes() const;
+  // The device the data lives on (its backend and ordinal).
+  const Device& device() const;
+
+  // The batch is also used on `stream` (a side stream, a communication
+  // stream: same device, native handle), as PyTorch's Tensor::record_stream:
+  // its release then waits for the work enqueued on that stream so far as
+  // well, so the slot is not refilled under it. Call it after enqueueing that
+  // work and before the release; not concurrently with reset(). The first call
+  // for a slot makes one event, reused afterwards. Throws std::logic_error on
+  // an empty batch.
+  void record_stream(void* stream);
+
+  // The batch is read on `stream` (same device, native handle), which need not
+  // be the consumer stream next() made it ready on: `stream` waits for the
+  // batch's copy (on the device; the host does not block), and the release then
+  // waits for that stream's work as with record_stream. For hand-offs that name
+  // their stream late, as DLPack's __dlpack__(stream=...) does. Throws
+  // std::logic_error on an empty batch, DeviceError from the device.
+  void use_on(void* stream);
+
+  // Records consumed on the consumer stream (after the streams given to
+  // record_stream) and gives the slot and host buffer back. Never throws (an
+  // error is kept for the pipeline's next call). Idempotent.
+  void reset() noexcept;
+
+ private:
+  friend class DevicePipeline;
+  std::shared_ptr<TransferCore> core_;
+  BatchHandle host_;
+  DeviceSlot* slot_ = nullptr;
+  std::uint64_t generation_ = 0;
+  void* data_ = nullptr;
+  const std::int64_t* labels_ = nullptr;
+  DType dtype_ = DType::uint8;
+  std::unique_ptr<Stream> stream_;                    // TransferConfig::current_consumer_stream's, if any
+  std::vector<std::unique_ptr<Stream>> also_used_on_;  // record_stream's
+};
+
+// Bytes of device memory a DevicePipeline with these settings allocates for
+// its slots (on the host backend, host memory standing in for it): raw uint8
+// batches with their labels unless the device hands buffers over, plus
+// normalized ones.
+// Saturates at SIZE_MAX. Throws nothing.
+std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device);
+
+class DevicePipeline {
+ public:
+  // Allocates every buffer, stream and event now (protocol point 1). Throws
+  // ConfigError for a bad config or normalize layout, DeviceError for device
+  // failures, and what Pipeline's constructor throws.
+  DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,
+                 std::shared_ptr<Device> device, std::optional<PipelineState> resume = std::nullopt);
+  ~DevicePipeline();
+  DevicePipeline(const DevicePipeline&) = delete;
+  DevicePipeline& operator=(const DevicePipeline&) = delete;
+
+  // Blocks until the next batch is on its way to the device and makes the
+  // consumer stream wait for it (without blocking the host). Empty when the run
+  // is over or stopped. Throws PipelineError after any failure, and
+  // std::logic_error when the consumer already holds max_held() batches (the
+  // call could never return). The check counts the slots held at the call: a
+  // consumer that hands batches to other threads to release must not call
+  // next() while they hold every slot.
+  std::optional<DeviceBatch> next();
+
+  using EpochRange = EpochRangeOf<DevicePipeline, DeviceBatch>;
+  // The remaining batches of epoch e, as Pipeline::epoch.
+  EpochRange epoch(std::uint64_t e);
+
+  // As Pipeline::wait_ready: true once next() would not wait for the workers,
+  // including when it would throw (the consumer holds every device slot).
+  bool wait_ready(std::chrono::microseconds timeout);
+
+  // As Pipeline::consumer_away.
+  void consumer_away() { pipeline_->consumer_away(); }
+  PipelineState state() const { return pipeline_->state(); }
+  PipelineStats stats() const { return pipeline_->stats(); }
+  Clock::time_point started_at() const { return pipeline_->started_at(); }
+  std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }
+  // The GPU decode path so far (TransferConfig::gpu_decode): samples its decoder
+  // rendered, and those it refused that the CPU then decoded.
+  struct GpuDecodeCounts {
+    std::uint64_t decoded = 0, cpu_fallbacks = 0;
+  };
+  GpuDecodeCounts gpu_decode_counts() const;
+  std::size_t batches_per_epoch() const { return pipeline_->batches_per_epoch(); }
+  // Stops and joins every thread. Idempotent.
+  void stop();
+
+  Device& device() const;
+  std::size_t device_slots() const;
+  // Device slots the consumer holds now (DeviceBatches alive): next() throws
+  // when this reaches max_held().
+  std::size_t held_slots() const;
+  // The most batches the consumer can hold with the pipeline still able to
+  // give another: device_slots(), or the host pool's buffers if fewer (a
+  // Config::host_buffers below the slots): a batch held keeps its host buffer
+  // until released (its indices and labels; handed over, its bytes too), and
+  // with all of them held the workers have none to fill.
+  std::size_t max_held() const { return max_held_; }
+
+ private:
+  std::shared_ptr<TransferCore> core_;
+  // With TransferConfig::gpu_decode: detaches the deferred store when it goes,
+  // after pipeline_ (its workers) is joined. Holds no object of its own.
+  std::shared_ptr<void> gpu_attachment_;
+  std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
+  std::atomic<bool> stopped_{false};    // stop() was called
+  std::size_t max_held_ = 0;
+};
+
+}  // namespace conveyor

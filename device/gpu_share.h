@@ -1,0 +1,78 @@
+// The share of samples to decode on the GPU (`--gpu-decode auto`),
+// from both sides' rates measured at the start of a run and kept for the run.
+//
+// The CPU workers decode (1 - s) of the samples at workers x cpu_per_worker
+// samples/s, the GPU decoder s of them at gpu samples/s; both finish together
+// at s = gpu / (gpu + workers x cpu_per_worker). Samples the GPU cannot take
+// (gpu_decodable() false) stay on the CPU whatever s is, so the share applies
+// to the rest.
+//
+//   GpuShare m = measure_gpu_share(images, *decoder, *device, workers);
+//   ImageConfig ic; ic.gpu_share = m.share;   // then build the run's ImageSource
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "device/device.h"
+#include "device/device_pipeline.h"
+#include "image/image_source.h"
+
+namespace conveyor {
+
+struct GpuShare {
+  double cpu_per_worker = 0;  // samples/s of the CPU path on one worker (read, decode, render)
+  double gpu = 0;             // samples/s the GPU decoder takes (decode, render, to completion); files it
+                              // refuses count as none (a run decodes them on the CPU); 0 if it took none
+  double share = 0;           // gpu / (gpu + workers x cpu_per_worker)
+  std::size_t samples = 0;    // decodable samples measured on each side
+  // One line: "share 0.42: CPU 812 samples/s per worker x 16, GPU 9400 samples/s (64 samples)".
+  std::string describe(std::size_t workers) const;
+};
+
+// A run's GPU decode settings (the command's --gpu-decode, Python's
+// gpu_decode=): the share and the device's decoder, or share 0 with the one
+// line saying why the CPU workers decode alone. `line` is empty when off was
+// asked for.
+struct GpuDecodeChoice {
+  double share = 0;
+  std::shared_ptr<JpegBatchDecoder> decoder;
+  std::string line;
+  // The transfer stage's settings for `source`, the run's ImageSource built
+  // with ImageConfig::gpu_share = share: its deferred store, this decoder, and
+  // the source's error policy and limits for the CPU fall-back.
+  TransferConfig::GpuDecode transfer_for(const ImageSource& source) const {
+    return {source.deferred_decodes(), decoder, source.config().on_error, source.config().limits};
+  }
+};
+
+// `wanted`: 0 for off, a share in (0, 1], or nullopt for auto (measured with
+// measure_gpu_share on `probe`, a source over the run's dataset; off on the
+// host backend, which has no GPU). A share asked for on the host backend runs
+// its CPU twin (a test path).
+GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers);
+
+// The balancing share for those rates; 0 when the GPU rate is 0.
+double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu);
+
+// A hint for choose_gpu_decode's line when `workers` leave fewer than two of
+// the machine's `cores` free (and it has at least 4): the transfer thread,
+// which feeds the decoder, then waits for a core. On an H100 with 16 cores the
+// hybrid ran 1.93x the CPU alone with 14 workers, 1.71x with 16. Empty otherwise.
+std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
+
+// Times the first `samples` GPU-decodable samples of the source's dataset
+// (epoch 0's random streams) through the source's CPU path on worker slot 0
+// and through `decoder` on a stream of `device` (twice, timing the second:
+// the first grows the decoder's memory). Run it before the pipeline starts.
+// Files that cannot be read or parsed are left out (the run reports them by
+// its error policy). Returns share 0 with samples 0 when the dataset has no
+// decodable sample among its first 4 x samples, and share 0 when the decoder
+// refuses every picked file. Throws what decoding a picked
+// file throws ("<file>: <reason>") and what the device throws.
+GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
+                           std::size_t samples = 64);
+
+}  // namespace conveyor

@@ -1,0 +1,275 @@
+#include "image/image_source.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "image/image_ops.h"
+#include "image/photometric.h"
+
+namespace conveyor {
+
+// Shards kept open for every worker (pread needs no shared position), most
+// recent first: a shard is opened once, not once per sample, up to
+// ImageConfig::max_open_shards descriptors; beyond that the least recently
+// used is closed (once the readers holding it are done).
+class ImageSource::OpenShards {
+ public:
+  explicit OpenShards(std::size_t capacity) : capacity_(std::max<std::size_t>(1, capacity)) {}
+  // The shard's descriptor, opened and kept when it is not open yet. A full
+  // cache closes its least recently used entry for it (evict, the workers'
+  // reads), or (read-ahead advice, which must never close a shard a worker
+  // uses) returns null rather than open, or keeps nothing when it filled
+  // during the open.
+  enum class Full { evict, keep };
+  std::shared_ptr<File> get(FileSystem& files, std::string_view path, Full when_full = Full::evict) {
+    {
+      std::lock_guard lk(mu_);
+      if (auto f = find(path)) return f;
+      if (when_full == Full::keep && open_.size() >= capacity_) return nullptr;
+    }
+    std::shared_ptr<File> file = files.open(std::filesystem::path(path));  // outside the lock: a slow open stalls no one
+    std::lock_guard lk(mu_);
+    if (auto f = find(path)) return f;  // another worker opened it meanwhile: one entry per shard
+    if (open_.size() >= capacity_) {
+      if (when_full == Full::keep) return file;  // use this one, cache none
+      open_.pop_back();
+    }
+    open_.insert(open_.begin(), {std::string(path), file});
+    return file;
+  }
+
+ private:
+  // The entry for path, moved to the front; null when absent. Under mu_.
+  std::shared_ptr<File> find(std::string_view path) {
+    for (std::size_t i = 0; i < open_.size(); ++i) {
+      if (open_[i].first == path) {
+        std::rotate(open_.begin(), open_.begin() + std::ptrdiff_t(i), open_.begin() + std::ptrdiff_t(i) + 1);
+        return open_.front().second;
+      }
+    }
+    return nullptr;
+  }
+
+  std::mutex mu_;
+  const std::size_t capacity_;
+  std::vector<std::pair<std::string, std::shared_ptr<File>>> open_;
+};
+
+struct ImageSource::Worker {
+  ImageDecoder decoder;
+  std::vector<unsigned char> file;
+  ResizeScratch resize;
+  // With ImageConfig::normalize: the uint8 render (small enough to stay in
+  // cache) that to_float_chw() then writes into the slot, and its table.
+  std::vector<unsigned char> pixels;
+  std::optional<NormalizeTable> normalize;
+  // The colour transforms drawn for the sample, and their scratch.
+  std::vector<PixelOp> pixel_ops;
+  PhotometricScratch photometric;
+  Worker(const ImageConfig& config, std::size_t pixel_bytes) : decoder(config.limits, config.jpeg_scales) {
+    if (config.normalize) {
+      pixels.resize(pixel_bytes);
+      normalize.emplace(*config.normalize);
+    }
+  }
+};
+
+// What a Filler holds of its ImageSource: the source while it lives, and how
+// many calls are inside it, so that the destructor can wait for them.
+class ImageSource::Liveness {
+ public:
+  explicit Liveness(ImageSource* source) : source_(source) {}
+  // Runs f on the source; false, without running it, once the source is gone.
+  template <typename F>
+  bool run(F&& f) {
+    ImageSource* source = nullptr;
+    {
+      std::lock_guard lk(mu_);
+      if (!source_) return false;
+      source = source_;
+      ++inside_;
+    }
+    struct Leave {
+      Liveness& l;
+      ~Leave() {
+        {
+          std::lock_guard lk(l.mu_);
+          --l.inside_;
+        }
+        l.idle_.notify_all();
+      }
+    } leave{*this};
+    f(*source);
+    return true;
+  }
+  // No call starts after this; returns once none is inside.
+  void end() {
+    std::unique_lock lk(mu_);
+    source_ = nullptr;
+    idle_.wait(lk, [this] { return inside_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_;
+  ImageSource* source_;     // guarded by mu_; null once the source is gone
+  std::size_t inside_ = 0;  // guarded by mu_
+};
+
+ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
+    : dataset_(std::move(dataset)),
+      config_(std::move(config)),
+      augment_(config_.transforms),
+      shards_(std::make_unique<OpenShards>(config_.max_open_shards)) {
+  if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
+  if (!(config_.gpu_share >= 0 && config_.gpu_share <= 1)) {
+    throw std::invalid_argument("image source: gpu_share " + std::to_string(config_.gpu_share) + " is not in [0, 1]");
+  }
+  if (config_.gpu_share > 0 && config_.normalize) {
+    throw std::invalid_argument("image source: gpu_share needs the device to normalize, not the workers (normalize)");
+  }
+  if (!config_.files) config_.files = posix_file_system();
+  workers_.reserve(workers);
+  if (config_.normalize) {
+    if (const auto p = normalize_problem(*config_.normalize, 3)) {
+      throw std::invalid_argument("image source: normalize." + p->field + " " + p->problem);
+    }
+  }
+  const std::size_t pixel_bytes = std::size_t(output().height) * output().width * 3;
+  for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>(config_, pixel_bytes));
+  live_ = std::make_shared<Liveness>(this);
+}
+
+ImageSource::~ImageSource() { live_->end(); }
+
+Filler ImageSource::filler() {
+  Filler::Prefetch advice;
+  if (config_.read_ahead) {
+    advice = [live = live_](std::span<const std::uint64_t> indices) {
+      (void)live->run([&](ImageSource& s) { s.prefetch(indices); });
+    };
+  }
+  return Filler(
+      [live = live_](Sample& sample) {
+        if (!live->run([&](ImageSource& s) { s.fill(sample); })) {
+          throw std::logic_error("ImageSource: destroyed before the pipeline that calls it (destroy the pipeline first)");
+        }
+      },
+      std::move(advice));
+}
+
+void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
+  for (const std::uint64_t i : indices) {
+    if (i >= dataset_.size()) continue;
+    const auto range = dataset_.range(i);
+    if (!range) continue;
+    try {
+      if (auto shard = shards_->get(*config_.files, dataset_.path_view(i), OpenShards::Full::keep)) {
+        shard->will_need(range->offset, range->size);
+      }
+    } catch (const std::exception&) {  // advice: the sample's own read reports it
+    }
+  }
+}
+
+void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+                                const std::atomic<bool>* stopping) {
+  process(index, rng, out, worker, stopping, std::nullopt);
+}
+
+void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+                          const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch) {
+  Worker& w = *workers_.at(worker);
+  if (out.size() != sample_bytes()) {
+    throw std::invalid_argument("image source: render_sample needs " + std::to_string(sample_bytes()) +
+                                " bytes, got " + std::to_string(out.size()));
+  }
+  if (config_.normalize && reinterpret_cast<std::uintptr_t>(out.data()) % alignof(float) != 0) {
+    throw std::invalid_argument("image source: normalized samples need float-aligned memory");
+  }
+  try {
+    if (const auto range = dataset_.range(index)) {  // a shard member: one pread from a shard kept open
+      const std::shared_ptr<File> shard = shards_->get(*config_.files, dataset_.path_view(index));
+      read_file_range(*shard, range->offset, range->size, config_.limits.max_file_bytes, w.file, stopping);
+    } else {
+      dataset_.read(index, *config_.files, config_.limits.max_file_bytes, w.file, stopping);
+    }
+    const ImageInfo info = w.decoder.open(w.file);
+    const Geometry g = augment_.plan(info.width, info.height, rng);
+    augment_.plan_pixels(rng, w.pixel_ops);
+    // The GPU path renders the crop alone: a chain with colour transforms stays on the CPU.
+    if (defer_epoch && !augment_.has_pixel_ops() && gpu_decodable(info, g) && gpu_decodes(index, config_.gpu_share)) {
+      DeferredDecode d = deferred_->blank();  // a recycled entry: its buffer becomes the worker's next file buffer
+      d.name = dataset_.name(index);
+      std::swap(d.file, w.file);
+      d.width = info.width;
+      d.height = info.height;
+      d.geometry = g;
+      deferred_->put(*defer_epoch, index, std::move(d));
+      return;
+    }
+    const DecodeRequest want = decode_request(g, info.width, info.height);
+    const DecodedView view = w.decoder.decode(want.region, want.min_scale);
+    const auto colour = [&](std::span<unsigned char> rgb) {
+      if (w.pixel_ops.empty()) return;
+      apply_pixel_ops(w.pixel_ops, RgbView{rgb.data(), g.out.width, g.out.height, std::ptrdiff_t(g.out.width) * 3},
+                      w.photometric);
+    };
+    if (!w.normalize) {
+      render(view, g, info.width, info.height, config_.pad_value, out, w.resize);
+      colour(out);
+    } else {
+      render(view, g, info.width, info.height, config_.pad_value, w.pixels, w.resize);
+      colour(w.pixels);
+      to_float_chw(w.pixels, g.out.height, g.out.width, *w.normalize,
+                   {reinterpret_cast<float*>(out.data()), out.size() / sizeof(float)});
+    }
+  } catch (const ReadCancelled&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(dataset_.name(index) + ": " + e.what());
+  }
+}
+
+void ImageSource::fill(Sample& s) {
+  if (s.data.size() != sample_bytes()) {
+    throw std::invalid_argument("image source: the pipeline's sample_bytes is " + std::to_string(s.data.size()) +
+                                " but " + augment_.describe() + " writes " + std::to_string(sample_bytes()));
+  }
+  // Neither is the sample's fault either: thrown before the try, so no skip policy turns them into skips.
+  if (s.worker >= workers_.size()) {
+    throw std::logic_error("image source: built for " + std::to_string(workers_.size()) +
+                           " worker(s), but the pipeline's worker " + std::to_string(s.worker) +
+                           " (counted from 0) called it: give ImageSource the pipeline's Config::workers");
+  }
+  if (s.index >= dataset_.size()) {
+    throw std::logic_error("image source: sample index " + std::to_string(s.index) + " is past the dataset's " +
+                           std::to_string(dataset_.size()) + " samples (the pipeline's dataset_size is larger)");
+  }
+  if (config_.gpu_share > 0 && !deferred_->attached()) {  // not the sample's fault: no skip policy applies
+    throw std::logic_error("image source: gpu_share is set but no pipeline decodes for it "
+                           "(a DevicePipeline with TransferConfig::gpu_decode over deferred_decodes())");
+  }
+  try {
+    const auto defer = config_.gpu_share > 0 ? std::optional<std::uint64_t>(s.epoch) : std::nullopt;
+    process(std::size_t(s.index), s.rng, {reinterpret_cast<unsigned char*>(s.data.data()), s.data.size()}, s.worker,
+            s.stopping, defer);
+  } catch (const ReadCancelled&) {
+    return;  // the pipeline is stopping: this sample is discarded with its batch
+  } catch (const std::exception& e) {
+    if (config_.on_error == ErrorPolicy::skip) return s.skip(e.what());
+    throw;
+  }
+  s.label = dataset_.label(std::size_t(s.index));
+}
+
+}  // namespace conveyor

@@ -1,0 +1,151 @@
+// ImageSource: the sample filler for image datasets. For each sample it reads
+// the file, decodes the part the augmentation needs, and writes a fixed-size
+// uint8 HWC RGB image straight into the sample's slot of the batch buffer (or,
+// with ImageConfig::normalize, a normalized float32 CHW one).
+//
+//   Dataset dataset = Dataset::from_folder("train/");
+//   ImageSource images(dataset, ImageConfig{}, config.workers);
+//   config.sample_bytes = images.sample_bytes();
+//   Pipeline pipeline(config, dataset.size(), {images.filler()});
+//
+// With ImageConfig::gpu_share, some JPEG samples are only read and planned:
+// their bytes wait in deferred_decodes() for the transfer stage's GPU decoder
+// (device/device_pipeline.h), which writes their slots.
+//
+// Errors per sample follow ImageConfig::on_error: `fail` stops the pipeline
+// (the consumer's PipelineError names the sample index, and the message names
+// the file and the decoder's reason); `skip` leaves the sample out of its batch,
+// which is delivered short, and lists it in Batch::skipped with path and reason.
+//
+// Thread safety: fill() may run concurrently for distinct Sample::worker values
+// (each worker has its own decoder and file buffer).
+// Lifetime: destroy the pipeline before its ImageSource. The other order is
+// safe, not useful: the Fillers that filler() hands out hold the source
+// weakly, the destructor waits for the fills and prefetches in progress, and
+// every later fill throws std::logic_error "ImageSource: destroyed before the
+// pipeline that calls it", which the pipeline's consumer gets as its
+// PipelineError (prefetch advice is dropped).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pipeline/pipeline.h"
+#include "image/augment.h"
+#include "data/dataset.h"
+#include "image/decode.h"
+#include "data/file_system.h"
+#include "image/gpu_decode_plan.h"
+#include "image/normalize.h"
+
+namespace conveyor {
+
+enum class ErrorPolicy {
+  fail,  // the first bad sample stops the pipeline
+  skip,  // bad samples are left out, counted and listed
+};
+
+struct ImageConfig {
+  // Default: RandomResizedCrop(224) + RandomHorizontalFlip(0.5), the ImageNet training recipe.
+  std::vector<Transform> transforms = preset_transforms(kDefaultAugmentPreset, kDefaultCrop);
+  // Default: 64 MP and 256 MiB (see DecodeLimits).
+  DecodeLimits limits;
+  // Default: default_jpeg_scales(), the reduced DCT scales that measured faster.
+  std::vector<int> jpeg_scales = default_jpeg_scales();
+  // Default: fail.
+  ErrorPolicy on_error = ErrorPolicy::fail;
+  // Value of padded pixels (RandomCrop padding, CenterCrop larger than the image). Default: 0.
+  unsigned char pad_value = 0;
+  // Normalize in the workers: each sample becomes float32 CHW, (x / 255 - mean)
+  // / std per channel, bit for bit what the device's normalize computes. For a
+  // consumer on the CPU (the host backend handing buffers over), where the
+  // workers then share the work instead of the one thread of the host
+  // backend's normalize stream doing it; with a GPU leave it unset and
+  // normalize on the device, which moves 4x fewer bytes. Default: unset
+  // (uint8 HWC).
+  std::optional<Normalize> normalize;
+  // Shard datasets: shard files kept open at once, shared by the workers (the
+  // least recently used is closed beyond it). Default: 256.
+  std::size_t max_open_shards = 256;
+  // Shard datasets: tell the kernel, one batch ahead, which byte ranges the
+  // workers will read (see prefetch()), so cold reads overlap decoding.
+  // Default: true.
+  bool read_ahead = true;
+  // The GPU decode path (issue 22): the share of samples (by gpu_decodes(),
+  // among those gpu_decodable()) the workers do not decode but leave, read and
+  // planned, in deferred_decodes() for the transfer stage to decode
+  // (TransferConfig::gpu_decode). Incompatible with `normalize` (the device
+  // normalizes). Default: 0, every sample on the CPU.
+  double gpu_share = 0;
+  // Where files are read from. Default: null, meaning posix_file_system();
+  // tests pass one that injects faults.
+  std::shared_ptr<FileSystem> files;
+};
+
+class ImageSource {
+ public:
+  // Throws AugmentError for a bad transform chain, std::invalid_argument for
+  // bad scales, workers == 0, or a gpu_share outside [0, 1] or with normalize.
+  ImageSource(Dataset dataset, ImageConfig config, std::size_t workers);
+  ~ImageSource();
+  ImageSource(const ImageSource&) = delete;
+  ImageSource& operator=(const ImageSource&) = delete;
+
+  Size output() const { return augment_.output(); }
+  // uint8 HWC, or float32 CHW with ImageConfig::normalize.
+  std::size_t sample_bytes() const {
+    return std::size_t(output().height) * output().width * 3 * (config_.normalize ? sizeof(float) : 1);
+  }
+  const Dataset& dataset() const { return dataset_; }
+  const Augment& augment() const { return augment_; }
+  const ImageConfig& config() const { return config_; }
+  // The samples left to the GPU path (ImageConfig::gpu_share), shared with the
+  // transfer stage; an empty store when gpu_share is 0.
+  const std::shared_ptr<DeferredDecodes>& deferred_decodes() const { return deferred_; }
+
+  // Fills one sample (see the policy above). Sets the label from the dataset.
+  // Throws, whatever the policy (the pipeline fails), when the pipeline does not
+  // match the source: another sample_bytes, more workers than it was built for,
+  // or a sample index past the dataset.
+  void fill(Sample& s);
+  // Read-ahead advice for samples the workers will fill next: for a shard
+  // member, WILLNEED on its byte range through the shard descriptor the
+  // workers share (opened if the cache has room; advice never closes one a
+  // worker uses), so the read is under way while the batch before decodes.
+  // A file per sample gets none: advice would cost an open of its own, the
+  // very cost shards remove. Errors are left to the sample's own read.
+  void prefetch(std::span<const std::uint64_t> indices);
+  // fill() as the pipeline's Filler, with prefetch() as its advice where
+  // ImageConfig::read_ahead. It may outlive this ImageSource (see Lifetime above).
+  Filler filler();
+
+  // Decodes and augments dataset sample `index` into out (sample_bytes(), and
+  // float-aligned with ImageConfig::normalize), as the pipeline would with this
+  // rng, on worker slot `worker`. Throws std::runtime_error "path: reason" on
+  // any failure, whatever the policy; std::invalid_argument for a wrong `out`;
+  // ReadCancelled when *stopping is set during the read.
+  void render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker = 0,
+                     const std::atomic<bool>* stopping = nullptr);
+
+ private:
+  struct Worker;
+  class OpenShards;
+  class Liveness;
+  // render_sample()'s work. With defer_epoch, a sample for the GPU path is put
+  // in deferred_ (keyed by that epoch) instead of rendered.
+  void process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
+               const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch);
+  Dataset dataset_;
+  ImageConfig config_;
+  Augment augment_;
+  std::unique_ptr<OpenShards> shards_;
+  std::shared_ptr<DeferredDecodes> deferred_ = std::make_shared<DeferredDecodes>();
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::shared_ptr<Liveness> live_;  // shared with every Filler handed out
+};
+
+}  // namespace conveyor

@@ -1,0 +1,45 @@
+// The transform list as text: torchvision's Compose list written out, for the
+// command line, TOML and Python, so a recipe can be pasted across.
+//
+//   RandomResizedCrop(224, scale=(0.08, 1)), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1)
+//   rrc(176), flip, jitter(brightness=0.4), grayscale(p=0.2), blur(23, sigma=(0.1, 2), p=0.5)
+//
+// A list of transforms separated by commas, each torchvision's class name (or
+// the short alias listed below, case-insensitive) with its arguments in
+// parentheses, positional in torchvision's order and then name=value; a
+// transform without arguments may leave out the parentheses. Values are
+// numbers, True/False, None, or tuples of numbers in parentheses. Parameters
+// take torchvision's names and defaults:
+//
+//   RandomResizedCrop rrc      size, scale=(0.08, 1), ratio=(0.75, 1.3333)
+//   Resize            resize   size (an int: the shorter side; (h, w): exactly)
+//   CenterCrop        center   size
+//   RandomCrop        crop     size, padding=None (int, (lr, tb) or (l, t, r, b)), pad_if_needed=False
+//   RandomHorizontalFlip flip  p=0.5
+//   ColorJitter       jitter   brightness=0, contrast=0, saturation=0, hue=0 (each v or (min, max)), p=1
+//   RandomGrayscale   grayscale p=0.1
+//   GaussianBlur      blur     kernel_size (k or (kx, ky)), sigma=(0.1, 2) (s or (min, max)), p=1
+//   RandomSolarize    solarize threshold, p=0.5
+//   RandomPosterize   posterize bits, p=0.5
+//   RandomAdjustSharpness sharpness sharpness_factor, p=0.5
+//   RandomAutocontrast autocontrast p=0.5
+//   RandomEqualize    equalize p=0.5
+//   RandomInvert      invert   p=0.5
+//
+// ColorJitter's and GaussianBlur's p is RandomApply's (torchvision wraps them
+// in it). Stateless; thread-safe.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "image/augment.h"
+
+namespace conveyor {
+
+// Parses `text` into a chain Augment accepts. Throws AugmentError with one
+// line naming the transform and the parameter, or the place in the text, that
+// is wrong. The chain itself (order, sizes, ranges) is Augment's to check.
+std::vector<Transform> parse_transforms(std::string_view text);
+
+}  // namespace conveyor
