@@ -44,6 +44,16 @@ std::vector<EpochRow> parse_history(const std::string& csv) {
 }
 }  // namespace
 
+std::string run_identity(const Options& o, const TrainOptions& t, int crop, const Dataset& all, const std::string& digest,
+                         std::size_t train_size) {
+  std::ostringstream s;
+  s << "model=" << t.model << " crop=" << crop << " dataset=" << digest << " classes=" << all.num_classes()
+    << " train_size=" << train_size
+    << " augment=" << name_of(kAugments, o.augment) << " val_fraction=" << t.val_fraction << " seed=" << o.seed << " batch=" << o.batch
+    << " rank=" << o.rank << " world_size=" << o.world_size;
+  return s.str();
+}
+
 std::string Sums::serialize() const {
   std::ostringstream s;
   s.precision(17);

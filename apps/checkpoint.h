@@ -13,6 +13,8 @@
 
 #include <torch/optim/sgd.h>
 
+#include "apps/options.h"
+#include "apps/train_options.h"
 #include "libtorch/models.h"
 #include "pipeline/state.h"
 #include "data/dataset.h"
@@ -49,6 +51,12 @@ struct CheckpointState {
 // just the same size, wherever it lies and whether read from its folder, its
 // list or the shards `conveyor pack` made of either.
 std::string dataset_digest(const Dataset& d);
+
+// What a checkpoint must agree on to be resumed: everything the batches and
+// the model depend on, as one line. `digest`: dataset_digest(all), or
+// path_digest(all) as older checkpoints have it.
+std::string run_identity(const Options& o, const TrainOptions& t, int crop, const Dataset& all, const std::string& digest,
+                         std::size_t train_size);
 // The digest checkpoints held before: over each sample's path as given
 // (path_view), so a moved folder or its shards read as another dataset. Still
 // accepted by --resume.

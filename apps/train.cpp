@@ -24,17 +24,13 @@
 // apps/checkpoint.h), the epochs (the command's one epoch loop, apps/epochs.h:
 // train_epoch, then end_epoch's validation, line, checkpoint and plot), and
 // finish. The validation split is apps/validation.h.
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <numbers>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -45,33 +41,21 @@
 
 #include "apps/checkpoint.h"
 #include "apps/cli.h"
-#include "conveyor/version.h"
 #include "apps/epochs.h"
 #include "apps/options.h"
 #include "apps/toml_config.h"
 #include "apps/train_options.h"
 #include "apps/validation.h"
+#include "conveyor/version.h"
+#include "image/image_source.h"
 #include "libtorch/determinism.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
-#include "image/image_source.h"
 
 using namespace conveyor;
 using namespace conveyor::apps;
 
 namespace {
-
-// What a checkpoint must agree on to be resumed: everything the batches and the model depend on.
-// `digest`: dataset_digest(all), or path_digest(all) as older checkpoints have it.
-std::string run_identity(const Options& o, const TrainOptions& t, int crop, const Dataset& all, const std::string& digest,
-                         std::size_t train_size) {
-  std::ostringstream s;
-  s << "model=" << t.model << " crop=" << crop << " dataset=" << digest << " classes=" << all.num_classes()
-    << " train_size=" << train_size
-    << " augment=" << name_of(kAugments, o.augment) << " val_fraction=" << t.val_fraction << " seed=" << o.seed << " batch=" << o.batch
-    << " rank=" << o.rank << " world_size=" << o.world_size;
-  return s.str();
-}
 
 int report_interrupt(int sig, std::size_t batches, std::uint64_t epoch, const std::string& checkpoint) {
   std::printf("interrupted by %s after %zu batch(es) of this run, in epoch %llu%s\n", signal_word(sig),
@@ -79,25 +63,6 @@ int report_interrupt(int sig, std::size_t batches, std::uint64_t epoch, const st
               checkpoint.empty() ? " (no --checkpoint: nothing saved)" : ("; saved; resume with --resume " + checkpoint).c_str());
   std::fflush(stdout);
   return 128 + sig;
-}
-
-// With more than one rank, each writes and reads its own checkpoint: FILE.rankR.
-std::string per_rank(const std::string& file, const Options& o) {
-  return file.empty() || o.world_size == 1 ? file : file + ".rank" + std::to_string(o.rank);
-}
-
-// CUDA when both LibTorch and Conveyor have one; otherwise the host backend
-// handing its buffers over, so the tensors are the batches.
-std::shared_ptr<Device> open_training_device(const Options& o) {
-  const DeviceConfig asked = device_config(o);  // refuses --gpu N with --device host
-  if (o.device != BackendChoice::host && torch::cuda::is_available()) return open_device(asked);
-  if (o.device == BackendChoice::cuda) throw UsageError("--device cuda: this LibTorch was built without CUDA");
-  DeviceConfig dc;
-  dc.backend = BackendChoice::host;
-  dc.host_transfer = HostTransfer::handover;
-  auto device = open_device(dc);
-  if (!torch::cuda::is_available()) std::printf("note: this LibTorch has no CUDA: training on the CPU, on the host backend\n");
-  return device;
 }
 
 // One training run, step by step; it prints each epoch's line as the epoch
@@ -111,7 +76,6 @@ class Trainer final : public EpochReporter {
   bool epoch_done(EpochFigures& f, int interrupted) override;
 
  private:
-  void check_outputs();
   void prepare();
   void resume();
   void start_pipelines();
@@ -140,51 +104,6 @@ class Trainer final : public EpochReporter {
   std::size_t batches_this_run_ = 0;
   std::optional<int> stopped_;                // the exit status when the run stops early
 };
-
-// The outputs and the dataset flags, checked before anything is loaded.
-void Trainer::check_outputs() {
-  check_shard(o_);
-  t_.checkpoint = per_rank(t_.checkpoint, o_);
-  t_.resume = per_rank(t_.resume, o_);
-  if (!t_.resume.empty()) {
-    std::error_code ec;
-    const auto st = std::filesystem::status(t_.resume, ec);
-    if (!std::filesystem::exists(st)) throw UsageError("--resume " + t_.resume + ": no such file");
-    if (!std::filesystem::is_regular_file(st)) throw UsageError("--resume " + t_.resume + ": not a regular file (a checkpoint is one)");
-  }
-  // The checkpoint is written beside FILE and renamed over it: a device or a
-  // FIFO there would be replaced (as root, --checkpoint /dev/null replaced
-  // /dev/null), a link by a file. A link is followed: latest.pt -> run5.pt
-  // writes run5.pt; anything else but a regular file is refused.
-  if (!t_.checkpoint.empty()) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    // Link by link (weakly_canonical leaves a dangling one as it is: the
-    // first checkpoint through latest.pt must create its target).
-    fs::path p = t_.checkpoint;
-    for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
-      if (hops == 40) throw UsageError("--checkpoint " + t_.checkpoint + ": too many levels of symbolic links");
-      const fs::path target = fs::read_symlink(p, ec);
-      p = target.is_absolute() ? target : p.parent_path() / target;
-    }
-    t_.checkpoint = p.lexically_normal().string();
-    const auto st = fs::status(t_.checkpoint, ec);
-    if (fs::exists(st) && !fs::is_regular_file(st)) {
-      throw UsageError("--checkpoint " + t_.checkpoint + ": not a regular file (a checkpoint is written beside it and renamed over it)");
-    }
-  }
-  check_plot_name(t_.plot);
-  // Said, not refused: a config (configs/train-resnet.toml) may set the
-  // interval for the runs that name a --checkpoint.
-  if (t_.checkpoint_every && t_.checkpoint.empty()) {
-    std::printf("note: --checkpoint-every %zu without --checkpoint: nothing will be saved\n", t_.checkpoint_every);
-  }
-  apps::check_outputs(o_, {{"--checkpoint", t_.checkpoint},
-                           {"--plot", t_.plot, false, true},
-                           {"--plot (its table)", t_.plot.empty() ? "" : t_.plot + ".csv"}});
-  check_writable("--checkpoint", t_.checkpoint + ".tmp");  // a temporary beside it is written, then renamed over it
-  check_writable("--plot", t_.plot);
-}
 
 // The most classes a `train` model is built for: a 100,000-class head is a few
 // tens of MB; beyond, a label far past the others is a mistake far more often.
@@ -270,7 +189,7 @@ void Trainer::print_header() const {
 }
 
 int Trainer::run() {
-  check_outputs();
+  check_train_outputs(o_, t_);
   prepare();
   resume();
   const auto nothing_to_do = [&](std::uint64_t first) {

@@ -1,6 +1,69 @@
 #include "apps/train_options.h"
 
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include <torch/cuda.h>
+
+#include "apps/cli.h"
+
 namespace conveyor::apps {
+
+namespace {
+
+// With more than one rank, each writes and reads its own checkpoint: FILE.rankR.
+std::string per_rank(const std::string& file, const Options& o) {
+  return file.empty() || o.world_size == 1 ? file : file + ".rank" + std::to_string(o.rank);
+}
+
+}  // namespace
+
+void check_train_outputs(const Options& o, TrainOptions& t) {
+  check_shard(o);
+  t.checkpoint = per_rank(t.checkpoint, o);
+  t.resume = per_rank(t.resume, o);
+  if (!t.resume.empty()) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(t.resume, ec);
+    if (!std::filesystem::exists(st)) throw UsageError("--resume " + t.resume + ": no such file");
+    if (!std::filesystem::is_regular_file(st)) throw UsageError("--resume " + t.resume + ": not a regular file (a checkpoint is one)");
+  }
+  // The checkpoint is written beside FILE and renamed over it: a device or a
+  // FIFO there would be replaced (as root, --checkpoint /dev/null replaced
+  // /dev/null), a link by a file. A link is followed: latest.pt -> run5.pt
+  // writes run5.pt; anything else but a regular file is refused.
+  if (!t.checkpoint.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    // Link by link (weakly_canonical leaves a dangling one as it is: the
+    // first checkpoint through latest.pt must create its target).
+    fs::path p = t.checkpoint;
+    for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+      if (hops == 40) throw UsageError("--checkpoint " + t.checkpoint + ": too many levels of symbolic links");
+      const fs::path target = fs::read_symlink(p, ec);
+      p = target.is_absolute() ? target : p.parent_path() / target;
+    }
+    t.checkpoint = p.lexically_normal().string();
+    const auto st = fs::status(t.checkpoint, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st)) {
+      throw UsageError("--checkpoint " + t.checkpoint + ": not a regular file (a checkpoint is written beside it and renamed over it)");
+    }
+  }
+  check_plot_name(t.plot);
+  // Said, not refused: a config (configs/train-resnet.toml) may set the
+  // interval for the runs that name a --checkpoint.
+  if (t.checkpoint_every && t.checkpoint.empty()) {
+    std::printf("note: --checkpoint-every %zu without --checkpoint: nothing will be saved\n", t.checkpoint_every);
+  }
+  apps::check_outputs(o, {{"--checkpoint", t.checkpoint},
+                           {"--plot", t.plot, false, true},
+                           {"--plot (its table)", t.plot.empty() ? "" : t.plot + ".csv"}});
+  check_writable("--checkpoint", t.checkpoint + ".tmp");  // a temporary beside it is written, then renamed over it
+  check_writable("--plot", t.plot);
+}
+
 
 void add_train_flags(CLI::App& app, Options& o, TrainOptions& t) {
   add_pipeline_flags(app, o);
@@ -29,6 +92,18 @@ void add_train_flags(CLI::App& app, Options& o, TrainOptions& t) {
                "reproducible bits on CUDA too: LibTorch's deterministic algorithms and cuDNN, no cuDNN benchmark, "
                "CUBLAS_WORKSPACE_CONFIG=:4096:8 (slower; docs/training.md)");
   app.add_option("--plot", t.plot, "draw loss, validation accuracy and images/s per epoch to FILE.png or FILE.svg");
+}
+
+std::shared_ptr<Device> open_training_device(const Options& o) {
+  const DeviceConfig asked = device_config(o);  // refuses --gpu N with --device host
+  if (o.device != BackendChoice::host && torch::cuda::is_available()) return open_device(asked);
+  if (o.device == BackendChoice::cuda) throw UsageError("--device cuda: this LibTorch was built without CUDA");
+  DeviceConfig dc;
+  dc.backend = BackendChoice::host;
+  dc.host_transfer = HostTransfer::handover;
+  auto device = open_device(dc);
+  if (!torch::cuda::is_available()) std::printf("note: this LibTorch has no CUDA: training on the CPU, on the host backend\n");
+  return device;
 }
 
 }  // namespace conveyor::apps

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -27,5 +28,16 @@ inline constexpr std::array<Choice<TrainOptions::Schedule>, 2> kSchedules{
 
 // The pipeline's flags (train's own descriptions of --crop and --augment) and training's.
 void add_train_flags(CLI::App& app, Options& o, TrainOptions& t);
+
+// The outputs and the dataset flags, checked before anything is loaded. With
+// more than one rank, --checkpoint and --resume become FILE.rankR (each rank
+// its own); --checkpoint through a link becomes the link's target. Throws
+// UsageError naming the flag.
+void check_train_outputs(const Options& o, TrainOptions& t);
+
+// The device to train on: CUDA when both LibTorch and Conveyor have one;
+// otherwise the host backend handing its buffers over, so the tensors are the
+// batches. Throws UsageError for --device cuda where LibTorch has no CUDA.
+std::shared_ptr<Device> open_training_device(const Options& o);
 
 }  // namespace conveyor::apps
