@@ -293,6 +293,23 @@ std::optional<DType> normalize_type(const std::string& s) {
   return parse_dtype(s);
 }
 
+// --normalize: off, or the float type of 224x224x3 samples normalized on the
+// device. False, with a line on stderr, for anything else.
+bool normalize_flag(const std::string& norm, std::size_t sample_bytes, std::optional<TransferConfig::Normalization>& out) {
+  if (norm == "off") return true;
+  const auto t = normalize_type(norm);
+  if (!t || *t == DType::uint8) {
+    std::fprintf(stderr, "--normalize: '%s' is not off, float32, float16 or bfloat16\n", norm.c_str());
+    return false;
+  }
+  if (sample_bytes != 224 * 224 * 3) {
+    std::fprintf(stderr, "--normalize: needs 224x224x3 samples (--sample-bytes 150528)\n");
+    return false;
+  }
+  out = TransferConfig::Normalization{224, 224, 3, Normalize{}, *t};
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -361,18 +378,7 @@ int main(int argc, char** argv) {
     auto device = open_device(dc);
     if (*h2d_cmd) return h2d(*device, sizes, runs);
     std::optional<TransferConfig::Normalization> normalize;
-    const auto t = normalize_type(norm);
-    if (norm != "off") {
-      if (!t || *t == DType::uint8) {
-        std::fprintf(stderr, "--normalize: '%s' is not off, float32, float16 or bfloat16\n", norm.c_str());
-        return 2;
-      }
-      if (cfg.sample_bytes != 224 * 224 * 3) {
-        std::fprintf(stderr, "--normalize: needs 224x224x3 samples (--sample-bytes 150528)\n");
-        return 2;
-      }
-      normalize = TransferConfig::Normalization{224, 224, 3, Normalize{}, *t};
-    }
+    if (!normalize_flag(norm, cfg.sample_bytes, normalize)) return 2;
     return pipeline(device, cfg, batches, sample_us, step_us, normalize, runs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conveyor-bench-device: %s\n", e.what());

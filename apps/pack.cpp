@@ -203,6 +203,95 @@ void clear_stale_partials(const fs::path& out, const std::string& flag_value, co
   }
 }
 
+// OUT is claimed under a lock on OUT itself: stale partial folders cleared,
+// another pack's refused, this pack's (`partial`) made and, where the file
+// system has flock, locked by `own` for as long as this pack lives. `claimed`
+// turns true once `partial` is this pack's to remove. False when a signal
+// came while another process held OUT's lock; throws UsageError when it held
+// it for 5 s.
+bool claim(const fs::path& out, const fs::path& partial, const std::string& flag_value, FolderLock& own, bool& claimed) {
+  FolderLock lock;
+  const auto got = lock.lock(out, std::chrono::seconds(5));
+  if (got == FolderLock::Result::held_elsewhere) {
+    if (interrupt_signal() != 0) return false;
+    throw UsageError("--out " + flag_value + ": locked by another process for 5 s (a flock around this command?)");
+  }
+  const bool locks = got == FolderLock::Result::taken;
+  if (locks) {
+    // A folder of this PID left by a dead pack (PIDs are reused, in
+    // containers above all) is cleared like any other stale one.
+    clear_stale_partials(out, flag_value, "", locks);
+    fs::create_directory(partial);
+    claimed = true;
+    if (own.lock(partial) != FolderLock::Result::taken) throw std::runtime_error("pack: cannot lock " + partial.string());
+  } else {
+    // No locks here: the partial folder first, then a look for another's,
+    // so that two packs at once each see the other's and refuse.
+    if (!fs::create_directory(partial)) {  // this PID's, left by a dead process: not ours to adopt
+      fs::remove_all(partial);
+      fs::create_directory(partial);
+    }
+    claimed = true;
+    clear_stale_partials(out, flag_value, partial.filename().string(), locks);
+  }
+  return true;
+}  // OUT's lock released: the next pack sees this one's locked folder
+
+// Every sample of `d` into `w`, in order, with a progress line; stops at the
+// first SIGINT or SIGTERM. Returns how many were written: d.size(), or fewer
+// when a signal stopped it. Throws naming the sample that cannot be read.
+std::size_t write_samples(const Dataset& d, ShardWriter& w) {
+  std::vector<unsigned char> bytes;
+  const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
+  const std::size_t folder = d.common_folder();
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    if (interrupt_signal() != 0) return i;
+    try {
+      d.read(i, *posix_file_system(), DecodeLimits{}.max_file_bytes, bytes);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("pack: " + d.name(i) + ": " + e.what());
+    }
+    char key[24];
+    std::snprintf(key, sizeof key, "%09zu", i);
+    const std::int64_t label = d.label(i);
+    const std::string source = d.relative_name(i, folder);
+    if (source.size() > kMaxPackedName) {
+      throw UsageError("pack: " + d.name(i) + ": a name of more than " + std::to_string(kMaxPackedName) + " bytes");
+    }
+    w.sample(key, image_extension(d, i), bytes, label, source,
+             d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
+    if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
+  }
+  w.finish();
+  return d.size();
+}
+
+// The finished shards move up from `partial` into OUT under OUT's lock, and
+// only into an OUT that holds no one else's: two packs that both got past the
+// claim (CI's TSan run saw one) must not move one's shard-000000.tar over the
+// other's, leaving one pack's manifest over the other's shards. Partial
+// folders are another pack's work in progress, refused when it finishes in
+// turn. Each file moved is added to `moved` (for the caller's undo).
+void move_up(const fs::path& partial, const fs::path& out, const std::string& flag_value, std::vector<fs::path>& moved) {
+  FolderLock finishing;
+  if (finishing.lock(out, std::chrono::seconds(5)) == FolderLock::Result::held_elsewhere) {
+    throw UsageError("--out " + flag_value + ": locked by another process for 5 s (a flock around this command?)");
+  }
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (!e.path().filename().string().starts_with(kPartialPrefix)) {
+      throw UsageError("--out " + flag_value + ": exists and is not an empty folder (another pack finished into it first)");
+    }
+  }
+  std::vector<fs::path> shards;
+  for (const auto& e : fs::directory_iterator(partial)) shards.push_back(e.path());
+  std::sort(shards.begin(), shards.end());
+  for (const fs::path& f : shards) {
+    fs::rename(f, out / f.filename());
+    moved.push_back(out / f.filename());
+  }
+  fs::remove(partial);  // empty now: OUT reads as whole from here on
+}
+
 }  // namespace
 
 // The shards are written into OUT/.partial-PID and moved up into OUT once
@@ -248,87 +337,22 @@ int pack(const Options& o) {
   };
   FolderLock own;  // held to the end: this pack is alive
   try {
-    {
-      FolderLock claim;
-      const auto got = claim.lock(out, std::chrono::seconds(5));
-      if (got == FolderLock::Result::held_elsewhere) {
-        if (const int sig = interrupt_signal(); sig != 0) {
-          undo();
-          std::printf("pack: interrupted by %s while waiting for --out; nothing written\n", signal_word(sig));
-          return 128 + sig;
-        }
-        throw UsageError("--out " + o.out + ": locked by another process for 5 s (a flock around this command?)");
-      }
-      const bool locks = got == FolderLock::Result::taken;
-      if (locks) {
-        // A folder of this PID left by a dead pack (PIDs are reused, in
-        // containers above all) is cleared like any other stale one.
-        clear_stale_partials(out, o.out, "", locks);
-        fs::create_directory(partial);
-        claimed = true;
-        if (own.lock(partial) != FolderLock::Result::taken) throw std::runtime_error("pack: cannot lock " + partial.string());
-      } else {
-        // No locks here: the partial folder first, then a look for another's,
-        // so that two packs at once each see the other's and refuse.
-        if (!fs::create_directory(partial)) {  // this PID's, left by a dead process: not ours to adopt
-          fs::remove_all(partial);
-          fs::create_directory(partial);
-        }
-        claimed = true;
-        clear_stale_partials(out, o.out, partial.filename().string(), locks);
-      }
-    }  // OUT's lock released: the next pack sees this one's locked folder
+    if (!claim(out, partial, o.out, own, claimed)) {
+      const int sig = interrupt_signal();
+      undo();
+      std::printf("pack: interrupted by %s while waiting for --out; nothing written\n", signal_word(sig));
+      return 128 + sig;
+    }
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
-    std::vector<unsigned char> bytes;
-    const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
-    const std::size_t folder = d.common_folder();
-    for (std::size_t i = 0; i < d.size(); ++i) {
-      if (const int sig = interrupt_signal(); sig != 0) {
-        wipe_progress_line();
-        undo();
-        std::printf("pack: interrupted by %s after %zu of %zu samples; nothing written\n", signal_word(sig), i, d.size());
-        return 128 + sig;
-      }
-      try {
-        d.read(i, *posix_file_system(), DecodeLimits{}.max_file_bytes, bytes);
-      } catch (const std::exception& e) {
-        throw std::runtime_error("pack: " + d.name(i) + ": " + e.what());
-      }
-      char key[24];
-      std::snprintf(key, sizeof key, "%09zu", i);
-      const std::int64_t label = d.label(i);
-      const std::string source = d.relative_name(i, folder);
-      if (source.size() > kMaxPackedName) {
-        throw UsageError("pack: " + d.name(i) + ": a name of more than " + std::to_string(kMaxPackedName) + " bytes");
-      }
-      w.sample(key, image_extension(d, i), bytes, label, source,
-               d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
-      if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
+    if (const std::size_t written = write_samples(d, w); written < d.size()) {
+      const int sig = interrupt_signal();
+      wipe_progress_line();
+      undo();
+      std::printf("pack: interrupted by %s after %zu of %zu samples; nothing written\n", signal_word(sig), written, d.size());
+      return 128 + sig;
     }
-    w.finish();
     wipe_progress_line();
-    // The shards move up under OUT's lock, and only into an OUT that holds no
-    // one else's: two packs that both got past the claim (CI's TSan run saw
-    // one) must not move one's shard-000000.tar over the other's, leaving one
-    // pack's manifest over the other's shards. Partial folders are another
-    // pack's work in progress, refused when it finishes in turn.
-    FolderLock finishing;
-    if (finishing.lock(out, std::chrono::seconds(5)) == FolderLock::Result::held_elsewhere) {
-      throw UsageError("--out " + o.out + ": locked by another process for 5 s (a flock around this command?)");
-    }
-    for (const auto& e : fs::directory_iterator(out)) {
-      if (!e.path().filename().string().starts_with(kPartialPrefix)) {
-        throw UsageError("--out " + o.out + ": exists and is not an empty folder (another pack finished into it first)");
-      }
-    }
-    std::vector<fs::path> shards;
-    for (const auto& e : fs::directory_iterator(partial)) shards.push_back(e.path());
-    std::sort(shards.begin(), shards.end());
-    for (const fs::path& f : shards) {
-      fs::rename(f, out / f.filename());
-      moved.push_back(out / f.filename());
-    }
-    fs::remove(partial);  // empty now: OUT reads as whole from here on
+    move_up(partial, out, o.out, moved);
     IndexSource how = IndexSource::built;
     // Scans what was written: the index --shards reads. A pack started beside
     // this one may have made its partial folder here and be about to remove it

@@ -203,77 +203,83 @@ std::pair<double, double> jitter_range(const Args& a, const char* name, double c
   return centre == 0 ? std::pair{-v[0], v[0]} : std::pair{std::max(0.0, centre - v[0]), centre + v[0]};
 }
 
+// The transforms whose arguments take more than a line to read, one function each.
+RandomResizedCrop make_random_resized_crop(const Args& a) {
+  RandomResizedCrop t{square_or_hw(a.size("size"))};
+  if (a.has("scale")) {
+    const auto s = a.numbers("scale", {2});
+    t.scale_min = s[0];
+    t.scale_max = s[1];
+  }
+  if (a.has("ratio")) {
+    const auto r = a.numbers("ratio", {2});
+    t.ratio_min = r[0];
+    t.ratio_max = r[1];
+  }
+  return t;
+}
+
+RandomCrop make_random_crop(const Args& a, const std::string& shown) {
+  RandomCrop t{square_or_hw(a.size("size"))};
+  if (a.has("padding")) {
+    std::vector<int> p;
+    for (const double d : a.numbers("padding", {1, 2, 4})) {
+      if (d != std::floor(d)) fail(shown + ": padding must be whole numbers");
+      p.push_back(int(std::clamp(d, -1.0, 1e6)));
+    }
+    if (p.size() == 1) p = {p[0], p[0], p[0], p[0]};
+    if (p.size() == 2) p = {p[0], p[1], p[0], p[1]};  // torchvision: (left/right, top/bottom)
+    t.pad_left = p[0];
+    t.pad_top = p[1];
+    t.pad_right = p[2];
+    t.pad_bottom = p[3];
+  }
+  t.pad_if_needed = a.flag("pad_if_needed", false);
+  return t;
+}
+
+ColorJitter make_color_jitter(const Args& a) {
+  ColorJitter t;
+  std::tie(t.brightness_min, t.brightness_max) = jitter_range(a, "brightness", 1);
+  std::tie(t.contrast_min, t.contrast_max) = jitter_range(a, "contrast", 1);
+  std::tie(t.saturation_min, t.saturation_max) = jitter_range(a, "saturation", 1);
+  std::tie(t.hue_min, t.hue_max) = jitter_range(a, "hue", 0);
+  t.p = a.probability(1);
+  return t;
+}
+
+GaussianBlur make_gaussian_blur(const Args& a, const std::string& shown) {
+  if (!a.has("kernel_size")) fail(shown + ": kernel_size is required");
+  GaussianBlur t;
+  const auto k = a.numbers("kernel_size", {1, 2});
+  for (const double d : k) {
+    if (d != std::floor(d) || d < 1 || d > 255) fail(shown + ": kernel_size must be odd whole numbers 1 .. 255");
+  }
+  t.kernel_x = int(k[0]);
+  t.kernel_y = int(k.size() == 2 ? k[1] : k[0]);
+  if (a.has("sigma")) {
+    const auto s = a.numbers("sigma", {1, 2});
+    t.sigma_min = s[0];
+    t.sigma_max = s.size() == 2 ? s[1] : s[0];
+  }
+  t.p = a.probability(1);
+  return t;
+}
+
+// One transform from its name (lower case, `key`; as written, `shown`) and the text between its parentheses.
 Transform make(const std::string& key, const std::string& shown, std::string_view inner) {
   const auto args = [&](std::vector<const char*> names) { return Args(shown, std::move(names), inner); };
-  if (key == "randomresizedcrop" || key == "rrc") {
-    const Args a = args({"size", "scale", "ratio"});
-    RandomResizedCrop t{square_or_hw(a.size("size"))};
-    if (a.has("scale")) {
-      const auto s = a.numbers("scale", {2});
-      t.scale_min = s[0];
-      t.scale_max = s[1];
-    }
-    if (a.has("ratio")) {
-      const auto r = a.numbers("ratio", {2});
-      t.ratio_min = r[0];
-      t.ratio_max = r[1];
-    }
-    return t;
-  }
+  if (key == "randomresizedcrop" || key == "rrc") return make_random_resized_crop(args({"size", "scale", "ratio"}));
   if (key == "resize") {
     const auto s = args({"size"}).size("size");
     return s.size() == 1 ? Resize{s[0], {}} : Resize{0, {s[0], s[1]}};
   }
   if (key == "centercrop" || key == "center") return CenterCrop{square_or_hw(args({"size"}).size("size"))};
-  if (key == "randomcrop" || key == "crop") {
-    const Args a = args({"size", "padding", "pad_if_needed"});
-    RandomCrop t{square_or_hw(a.size("size"))};
-    if (a.has("padding")) {
-      std::vector<int> p;
-      for (const double d : a.numbers("padding", {1, 2, 4})) {
-        if (d != std::floor(d)) fail(shown + ": padding must be whole numbers");
-        p.push_back(int(std::clamp(d, -1.0, 1e6)));
-      }
-      if (p.size() == 1) p = {p[0], p[0], p[0], p[0]};
-      if (p.size() == 2) p = {p[0], p[1], p[0], p[1]};  // torchvision: (left/right, top/bottom)
-      t.pad_left = p[0];
-      t.pad_top = p[1];
-      t.pad_right = p[2];
-      t.pad_bottom = p[3];
-    }
-    t.pad_if_needed = a.flag("pad_if_needed", false);
-    return t;
-  }
+  if (key == "randomcrop" || key == "crop") return make_random_crop(args({"size", "padding", "pad_if_needed"}), shown);
   if (key == "randomhorizontalflip" || key == "flip") return RandomHorizontalFlip{args({"p"}).probability(0.5)};
-  if (key == "colorjitter" || key == "jitter") {
-    const Args a = args({"brightness", "contrast", "saturation", "hue", "p"});
-    ColorJitter t;
-    std::tie(t.brightness_min, t.brightness_max) = jitter_range(a, "brightness", 1);
-    std::tie(t.contrast_min, t.contrast_max) = jitter_range(a, "contrast", 1);
-    std::tie(t.saturation_min, t.saturation_max) = jitter_range(a, "saturation", 1);
-    std::tie(t.hue_min, t.hue_max) = jitter_range(a, "hue", 0);
-    t.p = a.probability(1);
-    return t;
-  }
+  if (key == "colorjitter" || key == "jitter") return make_color_jitter(args({"brightness", "contrast", "saturation", "hue", "p"}));
   if (key == "randomgrayscale" || key == "grayscale") return RandomGrayscale{args({"p"}).probability(0.1)};
-  if (key == "gaussianblur" || key == "blur") {
-    const Args a = args({"kernel_size", "sigma", "p"});
-    if (!a.has("kernel_size")) fail(shown + ": kernel_size is required");
-    GaussianBlur t;
-    const auto k = a.numbers("kernel_size", {1, 2});
-    for (const double d : k) {
-      if (d != std::floor(d) || d < 1 || d > 255) fail(shown + ": kernel_size must be odd whole numbers 1 .. 255");
-    }
-    t.kernel_x = int(k[0]);
-    t.kernel_y = int(k.size() == 2 ? k[1] : k[0]);
-    if (a.has("sigma")) {
-      const auto s = a.numbers("sigma", {1, 2});
-      t.sigma_min = s[0];
-      t.sigma_max = s.size() == 2 ? s[1] : s[0];
-    }
-    t.p = a.probability(1);
-    return t;
-  }
+  if (key == "gaussianblur" || key == "blur") return make_gaussian_blur(args({"kernel_size", "sigma", "p"}), shown);
   if (key == "randomsolarize" || key == "solarize") {
     const Args a = args({"threshold", "p"});
     if (!a.has("threshold")) fail(shown + ": threshold is required");
