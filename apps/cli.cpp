@@ -123,21 +123,16 @@ std::size_t class_count(const Dataset& d) {
   return std::size_t(std::unique(labels.begin(), labels.end()) - labels.begin());
 }
 
-double default_max_memory_mb() { return double(default_pool_budget_bytes()) / double(1 << 20); }
+double default_max_memory_mb() { return default_memory_limit_mb(); }
 
 double memory_limit_mb(const Options& o) { return o.max_memory_mb > 0 ? o.max_memory_mb : default_max_memory_mb(); }
 
-void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc, const Device& device) {
-  const double mib = double(1 << 20);
-  const double host = double(cfg.host_pool_bytes()) / mib, dev = double(device_pool_bytes(cfg, tc, device)) / mib;
-  const double limit = memory_limit_mb(o);
-  if (host + dev <= limit) return;
-  const auto whole = [](double x) { return std::to_string((unsigned long long)(x + 0.5)); };
-  throw UsageError("the batch pools need " + whole(host + dev) + " MiB (host " + std::to_string(cfg.host_buffer_count()) +
-                   " buffers + device " + std::to_string(cfg.device_buffer_count()) + " slots of --batch " +
-                   std::to_string(cfg.batch_size) + " x " + std::to_string(cfg.sample_bytes) + " bytes a sample (--crop), --workers " + std::to_string(cfg.workers) + ", --host-queue " +
-                   std::to_string(cfg.host_queue_depth) + ", --device-queue " + std::to_string(cfg.device_queue_depth) +
-                   "), over --max-memory-mb " + whole(limit) + (o.max_memory_mb > 0 ? "" : " (default: a quarter of physical memory)"));
+void check_memory(const Options& o, const Config& cfg, std::size_t dataset_size, const TransferConfig& tc,
+                  const Device& device) {
+  static const MemorySettingNames kNames{"--batch", " (--crop)", "--workers", "--host-queue", "--device-queue",
+                                         "--max-memory-mb"};
+  const std::string refusal = memory_refusal(estimate_memory(cfg, dataset_size, tc, device), cfg, device, o.max_memory_mb, kNames);
+  if (!refusal.empty()) throw UsageError(refusal);
 }
 
 void strict_values(CLI::App& app) {

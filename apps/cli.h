@@ -21,8 +21,9 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/options.h"
-#include "device/device_pipeline.h"
 #include "data/dataset.h"
+#include "device/device_pipeline.h"
+#include "device/memory_budget.h"
 
 namespace conveyor::apps {
 
@@ -80,10 +81,11 @@ Dataset shards_of_rank(const Dataset& d, const Options& o);
 // The classes a dataset holds: its class folders, or for a list the distinct labels.
 std::size_t class_count(const Dataset& d);
 
-// The batch pools' bytes (host: cfg.host_pool_bytes(); device:
-// device_pool_bytes()) against --max-memory-mb, before anything is allocated.
-// Throws UsageError naming the flags and the figures when they exceed it.
-void check_memory(const Options& o, const Config& cfg, const TransferConfig& tc, const Device& device);
+// The pipeline's memory (device/memory_budget.h's estimate over dataset_size
+// samples) against --max-memory-mb, before anything is allocated. Throws
+// UsageError naming the flags and the figures when it exceeds it.
+void check_memory(const Options& o, const Config& cfg, std::size_t dataset_size, const TransferConfig& tc,
+                  const Device& device);
 
 // An output file the run will write (`flag` names it): fails now, with
 // UsageError naming flag, file and reason, when it cannot be created or

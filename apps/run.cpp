@@ -77,7 +77,17 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
     fill = trace->traced(std::move(fill));
     trace->trace_transfers(tc);
   }
-  DevicePipeline pipeline(cfg, dataset.size(), std::move(fill), tc, device);
+  // Ctrl-C while the pools are allocated and first touched (seconds for
+  // large ones) ends the run there, as at any step.
+  tc.interrupted = [] { return interrupt_signal() != 0; };
+  std::optional<DevicePipeline> built;
+  try {
+    built.emplace(cfg, dataset.size(), std::move(fill), tc, device);
+  } catch (const Interrupted&) {
+    result.interrupted = interrupt_signal();
+    return result;
+  }
+  DevicePipeline& pipeline = *built;
   const PipelineTrace::Sampling sampling(trace.get(), pipeline);  // joined before the pipeline goes
   StreamingReporter reporter(output, pipeline);
   result.interrupted = for_each_epoch(
@@ -161,7 +171,7 @@ RunResult run_once(const Options& o, Output output) {
   auto device = open_device(device_config(o));
   TransferConfig tc;
   tc.normalize = normalization(o, crop);
-  check_memory(o, cfg, tc, *device);  // before the pools are allocated
+  check_memory(o, cfg, dataset.size(), tc, *device);  // before the pools are allocated
   if (output == Output::print) print_header(o, dataset, device->describe());
   const GpuDecodeChoice gpu = choose_gpu_decode(gpu_decode_share(o), *images, *device, o.workers);
   if (!gpu.line.empty() && output == Output::print) std::printf("%s\n", gpu.line.c_str());

@@ -16,6 +16,16 @@ std::optional<BackendChoice> parse_backend(std::string_view s) {
 }
 
 
+void* Device::allocate_host_interruptibly(std::size_t bytes, const Interrupt& interrupted) {
+  if (interrupted && interrupted()) throw Interrupted();
+  return allocate_host(bytes);
+}
+
+std::unique_ptr<Buffer> Device::allocate_interruptibly(std::size_t bytes, const Interrupt& interrupted) {
+  if (interrupted && interrupted()) throw Interrupted();
+  return allocate(bytes);
+}
+
 std::string CudaProbe::explain() const {
   if (!built_with_cuda) return "built without CUDA (CONVEYOR_CUDA=OFF or no nvcc at build time)";
   if (error != 0) {

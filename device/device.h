@@ -37,6 +37,7 @@
 #include "device/dtype.h"
 #include "image/augment.h"
 #include "image/decode.h"
+#include "pipeline/batch.h"
 
 namespace conveyor {
 
@@ -200,6 +201,14 @@ class Device {
   virtual void* allocate_host(std::size_t bytes) = 0;
   virtual void free_host(void* p) noexcept = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
+  // As allocate_host and allocate, for a start-up that must stay interruptible
+  // (a pipeline's pools, hundreds of MB): `interrupted` (when set) is polled
+  // before the allocation and, where the backend first touches the memory
+  // itself (host), between chunks of that touch; true frees what was taken
+  // and throws Interrupted (pipeline/batch.h). By default: one poll, then the
+  // plain call.
+  virtual void* allocate_host_interruptibly(std::size_t bytes, const Interrupt& interrupted);
+  virtual std::unique_ptr<Buffer> allocate_interruptibly(std::size_t bytes, const Interrupt& interrupted);
   virtual std::unique_ptr<Stream> create_stream() = 0;  // non-blocking
   virtual std::unique_ptr<Event> create_event(EventKind kind = EventKind::sync) = 0;
   // Wraps a stream the caller owns (see Stream::native); not destroyed with the

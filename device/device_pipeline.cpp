@@ -24,11 +24,11 @@ namespace {
 std::size_t label_offset(std::size_t n, std::size_t sample_bytes) {
   return (n * sample_bytes + alignof(std::int64_t) - 1) / alignof(std::int64_t) * alignof(std::int64_t);
 }
-std::size_t label_tail_bytes(std::size_t capacity) {
-  return alignof(std::int64_t) - 1 + capacity * sizeof(std::int64_t);
-}
-
 }  // namespace
+
+std::size_t label_tail_bytes(std::size_t batch_size) {
+  return saturating_add(alignof(std::int64_t) - 1, saturating_mul(batch_size, sizeof(std::int64_t)));
+}
 
 constexpr unsigned char kPoison = 0xA5;
 
@@ -490,9 +490,12 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
     s.id = i;
     try {
       if (!device->hands_over()) {
-        s.raw = device->allocate(config.batch_size * config.sample_bytes + label_tail_bytes(config.batch_size));
+        s.raw = device->allocate_interruptibly(config.batch_size * config.sample_bytes + label_tail_bytes(config.batch_size),
+                                               transfer.interrupted);
       }
-      if (transfer.normalize) s.out = device->allocate(config.batch_size * transfer.normalize->output_bytes());
+      if (transfer.normalize) {
+        s.out = device->allocate_interruptibly(config.batch_size * transfer.normalize->output_bytes(), transfer.interrupted);
+      }
     } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
       throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
                                 std::to_string(core_->slots.size()) + " (" +
@@ -531,7 +534,10 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
   stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
   const std::size_t tail = label_tail_bytes(config.batch_size);  // room for the labels after the pixels
-  stages.allocator.allocate = [device, tail](std::size_t bytes) { return device->allocate_host(bytes + tail); };
+  stages.allocator.interrupted = transfer.interrupted;  // polled between buffers and by allocate_host_interruptibly
+  stages.allocator.allocate = [device, tail, interrupted = transfer.interrupted](std::size_t bytes) {
+    return device->allocate_host_interruptibly(bytes + tail, interrupted);
+  };
   stages.allocator.deallocate = [device](void* p, std::size_t) { device->free_host(p); };
   if (device->poisons_released()) {
     stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };

@@ -89,6 +89,14 @@ struct TransferConfig {
   // correct. Overrides consumer_stream. Default: none.
   std::function<void*()> current_consumer_stream;
 
+  // Optional: polled on the constructing thread while the pipeline allocates
+  // and first touches its pools (device slots and host buffers: between
+  // buffers, and every kTouchChunk bytes of a buffer's first touch); true
+  // abandons the construction, which frees what it took and throws
+  // Interrupted (pipeline/batch.h). For a caller that must answer Ctrl-C
+  // during a start-up of hundreds of MB. Default: none.
+  Interrupt interrupted;
+
   // The GPU decode path: the samples an ImageSource with gpu_share
   // left undecoded (its deferred_decodes()) are decoded here, on the transfer
   // thread's stream, by `decoder` (Device::create_jpeg_decoder) and rendered
@@ -195,6 +203,10 @@ class DeviceBatch {
 // normalized ones.
 // Saturates at SIZE_MAX. Throws nothing.
 std::size_t device_pool_bytes(const Config& config, const TransferConfig& transfer, const Device& device);
+// Bytes a DevicePipeline's host buffer and raw device slot hold beyond
+// batch_size * sample_bytes: the labels that travel with the pixels
+// (8 bytes a slot, and up to 7 of alignment).
+std::size_t label_tail_bytes(std::size_t batch_size);
 
 class DevicePipeline {
  public:

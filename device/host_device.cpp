@@ -41,8 +41,16 @@ class HostBuffer final : public Buffer {
  public:
   // Touched at once, as cudaMalloc'd and cudaHostAlloc'd memory is resident: a
   // first-use page fault per 4 KiB would otherwise land in the steady state.
-  explicit HostBuffer(std::size_t bytes) : bytes_(bytes), data_(bytes ? ::operator new(bytes, kAlign) : nullptr) {
-    if (data_) std::memset(data_, 0, bytes_);
+  // `interrupted` is polled between chunks of the touch (pipeline/batch.h's
+  // first_touch); Interrupted frees the memory.
+  explicit HostBuffer(std::size_t bytes, const Interrupt& interrupted = {})
+      : bytes_(bytes), data_(bytes ? ::operator new(bytes, kAlign) : nullptr) {
+    try {
+      if (data_) first_touch(data_, bytes_, interrupted);
+    } catch (...) {
+      ::operator delete(data_, kAlign);
+      throw;
+    }
   }
   ~HostBuffer() override {
     if (data_) ::operator delete(data_, kAlign);
@@ -332,13 +340,24 @@ class HostDevice final : public Device {
   int ordinal() const override { return -1; }
   void bind_thread() override {}
 
-  void* allocate_host(std::size_t bytes) override {
+  void* allocate_host(std::size_t bytes) override { return allocate_host_interruptibly(bytes, {}); }
+  void* allocate_host_interruptibly(std::size_t bytes, const Interrupt& interrupted) override {
+    if (interrupted && interrupted()) throw Interrupted();
     void* p = ::operator new(std::max<std::size_t>(bytes, 1), kAlign);
-    std::memset(p, 0, bytes);  // resident from the start, like cudaHostAlloc's pinned pages
+    try {
+      first_touch(p, bytes, interrupted);  // resident from the start, like cudaHostAlloc's pinned pages
+    } catch (...) {
+      ::operator delete(p, kAlign);
+      throw;
+    }
     return p;
   }
   void free_host(void* p) noexcept override { ::operator delete(p, kAlign); }
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
+  std::unique_ptr<Buffer> allocate_interruptibly(std::size_t bytes, const Interrupt& interrupted) override {
+    if (interrupted && interrupted()) throw Interrupted();
+    return std::make_unique<HostBuffer>(bytes, interrupted);
+  }
   std::unique_ptr<Stream> create_stream() override {
     return std::make_unique<HostStream>(true, config_.max_delay_us, config_.delay_seed, next_id());
   }

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstring>
 #include <new>
 #include <stdexcept>
 
@@ -50,24 +51,34 @@ bool mapped(std::size_t bytes) { return !kAsan && bytes >= kMapAtLeast; }
 
 }  // namespace
 
+void first_touch(void* data, std::size_t bytes, const Interrupt& interrupted) {
+  auto* p = static_cast<std::byte*>(data);
+  for (std::size_t done = 0; done < bytes;) {
+    if (interrupted && interrupted()) throw Interrupted();
+    const std::size_t n = std::min(kTouchChunk, bytes - done);
+    std::memset(p + done, 0, n);
+    done += n;
+  }
+}
+
 Allocator Allocator::host() {
   constexpr std::align_val_t kAlign{64};
-  return Allocator{
-      "host",
-      [](std::size_t bytes) -> void* {
-        if (!mapped(bytes)) return ::operator new(bytes, kAlign);
-        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) throw std::bad_alloc();
-        return p;  // page-aligned
-      },
-      [](void* p, std::size_t bytes) {
-        if (mapped(bytes)) {
-          ::munmap(p, bytes);
-        } else {
-          ::operator delete(p, kAlign);
-        }
-      },
+  Allocator a;
+  a.name = "host";
+  a.allocate = [](std::size_t bytes) -> void* {
+    if (!mapped(bytes)) return ::operator new(bytes, kAlign);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return p;  // page-aligned
   };
+  a.deallocate = [](void* p, std::size_t bytes) {
+    if (mapped(bytes)) {
+      ::munmap(p, bytes);
+    } else {
+      ::operator delete(p, kAlign);
+    }
+  };
+  return a;
 }
 
 BatchHandle::BatchHandle(BatchHandle&& other) noexcept
@@ -104,11 +115,16 @@ BatchPool::BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t 
   core_ = std::make_shared<BatchHandle::Core>(count, std::move(allocator), wait_yields);
   core_->bytes_per_batch = batch_capacity * sample_bytes;
   core_->batches.reserve(count);
+  const Interrupt& interrupted = core_->allocator.interrupted;
   for (std::size_t i = 0; i < count; ++i) {
+    if (interrupted && interrupted()) throw Interrupted();
     auto b = std::make_unique<Batch>();
     try {
-      b->indices.reserve(batch_capacity);
-      b->labels.reserve(batch_capacity);
+      // Written once now, then emptied: the capacity stays, resident.
+      grow_touched(b->indices, batch_capacity, interrupted);
+      grow_touched(b->labels, batch_capacity, interrupted);
+      b->indices.clear();
+      b->labels.clear();
     } catch (const std::bad_alloc&) {
       throw PoolAllocationError("batch pool: out of memory allocating the index and label slots of buffer " +
                                 std::to_string(i + 1) + " of " + std::to_string(count) + " (" +

@@ -13,6 +13,7 @@
 // not recycled, and freed with the pool.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,40 @@
 
 namespace conveyor {
 
+// Polled during a long start-up allocation (a pool's buffers and their first
+// touch); true abandons it. Called on the constructing thread; must be cheap.
+using Interrupt = std::function<bool()>;
+
+// Thrown when an Interrupt returned true: a start-up allocation was abandoned
+// (Ctrl-C while a pipeline's pools were being allocated). Everything allocated
+// so far is freed before it is thrown; nothing else changed.
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("interrupted while the batch pools were being allocated") {}
+};
+
+// Bytes first_touch() writes between two polls of its Interrupt: a few
+// milliseconds of page faults, so an interrupt is seen well within 50 ms.
+inline constexpr std::size_t kTouchChunk = std::size_t{16} << 20;
+
+// Writes zeros over [data, data + bytes), kTouchChunk at a time, polling
+// `interrupted` (when set) before each chunk, so every page is resident when it
+// returns. Throws Interrupted when the poll says so. Never allocates.
+void first_touch(void* data, std::size_t bytes, const Interrupt& interrupted);
+
+// Grows v to n value-initialized elements (so its pages are resident), a
+// kTouchChunk at a time, polling `interrupted` between chunks; throws
+// Interrupted, or std::bad_alloc, leaving v valid.
+template <class T>
+void grow_touched(std::vector<T>& v, std::size_t n, const Interrupt& interrupted) {
+  v.reserve(n);
+  const std::size_t step = std::max<std::size_t>(1, kTouchChunk / sizeof(T));
+  while (v.size() < n) {
+    if (interrupted && interrupted()) throw Interrupted();
+    v.resize(v.size() + std::min(step, n - v.size()));
+  }
+}
+
 // Where batch memory comes from. Both functions are called only while the pool
 // is built and destroyed, never in the steady state.
 struct Allocator {
@@ -40,6 +75,10 @@ struct Allocator {
   // pool, before any worker can see it again (a debug backend writes a poison
   // pattern here, so a stage that reads a buffer after its release is caught).
   std::function<void(std::byte* data, std::size_t bytes)> recycle;
+  // Optional: polled by the pool between buffers (and between chunks as it
+  // first touches each buffer's index and label slots) while it is built; true
+  // abandons the build with Interrupted. `allocate` may poll it too.
+  Interrupt interrupted;
 
   // 64-byte aligned host memory: operator new, or mmap for buffers of 1 MiB
   // and more (returned to the system when freed; see batch.cpp).
@@ -144,8 +183,12 @@ class PoolAllocationError : public std::runtime_error {
 
 class BatchPool {
  public:
-  // Allocates count batches of batch_capacity * sample_bytes bytes each.
+  // Allocates count batches of batch_capacity * sample_bytes bytes each, and
+  // first touches each batch's index and label slots (batch_capacity of each),
+  // so the memory the pool will use is resident from the start: an
+  // over-committed host fails here, not hours into a run.
   // Throws std::invalid_argument for count 0 or batch_capacity 0,
+  // Interrupted when allocator.interrupted says so,
   // PoolAllocationError when an allocation throws std::bad_alloc, and whatever
   // else the allocator throws (having freed, in every case, what it had allocated). wait_yields: how
   // acquire() waits for a free batch, as in BoundedQueue.

@@ -48,10 +48,19 @@ std::size_t Config::host_buffer_count() const {
 }
 
 std::size_t Config::host_pool_bytes() const {
-  // Each buffer: the pixels, plus an index and a label per slot.
+  // Each buffer: the pixels, plus an index, a label and a skip slot per sample.
   const std::size_t per_batch = saturating_mul(batch_size, sample_bytes);
-  const std::size_t bookkeeping = saturating_mul(batch_size, 2 * sizeof(std::uint64_t));
+  const std::size_t bookkeeping = saturating_mul(batch_size, kSlotBytes);
   return saturating_mul(host_buffer_count(), saturating_add(per_batch, bookkeeping));
+}
+
+std::size_t Config::bookkeeping_bytes(std::size_t dataset_size) const {
+  constexpr std::size_t word = sizeof(std::uint64_t);
+  const std::size_t order = saturating_mul(dataset_size, word);
+  const std::size_t batches = batch_size ? std::size_t(ceil_div(dataset_size, batch_size)) : dataset_size;
+  const std::size_t plan = saturating_mul(batches, 2 * word);
+  const std::size_t ahead = saturating_mul(workers, saturating_mul(batch_size, 2 * word));
+  return saturating_add(saturating_add(order, plan), ahead);
 }
 
 SamplerOptions Config::sampler_options(std::size_t dataset_size) const {

@@ -116,11 +116,19 @@ struct Config {
   // host_buffers and device_buffers with 0 replaced by their defaults.
   std::size_t host_buffer_count() const;
   std::size_t device_buffer_count() const;
-  // Bytes the host batch pool allocates at construction: host_buffer_count()
-  // buffers of batch_size * sample_bytes, with their per-slot index and label.
+  // Bytes of host memory a Pipeline with this config allocates and touches
+  // for its buffers: host_buffer_count() buffers of batch_size * sample_bytes
+  // (plain host memory; an allocator may add room of its own), and per slot
+  // of each, the index, the label and the skip reason's pointer (kSlotBytes).
   // Saturates at SIZE_MAX instead of overflowing, so a caller can compare it
   // with a memory budget before anything is allocated. Throws nothing.
+  static constexpr std::size_t kSlotBytes = 3 * sizeof(std::uint64_t);
   std::size_t host_pool_bytes() const;
+  // Bytes a Pipeline with this config allocates over dataset_size samples
+  // besides its pool: the epoch's order (8 bytes a sample), the plan and the
+  // consumer's position (8 bytes a batch of an epoch each), and each worker's
+  // read-ahead list (two batches of indices). Saturates; throws nothing.
+  std::size_t bookkeeping_bytes(std::size_t dataset_size) const;
 };
 
 // The default ceiling on a pipeline's batch pools (host and device together),

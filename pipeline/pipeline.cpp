@@ -135,8 +135,9 @@ struct Pipeline::OpenBatch {
   Batch* batch = nullptr;
   BatchHandle handle;
   // Per-slot skip reasons, each written by the worker that filled the slot and
-  // read by the completer (ordered by `done`).
-  std::vector<std::optional<std::string>> skips;
+  // read by the completer (ordered by `done`). A pointer a slot: 8 bytes where
+  // an optional string took 40, for every slot of every buffer.
+  std::vector<std::unique_ptr<std::string>> skips;
 };
 
 Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunctions stages, std::optional<PipelineState> resume)
@@ -154,7 +155,7 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       ring_size_(config_.host_buffer_count()),
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
   if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
-  for (std::size_t r = 0; r < ring_size_; ++r) ring_[r].skips.resize(config_.batch_size);
+  for (std::size_t r = 0; r < ring_size_; ++r) grow_touched(ring_[r].skips, config_.batch_size, stages_.allocator.interrupted);
   // The clocks start with the threads, not before the pool's allocation
   // (pinned memory, hundreds of MB, would count as every worker's busy time).
   start_ = Clock::now();
@@ -253,7 +254,7 @@ bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_
 
   const Plan::Pos pos = plan_.at(g);
   if (order_epoch_ != pos.epoch) {  // first batch of a new epoch: compute its order once
-    order_ = sampler_.epoch_order(pos.epoch);
+    sampler_.epoch_order(pos.epoch, order_);  // in place: one order's memory, never two
     order_epoch_ = pos.epoch;
   }
   Batch& b = **handle;
@@ -312,7 +313,7 @@ bool Pipeline::wait_open(std::uint64_t g, StageCounters& counters, Clock::time_p
 }
 
 // Removes the skipped slots: later samples move down so the batch stays dense.
-static void compact_skipped(Batch& b, std::vector<std::optional<std::string>>& skips) {
+static void compact_skipped(Batch& b, std::vector<std::unique_ptr<std::string>>& skips) {
   std::size_t out = 0;
   for (std::size_t j = 0; j < b.indices.size(); ++j) {
     if (skips[j]) {
@@ -332,7 +333,7 @@ static void compact_skipped(Batch& b, std::vector<std::optional<std::string>>& s
 }
 
 void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_point& mark) {
-  if (std::any_of(ob.skips.begin(), ob.skips.begin() + std::ptrdiff_t(ob.length), [](auto& r) { return r.has_value(); })) {
+  if (std::any_of(ob.skips.begin(), ob.skips.begin() + std::ptrdiff_t(ob.length), [](auto& r) { return r != nullptr; })) {
     compact_skipped(*ob.batch, ob.skips);
   }
   ob.batch->filled_at = Clock::now();
@@ -401,7 +402,7 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
       StageCounters::add(counters.items, 1);
       mark = now;
       if (s.skipped) {
-        ob.skips[slot] = std::move(s.skipped);
+        ob.skips[slot] = std::make_unique<std::string>(std::move(*s.skipped));
       } else {
         b.labels[slot] = s.label;
       }

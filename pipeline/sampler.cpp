@@ -36,8 +36,14 @@ std::size_t Sampler::samples_per_epoch() const {
 }
 
 std::vector<std::uint64_t> Sampler::epoch_order(std::uint64_t epoch) const {
-  const std::size_t n = o_.dataset_size;
-  std::vector<std::uint64_t> order(n);
+  std::vector<std::uint64_t> out;
+  epoch_order(epoch, out);
+  return out;
+}
+
+void Sampler::epoch_order(std::uint64_t epoch, std::vector<std::uint64_t>& order) const {
+  const std::size_t n = o_.dataset_size, w = o_.world_size;
+  order.resize(n);
   std::iota(order.begin(), order.end(), std::uint64_t{0});
   if (o_.shuffle && n > 1) {
     Rng rng(o_.seed, epoch, kShuffleStream);
@@ -45,13 +51,16 @@ std::vector<std::uint64_t> Sampler::epoch_order(std::uint64_t epoch) const {
       std::swap(order[i], order[rng.below(i + 1)]);
     }
   }
-  // Rank r takes positions r, r + W, ... of the padded or truncated order.
-  std::vector<std::uint64_t> shard(shard_size_);
+  if (w == 1) return;  // shard_size() == n: the order is the shard
+  // Rank r takes positions r, r + W, ... of the padded or truncated order,
+  // compacted in place: position k reads r + kW >= k, not yet overwritten,
+  // except a padding read past n, which wraps to the head: kept aside first.
+  const std::vector<std::uint64_t> head(order.begin(), order.begin() + std::ptrdiff_t(std::min(w, n)));
   for (std::size_t k = 0; k < shard_size_; ++k) {
-    const std::size_t pos = o_.rank + k * o_.world_size;
-    shard[k] = order[pos % n];  // pos >= n only when padding: wrap to the head
+    const std::size_t pos = o_.rank + k * w;
+    order[k] = pos < n ? order[pos] : head[(pos - n) % n];  // pos >= n only when padding, and then pos - n < W
   }
-  return shard;
+  order.resize(shard_size_);
 }
 
 }  // namespace conveyor

@@ -58,6 +58,10 @@ class Sampler {
   // This rank's dataset indices for `epoch`, in delivery order; length shard_size().
   // Batch b is elements [b * batch_size, b * batch_size + batch_length(b)).
   std::vector<std::uint64_t> epoch_order(std::uint64_t epoch) const;
+  // The same into `out`, reusing its memory: it holds dataset_size() elements
+  // while the order is drawn, shard_size() after, and nothing else is
+  // allocated beyond min(world_size, dataset_size) elements for the padding.
+  void epoch_order(std::uint64_t epoch, std::vector<std::uint64_t>& out) const;
 
  private:
   SamplerOptions o_;

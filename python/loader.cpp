@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "device/memory_budget.h"
 #include "pipeline/fnv1a.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sampler.h"
@@ -54,6 +55,7 @@ Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sa
   // opened; a GPU, when auto finds one, is opened as it is. One probe, and the reason auto gives.
   settings_.device.handover_if_host = true;
   device_ = open_device(settings_.device);
+  transfer_.interrupted = settings_.interrupted;
   // Each batch the consumer holds keeps one of the host pool's buffers; the
   // default pool (Config::host_buffer_count) has one for each device slot
   // beside those the workers and the host queue use, so device_buffers= is
@@ -130,28 +132,11 @@ Loader::Loader(ArrayRows rows, LoaderSettings settings)
 }
 
 void Loader::check_memory() const {
+  static const MemorySettingNames kNames{"batch_size", "", "workers", "host_queue", "device_queue", "max_memory_mb"};
   const Config& c = settings_.config;
-  const double mib = double(1 << 20);
-  const double need = (double(c.host_pool_bytes()) + double(device_pool_bytes(c, transfer_, *device_))) / mib;
-  const bool asked = settings_.max_memory_mb > 0;
-  const double limit = asked ? settings_.max_memory_mb : double(default_pool_budget_bytes()) / mib;
-  if (need <= limit) return;
-  // MiB as a person reads them: whole from 100 up, else 3 digits, so that a
-  // limit of 1.5 reads 1.5 and a need just over it does not round to it.
-  const auto whole = [](double x) {
-    if (x >= 100) return std::to_string((unsigned long long)(x + 0.5));
-    char text[32];
-    std::snprintf(text, sizeof text, "%.3g", x);
-    return std::string(text);
-  };
-  // Handed over (a CPU consumer), the device slots are the host buffers themselves.
-  const std::string device = device_->hands_over() ? "" : " + device " + std::to_string(c.device_buffer_count()) + " slots";
-  throw std::invalid_argument(
-      "the batch pools need " + whole(need) + " MiB (host " + std::to_string(c.host_buffer_count()) + " buffers" + device +
-      " of batch_size " + std::to_string(c.batch_size) + " x " +
-      std::to_string(c.sample_bytes) + " bytes a sample, workers " + std::to_string(c.workers) + ", host_queue " +
-      std::to_string(c.host_queue_depth) + ", device_queue " + std::to_string(c.device_queue_depth) +
-      "), over max_memory_mb " + whole(limit) + (asked ? "" : " (default: a quarter of physical memory)"));
+  const MemoryEstimate need = estimate_memory(c, dataset_size_, transfer_, *device_, labels_.size() * sizeof labels_[0]);
+  const std::string refusal = memory_refusal(need, c, *device_, settings_.max_memory_mb, kNames);
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
 }
 
 Loader::~Loader() { close(); }

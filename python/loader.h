@@ -82,6 +82,10 @@ struct LoaderSettings {
   // before anything is allocated. Default: 0, default_pool_budget_bytes() (a
   // quarter of physical memory), as the command line's --max-memory-mb.
   double max_memory_mb = 0;
+  // Polled while a pipeline starts, as TransferConfig::interrupted: true
+  // abandons the start with Interrupted (pipeline/batch.h), the loader as it
+  // was, to start again at its next call. Default: none.
+  Interrupt interrupted;
 };
 
 class Loader {
@@ -157,7 +161,8 @@ class Loader {
  private:
   Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sample_bytes);
   void start(std::optional<PipelineState> from);
-  // The end of both constructors: the pools' bytes against max_memory_mb.
+  // The end of both constructors: device/memory_budget.h's estimate (with the
+  // labels this loader keeps for arrays=) against max_memory_mb.
   void check_memory() const;
 
   LoaderSettings settings_;

@@ -104,6 +104,39 @@ class NoGil {
   PyThreadState* state_;
 };
 
+// The main thread's id (only it runs Python's signal handlers); set at import.
+std::atomic<unsigned long> main_thread{0};
+
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// Polled while a pipeline starts (its pools allocated and first touched, the
+// GIL let go and the loader's mutex held): whether a Ctrl-C came. It takes the
+// GIL for the look, on the main thread alone, and runs no handler there (one
+// that used this loader would wait for its mutex): PyOS_InterruptOccurred
+// takes the SIGINT and PyErr_SetInterrupt puts it back, for the caller's
+// PyErr_CheckSignals once the lock is let go (interrupted_start()).
+bool sigint_pending() {
+  if (PyThread_get_thread_ident() != main_thread.load(std::memory_order_relaxed) || interpreter_finalizing()) return false;
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  const bool came = PyOS_InterruptOccurred() != 0;
+  if (came) PyErr_SetInterrupt();
+  PyGILState_Release(gil);
+  return came;
+}
+
+// A start abandoned for sigint_pending(), the loader as it was: runs the
+// signal's handler, raising what it raises (KeyboardInterrupt); returns when
+// the handler raised nothing, for the caller to start again.
+void interrupted_start() {
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
 struct PyLoader {
   std::unique_ptr<HeldRows> x;  // before `loader`: released after its threads are joined
   std::unique_ptr<Loader> loader;
@@ -312,7 +345,13 @@ py::object next_batch(EpochIter& it) {
   InNext in_next(*L.holders);
   SlotWait wait;
   for (;;) {
-    const Try t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch, in_next, wait); });
+    Try t;
+    try {
+      t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch, in_next, wait); });
+    } catch (const Interrupted&) {  // Ctrl-C as the pipeline started: nothing taken
+      interrupted_start();
+      continue;
+    }
     if (t == Try::slot_held) {  // another thread's batch will come back: wait for it, Ctrl-C between waits
       // Batches an ended thread handed on come back only if some other
       // thread is left to drop them.
@@ -343,7 +382,11 @@ py::object next_batch(EpochIter& it) {
       break;
     }
     wait = {};  // a slot came back meanwhile
-    L.locked([](Loader& l) { return l.wait_ready(50ms); });
+    try {
+      L.locked([](Loader& l) { return l.wait_ready(50ms); });
+    } catch (const Interrupted&) {
+      interrupted_start();
+    }
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the loader intact
   }
   held->count.holders = L.holders;  // took() counted it; ~Held gives it back
@@ -417,6 +460,7 @@ LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std
     kind = "cuda";
   }
   s.device.backend = pick("device", kind, kDevices);
+  s.interrupted = sigint_pending;  // Ctrl-C while the pools are allocated: raised within 50 ms
   if (normalize) {
     s.normalize = pick("normalize", *normalize, kNormalizeTypes);
   }
@@ -747,6 +791,12 @@ void bind_errors(py::module_& m) {
       set(PyExc_ValueError, e.what());
     } catch (const PoolAllocationError& e) {
       set(PyExc_MemoryError, e.what());
+    } catch (const Interrupted& e) {
+      // Ctrl-C as a call started the pipeline (epoch(e), load_state_dict()),
+      // which left the loader where it was: the signal's handler runs, and
+      // what it raises is raised; KeyboardInterrupt if it raises nothing, as
+      // the call did not happen.
+      if (PyErr_CheckSignals() == 0) set(PyExc_KeyboardInterrupt, e.what());
     } catch (const py::error_already_set&) {
       throw;  // a Python exception already
     } catch (const py::value_error& e) {
@@ -786,6 +836,8 @@ PYBIND11_MODULE(_conveyor, m) {
   // Which thread finalizes the interpreter (NoGil lets it take the GIL back).
   py::module_::import("atexit").attr("register")(py::cpp_function(
       [] { conveyor::python::finalizing_thread.store(PyThread_get_thread_ident()); }));
+  conveyor::python::main_thread.store(
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>());
   conveyor::python::bind_arrays(m);
   conveyor::python::bind_loader(m);
 }

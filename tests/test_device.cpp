@@ -1355,3 +1355,26 @@ TEST_CASE("a consumer bound by its work on the device is named the bottleneck, n
   REQUIRE(st.bottleneck()->name == "consumer");
   REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("the transfer waited"));
 }
+
+TEST_CASE("device pipeline: an interrupt while the pools are built abandons the start, and a later one starts as ever",
+          "[device][error]") {
+  for (const HostTransfer transfer : {HostTransfer::copy, HostTransfer::handover}) {
+    DeviceConfig dc;
+    dc.host_transfer = transfer;
+    auto device = host_device(dc);
+    Config cfg = small_config(2, 2, 2);
+    cfg.sample_bytes = kTouchChunk / 4 + 1;  // a buffer of 4 samples takes two chunks to touch
+    TransferConfig tc;
+    tc.normalize = std::nullopt;
+    for (const int at : {1, 2, 3, 5, 9, 14}) {  // before the slots, inside one, between buffers, in the host pool
+      int polls = 0;
+      tc.interrupted = [&] { return ++polls == at; };
+      CHECK_THROWS_AS(DevicePipeline(cfg, 8, test::fill_pattern, tc, device), Interrupted);
+    }
+    tc.interrupted = [] { return false; };
+    DevicePipeline dp(cfg, 8, test::fill_pattern, tc, device);
+    auto b = dp.next();
+    REQUIRE(b);
+    CHECK(b->size() == 4);
+  }
+}

@@ -1056,7 +1056,7 @@ TEST_CASE("config: the host pool's bytes, saturating instead of overflowing", "[
   c.sample_bytes = 150528;
   c.workers = 4;
   CHECK(c.host_buffer_count() == 10);
-  CHECK(c.host_pool_bytes() == 10 * 64 * (150528 + 16));
+  CHECK(c.host_pool_bytes() == 10 * 64 * (150528 + 24));
   c.sample_bytes = SIZE_MAX / 2;
   CHECK(c.host_pool_bytes() == SIZE_MAX);
   // The buffer counts saturate too (a queue depth of SIZE_MAX - 5 gave 0 buffers, 0 bytes).
@@ -1087,4 +1087,44 @@ TEST_CASE("batch pool: labels-only buffers are allocated, and a null from the al
   }
   a.allocate = [](std::size_t) -> void* { return nullptr; };
   REQUIRE_THROWS_AS(BatchPool(2, 4, 16, a), PoolAllocationError);
+}
+
+TEST_CASE("batch pool: an interrupt between buffers abandons the build and frees what it took", "[pipeline][error]") {
+  std::size_t live = 0, polls = 0;
+  Allocator a = Allocator::host();
+  const auto plain_allocate = a.allocate;
+  const auto plain_deallocate = a.deallocate;
+  a.allocate = [&, plain_allocate](std::size_t bytes) {
+    ++live;
+    return plain_allocate(bytes);
+  };
+  a.deallocate = [&, plain_deallocate](void* p, std::size_t bytes) {
+    --live;
+    plain_deallocate(p, bytes);
+  };
+  a.interrupted = [&] { return ++polls > 6; };  // a few buffers in
+  CHECK_THROWS_AS(BatchPool(8, 4, 100, a), Interrupted);
+  CHECK(live == 0);
+  a.interrupted = [] { return false; };
+  BatchPool pool(8, 4, 100, a);  // polled and never stopped: built as ever
+  CHECK(pool.count() == 8);
+}
+
+TEST_CASE("first_touch: writes every byte, and stops between chunks when interrupted", "[pipeline]") {
+  std::vector<std::byte> v(kTouchChunk * 2 + 5, std::byte{7});
+  first_touch(v.data(), v.size(), {});
+  CHECK(std::all_of(v.begin(), v.end(), [](std::byte b) { return b == std::byte{0}; }));
+  std::fill(v.begin(), v.end(), std::byte{7});
+  int polls = 0;
+  CHECK_THROWS_AS(first_touch(v.data(), v.size(), [&] { return ++polls == 2; }), Interrupted);
+  CHECK(v[0] == std::byte{0});
+  CHECK(v[kTouchChunk] == std::byte{7});  // the second chunk was never written
+}
+
+TEST_CASE("config: the bookkeeping's bytes count the order, the plan and the read-ahead lists", "[pipeline][config]") {
+  Config c;
+  c.batch_size = 10;
+  c.workers = 3;
+  CHECK(c.bookkeeping_bytes(95) == 95 * 8 + 10 * 16 + 3 * 10 * 16);
+  CHECK(c.bookkeeping_bytes(SIZE_MAX) == SIZE_MAX);
 }

@@ -205,3 +205,25 @@ TEST_CASE("sampler: shard and batch counts do not wrap near SIZE_MAX", "[sampler
   o.batch_size = 64;
   CHECK(Sampler(o).batches_per_epoch() == SIZE_MAX / 64 + 1);
 }
+
+TEST_CASE("sampler: the order drawn in place equals DistributedSampler's, fewer samples than ranks included", "[sampler]") {
+  for (std::size_t n : {0, 1, 3, 10, 17}) {
+    for (std::size_t w : {1, 2, 4, 7}) {
+      for (ShardPolicy policy : {ShardPolicy::pad, ShardPolicy::drop}) {
+        for (std::size_t r = 0; r < w; ++r) {
+          const SamplerOptions o{n, 4, 9, true, false, r, w, policy};
+          const Sampler whole({n, 4, 9, true, false, 0, 1, policy});
+          const std::vector<std::uint64_t> order = whole.epoch_order(2);  // the full permutation
+          const Sampler s(o);
+          std::vector<std::uint64_t> want;
+          for (std::size_t k = 0; k < s.shard_size(); ++k) want.push_back(order[(r + k * w) % n]);
+          std::vector<std::uint64_t> reused(100, 5);  // memory of an earlier epoch, reused
+          s.epoch_order(2, reused);
+          INFO("n " << n << " w " << w << " r " << r);
+          CHECK(reused == want);
+          CHECK(s.epoch_order(2) == want);
+        }
+      }
+    }
+  }
+}

@@ -752,6 +752,27 @@ def big_slow_folder(tmp_path, n=8, side=1500):
     return tmp_path
 
 
+def test_ctrl_c_while_the_pools_are_allocated_raises_within_half_a_second_and_the_loader_starts_again():
+    # The first next() allocates and first touches 1.8 GB of pools (batch 96 of 512 x 512 x 3, float32 slots),
+    # most of a second on a 2-core VM; a SIGINT 100 ms into it used to wait for all of it.
+    x = np.ones((96, 512, 512, 3), np.uint8)
+    loader = conveyor.Loader(arrays=(x, np.arange(96) % 2), batch_size=96, normalize="float32", device="cpu",
+                             max_memory_mb=8192)
+    state = loader.state_dict()
+    sent = []
+    timer = threading.Timer(0.1, lambda: (sent.append(time.monotonic()), os.kill(os.getpid(), signal.SIGINT)))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(loader))
+    ended = time.monotonic()
+    timer.join()
+    assert sent and ended - sent[0] < 0.5, f"{ended - sent[0]:.3f} s from the SIGINT to KeyboardInterrupt"
+    assert loader.state_dict() == state  # nothing taken
+    xb, yb = next(iter(loader))  # the loader starts again, from where it was
+    assert np.asarray(xb).shape == (96, 3, 512, 512) and len(np.asarray(yb)) == 96
+    loader.close()
+
+
 def test_ctrl_c_while_waiting_raises_keyboard_interrupt_promptly_and_the_loader_closes(tmp_path):
     # Batches of 512 big images on 1 worker take seconds each: the signal lands while next() waits.
     root = big_slow_folder(tmp_path)
