@@ -18,11 +18,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string_view>
+#include <tuple>
 
 #include "apps/toml_config.h"
 #include "data/atomic_file.h"
-#include "image/default_dataset.h"
 #include "data/file_system.h"
+#include "image/default_dataset.h"
+#include "source/source.h"
 
 namespace conveyor::apps {
 
@@ -95,19 +97,24 @@ Dataset open_dataset(const Options& o, Announce announce) {
   if (int(!o.list.empty()) + int(!o.folder.empty()) + int(!o.shards.empty()) > 1) {
     throw UsageError("--list, --folder, --shards: give one dataset, not several");
   }
-  try {
-    if (!o.shards.empty()) {
-      Dataset d = Dataset::from_shards(o.shards, o.unlisted_shards);
-      return o.rank_by_shard ? shards_of_rank(d, o) : d;
+  DatasetSpec spec{.unlisted = o.unlisted_shards, .rank_by_shard = o.rank_by_shard, .rank_by_shard_setting = "--rank-by-shard: "};
+  for (const auto& [path, kind, setting] : {std::tuple{&o.shards, DatasetSpec::Kind::shards, "--shards "},
+                                            std::tuple{&o.list, DatasetSpec::Kind::list, "--list "},
+                                            std::tuple{&o.folder, DatasetSpec::Kind::folder, "--folder "}}) {
+    if (path->empty()) continue;
+    spec.kind = kind;
+    spec.path = *path;
+    spec.setting = setting;
+  }
+  if (!spec.path.empty()) {
+    Config ranks;  // the rank's shards are taken here; pipeline_config runs the pipeline as rank 0 of 1 then
+    ranks.rank = o.rank;
+    ranks.world_size = o.world_size;
+    try {
+      return conveyor::open_dataset(spec, ranks);
+    } catch (const DatasetError& e) {
+      throw UsageError(e.what());
     }
-    if (!o.list.empty()) {
-      Dataset d = Dataset::from_list(o.list);
-      if (d.size() == 0) throw UsageError("--list " + o.list + ": no samples (an empty list)");
-      return d;
-    }
-    if (!o.folder.empty()) return Dataset::from_folder(o.folder);  // refuses a folder without images itself
-  } catch (const DatasetError& e) {
-    throw UsageError(e.what());
   }
   bool made = false;
   const auto dir = ensure_default_dataset({}, &made);

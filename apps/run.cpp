@@ -11,6 +11,7 @@
 #include "apps/cli.h"
 #include "apps/trace.h"
 #include "device/gpu_share.h"
+#include "source/source.h"
 #include "image/image_source.h"
 
 namespace conveyor::apps {
@@ -158,29 +159,23 @@ RunResult run_once(const Options& o, Output output) {
   Dataset dataset = open_dataset(o, output == Output::print ? Announce::always : Announce::when_made);
   if (o.resident) return run_resident(o, std::move(dataset), output);
   const int crop = crop_size(o);
-  ImageConfig ic = image_config(o, o.augment, crop);
-  std::optional<ImageSource> images;
-  images.emplace(dataset, ic, o.workers);
+  auto device = open_device(device_config(o));
+  TransferConfig tc;
+  tc.normalize = normalization(o, crop);
+  const ImageSourceParts parts =
+      build_image_source(dataset, image_config(o, o.augment, crop), o.workers, gpu_decode_share(o), *device, tc);
   Config cfg = pipeline_config(o);
-  cfg.sample_bytes = images->sample_bytes();
+  cfg.sample_bytes = parts.images->sample_bytes();
   try {
     cfg.validate();
   } catch (const ConfigError& e) {
     throw UsageError(e.what());
   }
-  auto device = open_device(device_config(o));
-  TransferConfig tc;
-  tc.normalize = normalization(o, crop);
   check_memory(o, cfg, dataset.size(), tc, *device);  // before the pools are allocated
   if (output == Output::print) print_header(o, dataset, device->describe());
-  const GpuDecodeChoice gpu = choose_gpu_decode(gpu_decode_share(o), *images, *device, o.workers);
+  const GpuDecodeChoice& gpu = parts.gpu;
   if (!gpu.line.empty() && output == Output::print) std::printf("%s\n", gpu.line.c_str());
-  if (gpu.share > 0) {  // the workers leave that share to the transfer stage
-    ic.gpu_share = gpu.share;
-    images.emplace(dataset, ic, o.workers);
-    tc.gpu_decode = gpu.transfer_for(*images);
-  }
-  const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : images->filler();
+  const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : parts.images->filler();
   if (o.serial) return run_serial(o, cfg, dataset.size(), fill, device, output);
   RunResult r = run_streaming(o, cfg, dataset, fill, std::move(tc), device, output);
   r.gpu_share = gpu.share;

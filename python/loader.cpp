@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "device/memory_budget.h"
+#include "source/source.h"
 #include "pipeline/fnv1a.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/sampler.h"
@@ -70,15 +71,11 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
   num_classes_ = dataset.num_classes();
   classes_ = dataset.classes();
   dataset_digest_ = dataset.name_digest();
-  images_ = std::make_unique<ImageSource>(std::move(dataset), image, settings_.config.workers);
+  ImageSourceParts parts =
+      build_image_source(std::move(dataset), std::move(image), settings_.config.workers, settings_.gpu_decode, *device_, transfer_);
+  images_ = std::move(parts.images);
+  gpu_ = std::move(parts.gpu);
   settings_.config.sample_bytes = images_->sample_bytes();
-  gpu_ = choose_gpu_decode(settings_.gpu_decode, *images_, *device_, settings_.config.workers);
-  if (gpu_.share > 0) {  // the workers leave that share to the transfer stage's decoder
-    image.gpu_share = gpu_.share;
-    Dataset same = images_->dataset();
-    images_ = std::make_unique<ImageSource>(std::move(same), image, settings_.config.workers);
-    transfer_.gpu_decode = gpu_.transfer_for(*images_);
-  }
   const Size out = images_->output();
   if (settings_.normalize) {
     transfer_.normalize = TransferConfig::Normalization{std::size_t(out.height), std::size_t(out.width), 3, Normalize{},

@@ -39,6 +39,7 @@
 #include "python/batch_arrays.h"
 #include "python/holders.h"
 #include "python/loader.h"
+#include "source/source.h"
 #include "image/augment.h"
 
 namespace py = pybind11;
@@ -505,13 +506,10 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   if (given != 1) throw py::value_error("give exactly one dataset: folder=, list=, shards= or arrays=(x, y)");
   auto L = std::make_unique<PyLoader>();
   if (!arrays) {
-    Dataset d = folder ? Dataset::from_folder(*folder) : shards ? Dataset::from_shards(*shards, unlisted) : Dataset::from_list(*list);
-    if (list && d.size() == 0) throw py::value_error("list=" + *list + ": no samples (an empty list)");  // a folder refuses itself
-    if (rank_by_shard) {  // whole shards for this rank; the pipeline then runs as rank 0 of 1
-      d = d.rank_subset(s.config.rank, s.config.world_size, s.config.shard_policy);
-      s.config.rank = 0;
-      s.config.world_size = 1;
-    }
+    using Kind = DatasetSpec::Kind;
+    const DatasetSpec spec{folder ? Kind::folder : shards ? Kind::shards : Kind::list, folder ? *folder : shards ? *shards : *list,
+                           unlisted, rank_by_shard, folder ? "folder=" : shards ? "shards=" : "list=", "rank_by_shard=True: "};
+    Dataset d = open_dataset(spec, s.config);  // with rank_by_shard, this rank's shards; the pipeline then runs as rank 0 of 1
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
     return L;
   }

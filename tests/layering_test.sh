@@ -7,6 +7,7 @@
 #               where a sample's bytes come from, never what they decode to
 #   image/      decode, augment, resize, normalize, the image filler (images enter here)
 #   device/     the device interface, its CUDA and host backends, the copy stage
+#   source/     the one builder from a dataset spec to what a pipeline runs
 #   libtorch/   tensors and models
 #   python/     the Python module (pybind11): beside libtorch/, never over it:
 #               tensors reach PyTorch through DLPack, so the module carries no LibTorch
@@ -17,7 +18,7 @@
 # Usage: layering_test.sh SOURCE_ROOT
 set -euo pipefail
 cd "$1"
-layers=(pipeline data image device libtorch python apps)
+layers=(pipeline data image device source libtorch python apps)
 bad=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   layer=${layers[i]}
