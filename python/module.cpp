@@ -1,14 +1,12 @@
-// conveyor._conveyor: the pybind11 layer over python/loader.h. It converts
-// arguments (python/arguments.h checks each; defaults from the C++ Config and
-// ImageConfig: one source of truth), releases the GIL while waiting for a
-// batch and checks for Ctrl-C every 50 ms, and hands batches to Python
-// without a copy: each batch is a pair of Arrays (images, labels) that share
-// it (python/batch_arrays.h: DLPack and, on the host, NumPy's buffer
-// protocol). The batch goes back to the pipeline when the last Array, NumPy
-// view or DLPack tensor over it dies, on whichever thread that is. Workers and
-// the transfer thread never touch Python.
-// A Loader's settings are read-only once it is made; iterating a closed one
-// raises RuntimeError "loader: closed".
+// conveyor._conveyor: the pybind11 bindings over python/loader.h. Each
+// argument is checked where it is converted (python/arguments.h; defaults from
+// the C++ Config and ImageConfig: one source of truth), the dataset comes from
+// source/source.h as the command's does, and batches reach Python without a
+// copy as pairs of Arrays (python/batch_arrays.h: DLPack and, on the host,
+// NumPy's buffer protocol). How threads take batches (the GIL, Ctrl-C, slots
+// held by other threads, fork) is python/iteration.h. Workers and the delivery
+// thread never touch Python. A Loader's settings are read-only once it is
+// made; iterating a closed one raises RuntimeError "loader: closed".
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -38,6 +36,7 @@
 #include "python/array_input.h"
 #include "python/batch_arrays.h"
 #include "python/holders.h"
+#include "python/iteration.h"
 #include "python/loader.h"
 #include "source/source.h"
 #include "image/augment.h"
@@ -68,356 +67,11 @@ py::str file_name(const std::string& name) {
   return py::reinterpret_steal<py::str>(s);
 }
 
-// ------------------------------------------------------------------ loader
-
-// The thread that finalizes the interpreter: set by an atexit callback
-// (registered at import), which Python runs on that thread just before it
-// marks itself finalizing. 0 until then.
-std::atomic<unsigned long> finalizing_thread{0};
-
-// Lets the GIL go for a blocking call, as py::gil_scoped_release does. At
-// interpreter exit a daemon thread that takes the GIL back is ended with
-// pthread_exit, whose unwinding through pybind11's noexcept frames aborts the
-// whole process ("terminate called without an active exception"); such a
-// thread parks here instead, and the process ends around it. The finalizing
-// thread itself (closing a Loader from a `with` block of a generator left
-// open, say) takes the GIL back as usual.
-class NoGil {
- public:
-  NoGil() : state_(PyEval_SaveThread()) {}
-  ~NoGil() {
-    while (finalizing() && PyThread_get_thread_ident() != finalizing_thread.load()) {
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-    }
-    PyEval_RestoreThread(state_);
-  }
-  NoGil(const NoGil&) = delete;
-  NoGil& operator=(const NoGil&) = delete;
-
- private:
-  static bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing() != 0;
-#else
-    return _Py_IsFinalizing() != 0;
-#endif
-  }
-  PyThreadState* state_;
-};
-
-// The main thread's id (only it runs Python's signal handlers); set at import.
-std::atomic<unsigned long> main_thread{0};
-
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-
-// Polled while a pipeline starts (its pools allocated and first touched, the
-// GIL let go and the loader's mutex held): whether a Ctrl-C came. It takes the
-// GIL for the look, on the main thread alone, and runs no handler there (one
-// that used this loader would wait for its mutex): PyOS_InterruptOccurred
-// takes the SIGINT and PyErr_SetInterrupt puts it back, for the caller's
-// PyErr_CheckSignals once the lock is let go (interrupted_start()).
-bool sigint_pending() {
-  if (PyThread_get_thread_ident() != main_thread.load(std::memory_order_relaxed) || interpreter_finalizing()) return false;
-  const PyGILState_STATE gil = PyGILState_Ensure();
-  const bool came = PyOS_InterruptOccurred() != 0;
-  if (came) PyErr_SetInterrupt();
-  PyGILState_Release(gil);
-  return came;
-}
-
-// A start abandoned for sigint_pending(), the loader as it was: runs the
-// signal's handler, raising what it raises (KeyboardInterrupt); returns when
-// the handler raised nothing, for the caller to start again.
-void interrupted_start() {
-  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-}
-
-struct PyLoader {
-  std::unique_ptr<HeldRows> x;  // before `loader`: released after its threads are joined
-  std::unique_ptr<Loader> loader;
-  std::mutex mu;                  // one consumer call at a time; taken with the GIL released
-  // Bumped under `mu` by every move (epoch(), load_state_dict): older iterators end.
-  std::atomic<std::uint64_t> generation{0};
-  py::object stream_source = py::none();  // returns the CUDA stream to make each batch ready on
-  // The process whose threads the loader runs. fork() copies the loader but
-  // not its threads (nor, perhaps, an unlocked `mu`): a child may use a loader
-  // that had not started yet, and is refused one that had.
-  pid_t pid = ::getpid();  // for the message
-  std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);
-  // A batch taken from the pipeline as a signal came in: the signal's
-  // exception (KeyboardInterrupt) was raised instead, and this batch is the
-  // next one given, on the stream it was made ready on (held_back_stream).
-  // The consumer's position (consumer_state) leaves it out. Dropped by a move
-  // (epoch(), load_state_dict) and by close(). Guarded by `mu`.
-  std::unique_ptr<DeviceBatch> held_back;
-  void* held_back_stream = nullptr;
-  std::shared_ptr<Holders> holders = std::make_shared<Holders>();
-  // slot_timeout=: how long next() waits for another thread to give a slot
-  // back when every one is held; nullopt: for ever.
-  std::optional<std::chrono::milliseconds> slot_timeout = std::chrono::seconds(60);
-  py::dict given;  // the constructor's keywords as checked (not arrays=), read back by the properties
-
-  PyLoader() = default;
-  PyLoader(const PyLoader&) = delete;
-  PyLoader& operator=(const PyLoader&) = delete;
-  ~PyLoader() {
-    // In a forked child the threads to join live in the parent: joining (or
-    // locking) here would hang or crash. The child's copy is left to the OS.
-    if (loader && forks_as_child.load(std::memory_order_relaxed) != forks && loader->running()) {
-      (void)held_back.release();  // its release would go to the parent's pipeline
-      (void)loader.release();
-    }
-  }
-
-  // Runs f under the loader's mutex with the GIL released.
-  template <typename F>
-  auto locked(F f) {
-    check_process();
-    NoGil nogil;
-    std::lock_guard lk(mu);
-    return f(*loader);
-  }
-  // Throws a one-line RuntimeError in a child forked after the loader started.
-  void check_process() {
-    const std::uint64_t now_forks = forks_as_child.load(std::memory_order_relaxed);
-    if (now_forks == forks) return;
-    const pid_t now = ::getpid();
-    if (loader->running()) {
-      throw std::runtime_error("Loader: made and started in process " + std::to_string(pid) +
-                               ", used in process " + std::to_string(now) +
-                               " after fork(): its threads stayed in the parent; make a new Loader in the child");
-    }
-    pid = now;  // never started: the child's copy is its own
-    forks = now_forks;
-  }
-  // close() and the with-block's exit: the held-back batch and the threads.
-  void close() {
-    locked([&](Loader& l) {
-      held_back.reset();
-      l.close();
-    });
-  }
-  void seek(const PipelineState& s) {
-    locked([&](Loader& l) {
-      held_back.reset();
-      l.seek(s);
-      ++generation;
-    });
-  }
-  // Where the consumer stands: the loader's position, less a held-back batch
-  // (the last of its epoch, it moved the loader on to the next). Under `mu`.
-  PipelineState consumer_state(const Loader& l) const {
-    PipelineState s = l.state();
-    if (!held_back) return s;
-    const Batch& b = held_back->host();
-    if (s.epoch != b.epoch) {
-      s.epoch = b.epoch;
-      s.delivered.clear();
-      for (std::uint64_t i = 0; i < l.batches_per_epoch(); ++i) s.delivered.push_back(i);
-    }
-    std::erase(s.delivered, b.index);
-    return s;
-  }
-};
-
-struct EpochIter {
-  PyLoader* loader;
-  py::object keep;  // the Python Loader, alive while iterating
-  std::uint64_t epoch, generation;
-};
-
-enum class Try { batch, end, not_yet, slot_held };
-
-// Iterating a closed loader, or one closed while a loop ran on it (from
-// another thread, or inside the loop): an error, not an empty epoch.
-std::runtime_error closed_error() {
-  return std::runtime_error("loader: closed (by close() or the end of its with block); make a new Loader to read again");
-}
-
-// A next() call waiting for another thread to give a slot back: since when
-// (slot_timeout counts from there; {}: not waiting), the releases it has seen
-// (a release to any thread starts the wait again), and who held what.
-struct SlotWait {
-  Clock::time_point since{};
-  std::uint64_t releases = 0;
-  Holders::Count holders;
-};
-
-// This thread counts as inside next() from its start until it takes a batch
-// (Holders::took ends it), returns or raises; left() early, under the
-// loader's mutex, before it raises for a full pool, so that another thread
-// waiting there sees it gone at once.
-struct InNext {
-  Holders& h;
-  bool out = false;
-  explicit InNext(Holders& holders) : h(holders) { h.enter(thread_serial()); }
-  ~InNext() { left(); }
-  void left() {
-    if (!out) h.leave(thread_serial());
-    out = true;
-  }
-  InNext(const InNext&) = delete;
-  InNext& operator=(const InNext&) = delete;
-};
-
-// The RuntimeError of a full pool: who holds its slots, and why none will
-// come back (`waited`: after slot_timeout's wait; else nobody can give one).
-std::runtime_error full_pool(const Loader& l, const Holders::Count& n, std::optional<std::chrono::milliseconds> waited) {
-  std::string who = std::to_string(n.mine) + " taken by this thread";
-  if (n.waiting > 0) {
-    who += ", " + std::to_string(n.waiting) + " by " + std::to_string(n.waiting_threads) +
-           " other thread(s) now waiting in next() too";
-  }
-  if (n.ended > 0) who += ", " + std::to_string(n.ended) + " by threads that have ended (batches handed on)";
-  if (n.running > 0) {
-    who += ", " + std::to_string(n.running) + " by " + std::to_string(n.running_threads) + " other thread(s)";
-  }
-  char seconds[32] = "";
-  if (waited) std::snprintf(seconds, sizeof seconds, "%g", double(waited->count()) / 1000);
-  who += waited ? std::string("; none came back in ") + seconds + " s (slot_timeout=)" : ", so none can come back";
-  return std::runtime_error("Loader: all " + std::to_string(l.device_slots()) + " device slots are held by batches still alive (" +
-                            who + "); release a batch before taking another (or raise device_buffers: threads that share "
-                            "a loader need device_queue + 2 * threads)");
-}
-
-// One try at the next batch of it.epoch, under the loader's mutex: checking
-// and taking in one critical section, so two Python threads on one loader
-// cannot both see "ready" and one then block in next() holding it. A
-// held-back batch comes first.
-Try try_next(PyLoader& L, Loader& l, const EpochIter& it, void* stream, std::optional<DeviceBatch>& out, InNext& in_next,
-             SlotWait& wait) {
-  const std::uint64_t epoch = it.epoch;
-  if (l.closed()) throw closed_error();
-  if (it.generation != L.generation) return Try::end;  // moved elsewhere meanwhile
-  if (L.held_back) {
-    if (L.held_back->host().epoch != epoch) return Try::end;
-    out = std::move(*L.held_back);
-    L.held_back.reset();
-    if (stream != L.held_back_stream && out->device().backend() == Backend::cuda) out->use_on(stream);
-    L.holders->took(thread_serial());
-    in_next.out = true;
-    return Try::batch;
-  }
-  if (l.state().epoch != epoch) return Try::end;
-  if (l.every_slot_held()) {
-    Holders::Count& n = wait.holders;
-    const bool may = L.holders->may_come_back(thread_serial(), n);
-    const auto now = Clock::now();
-    if (wait.since == Clock::time_point{} || n.releases != wait.releases) {
-      wait.since = now;
-      wait.releases = n.releases;
-    }
-    const bool timed_out = L.slot_timeout && now - wait.since >= *L.slot_timeout;
-    if (may && !timed_out) return Try::slot_held;
-    in_next.left();
-    throw full_pool(l, n, timed_out ? L.slot_timeout : std::nullopt);
-  }
-  if (!l.wait_ready(0ms)) return Try::not_yet;
-  out = l.next(stream);
-  if (!out) return Try::end;
-  // Counted while the loader's mutex is held: a thread that finds every slot
-  // held next sees this one's batch, and this thread as on its way out.
-  L.holders->took(thread_serial());
-  in_next.out = true;
-  return Try::batch;
-}
-
-py::object next_batch(EpochIter& it) {
-  PyLoader& L = *it.loader;
-  if (it.generation != L.generation) throw py::stop_iteration();  // the loader moved elsewhere
-  L.check_process();  // before anything locks: a forked child may hold copies of locked mutexes
-  void* stream = nullptr;
-  if (!L.stream_source.is_none()) stream = reinterpret_cast<void*>(L.stream_source().cast<std::intptr_t>());
-  std::optional<DeviceBatch> batch;
-  auto held = std::make_shared<Held>();  // before the take: no allocation fails after it
-  // Take a batch only when it is ready now; wait (up to 50 ms at a time)
-  // without taking, and raise a signal's exception (Ctrl-C: KeyboardInterrupt)
-  // between waits. A signal that came while the GIL was let go for the take
-  // is raised too, with the batch held back for the next call: a batch taken
-  // and then dropped for KeyboardInterrupt would be missing from the epoch,
-  // and counted as delivered by state_dict(). From here to the return the GIL
-  // is held, so no Python thread of this process can signal in between.
-  InNext in_next(*L.holders);
-  SlotWait wait;
-  for (;;) {
-    Try t;
-    try {
-      t = L.locked([&](Loader& l) { return try_next(L, l, it, stream, batch, in_next, wait); });
-    } catch (const Interrupted&) {  // Ctrl-C as the pipeline started: nothing taken
-      interrupted_start();
-      continue;
-    }
-    if (t == Try::slot_held) {  // another thread's batch will come back: wait for it, Ctrl-C between waits
-      // Batches an ended thread handed on come back only if some other
-      // thread is left to drop them.
-      if (wait.holders.running == 0 && py::module_::import("threading").attr("active_count")().cast<int>() <= 1) {
-        in_next.left();
-        throw full_pool(*L.loader, wait.holders, std::nullopt);
-      }
-      {
-        NoGil nogil;
-        L.holders->wait(50ms);
-      }
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      continue;
-    }
-    if (t == Try::end) throw py::stop_iteration();
-    if (t == Try::batch) {
-      if (PyErr_CheckSignals() != 0) {
-        py::error_already_set raised;  // fetched before the lock lets the GIL go
-        L.locked([&](Loader&) {
-          if (it.generation != L.generation) return;  // moved meanwhile: the batch is not the next one any more
-          L.held_back = std::make_unique<DeviceBatch>(std::move(*batch));
-          L.held_back_stream = stream;
-        });
-        batch.reset();  // dropped if not held back: its slot first, then the count
-        L.holders->released(thread_serial());  // held back, the loader's now; or dropped
-        throw raised;
-      }
-      break;
-    }
-    wait = {};  // a slot came back meanwhile
-    try {
-      L.locked([](Loader& l) { return l.wait_ready(50ms); });
-    } catch (const Interrupted&) {
-      interrupted_start();
-    }
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the loader intact
-  }
-  held->count.holders = L.holders;  // took() counted it; ~Held gives it back
-  held->batch = std::move(*batch);
-  held->sample_shape = L.loader->sample_shape();
-  held->element = L.loader->element();
-  held->ready_on = stream;
-  return py::make_tuple(wrap(held, false), wrap(held, true));
-}
-
 // A dataset digest as state_dict() keeps it: "fnv1a:" and 16 hex digits.
 std::string digest_text(std::uint64_t digest) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
   return std::string("fnv1a:") + hex;
-}
-
-EpochIter epoch_iter(py::object self, std::optional<std::uint64_t> e) {
-  auto& L = self.cast<PyLoader&>();
-  const PipelineState now = L.locked([&](Loader& l) {
-    if (l.closed()) throw closed_error();
-    return L.consumer_state(l);
-  });
-  if (e && *e != now.epoch) {
-    PipelineState s = now;
-    s.epoch = *e;
-    s.delivered.clear();
-    L.seek(s);
-  }
-  return EpochIter{&L, self, e ? *e : now.epoch, L.generation};
 }
 
 constexpr std::array<std::pair<const char*, BackendChoice>, 3> kDevices{
@@ -551,91 +205,104 @@ py::dict stats_dict(const PipelineStats& s) {
                   "bottleneck"_a = s.stages.empty() ? std::string("no batch taken yet") : s.bottleneck_summary());
 }
 
-void bind_loader(py::module_& m) {
+// The Loader's keywords as given, before any is checked.
+struct Keywords {
+  py::object folder, list, shards, arrays, batch_size, workers, crop, augment, seed, shuffle, drop_last, epochs, device,
+      normalize, host_queue, device_queue, device_buffers, on_error, rank, world_size, rank_by_shard, extra_shards,
+      gpu_decode, max_memory_mb, slot_timeout;
+};
+
+// Loader(**keywords): every argument checked here, so that a wrong one gets a
+// one-line error naming it, not pybind11's signature dump.
+std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
+  py::object rank = k.rank, world_size = k.world_size;  // None: from the environment, below
+  const auto folder = path("folder", k.folder), list = path("list", k.list), shards = path("shards", k.shards);
+  const auto arrays = pair("arrays", k.arrays);
+  const auto augment = text("augment", k.augment, true), normalize = text("normalize", k.normalize, true);
+  const std::string device = device_name(k.device), on_error = *text("on_error", k.on_error);
+  const bool shuffle = flag("shuffle", k.shuffle), drop_last = flag("drop_last", k.drop_last);
+  const bool rank_by_shard = flag("rank_by_shard", k.rank_by_shard);
+  const bool extra_shards = flag("extra_shards", k.extra_shards);
+  if (extra_shards && k.shards.is_none()) throw py::value_error("extra_shards=True: needs shards=");
+  ImageConfig ic;
+  if (arrays && (!k.crop.is_none() || augment)) {
+    throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
+  }
+  const int side = k.crop.is_none() ? kDefaultCrop : int(whole("crop", k.crop, 1, kMaxCrop));
+  if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), side);
+  ic.on_error = pick("on_error", on_error, kErrorPolicies);
+  // rank=/world_size= not given: 0 of 1, with a warning when a launcher
+  // (torchrun, mpirun) says otherwise: DataLoader does not shard by
+  // itself either, but a loader reading everything on every rank
+  // is a silent trap.
+  if (world_size.is_none()) {
+    const char* env = std::getenv("WORLD_SIZE");
+    if (env && *env && std::string_view(env) != "1") {
+      const std::string warning = std::string("conveyor.Loader: WORLD_SIZE=") + env +
+                                  " in the environment, but world_size= not given: every rank reads the whole "
+                                  "dataset; pass rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE'])";
+      if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) != 0) throw py::error_already_set();
+    }
+    world_size = py::int_(Config{}.world_size);
+  }
+  if (rank.is_none()) rank = py::int_(Config{}.rank);
+  LoaderSettings s = settings({k.batch_size, k.workers, k.seed, k.epochs, k.host_queue, k.device_queue, k.device_buffers,
+                               rank, world_size},
+                              shuffle, drop_last, device, normalize);
+  s.gpu_decode = gpu_decode_share(k.gpu_decode);
+  s.max_memory_mb = non_negative("max_memory_mb", k.max_memory_mb);  // 0: a quarter of physical memory
+  if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
+  std::optional<std::chrono::milliseconds> wait;  // None: for ever
+  if (!k.slot_timeout.is_none()) {
+    const double seconds = non_negative("slot_timeout", k.slot_timeout);
+    if (seconds <= 0 || seconds > 1e9) throw py::value_error("slot_timeout=" + std::string(py::repr(k.slot_timeout)) +
+                                                             ": expected seconds > 0 (or None: wait for ever)");
+    wait = std::chrono::milliseconds(std::max<std::int64_t>(1, std::int64_t(std::ceil(seconds * 1000))));
+  }
+  const Config& c = s.config;
+  // What each keyword was given, checked (arrays= left out: x is held apart).
+  py::dict given("folder"_a = k.folder, "list"_a = k.list, "shards"_a = k.shards,
+                 "batch_size"_a = c.batch_size, "workers"_a = c.workers, "crop"_a = k.crop,
+                 "augment"_a = k.augment, "seed"_a = c.seed, "shuffle"_a = c.shuffle,
+                 "drop_last"_a = c.drop_last, "epochs"_a = c.epochs, "normalize"_a = k.normalize,
+                 "host_queue"_a = c.host_queue_depth, "device_queue"_a = c.device_queue_depth,
+                 "device_buffers"_a = c.device_buffers, "on_error"_a = on_error, "rank"_a = c.rank,
+                 "world_size"_a = c.world_size, "rank_by_shard"_a = rank_by_shard, "extra_shards"_a = extra_shards,
+                 "gpu_decode"_a = k.gpu_decode,
+                 "max_memory_mb"_a = s.max_memory_mb, "slot_timeout"_a = k.slot_timeout);
+  auto loader = make_loader(folder, list, shards, rank_by_shard,
+                            extra_shards ? UnlistedShards::read : UnlistedShards::refuse, arrays, std::move(ic),
+                            std::move(s));
+  loader->slot_timeout = wait;
+  loader->given = std::move(given);
+  return loader;
+}
+
+// The Loader's keywords, in the constructor's order.
+const std::set<std::string> kLoaderKeywords = {
+    "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "seed", "shuffle", "drop_last",
+    "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
+    "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"};
+
+// Loader(**keywords), and the error for anything else (positional arguments,
+// an unknown keyword: DataLoader's named with this Loader's word for it).
+void def_constructors(py::class_<PyLoader>& loader_class) {
   const Config config;
   const ImageConfig image;
-  py::class_<EpochIter>(m, "EpochIterator")
-      .def("__iter__", [](EpochIter& it) -> EpochIter& { return it; })
-      .def("__next__", &next_batch)
-      .def_readonly("epoch", &EpochIter::epoch);
-  static const std::set<std::string> kLoaderKeywords = {
-      "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "seed", "shuffle", "drop_last",
-      "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-      "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"};
-  py::class_<PyLoader> loader_class(m, "Loader");
   loader_class
       // Every argument is taken as a Python object and checked here, so that a
       // wrong one gets a one-line error naming it, not pybind11's signature dump.
-      .def(py::init([](const py::object& folder_arg, const py::object& list_arg, const py::object& shards_arg,
-                       const py::object& arrays_arg, py::object batch_size, py::object workers, const py::object& crop,
-                       const py::object& augment_arg, py::object seed, const py::object& shuffle_arg,
-                       const py::object& drop_last_arg, py::object epochs, const py::object& device_arg,
-                       const py::object& normalize_arg, py::object host_queue, py::object device_queue,
-                       py::object device_buffers, const py::object& on_error_arg, py::object rank, py::object world_size,
-                       const py::object& rank_by_shard_arg, const py::object& extra_shards_arg,
-                       const py::object& gpu_decode, const py::object& max_memory_mb,
-                       const py::object& slot_timeout) {
-             const auto folder = path("folder", folder_arg), list = path("list", list_arg), shards = path("shards", shards_arg);
-             const auto arrays = pair("arrays", arrays_arg);
-             const auto augment = text("augment", augment_arg, true), normalize = text("normalize", normalize_arg, true);
-             const std::string device = device_name(device_arg), on_error = *text("on_error", on_error_arg);
-             const bool shuffle = flag("shuffle", shuffle_arg), drop_last = flag("drop_last", drop_last_arg);
-             const bool rank_by_shard = flag("rank_by_shard", rank_by_shard_arg);
-             const bool extra_shards = flag("extra_shards", extra_shards_arg);
-             if (extra_shards && shards_arg.is_none()) throw py::value_error("extra_shards=True: needs shards=");
-             ImageConfig ic;
-             if (arrays && (!crop.is_none() || augment)) {
-               throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
-             }
-             const int side = crop.is_none() ? kDefaultCrop : int(whole("crop", crop, 1, kMaxCrop));
-             if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), side);
-             ic.on_error = pick("on_error", on_error, kErrorPolicies);
-             // rank=/world_size= not given: 0 of 1, with a warning when a launcher
-             // (torchrun, mpirun) says otherwise: DataLoader does not shard by
-             // itself either, but a loader reading everything on every rank
-             // is a silent trap.
-             if (world_size.is_none()) {
-               const char* env = std::getenv("WORLD_SIZE");
-               if (env && *env && std::string_view(env) != "1") {
-                 const std::string warning = std::string("conveyor.Loader: WORLD_SIZE=") + env +
-                                             " in the environment, but world_size= not given: every rank reads the whole "
-                                             "dataset; pass rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE'])";
-                 if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) != 0) throw py::error_already_set();
-               }
-               world_size = py::int_(Config{}.world_size);
-             }
-             if (rank.is_none()) rank = py::int_(Config{}.rank);
-             LoaderSettings s = settings({std::move(batch_size), std::move(workers), std::move(seed), std::move(epochs),
-                                          std::move(host_queue), std::move(device_queue), std::move(device_buffers),
-                                          std::move(rank), std::move(world_size)},
-                                         shuffle, drop_last, device, normalize);
-             s.gpu_decode = gpu_decode_share(gpu_decode);
-             s.max_memory_mb = non_negative("max_memory_mb", max_memory_mb);  // 0: a quarter of physical memory
-             if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
-             std::optional<std::chrono::milliseconds> wait;  // None: for ever
-             if (!slot_timeout.is_none()) {
-               const double seconds = non_negative("slot_timeout", slot_timeout);
-               if (seconds <= 0 || seconds > 1e9) throw py::value_error("slot_timeout=" + std::string(py::repr(slot_timeout)) +
-                                                                        ": expected seconds > 0 (or None: wait for ever)");
-               wait = std::chrono::milliseconds(std::max<std::int64_t>(1, std::int64_t(std::ceil(seconds * 1000))));
-             }
-             const Config& c = s.config;
-             // What each keyword was given, checked (arrays= left out: x is held apart).
-             py::dict given("folder"_a = folder_arg, "list"_a = list_arg, "shards"_a = shards_arg,
-                            "batch_size"_a = c.batch_size, "workers"_a = c.workers, "crop"_a = crop,
-                            "augment"_a = augment_arg, "seed"_a = c.seed, "shuffle"_a = c.shuffle,
-                            "drop_last"_a = c.drop_last, "epochs"_a = c.epochs, "normalize"_a = normalize_arg,
-                            "host_queue"_a = c.host_queue_depth, "device_queue"_a = c.device_queue_depth,
-                            "device_buffers"_a = c.device_buffers, "on_error"_a = on_error, "rank"_a = c.rank,
-                            "world_size"_a = c.world_size, "rank_by_shard"_a = rank_by_shard, "extra_shards"_a = extra_shards,
-                            "gpu_decode"_a = gpu_decode,
-                            "max_memory_mb"_a = s.max_memory_mb, "slot_timeout"_a = slot_timeout);
-             auto loader = make_loader(folder, list, shards, rank_by_shard,
-                                       extra_shards ? UnlistedShards::read : UnlistedShards::refuse, arrays, std::move(ic),
-                                       std::move(s));
-             loader->slot_timeout = wait;
-             loader->given = std::move(given);
-             return loader;
+      .def(py::init([](const py::object& folder, const py::object& list, const py::object& shards, const py::object& arrays,
+                       const py::object& batch_size, const py::object& workers, const py::object& crop,
+                       const py::object& augment, const py::object& seed, const py::object& shuffle,
+                       const py::object& drop_last, const py::object& epochs, const py::object& device,
+                       const py::object& normalize, const py::object& host_queue, const py::object& device_queue,
+                       const py::object& device_buffers, const py::object& on_error, const py::object& rank,
+                       const py::object& world_size, const py::object& rank_by_shard, const py::object& extra_shards,
+                       const py::object& gpu_decode, const py::object& max_memory_mb, const py::object& slot_timeout) {
+             return new_loader({folder, list, shards, arrays, batch_size, workers, crop, augment, seed, shuffle, drop_last,
+                                epochs, device, normalize, host_queue, device_queue, device_buffers, on_error, rank,
+                                world_size, rank_by_shard, extra_shards, gpu_decode, max_memory_mb, slot_timeout});
            }),
            py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
            "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
@@ -674,7 +341,12 @@ void bind_loader(py::module_& m) {
           throw py::type_error("Loader() got an unexpected keyword argument '" + name + "'" + hint);
         }
         throw py::type_error("Loader(): these arguments match no signature");  // not reached: the first would have
-      }))
+      }));
+}
+
+// len(), iteration, epoch(e) and what a loader tells of its data and device.
+void def_iteration(py::class_<PyLoader>& loader_class) {
+  loader_class
       .def("__len__", [](PyLoader& L) { return L.loader->batches_per_epoch(); })
       .def("__iter__", [](py::object self) { return epoch_iter(self, std::nullopt); })
       .def("epoch", [](py::object self, const py::object& e) {
@@ -701,7 +373,12 @@ void bind_loader(py::module_& m) {
         return d.backend() == Backend::cuda ? "cuda:" + std::to_string(d.ordinal()) : std::string("cpu");
       })
       .def_property_readonly("device_description", [](PyLoader& L) { return L.loader->device().describe(); })
-      .def("_set_stream_source", [](PyLoader& L, py::object f) { L.stream_source = std::move(f); })
+      .def("_set_stream_source", [](PyLoader& L, py::object f) { L.stream_source = std::move(f); });
+}
+
+// The consumer's position (state_dict, load_state_dict) and the run's figures.
+void def_state(py::class_<PyLoader>& loader_class) {
+  loader_class
       .def("state_dict", [](PyLoader& L) {
         return py::dict("conveyor_state"_a = L.locked([&](Loader& l) { return L.consumer_state(l).serialize(); }),
                         "dataset"_a = digest_text(L.loader->dataset_digest()));
@@ -744,7 +421,12 @@ void bind_loader(py::module_& m) {
         for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = message(s.reason),
                                                                                             "times"_a = s.times, "last_epoch"_a = s.last_epoch));
         return out;
-      })
+      });
+}
+
+// close(), the with block, and the settings: read-only properties, as given.
+void def_settings(py::class_<PyLoader>& loader_class) {
+  loader_class
       .def("close", [](PyLoader& L) { L.close(); })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyLoader& L, py::args) { L.close(); })
@@ -761,11 +443,25 @@ void bind_loader(py::module_& m) {
         }
         if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0) throw py::error_already_set();
       });
-  for (const char* name : {"folder", "list", "shards", "workers", "crop", "augment", "seed", "shuffle", "drop_last", "epochs",
-                           "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-                           "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"}) {
-    loader_class.def_property_readonly(name, [name](PyLoader& L) { return L.given[name]; }, "as given to the constructor");
+  // Every keyword reads back as given, but arrays= (x is held apart) and the
+  // two with properties of their own above (batch_size, device: "cuda:0").
+  for (const std::string& name : kLoaderKeywords) {
+    if (name == "arrays" || name == "batch_size" || name == "device") continue;
+    loader_class.def_property_readonly(name.c_str(), [name](PyLoader& L) { return L.given[name.c_str()]; },
+                                       "as given to the constructor");
   }
+}
+
+void bind_loader(py::module_& m) {
+  py::class_<EpochIter>(m, "EpochIterator")
+      .def("__iter__", [](EpochIter& it) -> EpochIter& { return it; })
+      .def("__next__", &next_batch)
+      .def_readonly("epoch", &EpochIter::epoch);
+  py::class_<PyLoader> loader_class(m, "Loader");
+  def_constructors(loader_class);
+  def_iteration(loader_class);
+  def_state(loader_class);
+  def_settings(loader_class);
 }
 
 void bind_errors(py::module_& m) {
