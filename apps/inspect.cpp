@@ -14,6 +14,7 @@
 #include "pipeline/pipeline.h"
 #include "image/decode.h"
 #include "data/file_system.h"
+#include "data/reader.h"
 
 namespace conveyor::apps {
 
@@ -36,12 +37,13 @@ int inspect(const Options& o) {
   cfg.workers = o.workers;
   cfg.shuffle = false;
   cfg.epochs = 1;
+  const SampleReader reader(dataset, posix_file_system(), DecodeLimits{}.max_file_bytes);
   StageFunctions stages;
   stages.fill = [&](Sample& s) {
     Counts& c = per_worker[s.worker];
     const std::string path = dataset.name(s.index);
     try {
-      dataset.read(s.index, *posix_file_system(), DecodeLimits{}.max_file_bytes, files[s.worker]);
+      reader.read(s.index, files[s.worker]);
       ImageDecoder& d = *decoders[s.worker];
       const ImageInfo info = d.open(files[s.worker]);
       (void)d.decode(Rect{0, 0, info.width, info.height}, 1.0);

@@ -22,6 +22,7 @@
 #include "data/dataset.h"
 #include "image/decode.h"
 #include "data/file_system.h"
+#include "data/reader.h"
 #include "data/shards/shard_index.h"
 #include "data/shards/tar_index.h"
 
@@ -241,13 +242,14 @@ bool claim(const fs::path& out, const fs::path& partial, const std::string& flag
 // first SIGINT or SIGTERM. Returns how many were written: d.size(), or fewer
 // when a signal stopped it. Throws naming the sample that cannot be read.
 std::size_t write_samples(const Dataset& d, ShardWriter& w) {
+  const SampleReader reader(d, posix_file_system(), DecodeLimits{}.max_file_bytes, 1);  // one shard at a time, in order
   std::vector<unsigned char> bytes;
   const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
   const std::size_t folder = d.common_folder();
   for (std::size_t i = 0; i < d.size(); ++i) {
     if (interrupt_signal() != 0) return i;
     try {
-      d.read(i, *posix_file_system(), DecodeLimits{}.max_file_bytes, bytes);
+      reader.read(i, bytes);
     } catch (const std::exception& e) {
       throw std::runtime_error("pack: " + d.name(i) + ": " + e.what());
     }

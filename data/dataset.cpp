@@ -271,12 +271,6 @@ std::uint64_t Dataset::name_digest() const {
   return h.value;
 }
 
-void Dataset::read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,
-                   const std::atomic<bool>* stopping) const {
-  if (const auto r = range(i)) return read_file_range(files, path(i), r->offset, r->size, max_bytes, out, stopping);
-  read_whole_file(files, path(i), max_bytes, out, stopping);
-}
-
 Dataset Dataset::subset(std::span<const std::size_t> indices) const {
   Dataset d;
   d.classes_ = classes_;

@@ -142,10 +142,7 @@ class Dataset {
   // the dataset a saved position belongs to, wherever it lies and however it
   // is stored (Python's state_dict, `train`'s checkpoints). Throws bad_alloc only.
   std::uint64_t name_digest() const;
-  // Reads sample i's bytes into out: the whole file, or its range of the shard
-  // (read_whole_file / read_file_range and their errors, without the name).
-  void read(std::size_t i, FileSystem& files, std::uint64_t max_bytes, std::vector<unsigned char>& out,
-            const std::atomic<bool>* stopping = nullptr) const;
+  // Sample i's bytes are read through a SampleReader (data/reader.h), never here.
   // The samples `indices` (each < size(), any order, repeats allowed) as a dataset of their own,
   // with their labels, classes and shard ranges; its num_classes() is this dataset's (a part
   // keeps the whole's label space: every rank's model has a row per class). Throws

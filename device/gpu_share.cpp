@@ -68,7 +68,7 @@ GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Devic
     DeferredDecode e;
     ImageInfo info;
     try {
-      d.read(i, *source.config().files, source.config().limits.max_file_bytes, e.file);
+      source.reader().read(i, e.file);
       info = header.open(e.file);
       Rng rng(seed, 0, i);
       e.geometry = source.augment().plan(info.width, info.height, rng);

@@ -17,53 +17,6 @@
 
 namespace conveyor {
 
-// Shards kept open for every worker (pread needs no shared position), most
-// recent first: a shard is opened once, not once per sample, up to
-// ImageConfig::max_open_shards descriptors; beyond that the least recently
-// used is closed (once the readers holding it are done).
-class ImageSource::OpenShards {
- public:
-  explicit OpenShards(std::size_t capacity) : capacity_(std::max<std::size_t>(1, capacity)) {}
-  // The shard's descriptor, opened and kept when it is not open yet. A full
-  // cache closes its least recently used entry for it (evict, the workers'
-  // reads), or (read-ahead advice, which must never close a shard a worker
-  // uses) returns null rather than open, or keeps nothing when it filled
-  // during the open.
-  enum class Full { evict, keep };
-  std::shared_ptr<File> get(FileSystem& files, std::string_view path, Full when_full = Full::evict) {
-    {
-      std::lock_guard lk(mu_);
-      if (auto f = find(path)) return f;
-      if (when_full == Full::keep && open_.size() >= capacity_) return nullptr;
-    }
-    std::shared_ptr<File> file = files.open(std::filesystem::path(path));  // outside the lock: a slow open stalls no one
-    std::lock_guard lk(mu_);
-    if (auto f = find(path)) return f;  // another worker opened it meanwhile: one entry per shard
-    if (open_.size() >= capacity_) {
-      if (when_full == Full::keep) return file;  // use this one, cache none
-      open_.pop_back();
-    }
-    open_.insert(open_.begin(), {std::string(path), file});
-    return file;
-  }
-
- private:
-  // The entry for path, moved to the front; null when absent. Under mu_.
-  std::shared_ptr<File> find(std::string_view path) {
-    for (std::size_t i = 0; i < open_.size(); ++i) {
-      if (open_[i].first == path) {
-        std::rotate(open_.begin(), open_.begin() + std::ptrdiff_t(i), open_.begin() + std::ptrdiff_t(i) + 1);
-        return open_.front().second;
-      }
-    }
-    return nullptr;
-  }
-
-  std::mutex mu_;
-  const std::size_t capacity_;
-  std::vector<std::pair<std::string, std::shared_ptr<File>>> open_;
-};
-
 struct ImageSource::Worker {
   ImageDecoder decoder;
   std::vector<unsigned char> file;
@@ -125,11 +78,21 @@ class ImageSource::Liveness {
   std::size_t inside_ = 0;  // guarded by mu_
 };
 
+namespace {
+
+// The config with its FileSystem default filled in (posix_file_system()).
+ImageConfig with_file_system(ImageConfig c) {
+  if (!c.files) c.files = posix_file_system();
+  return c;
+}
+
+}  // namespace
+
 ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
     : dataset_(std::move(dataset)),
-      config_(std::move(config)),
+      config_(with_file_system(std::move(config))),
       augment_(config_.transforms),
-      shards_(std::make_unique<OpenShards>(config_.max_open_shards)) {
+      reader_(dataset_, config_.files, config_.limits.max_file_bytes, config_.max_open_shards) {
   if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
   if (!(config_.gpu_share >= 0 && config_.gpu_share <= 1)) {
     throw std::invalid_argument("image source: gpu_share " + std::to_string(config_.gpu_share) + " is not in [0, 1]");
@@ -137,7 +100,6 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
   if (config_.gpu_share > 0 && config_.normalize) {
     throw std::invalid_argument("image source: gpu_share needs the device to normalize, not the workers (normalize)");
   }
-  if (!config_.files) config_.files = posix_file_system();
   workers_.reserve(workers);
   if (config_.normalize) {
     if (const auto p = normalize_problem(*config_.normalize, 3)) {
@@ -167,19 +129,7 @@ Filler ImageSource::filler() {
       std::move(advice));
 }
 
-void ImageSource::prefetch(std::span<const std::uint64_t> indices) {
-  for (const std::uint64_t i : indices) {
-    if (i >= dataset_.size()) continue;
-    const auto range = dataset_.range(i);
-    if (!range) continue;
-    try {
-      if (auto shard = shards_->get(*config_.files, dataset_.path_view(i), OpenShards::Full::keep)) {
-        shard->will_need(range->offset, range->size);
-      }
-    } catch (const std::exception&) {  // advice: the sample's own read reports it
-    }
-  }
-}
+void ImageSource::prefetch(std::span<const std::uint64_t> indices) { reader_.advise(indices); }
 
 void ImageSource::render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
                                 const std::atomic<bool>* stopping) {
@@ -197,12 +147,7 @@ void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
     throw std::invalid_argument("image source: normalized samples need float-aligned memory");
   }
   try {
-    if (const auto range = dataset_.range(index)) {  // a shard member: one pread from a shard kept open
-      const std::shared_ptr<File> shard = shards_->get(*config_.files, dataset_.path_view(index));
-      read_file_range(*shard, range->offset, range->size, config_.limits.max_file_bytes, w.file, stopping);
-    } else {
-      dataset_.read(index, *config_.files, config_.limits.max_file_bytes, w.file, stopping);
-    }
+    reader_.read(index, w.file, stopping);
     const ImageInfo info = w.decoder.open(w.file);
     const Geometry g = augment_.plan(info.width, info.height, rng);
     augment_.plan_pixels(rng, w.pixel_ops);

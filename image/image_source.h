@@ -39,6 +39,7 @@
 #include "data/dataset.h"
 #include "image/decode.h"
 #include "data/file_system.h"
+#include "data/reader.h"
 #include "image/gpu_decode_plan.h"
 #include "image/normalize.h"
 
@@ -69,13 +70,13 @@ struct ImageConfig {
   // (uint8 HWC).
   std::optional<Normalize> normalize;
   // Shard datasets: shard files kept open at once, shared by the workers (the
-  // least recently used is closed beyond it). Default: 256.
-  std::size_t max_open_shards = 256;
+  // least recently used is closed beyond it; data/reader.h). Default: 256.
+  std::size_t max_open_shards = SampleReader::kDefaultMaxOpenShards;
   // Shard datasets: tell the kernel, one batch ahead, which byte ranges the
   // workers will read (see prefetch()), so cold reads overlap decoding.
   // Default: true.
   bool read_ahead = true;
-  // The GPU decode path (issue 22): the share of samples (by gpu_decodes(),
+  // The GPU decode path: the share of samples (by gpu_decodes(),
   // among those gpu_decodable()) the workers do not decode but leave, read and
   // planned, in deferred_decodes() for the transfer stage to decode
   // (TransferConfig::gpu_decode). Incompatible with `normalize` (the device
@@ -101,6 +102,8 @@ class ImageSource {
     return std::size_t(output().height) * output().width * 3 * (config_.normalize ? sizeof(float) : 1);
   }
   const Dataset& dataset() const { return dataset_; }
+  // How the workers read the dataset's bytes (shards kept open, config().files).
+  const SampleReader& reader() const { return reader_; }
   const Augment& augment() const { return augment_; }
   const ImageConfig& config() const { return config_; }
   // The samples left to the GPU path (ImageConfig::gpu_share), shared with the
@@ -133,7 +136,6 @@ class ImageSource {
 
  private:
   struct Worker;
-  class OpenShards;
   class Liveness;
   // render_sample()'s work. With defer_epoch, a sample for the GPU path is put
   // in deferred_ (keyed by that epoch) instead of rendered.
@@ -142,7 +144,7 @@ class ImageSource {
   Dataset dataset_;
   ImageConfig config_;
   Augment augment_;
-  std::unique_ptr<OpenShards> shards_;
+  SampleReader reader_;  // over dataset_, declared after it
   std::shared_ptr<DeferredDecodes> deferred_ = std::make_shared<DeferredDecodes>();
   std::vector<std::unique_ptr<Worker>> workers_;
   std::shared_ptr<Liveness> live_;  // shared with every Filler handed out

@@ -26,6 +26,7 @@
 #include "shards.h"
 #include "data/dataset.h"
 #include "data/file_system.h"
+#include "data/reader.h"
 #include "image/image_source.h"
 #include "data/shards/shard_index.h"
 #include "data/shards/tar_index.h"
@@ -310,12 +311,13 @@ TEST_CASE("shards: the same samples and batches from shards as from the files, f
   const Dataset files = Dataset::from_list(made.list);
   const Dataset shards = Dataset::from_shards(made.shards);
   REQUIRE(shards.size() == 23);
+  const SampleReader file_reader(files, posix_file_system(), 1 << 20), shard_reader(shards, posix_file_system(), 1 << 20);
   std::vector<unsigned char> a, b;
   for (std::size_t i = 0; i < files.size(); ++i) {
     CAPTURE(i);
     REQUIRE(shards.label(i) == files.label(i));
-    files.read(i, *posix_file_system(), 1 << 20, a);
-    shards.read(i, *posix_file_system(), 1 << 20, b);
+    file_reader.read(i, a);
+    shard_reader.read(i, b);
     REQUIRE(a == b);  // the member's bytes are the file's, not re-encoded
   }
   REQUIRE(shards.name(12) == (made.shards / "shard-001.tar").string() + ":000012.jpg");
@@ -335,8 +337,8 @@ TEST_CASE("shards: the same samples and batches from shards as from the files, f
   const std::vector<std::size_t> some{22, 0, 12};
   const Dataset part = shards.subset(some);
   REQUIRE(part.name(0) == shards.name(22));
-  part.read(2, *posix_file_system(), 1 << 20, b);
-  files.read(12, *posix_file_system(), 1 << 20, a);
+  SampleReader(part, posix_file_system(), 1 << 20).read(2, b);
+  SampleReader(files, posix_file_system(), 1 << 20).read(12, a);
   REQUIRE(a == b);
 }
 
@@ -524,7 +526,7 @@ TEST_CASE("shards: a shard cut short after it was indexed names the member", "[t
   const Dataset d = Dataset::from_shards(dir / "s");
   std::filesystem::resize_file(dir / "s" / "a.tar", 1000);
   std::vector<unsigned char> out;
-  REQUIRE_THROWS_WITH(d.read(0, *posix_file_system(), 1 << 20, out), Catch::Contains("cut short: the file is 1000 bytes, the range ends at 2512"));
+  REQUIRE_THROWS_WITH(SampleReader(d, posix_file_system(), 1 << 20).read(0, out), Catch::Contains("cut short: the file is 1000 bytes, the range ends at 2512"));
   ImageSource src(d, ImageConfig{}, 1);
   Rng rng(1, 0, 0);
   std::vector<unsigned char> pixels(src.sample_bytes());
