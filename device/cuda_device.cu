@@ -502,7 +502,7 @@ class CudaDevice final : public Device {
   bool poisons_released() const override { return poison_; }
   int ordinal() const override { return ordinal_; }
   // Optional now that every call guards itself: a thread of our own (the
-  // transfer thread) binds once, so each guard finds it on this device and
+  // delivery thread) binds once, so each guard finds it on this device and
   // switches nothing. Not undone: never for a caller's thread.
   void bind_thread() override { CONVEYOR_CUDA_CHECK(cudaSetDevice(ordinal_)); }
 

@@ -192,7 +192,7 @@ class Device {
   // context, null included, put back; cudaGetDevice/cudaSetDevice only before
   // CUDA 12, docs/cuda.md). bind_thread() makes this device current for good
   // (cudaSetDevice, not undone): only for a thread the caller owns outright,
-  // such as the transfer thread, where it spares each later call the switch.
+  // such as the delivery thread, where it spares each later call the switch.
   // Cheap; never allocates.
   virtual void bind_thread() = 0;
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "device/nvtx.h"
 
@@ -15,7 +16,7 @@ namespace conveyor {
 
 namespace {
 
-// Labels travel with the pixels: the transfer thread writes a
+// Labels travel with the pixels: the delivery thread writes a
 // batch's n labels into its host buffer at label_offset(n), right after the
 // pixels and 8-byte aligned, and one copy moves both, so the labels arrive on
 // the device with the images and the consumer needs no pageable copy (which
@@ -23,6 +24,24 @@ namespace {
 // beyond the pixels.
 std::size_t label_offset(std::size_t n, std::size_t sample_bytes) {
   return (n * sample_bytes + alignof(std::int64_t) - 1) / alignof(std::int64_t) * alignof(std::int64_t);
+}
+
+// Runs wait(), a transfer phase's wait for memory the consumer still holds (a
+// free slot, or the device's last use of one), and adds its time to
+// batch.transfer_blocked_ns: the consumer's time, which the core counts as the
+// delivery stage's blocked time, not busy (StageCounters::count_phase). Returns
+// what wait() returned; a wait() that throws counts nothing.
+template <class Wait>
+auto wait_for_consumer(Batch& batch, Wait&& wait) {
+  const auto t0 = Clock::now();
+  if constexpr (std::is_void_v<std::invoke_result_t<Wait&>>) {
+    wait();
+    batch.transfer_blocked_ns += elapsed_ns(t0, Clock::now());
+  } else {
+    auto got = wait();
+    batch.transfer_blocked_ns += elapsed_ns(t0, Clock::now());
+    return got;
+  }
 }
 }  // namespace
 
@@ -38,8 +57,8 @@ struct DeviceSlot {
   std::unique_ptr<Buffer> out;  // O[i]: the normalized batch (none without normalize)
   std::unique_ptr<Event> copied, consumed;
   std::unique_ptr<Event> staged;  // normalizing: D[i] holds the batch (the normalize stream waits for it)
-  std::chrono::steady_clock::time_point started;  // when the transfer thread started this slot's copy
-  // Touched by the transfer thread while the slot is free, and by the consumer
+  std::chrono::steady_clock::time_point started;  // when the delivery thread started this slot's copy
+  // Touched by the delivery thread while the slot is free, and by the consumer
   // while it holds the batch; the free-slot queue orders the two.
   std::uint64_t copied_generation = 0;    // copies recorded into this slot
   std::uint64_t consumed_generation = 0;  // releases recorded for those copies
@@ -61,8 +80,8 @@ struct TransferCore {
   std::unique_ptr<Stream> copy_stream;
   std::unique_ptr<Stream> normalize_stream;  // normalizing: its own, so the copy engine never waits for a kernel
   std::unique_ptr<Stream> consumer_stream;
-  bool thread_bound = false;  // the transfer thread (ours alone) is bound to the device once
-  std::chrono::steady_clock::time_point last_finished;  // the transfer thread's: on_transfer's previous end
+  bool thread_bound = false;  // the delivery thread (ours alone) is bound to the device once
+  std::chrono::steady_clock::time_point last_finished;  // the delivery thread's: on_transfer's previous end
   // Slots the consumer holds: next() counts up on the consumer's thread; a
   // release may count down on another (a tensor deleter, see DeviceBatch).
   std::atomic<std::size_t> held{0};
@@ -83,7 +102,7 @@ struct TransferCore {
     }
   }
 
-  // The GPU decode path's state (TransferConfig::gpu_decode), the transfer thread's alone.
+  // The GPU decode path's state (TransferConfig::gpu_decode), the delivery thread's alone.
   struct Deferred {
     std::vector<DeferredDecode> taken;  // this batch's deferred samples, recycled once it is published
     std::vector<std::size_t> slot;      // each one's position in the batch
@@ -111,7 +130,7 @@ struct TransferCore {
   }
 
   // Keeps the first consumer-side error and closes the free slots, so the
-  // transfer thread stops rather than waiting for a slot that may never return.
+  // delivery thread stops rather than waiting for a slot that may never return.
   void fail(const char* doing, const char* what, std::exception_ptr cause = nullptr) noexcept {
     try {
       std::lock_guard lk(error_mu);
@@ -125,7 +144,7 @@ struct TransferCore {
     free_slots.close();
   }
 
-  // The transfer thread's first phase for one finished batch (protocol point
+  // The delivery thread's first phase for one finished batch (protocol point
   // 4): enqueue its copy (and normalize) and return. The core calls finish()
   // for it after it has started the next batch, so the copy engine always has
   // the next copy queued (StageFunctions::finish).
@@ -136,9 +155,8 @@ struct TransferCore {
       device->bind_thread();  // 3: first, on this thread (the calls guard themselves too)
       thread_bound = true;
     }
-    const auto waited_from = Clock::now();
-    auto id = free_slots.pop();  // blocks while the consumer holds every slot; empty once stopped
-    batch.transfer_blocked_ns += elapsed_ns(waited_from, Clock::now());  // the consumer's time, not ours
+    // Blocks while the consumer holds every slot; empty once stopped.
+    auto id = wait_for_consumer(batch, [&] { return free_slots.pop(); });
     if (!id) {
       // Closed by stop() (the core ignores errors while stopping) or by a failed release.
       std::lock_guard lk(error_mu);
@@ -191,7 +209,7 @@ struct TransferCore {
     batch.user = &s;  // finish() publishes it
   }
 
-  // The second phase (protocol point 5), on the transfer thread once the next
+  // The second phase (protocol point 5), on the delivery thread once the next
   // batch's copy is queued: the host sees this batch's copy (and normalize)
   // done before it is published, so H goes back to the workers (when the
   // consumer releases the batch, later still) only after the DMA read it.
@@ -202,9 +220,7 @@ struct TransferCore {
       // The copy waited on the device for the consumer's last use of this slot
       // (its step may still run on the GPU after its thread released the batch):
       // that wait is the consumer's time, which the stage reports as blocked.
-      const auto waited_from = Clock::now();
-      device->synchronize(*s.consumed);
-      batch.transfer_blocked_ns += elapsed_ns(waited_from, Clock::now());
+      wait_for_consumer(batch, [&] { device->synchronize(*s.consumed); });
       device->synchronize(*s.copied);
     } catch (...) {
       drain_streams();  // as in transfer(): H must outlive the DMA that reads it
@@ -343,7 +359,7 @@ struct TransferCore {
       // workers only once that work is done (instant for a consumer on the CPU).
       if (device->hands_over()) device->synchronize(*s.consumed);
     } catch (const std::exception& e) {
-      fail("releasing a batch", e.what(), std::current_exception());  // the transfer thread must not wait for this slot
+      fail("releasing a batch", e.what(), std::current_exception());  // the delivery thread must not wait for this slot
       return false;
     } catch (...) {
       fail("releasing a batch", "unknown error", std::current_exception());
@@ -463,6 +479,85 @@ std::size_t device_pool_bytes(const Config& config, const TransferConfig& transf
   return saturating_mul(config.device_buffer_count(), saturating_add(raw, out));
 }
 
+namespace {
+// Protocol point 1: every device buffer, stream and event of the run, allocated
+// now so the steady state allocates none. Throws PoolAllocationError when the
+// slots do not fit, DeviceError from the device, Interrupted when
+// transfer.interrupted says so.
+std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConfig& transfer,
+                                        const std::shared_ptr<Device>& device) {
+  auto core = std::make_shared<TransferCore>(config.device_buffer_count());
+  core->device = device;
+  core->config = transfer;
+  core->sample_bytes = config.sample_bytes;
+  core->batch_capacity = config.batch_size;
+  for (std::size_t i = 0; i < core->slots.size(); ++i) {
+    DeviceSlot& s = core->slots[i];
+    s.id = i;
+    try {
+      if (!device->hands_over()) {
+        s.raw = device->allocate_interruptibly(config.batch_size * config.sample_bytes + label_tail_bytes(config.batch_size),
+                                               transfer.interrupted);
+      }
+      if (transfer.normalize) {
+        s.out = device->allocate_interruptibly(config.batch_size * transfer.normalize->output_bytes(), transfer.interrupted);
+      }
+    } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
+      throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
+                                std::to_string(core->slots.size()) + " (" +
+                                std::to_string(device_pool_bytes(config, transfer, *device) / core->slots.size()) +
+                                " bytes each)");
+    }
+    s.copied = device->create_event(EventKind::sync);
+    s.consumed = device->create_event(EventKind::sync);
+    if (transfer.normalize) s.staged = device->create_event(EventKind::sync);
+    (void)core->free_slots.try_push(i);
+  }
+  core->copy_stream = device->create_stream();  // 2: its own non-blocking stream
+  if (transfer.normalize) core->normalize_stream = device->create_stream();  // 10: and normalize's
+  core->consumer_stream = device->wrap_stream(transfer.consumer_stream);
+  return core;
+}
+
+// The core's stages for a DevicePipeline: `fill` (inside an NVTX range where
+// NVTX is built in), the two-phase copy of `core`, and host buffers from its
+// device with room for the labels after the pixels. The functions hold `core`
+// by plain pointer: it must outlive the Pipeline they are given to.
+StageFunctions stage_functions(TransferCore* core, Filler fill, std::size_t batch_size, const Interrupt& interrupted) {
+  StageFunctions stages;
+#if defined(CONVEYOR_WITH_NVTX)
+  auto inner = std::make_shared<const Filler>(std::move(fill));
+  Filler::Prefetch advice;
+  if (inner->takes_advice()) advice = [inner](std::span<const std::uint64_t> indices) { inner->prefetch(indices); };
+  stages.fill = Filler(
+      [inner](Sample& s) {
+        NvtxRange range("conveyor.fill");
+        (*inner)(s);
+      },
+      std::move(advice));
+#else
+  stages.fill = std::move(fill);
+#endif
+  const std::shared_ptr<Device>& device = core->device;
+  stages.transfer = [core](Batch& b) { core->transfer(b); };
+  stages.finish = [core](Batch& b) { core->finish(b); };
+  stages.transfer_would_wait = [core] { return core->transfer_would_wait(); };
+  stages.on_stop = [core] { core->free_slots.close(); };  // wakes a delivery thread waiting for a slot
+  // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
+  stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
+  const std::size_t tail = label_tail_bytes(batch_size);  // room for the labels after the pixels
+  stages.allocator.interrupted = interrupted;  // polled between buffers and by allocate_host_interruptibly
+  stages.allocator.allocate = [device, tail, interrupted](std::size_t bytes) {
+    return device->allocate_host_interruptibly(bytes + tail, interrupted);
+  };
+  stages.allocator.deallocate = [device](void* p, std::size_t) { device->free_host(p); };
+  if (device->poisons_released()) {
+    stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };
+  }
+  return stages;
+}
+}  // namespace
+
 DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, Filler fill, TransferConfig transfer,
                                std::shared_ptr<Device> device, std::optional<PipelineState> resume) {
   if (!device) throw std::invalid_argument("device pipeline: device is required");
@@ -479,69 +574,9 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
     gpu_attachment_ = std::shared_ptr<void>(nullptr, [store](void*) { store->detach(); });
   }
 
-  // 1: every buffer, stream and event now, none in the steady state.
-  core_ = std::make_shared<TransferCore>(config.device_buffer_count());
-  core_->device = device;
-  core_->config = transfer;
-  core_->sample_bytes = config.sample_bytes;
-  core_->batch_capacity = config.batch_size;
-  for (std::size_t i = 0; i < core_->slots.size(); ++i) {
-    DeviceSlot& s = core_->slots[i];
-    s.id = i;
-    try {
-      if (!device->hands_over()) {
-        s.raw = device->allocate_interruptibly(config.batch_size * config.sample_bytes + label_tail_bytes(config.batch_size),
-                                               transfer.interrupted);
-      }
-      if (transfer.normalize) {
-        s.out = device->allocate_interruptibly(config.batch_size * transfer.normalize->output_bytes(), transfer.interrupted);
-      }
-    } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
-      throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
-                                std::to_string(core_->slots.size()) + " (" +
-                                std::to_string(device_pool_bytes(config, transfer, *device) / core_->slots.size()) +
-                                " bytes each)");
-    }
-    s.copied = device->create_event(EventKind::sync);
-    s.consumed = device->create_event(EventKind::sync);
-    if (transfer.normalize) s.staged = device->create_event(EventKind::sync);
-    (void)core_->free_slots.try_push(i);
-  }
-  core_->copy_stream = device->create_stream();  // 2: its own non-blocking stream
-  if (transfer.normalize) core_->normalize_stream = device->create_stream();  // 10: and normalize's
-  core_->consumer_stream = device->wrap_stream(transfer.consumer_stream);
-
-  StageFunctions stages;
-#if defined(CONVEYOR_WITH_NVTX)
-  auto inner = std::make_shared<const Filler>(std::move(fill));
-  Filler::Prefetch advice;
-  if (inner->takes_advice()) advice = [inner](std::span<const std::uint64_t> indices) { inner->prefetch(indices); };
-  stages.fill = Filler(
-      [inner](Sample& s) {
-        NvtxRange range("conveyor.fill");
-        (*inner)(s);
-      },
-      std::move(advice));
-#else
-  stages.fill = std::move(fill);
-#endif
-  // The core holds a plain pointer: core_ outlives pipeline_ (declared before it).
-  TransferCore* core = core_.get();
-  stages.transfer = [core](Batch& b) { core->transfer(b); };
-  stages.finish = [core](Batch& b) { core->finish(b); };
-  stages.transfer_would_wait = [core] { return core->transfer_would_wait(); };
-  stages.on_stop = [core] { core->free_slots.close(); };  // wakes a transfer thread waiting for a slot
-  // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
-  stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
-  const std::size_t tail = label_tail_bytes(config.batch_size);  // room for the labels after the pixels
-  stages.allocator.interrupted = transfer.interrupted;  // polled between buffers and by allocate_host_interruptibly
-  stages.allocator.allocate = [device, tail, interrupted = transfer.interrupted](std::size_t bytes) {
-    return device->allocate_host_interruptibly(bytes + tail, interrupted);
-  };
-  stages.allocator.deallocate = [device](void* p, std::size_t) { device->free_host(p); };
-  if (device->poisons_released()) {
-    stages.allocator.recycle = [](std::byte* p, std::size_t bytes) { std::memset(p, kPoison, bytes); };
-  }
+  core_ = make_core(config, transfer, device);
+  // The stages hold a plain pointer: core_ outlives pipeline_ (declared before it).
+  StageFunctions stages = stage_functions(core_.get(), std::move(fill), config.batch_size, transfer.interrupted);
   pipeline_ = std::make_unique<Pipeline>(config, dataset_size, std::move(stages), std::move(resume));
   // A batch held keeps its host buffer too (its indices and labels; handed
   // over, its bytes), so the host pool bounds it as well, copying or not.
@@ -551,7 +586,7 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
 DevicePipeline::~DevicePipeline() { stop(); }
 
 // The core marks itself stopping and then calls on_stop, which closes the free
-// slots: a transfer thread woken there is seen as stopping, not failing.
+// slots: a delivery thread woken there is seen as stopping, not failing.
 void DevicePipeline::stop() {
   stopped_ = true;
   pipeline_->stop();
@@ -581,7 +616,7 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   NvtxRange range("conveyor.next");
   if (stopped_) return std::nullopt;
   if (core_->held.load() >= max_held_) {
-    // The transfer thread (or the workers, for a host buffer) needs one of
+    // The delivery thread (or the workers, for a host buffer) needs one of
     // them back before it can publish again.
     if (max_held_ < core_->slots.size()) {
       throw std::logic_error("device pipeline: the consumer holds " + std::to_string(max_held_) +

@@ -1,14 +1,15 @@
 // DevicePipeline: the core Pipeline with its transfer stage on a Device: batch
-// buffers come from the device's host memory (pinned on CUDA), and the one
-// transfer thread moves each finished batch into a device slot on its own
-// stream while the workers fill the next batches and the consumer's stream
-// trains on the previous one.
+// buffers come from the device's host memory (pinned on CUDA), and the core's
+// one delivery thread runs the copy (TransferCore, through
+// StageFunctions::transfer and finish), moving each finished batch into a
+// device slot on its own stream while the workers fill the next batches and
+// the consumer's stream trains on the previous one.
 //
 // The slot protocol (docs/cuda.md, "One slot's life": the diagram, and the
 // numbered points the code cites).
 // Device slot i holds D[i] (uint8 samples), O[i] (the normalized tensor, when
 // normalizing) and events copied[i], consumed[i] (and staged[i], normalizing):
-//   transfer thread: take a free slot -> copy stream waits consumed[i] -> one
+//   delivery thread: take a free slot -> copy stream waits consumed[i] -> one
 //     copy H -> D[i] -> (record staged[i]; the normalize stream waits for it
 //     and normalizes D[i] -> O[i]) -> record copied[i]; then start the next
 //     batch the same way, and only then: the host sees copied[i] complete ->
@@ -27,7 +28,7 @@
 // batch must have been enqueued there (or finished, on the CPU) by then.
 // Lifetime: a DeviceBatch keeps the device slots alive, so it may outlive the
 // DevicePipeline; the memory is freed when the last one is released.
-// Errors: a device error on the transfer thread stops the pipeline and the
+// Errors: a device error on the delivery thread stops the pipeline and the
 // consumer's next call throws PipelineError (stage "transfer") with the CUDA
 // call, file:line and message; an error while releasing a batch is kept and
 // thrown by the next call to next(), and it closes the free slots, so a
@@ -113,7 +114,7 @@ struct TransferConfig {
   };
   // Default: none (every sample was decoded by the workers).
   std::optional<GpuDecode> gpu_decode;
-  // Optional: called on the transfer thread after each batch is transferred,
+  // Optional: called on the delivery thread after each batch is transferred,
   // with the step's start and end (for tracing): from when its copy was
   // enqueued, or the previous batch's end if later (the steps overlap, one
   // batch in flight; the spans do not), to when the host saw it done. Also for

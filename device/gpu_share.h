@@ -58,7 +58,7 @@ GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& pro
 double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu);
 
 // A hint for choose_gpu_decode's line when `workers` leave fewer than two of
-// the machine's `cores` free (and it has at least 4): the transfer thread,
+// the machine's `cores` free (and it has at least 4): the delivery thread,
 // which feeds the decoder, then waits for a core. On an H100 with 16 cores the
 // hybrid ran 1.93x the CPU alone with 14 workers, 1.71x with 16. Empty otherwise.
 std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);

@@ -128,7 +128,7 @@ struct Batch {
   void* user = nullptr;
 
   // When the workers finished filling it (steady_clock, stats.h's Clock), set
-  // as it goes to the transfer: a consumer can tell a batch decoded before
+  // as it goes to the delivery thread: a consumer can tell a batch decoded before
   // its epoch began (served from the pool's prefetch) from one it waited for.
   std::chrono::steady_clock::time_point filled_at{};
 
@@ -136,7 +136,7 @@ struct Batch {
   // waiting for the consumer to give memory back: a free device slot, or the
   // device's own use of one (a training step still running on the GPU after the
   // consumer's thread moved on). The core zeroes it before each phase and counts
-  // it as the transfer stage's blocked time rather than busy, so a consumer
+  // it as the delivery stage's blocked time rather than busy, so a consumer
   // bound by its device work is not reported as a slow transfer.
   std::uint64_t transfer_blocked_ns = 0;
 };

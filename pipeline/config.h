@@ -53,15 +53,15 @@ struct Config {
   // Worker threads running the filler. Default: 2. Range 1 .. kMaxWorkers.
   std::size_t workers = 2;
 
-  // Finished batches waiting for the transfer thread. Default: 2. Range 1 .. kMaxQueueDepth.
+  // Finished batches waiting for the delivery thread. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t host_queue_depth = 2;
 
-  // Transferred batches waiting for the consumer. Default: 2. Range 1 .. kMaxQueueDepth.
+  // Delivered (and transferred) batches waiting for the consumer. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t device_queue_depth = 2;
 
   // Batch buffers in the pool, which bounds the batches in flight.
   // Default: 0, meaning workers + host_queue_depth + device_queue_depth + 2
-  // (batches being filled, queued both sides, one in transfer, one held by the
+  // (batches being filled, queued both sides, one being delivered, one held by the
   // consumer), or workers + host_queue_depth + device_buffers where that is
   // more: a batch a DevicePipeline's consumer holds keeps its host buffer, so
   // every device slot can be held. Fewer buffers than that still work, with

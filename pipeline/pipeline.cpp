@@ -163,7 +163,7 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
   try {
     workers_.reserve(config_.workers);
     for (std::size_t w = 0; w < config_.workers; ++w) workers_.emplace_back(&Pipeline::worker_main, this, w);
-    transfer_ = std::thread(&Pipeline::transfer_main, this);
+    delivery_ = std::thread(&Pipeline::delivery_main, this);
   } catch (...) {
     stop();  // a failed spawn: shut down the threads that did start
     throw;
@@ -191,7 +191,7 @@ void Pipeline::stop() {
   for (auto& t : workers_) {
     if (t.joinable()) t.join();
   }
-  if (transfer_.joinable()) transfer_.join();
+  if (delivery_.joinable()) delivery_.join();
 }
 
 void Pipeline::fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, std::exception_ptr cause,
@@ -234,23 +234,17 @@ bool Pipeline::claim(std::uint64_t& g, std::size_t& slot, std::size_t& count) {
 bool Pipeline::open_batch(std::uint64_t g, StageCounters& counters, Clock::time_point& mark,
                           std::vector<std::uint64_t>& ahead) {
   OpenBatch& ob = ring_[g % ring_size_];
-  const auto t0 = Clock::now();
-  StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
-  StageCounters::begin_wait(counters.blocked_since, t0);
-  {
-    // Buffers are taken in g order, so an older batch never waits for a buffer
-    // held by a younger one (which, delivered in order, would wait for it).
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return stopping_ || (next_open_ == g && ob.tag.load(std::memory_order_relaxed) == kFree); });
-    if (stopping_) {
-      counters.blocked_since.store(0, std::memory_order_relaxed);
-      return false;
+  auto handle = counters.blocked_after_busy(mark, [&]() -> std::optional<BatchHandle> {
+    {
+      // Buffers are taken in g order, so an older batch never waits for a buffer
+      // held by a younger one (which, delivered in order, would wait for it).
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || (next_open_ == g && ob.tag.load(std::memory_order_relaxed) == kFree); });
+      if (stopping_) return std::nullopt;
     }
-  }
-  auto handle = pool_.acquire();
-  mark = Clock::now();
-  counters.end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
-  if (!handle) return false;
+    return pool_.acquire();
+  });
+  if (!handle) return false;  // stopping
 
   const Plan::Pos pos = plan_.at(g);
   if (order_epoch_ != pos.epoch) {  // first batch of a new epoch: compute its order once
@@ -298,18 +292,11 @@ bool Pipeline::wait_open(std::uint64_t g, StageCounters& counters, Clock::time_p
   OpenBatch& ob = ring_[g % ring_size_];
   auto is_open = [&] { return ob.tag.load(std::memory_order_acquire) == g + 1; };
   if (is_open()) return true;
-  const auto t0 = Clock::now();
-  StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
-  StageCounters::begin_wait(counters.blocked_since, t0);
-  bool open;
-  {
+  return counters.blocked_after_busy(mark, [&] {
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return stopping_ || is_open(); });
-    open = !stopping_;
-  }
-  mark = Clock::now();
-  counters.end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
-  return open;
+    return !stopping_;
+  });
 }
 
 // Removes the skipped slots: later samples move down so the batch stays dense.
@@ -345,13 +332,8 @@ void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_poin
   }
   cv_.notify_all();
   if (!host_queue_.try_push(handle)) {
-    const auto t0 = Clock::now();
-    StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
-    StageCounters::begin_wait(counters.blocked_since, t0);
-    const bool pushed = host_queue_.push(handle);  // fails only when stopping: the handle recycles itself
-    mark = Clock::now();
-    counters.end_wait(counters.blocked_since, counters.blocked_ns, t0, mark);
-    (void)pushed;
+    // Fails only when stopping: the handle then recycles itself.
+    (void)counters.blocked_after_busy(mark, [&] { return host_queue_.push(handle); });
   }
 }
 
@@ -389,18 +371,13 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
     for (std::size_t slot = first; slot < first + count; ++slot) {
       Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot]), w, {},
                &stop_requested_};
-      StageCounters::begin_wait(counters.busy_since, mark);  // a long fill shows in snapshots while under way
       try {
-        stages_.fill(s);
+        counters.busy_span(mark, [&] { stages_.fill(s); });  // a long fill shows in snapshots while under way
       } catch (...) {
-        counters.busy_since.store(0, std::memory_order_relaxed);
         fail("worker", s.epoch, s.index, std::current_exception());
         return;
       }
-      const auto now = Clock::now();
-      counters.end_wait(counters.busy_since, counters.busy_ns, mark, now);
       StageCounters::add(counters.items, 1);
-      mark = now;
       if (s.skipped) {
         ob.skips[slot] = std::make_unique<std::string>(std::move(*s.skipped));
       } else {
@@ -416,129 +393,175 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
   }
 }
 
-// ---- transfer
+// ---- delivery
 
-void Pipeline::transfer_main() {
+void Pipeline::delivery_main() {
   std::uint64_t delivered = 0;
   try {
-    transfer_loop(delivered);
+    delivery_loop(delivered);
   } catch (...) {  // see worker_main
-    transfer_counters_.blocked_since.store(0, std::memory_order_relaxed);
-    transfer_counters_.starved_since.store(0, std::memory_order_relaxed);
+    delivery_counters_.blocked_since.store(0, std::memory_order_relaxed);
+    delivery_counters_.starved_since.store(0, std::memory_order_relaxed);
     // Only the loop body throws, while batch `delivered` of the plan is awaited
     // (or, past the last one, while the last is published).
     const std::uint64_t at = delivered < plan_.total() ? delivered : delivered - 1;
-    fail("transfer", plan_.at(at).epoch, PipelineError::kNoSample, std::current_exception());
+    fail(std::string(kDeliveryStage), plan_.at(at).epoch, PipelineError::kNoSample, std::current_exception());
   }
 }
 
-// How long a two-phase transfer's thread waits for the next batch before it
-// finishes the one in flight instead: a few thread wake-ups (5-50 us each on a
-// VM). It never slows a run down: the wait ends when a batch arrives, and when
-// none does, the consumer gets the batch in flight this much later at most.
+// How long the delivery thread, with a two-phase transfer's batch in flight,
+// waits for the next batch before it finishes the one in flight instead: a few
+// thread wake-ups (5-50 us each on a VM). It never slows a run down: the wait
+// ends when a batch arrives, and when none does, the consumer gets the batch in
+// flight this much later at most.
 constexpr std::chrono::microseconds kNextBatchGrace{200};
 
-void Pipeline::transfer_loop(std::uint64_t& delivered) {
-  // Batches that completed ahead of their turn, by position.
-  std::map<std::uint64_t, BatchHandle> early;
-  const std::uint64_t total = plan_.total();
-  std::uint64_t epoch_end = total ? plan_.epoch_end(0) : 0;
-  // A two-phase transfer's batch that was started and not yet finished.
-  std::optional<BatchHandle> in_flight;
+// The delivery thread's state and its steps: the batches that completed ahead
+// of their turn, and the batch whose two-phase transfer was started and not yet
+// finished. Every step that can wait returns false once the pipeline stops (or
+// a transfer phase failed, which stops it).
+class Pipeline::Delivery {
+ public:
+  Delivery(Pipeline& p, std::uint64_t& delivered)
+      : p_(p),
+        counters_(p.delivery_counters_),
+        delivered_(delivered),
+        total_(p.plan_.total()),
+        epoch_end_(total_ ? p.plan_.epoch_end(0) : 0) {}
   // However the loop ends, a started batch is finished before its buffer can
   // be recycled (StageFunctions::finish); errors then are not this batch's news.
-  struct FinishLeftover {
-    std::optional<BatchHandle>& batch;
-    const TransferFn& finish;
-    ~FinishLeftover() {
-      if (!batch) return;
-      try {
-        finish(**batch);
-      } catch (...) {
-      }
-    }
-  } leftover{in_flight, stages_.finish};
-
-  // Runs one phase of the transfer; its time is the stage's busy time, less what
-  // the phase says it waited for the consumer (Batch::transfer_blocked_ns), which
-  // is blocked time. False when it threw: a phase woken by on_stop throws to get
-  // out, which is not an error.
-  auto run = [&](const TransferFn& phase, Batch& batch) {
-    const auto t0 = Clock::now();
-    batch.transfer_blocked_ns = 0;
+  ~Delivery() {
+    if (!in_flight_) return;
     try {
-      phase(batch);
+      p_.stages_.finish(**in_flight_);
     } catch (...) {
-      if (!stopping_flag()) {
-        fail("transfer", batch.epoch, PipelineError::kNoSample, std::current_exception(),
-             "batch " + std::to_string(batch.index) + ": ");
-      }
-      return false;
-    }
-    const auto took = elapsed_ns(t0, Clock::now());
-    const auto blocked = std::min<std::uint64_t>(batch.transfer_blocked_ns, took);
-    transfer_counters_.as_one([&] {
-      StageCounters::add(transfer_counters_.busy_ns, took - blocked);
-      StageCounters::add(transfer_counters_.blocked_ns, blocked);
-      StageCounters::add(transfer_counters_.consumer_wait_ns, blocked);
-    });
-    return true;
-  };
-  // Hands a transferred batch to the consumer; false once stopped.
-  auto publish = [&](BatchHandle& batch) {
-    StageCounters::add(transfer_counters_.items, 1);
-    return transfer_counters_.timed_wait(transfer_counters_.blocked_since, transfer_counters_.blocked_ns, Clock::now(),
-                                     [&] { return device_queue_.push(batch); });
-  };
-  // Runs wait() as time the stage is starved (nothing to transfer); returns what it got.
-  auto starved = [&](auto wait) {
-    return transfer_counters_.timed_wait(transfer_counters_.starved_since, transfer_counters_.starved_ns, Clock::now(), wait);
-  };
-  auto finish_and_publish = [&](BatchHandle& batch) { return run(stages_.finish, *batch) && publish(batch); };
-  auto finish_in_flight = [&] {
-    BatchHandle batch = std::move(*in_flight);
-    in_flight.reset();
-    return finish_and_publish(batch);
-  };
-
-  while (delivered < total) {
-    std::optional<BatchHandle> in;
-    if (in_flight) {
-      // The next batch is often a wake-up away: with a shallow host queue, the
-      // worker that finished it was blocked on the full queue until this thread
-      // popped the last one. Give it that long; otherwise, with nothing to
-      // overlap, publish the batch in flight rather than hold it while waiting.
-      in = host_queue_.try_pop();
-      if (!in) {
-        in = starved([&] { return host_queue_.wait_ready_for(kNextBatchGrace) ? host_queue_.try_pop() : std::nullopt; });
-      }
-      if (!in && !finish_in_flight()) return;
-    }
-    if (!in) {
-      in = starved([&] { return host_queue_.pop(); });
-      if (!in) return;  // stopped
-    }
-    early.emplace((*in)->sequence, std::move(*in));
-    while (!early.empty()) {
-      auto it = early.begin();
-      const bool its_turn = config_.ordered ? it->first == delivered : it->first < epoch_end;
-      if (!its_turn) break;
-      BatchHandle batch = std::move(it->second);
-      early.erase(it);
-      if (in_flight && stages_.transfer_would_wait && stages_.transfer_would_wait() && !finish_in_flight()) return;
-      if (stages_.transfer && !run(stages_.transfer, *batch)) return;
-      if (++delivered == epoch_end && delivered < total) epoch_end = plan_.epoch_end(delivered);
-      if (!stages_.transfer || !stages_.finish) {
-        if (!publish(batch)) return;  // stopped
-        continue;
-      }
-      // N is started and in flight now; N-1 finishes while N's transfer is queued behind it.
-      std::optional<BatchHandle> previous = std::exchange(in_flight, std::move(batch));
-      if (previous && !finish_and_publish(*previous)) return;
     }
   }
-  if (in_flight && !finish_in_flight()) return;
-  device_queue_.close();  // the end of the run flows downstream
+  Delivery(const Delivery&) = delete;
+  Delivery& operator=(const Delivery&) = delete;
+
+  // Delivers every batch of the plan, then closes the device queue (the end of
+  // the run flows downstream); returns early, the queue left open, once stopped.
+  void run();
+
+ private:
+  std::optional<BatchHandle> next_arrival();
+  bool deliver_in_turn();
+  bool deliver(BatchHandle batch);
+  bool run_phase(const TransferFn& phase, Batch& batch);
+  bool publish(BatchHandle& batch);
+  bool finish_and_publish(BatchHandle& batch) { return run_phase(p_.stages_.finish, *batch) && publish(batch); }
+  // Finishes and publishes the batch in flight, which must be there.
+  bool finish_in_flight() {
+    BatchHandle batch = std::move(*in_flight_);
+    in_flight_.reset();
+    return finish_and_publish(batch);
+  }
+  // Runs wait() as time the stage is starved (nothing to deliver); returns what it got.
+  template <class Wait>
+  auto starved(Wait&& wait) {
+    return counters_.timed_wait(counters_.starved_since, counters_.starved_ns, Clock::now(), std::forward<Wait>(wait));
+  }
+
+  Pipeline& p_;
+  StageCounters& counters_;
+  std::uint64_t& delivered_;  // batches of the plan handed on (started, with a two-phase transfer)
+  const std::uint64_t total_;
+  std::uint64_t epoch_end_;  // the plan position where the current epoch ends
+  std::map<std::uint64_t, BatchHandle> early_;  // batches that completed ahead of their turn, by position
+  std::optional<BatchHandle> in_flight_;
+};
+
+void Pipeline::delivery_loop(std::uint64_t& delivered) {
+  Delivery delivery(*this, delivered);
+  delivery.run();
+}
+
+void Pipeline::Delivery::run() {
+  while (delivered_ < total_) {
+    std::optional<BatchHandle> in = next_arrival();
+    if (!in) return;  // stopped
+    early_.emplace((*in)->sequence, std::move(*in));
+    if (!deliver_in_turn()) return;
+  }
+  if (in_flight_ && !finish_in_flight()) return;
+  p_.device_queue_.close();
+}
+
+// The next batch the workers completed, in any order; empty once stopped. With
+// a batch in flight and none ready, the batch in flight is finished and
+// published before the wait goes on.
+std::optional<BatchHandle> Pipeline::Delivery::next_arrival() {
+  BoundedQueue<BatchHandle>& host_queue = p_.host_queue_;
+  if (in_flight_) {
+    // The next batch is often a wake-up away: with a shallow host queue, the
+    // worker that finished it was blocked on the full queue until this thread
+    // popped the last one. Give it that long; otherwise, with nothing to
+    // overlap, publish the batch in flight rather than hold it while waiting.
+    std::optional<BatchHandle> in = host_queue.try_pop();
+    if (!in) {
+      in = starved([&] { return host_queue.wait_ready_for(kNextBatchGrace) ? host_queue.try_pop() : std::nullopt; });
+    }
+    if (in) return in;
+    if (!finish_in_flight()) return std::nullopt;
+  }
+  return starved([&] { return host_queue.pop(); });
+}
+
+// Delivers the batches that arrived early whose turn has come: the next
+// position (ordered) or any of the current epoch (ordered = false). False once
+// stopped.
+bool Pipeline::Delivery::deliver_in_turn() {
+  while (!early_.empty()) {
+    auto it = early_.begin();
+    const bool its_turn = p_.config_.ordered ? it->first == delivered_ : it->first < epoch_end_;
+    if (!its_turn) break;
+    BatchHandle batch = std::move(it->second);
+    early_.erase(it);
+    if (!deliver(std::move(batch))) return false;
+  }
+  return true;
+}
+
+// Runs the transfer on the batch whose turn it is and hands it on: at once, or,
+// with a two-phase transfer, it becomes the batch in flight and the one before
+// it is finished and published. False once stopped.
+bool Pipeline::Delivery::deliver(BatchHandle batch) {
+  const StageFunctions& stages = p_.stages_;
+  if (in_flight_ && stages.transfer_would_wait && stages.transfer_would_wait() && !finish_in_flight()) return false;
+  if (stages.transfer && !run_phase(stages.transfer, *batch)) return false;
+  if (++delivered_ == epoch_end_ && delivered_ < total_) epoch_end_ = p_.plan_.epoch_end(delivered_);
+  if (!stages.transfer || !stages.finish) return publish(batch);
+  // N is started and in flight now; N-1 finishes while N's transfer is queued behind it.
+  std::optional<BatchHandle> previous = std::exchange(in_flight_, std::move(batch));
+  return !previous || finish_and_publish(*previous);
+}
+
+// Runs one phase of the transfer; its time is the stage's busy time, less what
+// the phase says it waited for the consumer (Batch::transfer_blocked_ns), which
+// is blocked time. False when it threw: a phase woken by on_stop throws to get
+// out, which is not an error.
+bool Pipeline::Delivery::run_phase(const TransferFn& phase, Batch& batch) {
+  const auto t0 = Clock::now();
+  batch.transfer_blocked_ns = 0;
+  try {
+    phase(batch);
+  } catch (...) {
+    if (!p_.stopping_flag()) {
+      p_.fail(std::string(kDeliveryStage), batch.epoch, PipelineError::kNoSample, std::current_exception(),
+              "batch " + std::to_string(batch.index) + ": ");
+    }
+    return false;
+  }
+  counters_.count_phase(elapsed_ns(t0, Clock::now()), batch.transfer_blocked_ns);
+  return true;
+}
+
+// Hands a transferred batch to the consumer; false once stopped.
+bool Pipeline::Delivery::publish(BatchHandle& batch) {
+  StageCounters::add(counters_.items, 1);
+  return counters_.timed_wait(counters_.blocked_since, counters_.blocked_ns, Clock::now(),
+                              [&] { return p_.device_queue_.push(batch); });
 }
 
 // ---- consumer
@@ -558,10 +581,14 @@ std::optional<BatchHandle> Pipeline::next() {
 Clock::time_point Pipeline::consumer_arrives() {
   const auto now = Clock::now();
   std::lock_guard lk(state_mu_);
-  if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, now));
-  last_return_.reset();
+  end_consumer_step(now);
   if (!consumer_first_) consumer_first_ = now;
   return now;
+}
+
+void Pipeline::end_consumer_step(Clock::time_point now) {
+  if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, now));
+  last_return_.reset();
 }
 
 bool Pipeline::wait_ready(std::chrono::microseconds timeout) {
@@ -575,8 +602,7 @@ bool Pipeline::wait_ready(std::chrono::microseconds timeout) {
 void Pipeline::consumer_away() {
   const auto now = Clock::now();
   std::lock_guard lk(state_mu_);
-  if (last_return_) StageCounters::add(consumer_counters_.busy_ns, elapsed_ns(*last_return_, now));
-  last_return_.reset();
+  end_consumer_step(now);
 }
 
 void Pipeline::note_delivered(const Batch& b) {
@@ -626,7 +652,7 @@ PipelineStats Pipeline::stats() const {
   std::vector<StageCounters::Reading> worker_readings;
   worker_readings.reserve(config_.workers);
   for (std::size_t w = 0; w < config_.workers; ++w) worker_readings.push_back(worker_counters_[w].read());
-  const StageCounters::Reading transfer_reading = transfer_counters_.read();
+  const StageCounters::Reading delivery_reading = delivery_counters_.read();
   StageCounters::Reading consumer_reading;
   std::optional<Clock::time_point> step_since;  // the consumer's step under way
   std::optional<Clock::time_point> consumer_from;
@@ -647,14 +673,14 @@ PipelineStats Pipeline::stats() const {
   s.cores = cores_;
   StageStats workers{"workers", config_.workers};
   for (const auto& r : worker_readings) accumulate(workers, r, now);
-  StageStats transfer{"transfer", 1};
-  accumulate(transfer, transfer_reading, now);
+  StageStats delivery{std::string(kDeliveryStage), 1};
+  accumulate(delivery, delivery_reading, now);
   StageStats consumer{"consumer", 1};
   accumulate(consumer, consumer_reading, now);
   if (step_since) consumer.busy_s += double(elapsed_ns(*step_since, now)) * 1e-9;
-  workers.wall_s = transfer.wall_s = s.wall_s;
+  workers.wall_s = delivery.wall_s = s.wall_s;
   consumer.wall_s = consumer_from ? double(elapsed_ns(*consumer_from, now)) * 1e-9 : 0.0;
-  for (StageStats* st : {&workers, &transfer, &consumer}) s.stages.push_back(*st);
+  for (StageStats* st : {&workers, &delivery, &consumer}) s.stages.push_back(*st);
   s.queues.push_back({"host queue", host_queue_.stats()});
   s.queues.push_back({"device queue", device_queue_.stats()});
   s.queues.push_back({"buffer pool", pool_.stats()});

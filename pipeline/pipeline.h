@@ -1,8 +1,9 @@
 // Pipeline: worker threads fill pooled batch buffers sample by sample, one
-// transfer thread moves finished batches on, and the consumer takes them with
-// next() or `for (auto& batch : pipeline.epoch(e))`, all three at the same time.
+// delivery thread puts finished batches in order and hands them on, and the
+// consumer takes them with next() or `for (auto& batch : pipeline.epoch(e))`,
+// all three at the same time.
 //
-//   workers (N) --host queue--> transfer (1) --device queue--> consumer (caller)
+//   workers (N) --host queue--> delivery (1) --device queue--> consumer (caller)
 //        ^                                                         |
 //        +------------------- batch pool (free buffers) <----------+
 //
@@ -12,10 +13,12 @@
 // 1 / (2 x workers) share of what is left of the batch, at least one sample, so
 // the shared counters are touched a few times per batch rather than per
 // sample, and a batch ends in single samples that keep the workers finishing
-// it together. The transfer thread restores sampler
-// order (or, with ordered = false, passes batches on as they complete within an
-// epoch) and runs the transfer function on each batch. Workers persist across
-// epochs and prefetch into the next one.
+// it together. The delivery thread restores sampler order (or, with
+// ordered = false, passes batches on as they complete within an epoch) and
+// runs the stage's transfer function on each batch (DevicePipeline's copy to
+// the device). Its stage is named "transfer" in stats() and in PipelineError
+// (kDeliveryStage). Workers persist across epochs and prefetch into the next
+// one.
 //
 // Output depends on (seed, epoch, index) alone: the same bytes whatever the
 // worker count or the scheduling.
@@ -120,7 +123,7 @@ class Filler {
   std::function<void(Sample&)> fill_;
   Prefetch prefetch_;
 };
-// Runs on the transfer thread for each finished batch, in delivery order. It
+// Runs on the delivery thread for each finished batch, in delivery order. It
 // may change the bytes, never the batch's samples (indices, labels, skipped).
 using TransferFn = std::function<void(Batch&)>;
 
@@ -130,11 +133,11 @@ struct StageFunctions {
   Allocator allocator = Allocator::host();
   // Optional: called when the pipeline starts stopping (stop(), a stage's error,
   // destruction), possibly more than once and from any thread; it must wake any
-  // blocking wait inside `transfer` so the transfer thread can be joined.
+  // blocking wait inside `transfer` so the delivery thread can be joined.
   std::function<void()> on_stop;
   // Optional, with `transfer`: a transfer that ends asynchronously (a DMA).
   // transfer(b) then only starts it and finish(b) waits for it to end; the
-  // batch is published when finish returns. The transfer thread keeps one batch
+  // batch is published when finish returns. The delivery thread keeps one batch
   // in flight: it starts batch N before it finishes batch N-1, so the device
   // has the next copy queued behind the current one whenever the workers are
   // ahead. It finishes the batch in flight before it waits on anything the
@@ -229,8 +232,8 @@ class Pipeline {
   // Stops every thread and joins it; returns promptly from any state. Idempotent.
   void stop();
 
-  // Each stage's figures and fractions: workers and transfer from the
-  // pipeline's start, the consumer from its first next() (or wait_ready()):
+  // Each stage's figures and fractions: workers and delivery ("transfer") from
+  // the pipeline's start, the consumer from its first next() (or wait_ready()):
   // time before that is the caller's setup, not the consumer's.
   PipelineStats stats() const;
   // When the pipeline started its threads: the start of its first epoch.
@@ -251,8 +254,9 @@ class Pipeline {
   struct OpenBatch;
   void worker_main(std::size_t w);  // worker_loop, its errors turned into fail()
   void worker_loop(std::size_t w, std::uint64_t& g);  // g: the batch position under way
-  void transfer_main();             // transfer_loop, likewise
-  void transfer_loop(std::uint64_t& delivered);
+  class Delivery;                   // the delivery thread's loop state and steps
+  void delivery_main();             // delivery_loop, its errors turned into fail()
+  void delivery_loop(std::uint64_t& delivered);  // delivered: batches of the plan handed on so far
   bool claim(std::uint64_t& g, std::size_t& slot, std::size_t& count);
   // `mark` is the worker's busy-time origin; each advances it past its waits.
   // `ahead`: the calling worker's own list for the read-ahead advice, reused
@@ -267,6 +271,9 @@ class Pipeline {
   void throw_if_failed() const;
   // The consumer arrives for a batch: its busy time since the last one ends. Returns now.
   Clock::time_point consumer_arrives();
+  // The consumer's step since next() last returned, if one is under way, ends
+  // at `now`: its busy time. Caller holds state_mu_.
+  void end_consumer_step(Clock::time_point now);
   void note_delivered(const Batch& b);
   bool stopping_flag() const { return stop_requested_.load(std::memory_order_acquire); }
 
@@ -312,12 +319,12 @@ class Pipeline {
   std::optional<Clock::time_point> consumer_first_;  // its first arrival; guarded by state_mu_
 
   std::unique_ptr<StageCounters[]> worker_counters_;
-  StageCounters transfer_counters_;
+  StageCounters delivery_counters_;
   StageCounters consumer_counters_;
 
   std::mutex join_mu_;
   std::vector<std::thread> workers_;
-  std::thread transfer_;
+  std::thread delivery_;
 };
 
 }  // namespace conveyor

@@ -17,7 +17,7 @@ void accumulate(StageStats& into, const StageCounters::Reading& r, Clock::time_p
 }
 
 namespace {
-const StageStats* find_stage(const std::vector<StageStats>& stages, const char* name) {
+const StageStats* find_stage(const std::vector<StageStats>& stages, std::string_view name) {
   for (const auto& s : stages) {
     if (s.name == name) return &s;
   }
@@ -25,12 +25,12 @@ const StageStats* find_stage(const std::vector<StageStats>& stages, const char* 
 }
 
 // The consumer's share of the time measured where its thread cannot see it: the
-// transfer's waits for memory the consumer still held (a slot its device work
+// delivery thread's waits in the transfer for memory the consumer still held (a slot its device work
 // reads). Not the waits for room in the device queue: those a consumer's own
 // thread shows as busy, or they come before it first asks for a batch.
 double hidden_consumer_fraction(const std::vector<StageStats>& stages) {
-  const StageStats* transfer = find_stage(stages, "transfer");
-  return transfer ? transfer->consumer_wait_fraction() : 0.0;
+  const StageStats* delivery = find_stage(stages, kDeliveryStage);
+  return delivery ? delivery->consumer_wait_fraction() : 0.0;
 }
 
 // The stage that sets the pace (PipelineStats::bottleneck), and whether it is
@@ -73,7 +73,7 @@ std::string hint_for(const StageStats& stage, const PipelineStats& s) {
     return line;
   }
   if (stage.name == "workers") return "add workers or make each sample cheaper (smaller crop, fewer augmentations)";
-  if (stage.name == "transfer") return "the copy or device-side work limits: check the link, or move work off the transfer stage";
+  if (stage.name == kDeliveryStage) return "the copy or device-side work limits: check the link, or move work off the transfer stage";
   if (stage.name == "consumer") return "the training step is the limit: the input pipeline keeps up";
   return "";
 }

@@ -2,21 +2,26 @@
 // throughput.
 //
 // Every stage thread's time falls into three parts: busy (its own work: filling
-// samples, transferring, or the consumer's step between next() calls), blocked
-// (waiting for room downstream or a free buffer) and starved (waiting for input).
-// Fractions are of the stage's wall time times its thread count: the workers'
-// and the transfer's since the pipeline started, the consumer's since it first
-// asked for a batch (the caller's setup before that is none of its three).
+// samples, delivering and transferring, or the consumer's step between next()
+// calls), blocked (waiting for room downstream or a free buffer) and starved
+// (waiting for input). Fractions are of the stage's wall time times its thread
+// count: the workers' and the delivery thread's since the pipeline started, the
+// consumer's since it first asked for a batch (the caller's setup before that is
+// none of its three). StageCounters' methods are the one place that moves time
+// into these figures.
 //
 // Thread safety: StageCounters is written by its one owning thread and may be read
 // from any thread at any time (read()). The report structs are plain values.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pipeline/bounded_queue.h"
@@ -35,8 +40,8 @@ struct alignas(64) StageCounters {
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> blocked_ns{0};
   std::atomic<std::uint64_t> starved_ns{0};
-  // Part of blocked_ns: the transfer's waits inside its phases for memory the
-  // consumer still uses (Batch::transfer_blocked_ns), as opposed to waits for
+  // Part of blocked_ns: the delivery thread's waits inside the transfer phases
+  // for memory the consumer still uses (Batch::transfer_blocked_ns), as opposed to waits for
   // room in the device queue.
   std::atomic<std::uint64_t> consumer_wait_ns{0};
 
@@ -110,23 +115,75 @@ struct alignas(64) StageCounters {
     seq.store(s0 + 2, std::memory_order_release);
   }
   // Runs wait() as one wait that began at t0 (begin_wait, then end_wait when it
-  // returns); returns what wait() returned.
+  // returns); returns what wait() returned. A wait() that throws leaves `since`
+  // set: the thread's catch clears it.
   template <class Wait>
   auto timed_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
                   Wait&& wait) {
+    Clock::time_point end;
+    return timed_wait(since, total, t0, std::forward<Wait>(wait), end);
+  }
+  // As timed_wait, and sets `end` to when the wait ended (the clock read that
+  // closed it).
+  template <class Wait>
+  auto timed_wait(std::atomic<std::int64_t>& since, std::atomic<std::uint64_t>& total, Clock::time_point t0,
+                  Wait&& wait, Clock::time_point& end) {
     begin_wait(since, t0);
     auto got = wait();
-    end_wait(since, total, t0, Clock::now());
+    end = Clock::now();
+    end_wait(since, total, t0, end);
     return got;
+  }
+  // A worker's step between waits: runs work() as busy time from `mark` (shown
+  // while under way) and moves `mark` to its end. A work() that throws counts
+  // nothing and clears busy_since before the exception leaves.
+  template <class Work>
+  void busy_span(Clock::time_point& mark, Work&& work) {
+    begin_wait(busy_since, mark);
+    try {
+      work();
+    } catch (...) {
+      busy_since.store(0, std::memory_order_relaxed);
+      throw;
+    }
+    const auto now = Clock::now();
+    end_wait(busy_since, busy_ns, mark, now);
+    mark = now;
+  }
+  // A worker stops to wait: its busy time since `mark` ends now, wait() runs as
+  // blocked time, and `mark` moves to the wait's end, where the next busy time
+  // begins. Returns what wait() returned.
+  template <class Wait>
+  auto blocked_after_busy(Clock::time_point& mark, Wait&& wait) {
+    const auto t0 = Clock::now();
+    add(busy_ns, elapsed_ns(mark, t0));
+    return timed_wait(blocked_since, blocked_ns, t0, std::forward<Wait>(wait), mark);
+  }
+  // A transfer phase that took `took_ns`, of which `consumer_wait_ns` (capped
+  // at took_ns) waited for memory the consumer still held: that part is
+  // blocked (and consumer_wait), the rest busy, counted as one step.
+  void count_phase(std::uint64_t took_ns, std::uint64_t consumer_wait) {
+    const std::uint64_t blocked = std::min(consumer_wait, took_ns);
+    as_one([&] {
+      add(busy_ns, took_ns - blocked);
+      add(blocked_ns, blocked);
+      add(consumer_wait_ns, blocked);
+    });
   }
 };
 
+// The delivery thread's stage name in stats() (so in the stats table, `--json`
+// and the trace) and in PipelineError::stage(): "transfer", named for the copy
+// it runs on a device (StageFunctions::transfer). Users' scripts read it, so it
+// stays "transfer" though the thread is the delivery thread.
+inline constexpr std::string_view kDeliveryStage = "transfer";
+
 struct StageStats {
-  std::string name;       // "workers", "transfer", "consumer"
+  std::string name;       // "workers", kDeliveryStage ("transfer"), "consumer"
   std::size_t threads = 1;
   std::uint64_t items = 0;  // samples for workers, batches otherwise
   double busy_s = 0, blocked_s = 0, starved_s = 0;
-  double consumer_wait_s = 0;  // part of blocked_s: waits for memory the consumer holds (transfer only)
+  double consumer_wait_s = 0;  // part of blocked_s: waits for memory the consumer holds (delivery only)
   double wall_s = 0;  // the consumer's since its first next(), the others' since the start
 
   double busy_fraction() const { return fraction(busy_s); }
@@ -156,7 +213,7 @@ struct PipelineStats {
   std::vector<NamedQueueStats> queues;
 
   // The stage that sets the pace: the one with the highest busy fraction, or the
-  // consumer when the transfer stage waited for memory the consumer still held
+  // consumer when the delivery stage waited for memory the consumer still held
   // (consumer_wait_fraction) longer than any stage was busy. That is a consumer
   // whose work runs on a device after its thread has returned (a GPU training
   // step): its thread looks idle while the buffers it released are in use.

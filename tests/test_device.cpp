@@ -379,12 +379,12 @@ class FaultyDevice final : public Device {
   std::atomic<double> copy_delay_us{0};
   // Enqueueing a copy takes this long on the caller (the workers get ahead meanwhile).
   std::atomic<int> enqueue_delay_ms{0};
-  // The last copy_to_device (on the transfer thread; read once the pipeline failed):
+  // The last copy_to_device (on the delivery thread; read once the pipeline failed):
   // its destination, the bytes its source held when it was enqueued, its stream.
   void* copy_dst = nullptr;
   std::vector<std::byte> copy_source;
   Stream* copy_stream = nullptr;       // under sync_mu while the pipeline runs
-  Stream* normalize_stream = nullptr;  // the last normalize's (transfer thread); likewise
+  Stream* normalize_stream = nullptr;  // the last normalize's (delivery thread); likewise
   // For each synchronize(Event&) on an event last recorded on the copy or the
   // normalize stream (a slot's "copied"), how many copies had been enqueued by then.
   std::atomic<std::size_t> copies{0};
@@ -669,7 +669,7 @@ TEST_CASE("device pipeline rejects a normalize layout that does not match the sa
                       Catch::Contains("normalize.std[2] is too small"));
 }
 
-TEST_CASE("a device error on the transfer thread reaches the consumer with the call and file:line",
+TEST_CASE("a device error on the delivery thread reaches the consumer with the call and file:line",
           "[device][pipeline][errors]") {
   auto faulty = std::make_shared<FaultyDevice>(host_device());
   faulty->copies_before_error = 2;
@@ -725,7 +725,7 @@ TEST_CASE("an error while releasing a batch is reported by the next call", "[dev
   DevicePipeline dp(cfg, 20, test::fill_pattern, {}, faulty);
   auto b = dp.next();
   REQUIRE(b);
-  faulty->fail_cpu_records = true;  // the consumer's release fails; the transfer thread's records go on
+  faulty->fail_cpu_records = true;  // the consumer's release fails; the delivery thread's records go on
   b->reset();
   REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
 }
@@ -752,7 +752,7 @@ TEST_CASE("a DeviceError thrown in a filler is recovered as a DeviceError at the
 TEST_CASE("a device error in next() itself is a PipelineError, and it sticks", "[device][pipeline][errors]") {
   auto faulty = std::make_shared<FaultyDevice>(host_device());
   Config cfg = small_config(2, 1, 2);
-  cfg.epochs = 0;  // endless: the transfer thread would go on were it not stopped
+  cfg.epochs = 0;  // endless: the delivery thread would go on were it not stopped
   DevicePipeline dp(cfg, 40, test::fill_pattern, {}, faulty);
   REQUIRE(dp.next());
   faulty->fail_cpu_waits = true;  // the consumer stream's wait on copied fails
@@ -773,7 +773,7 @@ TEST_CASE("stop returns while the consumer holds every device slot", "[device][p
   Config cfg = small_config(2, 1, 1);
   cfg.epochs = 0;
   auto dp = std::make_unique<DevicePipeline>(cfg, 50, test::fill_pattern, TransferConfig{}, device);
-  auto held = dp->next();  // the only slot: the transfer thread now waits for it
+  auto held = dp->next();  // the only slot: the delivery thread now waits for it
   REQUIRE(held);
   auto stopper = std::async(std::launch::async, [&] { dp->stop(); });
   REQUIRE(stopper.wait_for(10s) == std::future_status::ready);
@@ -800,7 +800,7 @@ TEST_CASE("the checks catch a transfer that does not wait for the consumer's rel
     tc.consumer_stream = consumer->native();
     std::size_t wrong = 0;
     // A 3 ms step: the broken transfer overwrites the slot long before the read
-    // runs, unless a loaded machine stalls the transfer thread for the whole
+    // runs, unless a loaded machine stalls the delivery thread for the whole
     // epoch (1 run in 30 with both cores busy): the broken protocol gets up to
     // 5 epochs to show itself, the right one must be right in its one.
     for (int attempt = 0; attempt < (broken ? 5 : 1) && wrong == 0; ++attempt) {
@@ -1120,7 +1120,7 @@ TEST_CASE("the transfer keeps two copies in flight and normalizes on a stream of
         while (auto b = dp.next()) ++batches;
         REQUIRE(batches == 20);
         std::lock_guard lk(faulty->sync_mu);
-        copies_at_sync = faulty->copies_at_sync;  // the transfer thread's finish() calls, one per batch
+        copies_at_sync = faulty->copies_at_sync;  // the delivery thread's finish() calls, one per batch
         if (normalize) {
           REQUIRE(faulty->normalize_stream);
           REQUIRE(faulty->normalize_stream != faulty->copy_stream);  // the copy engine never waits for the kernel
@@ -1223,7 +1223,7 @@ TEST_CASE("resident dataset: a failed release keeps its slot out and is thrown b
 
 TEST_CASE("labels cross the bus in the batch's one copy, 8-byte aligned after the pixels", "[device][pipeline][labels]") {
   // A pageable labels.to(device) would synchronise every step, so the
-  // transfer thread writes the labels after the pixels in the pinned buffer
+  // delivery thread writes the labels after the pixels in the pinned buffer
   // and the one copy moves both.
   // 13: the labels need padding to align; 0: labels only (the pool allocated nothing for them, a segfault)
   for (std::size_t sample_bytes : {std::size_t(0), std::size_t(13), std::size_t(48)}) {

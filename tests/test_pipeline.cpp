@@ -51,9 +51,9 @@ std::size_t bad_samples(const Config& c, const Batch& b, const std::vector<std::
 
 // The consumer holds a batch and takes no more. Once the device queue is full
 // and the pool has no free buffer, both stay so, and every thread ends up
-// blocked: the transfer thread pushing into the device queue, the workers
+// blocked: the delivery thread pushing into the device queue, the workers
 // pushing into the host queue or waiting for a buffer. (Whether the host queue
-// fills too depends on how many batches the transfer thread holds back to
+// fills too depends on how many batches the delivery thread holds back to
 // restore order.) Counts come from the snapshot's push and pop totals.
 bool consumer_away_filled_everything(const PipelineStats& s) {
   const auto items = [](const NamedQueueStats& q) { return q.stats.pushes - q.stats.pops; };
@@ -444,7 +444,7 @@ TEST_CASE("pipeline: non-standard exceptions and transfer failures surface too",
 namespace {
 
 // What a two-phase transfer (StageFunctions::finish) was asked to do, in the
-// transfer thread's order: each step is (start or finish, batch sequence).
+// delivery thread's order: each step is (start or finish, batch sequence).
 struct PhaseLog {
   enum Phase { start, finish };
   std::mutex mu;
@@ -564,7 +564,7 @@ TEST_CASE("pipeline: a two-phase transfer finishes its batch in flight when stop
     {
       Pipeline p(c, 40, st);
       for (int k = 0; k < 5; ++k) REQUIRE(p.next());
-    }  // destroyed while the transfer thread runs ahead
+    }  // destroyed while the delivery thread runs ahead
     (void)log.check_and_count_overlaps();  // every start has its finish
   }
   SECTION("a finish that throws fails the pipeline, and the next started batch is still finished") {
@@ -769,7 +769,7 @@ TEST_CASE("pipeline: stop returns promptly with threads blocked on full or empty
   c.workers = 4;
   SECTION("the consumer stays away: every queue fills and every thread blocks") {
     // The consumer holds one batch and takes no more: the device queue fills,
-    // the transfer thread blocks pushing into it, and the workers block pushing
+    // the delivery thread blocks pushing into it, and the workers block pushing
     // into the host queue or waiting for a buffer.
     Pipeline p(c, 1000, {fill_pattern});
     auto held = p.next();
@@ -779,9 +779,9 @@ TEST_CASE("pipeline: stop returns promptly with threads blocked on full or empty
     REQUIRE_FALSE(p.next());        // stopped: the stream ends
     REQUIRE((*held)->size() == 7);  // the held batch outlives the stop
   }
-  SECTION("the workers are stuck in the filler: the transfer thread waits on an empty queue") {
+  SECTION("the workers are stuck in the filler: the delivery thread waits on an empty queue") {
     // A filler that waits until the pipeline stops, as a stalled read does:
-    // nothing reaches the host queue, so the transfer thread is starved.
+    // nothing reaches the host queue, so the delivery thread is starved.
     std::atomic<std::size_t> inside{0};
     Pipeline p(c, 1000, {[&](Sample& s) {
                  ++inside;
@@ -918,7 +918,7 @@ TEST_CASE("pipeline: stats name the bottleneck", "[pipeline][stats]") {
 
 TEST_CASE("pipeline: a wait under way counts in the snapshot taken during it", "[pipeline][stats]") {
   // The consumer takes one batch and then stays away: the workers fill every
-  // buffer and block, the transfer thread blocks on the full device queue.
+  // buffer and block, the delivery thread blocks on the full device queue.
   // Snapshots taken during those waits must show them (not only once they end),
   // so an interval between two snapshots holds the waits it spans. Were a wait
   // counted only when it ends, the blocked times below would stay flat and the
