@@ -20,7 +20,7 @@
 #                       PARTs, for a per-call time limit (default all, in this order):
 #                       tests (test_cuda, the whole CTest, the Python module required and its pytest), sanitize (memcheck,
 #                       synccheck), bench (h2d, pipeline), train (resume check),
-#                       train-cost (--deterministic's cost), decode (issue 22's benchmark)
+#                       train-cost (--deterministic's cost), decode (GPU decode against the CPU)
 #   ./go peers ARGS     Conveyor against PyTorch's DataLoader and the Python
 #                       two-queue pipeline (apps/peers/compare.py ARGS)
 #
@@ -204,7 +204,7 @@ gpu_checks() {
   fi
   if want bench; then
     step h2d "$b/apps/conveyor-bench-device" --device cuda h2d
-    # Transfer-bound (issue 16's table): each prints its link utilisation, target >= 95%.
+    # Transfer-bound: each prints its link utilisation, target >= 95%.
     local batch norm util
     for batch in 128 256; do
       for norm in off float16; do
@@ -218,7 +218,7 @@ gpu_checks() {
         fi
       done
     done
-    # Step-bound (issue 16): a 5 ms step on the device; the consumer (the GPU) must never wait,
+    # Step-bound: a 5 ms step on the device; the consumer (the GPU) must never wait,
     # and the report must name the consumer, not the transfer that waits for its slots.
     step pipeline-step-5ms "$b/apps/conveyor-bench-device" --device cuda pipeline --workers "$w" --sample-us 0 \
       --step-us 5000 --batch 128
@@ -281,7 +281,7 @@ print(f"info  --deterministic cost, resnet 128 px: {s:.0f} images/s against {d:.
 PY
 )"
   fi
-  # Issue 22's benchmark: the photos listed 10 times, RandomResizedCrop 224 + flip, float16
+  # The GPU decode benchmark: the photos listed 10 times, RandomResizedCrop 224 + flip, float16
   # normalize on the GPU, batch 64: CPU workers alone, hybrid (auto share), and the plain
   # torchvision nvJPEG loop, side by side, two rounds.
   local photos=${CONVEYOR_PHOTOS:-.gpu/photos}
@@ -293,14 +293,14 @@ PY
     for round in 1 2; do
       step "decode-cpu-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode off
       step "decode-hybrid-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode auto
-      # Two cores left to the transfer thread and nvJPEG's host side (docs/cuda.md).
+      # Two cores left to the delivery thread and nvJPEG's host side (docs/cuda.md).
       if [ "$w" -gt 4 ]; then
         step "decode-hybrid-w$((w - 2))-$round" "$b/apps/conveyor" bench --list "$list" --workers "$((w - 2))" \
           --normalize float16 --epochs 3 --gpu-decode auto
       fi
       step "decode-nvjpeg-loop-$round" python3 apps/peers/nvjpeg_loop.py --list "$list" --epochs 3
     done
-    # Issue 19's GPU row: Conveyor (C++ and Python) against DataLoader(num_workers=nproc,
+    # The GPU row of docs/benchmarks.md: Conveyor (C++ and Python) against DataLoader(num_workers=nproc,
     # pin_memory=True) with the normalize on the GPU, side by side.
     step peers-cuda python3 apps/peers/compare.py --device cuda --folder "$photos" --repeat 10 --workers "$w" \
       --rounds 3 --only "conveyor,conveyor-python,dataloader-$w" --build "$b" --out "$out/peers-cuda.md"
@@ -372,18 +372,18 @@ case "$cmd" in
     for h in toml++/toml.hpp dlpack/dlpack.h pybind11/pybind11.h; do
       [ -f ".gpu/sysroot/usr/include/$h" ] || { say "gpu-bundle: .gpu/sysroot lacks $h"; exit 1; }
     done
-    if [ -d ../shared/data/photos-200 ]; then cp -r ../shared/data/photos-200 .gpu/photos; fi  # issue 22's benchmark
+    if [ -d ../shared/data/photos-200 ]; then cp -r ../shared/data/photos-200 .gpu/photos; fi  # the GPU decode benchmark's photos
     say "gpu-bundle: .gpu/ ready, toml++, dlpack and pybind11 added; on the GPU machine: bash .gpu/build.sh && ./go gpu"
     ;;
   gpu)
-    # The GPU machine's checks (issue 16), from a build with CUDA and LibTorch:
+    # The GPU machine's checks, from a build with CUDA and LibTorch:
     # .gpu/build.sh's /tmp/b there (no package registry), else build/gpu here.
     # ./go gpu PART... runs those parts only (see the header), each within a
     # shorter time limit than the whole.
     gpu_checks "$@"
     ;;
   peers)
-    # The side-by-side comparison of docs/benchmarks.md (issue 7): PyTorch's
+    # The side-by-side comparison of docs/benchmarks.md: PyTorch's
     # DataLoader and the Python two-queue pipeline from Debian's packages, and
     # Conveyor's own Python module (conveyor-python) built for that interpreter.
     install_missing python3-torch python3-torchvision python3-pil python3-dev pybind11-dev libdlpack-dev python3-numpy

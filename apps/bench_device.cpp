@@ -48,7 +48,7 @@ Filler light_filler(double sample_us) {
 // Median GB/s over `runs` bursts of back-to-back copies of `bytes` from src to a device buffer,
 // timed by events on one stream. A burst (about 200 MB, at least 2 copies) is the copy engine's
 // steady state, which a pipeline's stream of copies reaches; one copy alone, timed by itself,
-// varies by a factor of two on an H100 at 38 MB (issue 16's first run: 22.6 against 51.5 GB/s).
+// varies by a factor of two on an H100 at 38 MB (22.6 against 51.5 GB/s in one H100 run).
 double copy_gbps(Device& device, const void* src, std::size_t bytes, int runs) {
   const int burst = int(std::clamp<std::size_t>(200'000'000 / std::max<std::size_t>(bytes, 1), 2, 64));
   auto stream = device.create_stream();
@@ -203,7 +203,7 @@ double run_copy_in_consumer(Device& device, const Config& cfg, std::size_t batch
   return seconds(t0);
 }
 
-// Fill, copy (on the transfer thread) and step all at once.
+// Fill, copy (on the delivery thread) and step all at once.
 double run_device_pipeline(std::shared_ptr<Device> device, const Config& cfg, std::size_t batches, OverlapCosts k) {
   Config c = cfg;
   c.epochs = 0;

@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
   // conveyor-train holds its own: it must see a closed stdout as closed.
   if (argc > 1 && std::string_view(argv[1]) == "train") return exec_train(argc, argv);
   hold_standard_fds();
-  CLI::App app{"conveyor: an input pipeline for C++ training code (decode workers -> transfer thread -> your step)"};
+  CLI::App app{"conveyor: an input pipeline for C++ training code (decode workers -> delivery thread, which copies to the device -> your step)"};
   Options o;
   const Subcommands subcommands = add_subcommands(app, o);
   // --config is the program's (CLI11 reads config files for the top-level app

@@ -56,7 +56,7 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   option("--workers", o.workers, "decode/augment worker threads (default: the core count)")
       ->check(range(1, Config::kMaxWorkers));
   option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));
-  option("--host-queue", o.host_queue, "finished batches waiting for the transfer thread")->check(range(1, 4096));
+  option("--host-queue", o.host_queue, "finished batches waiting for the delivery thread (which copies them to the device)")->check(range(1, 4096));
   option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(range(1, 4096));
   option("--wait-yields", o.wait_yields, "times a waiting thread yields its core before it sleeps (0: sleep at once)")
       ->check(range(0, Config::kMaxWaitYields));

@@ -84,7 +84,7 @@ struct Options {
   double synthetic_ms = 0;                           // Default: 0, decode for real.
   bool serial = false;                               // Default: off.
   bool resident = false;                             // Default: off.
-  std::string gpu_decode = "off";  // --gpu-decode off | auto | SHARE in [0, 1] (issue 22). Default: off.
+  std::string gpu_decode = "off";  // --gpu-decode off | auto | SHARE in [0, 1]. Default: off.
   double budget_mb = 1024;                           // --resident's device memory. Default: 1024.
   std::string trace;                                 // Default: none.
   std::string json;                                  // run, bench. Default: none.

@@ -1,7 +1,7 @@
 // `conveyor run` and `conveyor bench`: a dataset, the image filler and a
 // consumer with a synthetic step, for --epochs, in one of three modes:
 //
-//   streaming   the pipeline: workers -> transfer thread -> this thread (run.cpp)
+//   streaming   the pipeline: workers -> delivery thread -> this thread (run.cpp)
 //   --resident  decode once, upload, gather each batch on the device (run_resident.cpp)
 //   --serial    fill, copy and step one after another on one thread (run_serial.cpp)
 //

@@ -8,7 +8,7 @@
 //   - with the pipeline stopped (at each resume), open file descriptors and
 //     threads are exactly what they were before the first pipeline; at every
 //     epoch's end but the last, threads are that plus the workers and the
-//     transfer thread, and descriptors at most that plus one file per worker;
+//     delivery thread, and descriptors at most that plus one file per worker;
 //   - the peak resident set (VmHWM) grows after epoch 2 by no more than
 //     --max-rss-growth (2%).
 //

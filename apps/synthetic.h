@@ -13,7 +13,7 @@ namespace conveyor::apps {
 
 struct SyntheticCosts {
   double sample_ms = 0;    // per sample, on a worker
-  double transfer_ms = 0;  // per batch, on the transfer thread
+  double transfer_ms = 0;  // per batch, on the delivery thread
   double step_ms = 0;      // per batch, in the consumer
 };
 

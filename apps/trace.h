@@ -61,7 +61,7 @@ class Tracer {
 };
 
 // The trace of a streaming run (`conveyor run --trace FILE`): the consumer
-// (thread 1), the transfer thread (2) and each worker (10 + w) named; a span
+// (thread 1), the delivery thread (2) and each worker (10 + w) named; a span
 // per sample's decode, per transfer and per step; and the depth of each queue
 // every 2 ms, read by a sampler thread this object owns: a Sampling spawns it;
 // the Sampling's destructor, finish() and the destructor join it.

@@ -7,7 +7,7 @@
 //   conveyor train --folder train/ --val-fraction 0.1 --lr 0.05 --workers 8
 //
 // The data path: workers decode and augment into pinned (CUDA) or plain host
-// batch buffers; the transfer thread normalizes to float NCHW on the device
+// batch buffers; the delivery thread normalizes to float NCHW on the device
 // (on the CPU for the host backend); to_tensors() wraps the result without a
 // copy, and the batch goes back to the pipeline when autograd lets go of it.
 // A validation split, held out by class before training, is scored after each

@@ -60,7 +60,7 @@ Loader::Loader(LoaderSettings settings, std::size_t dataset_size, std::size_t sa
   // Each batch the consumer holds keeps one of the host pool's buffers; the
   // default pool (Config::host_buffer_count) has one for each device slot
   // beside those the workers and the host queue use, so device_buffers= is
-  // what the consumer may hold (round 9: next() waited for ever past the pool).
+  // what the consumer may hold (past the pool, next() would wait for ever).
   if (device_->backend() == Backend::cuda) {
     transfer_.current_consumer_stream = [this] { return stream_; };
   }

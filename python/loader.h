@@ -75,7 +75,7 @@ struct LoaderSettings {
   Config config;                   // sample_bytes is set by the loader
   DeviceConfig device;             // the loader sets handover_if_host: a CPU consumer reads in place
   std::optional<DType> normalize;  // on the device, for uint8 HWC samples of 1..3 channels
-  // Images only: the share of JPEGs the device's decoder takes (issue 22):
+  // Images only: the share of JPEGs the device's decoder takes:
   // 0 off, a share in (0, 1], nullopt auto (device/gpu_share.h). Default: off.
   std::optional<double> gpu_decode = 0.0;
   // The most the batch pools (host and device) may take, in MiB; checked

@@ -7,7 +7,7 @@
 
 Debian's libjpeg-turbo shared libraries are stripped, so a profile of the
 normal build shows one anonymous blob for the whole decoder; CONVEYOR_STATIC_JPEG
-links the static archives, whose symbols survive. The run is the issue-7 setup
+links the static archives, whose symbols survive. The run is the side-by-side setup
 (RandomResizedCrop 224 + flip + normalize float32, batch 64, 2 workers, host
 backend handing buffers over); `perf record --delay` skips the start-up (the
 buffer pool's first touch), so the figures are the steady state.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Files against tar shards (issue 21), side by side: images/s and file opens per epoch,
+"""Files against tar shards, side by side: images/s and file opens per epoch,
 with a warm page cache and with the data's pages evicted before each epoch.
 
     python3 apps/peers/shards_bench.py --folder ../shared/data/photos-200 --repeat 5 --rounds 3

@@ -695,7 +695,7 @@ def test_a_bad_file_names_itself_or_is_skipped(tmp_path, folder):
 def test_names_that_are_not_utf8_are_given_as_os_gives_them(tmp_path, folder):
     # A class folder and a file whose names hold a byte that is not UTF-8:
     # classes as os.fsdecode gives them, messages with the byte as \xNN; the
-    # folder given back as such a str, or as bytes, is found (round 9: each
+    # folder given back as such a str, or as bytes, is found (each
     # of these raised UnicodeDecodeError, or could not be cast).
     root = os.fsencode(tmp_path / "odd")
     good = sorted(folder.rglob("*.ppm"))
@@ -948,7 +948,7 @@ def test_a_loader_dropped_mid_epoch_joins_its_threads(folder):
     before = threads()
     loader = conveyor.Loader(folder=str(folder), batch_size=2, workers=4, crop=16, device="cpu")
     images, labels = next(iter(loader))
-    assert threads() >= before + 5  # 4 workers and the transfer thread
+    assert threads() >= before + 5  # 4 workers and the delivery thread
     del loader
     gc.collect()
     assert threads() <= before + 1  # workers and transfer joined; the host device's stream lives with the batch
@@ -981,7 +981,7 @@ def test_no_leak_over_50_epochs_rss_and_fds(folder):
 
 
 def test_gpu_decode_share_on_the_host_twin_gives_the_same_bytes_for_1_and_4_workers(tmp_path):
-    """gpu_decode= (issue 22) on device='cpu': the host backend's decoder is the CPU twin of the
+    """gpu_decode= on device='cpu': the host backend's decoder is the CPU twin of the
     GPU path, so a share runs the whole hand-off; the split goes by index, not by worker."""
     Image = pytest.importorskip("PIL.Image")
     rng = np.random.default_rng(9)
