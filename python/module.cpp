@@ -40,6 +40,7 @@
 #include "python/loader.h"
 #include "source/source.h"
 #include "image/augment.h"
+#include "image/transform_spec.h"
 
 namespace py = pybind11;
 using namespace py::literals;
@@ -205,9 +206,45 @@ py::dict stats_dict(const PipelineStats& s) {
                   "bottleneck"_a = s.stages.empty() ? std::string("no batch taken yet") : s.bottleneck_summary());
 }
 
+// transforms=: None, the list as text, or a sequence of conveyor.transforms
+// objects (or their text), joined into the text parse_transforms reads.
+std::optional<std::string> transform_text(const py::object& v) {
+  if (v.is_none()) return std::nullopt;
+  if (py::isinstance<py::str>(v)) return text("transforms", v);
+  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) {
+    throw py::type_error(std::string("transforms=: expected a list of conveyor.transforms objects or their text, not ") +
+                         Py_TYPE(v.ptr())->tp_name);
+  }
+  const py::object kind = py::module_::import("conveyor.transforms").attr("Transform");
+  std::string out;
+  std::size_t at = 0;
+  for (const py::handle item : v) {
+    if (!py::isinstance<py::str>(item) && !py::isinstance(item, kind)) {
+      throw py::type_error("transforms=: item " + std::to_string(at) + " is a " + Py_TYPE(item.ptr())->tp_name +
+                           "; give conveyor.transforms objects (torchvision's names and parameters) or their text");
+    }
+    if (at++ > 0) out += ", ";
+    out += py::str(item).cast<std::string>();
+  }
+  if (at == 0) throw py::value_error("transforms=[]: an empty list (leave transforms= out for the default)");
+  return out;
+}
+
+// The transform list, parsed and checked as a chain (order, sizes): a
+// ValueError naming the transform and the parameter, not Augment's RuntimeError.
+std::vector<Transform> parse_transform_list(const std::string& text) {
+  try {
+    std::vector<Transform> chain = parse_transforms(text);
+    (void)Augment(chain);
+    return chain;
+  } catch (const AugmentError& e) {
+    throw py::value_error(std::string("transforms=: ") + e.what());
+  }
+}
+
 // The Loader's keywords as given, before any is checked.
 struct Keywords {
-  py::object folder, list, shards, arrays, batch_size, workers, crop, augment, seed, shuffle, drop_last, epochs, device,
+  py::object folder, list, shards, arrays, batch_size, workers, crop, augment, transforms, seed, shuffle, drop_last, epochs, device,
       normalize, host_queue, device_queue, device_buffers, on_error, rank, world_size, rank_by_shard, extra_shards,
       gpu_decode, max_memory_mb, slot_timeout;
 };
@@ -225,11 +262,15 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   const bool extra_shards = flag("extra_shards", k.extra_shards);
   if (extra_shards && k.shards.is_none()) throw py::value_error("extra_shards=True: needs shards=");
   ImageConfig ic;
-  if (arrays && (!k.crop.is_none() || augment)) {
-    throw py::value_error("crop=, augment=: not for arrays= (its rows are copied as they are)");
+  const std::optional<std::string> transforms = transform_text(k.transforms);
+  if (arrays && (!k.crop.is_none() || augment || transforms)) {
+    throw py::value_error("crop=, augment=, transforms=: not for arrays= (its rows are copied as they are)");
+  }
+  if (transforms && (!k.crop.is_none() || augment)) {
+    throw py::value_error("transforms=: not with crop= or augment= (the list's first transforms set the size and the augmentation)");
   }
   const int side = k.crop.is_none() ? kDefaultCrop : int(whole("crop", k.crop, 1, kMaxCrop));
-  if (!arrays) ic.transforms = preset_transforms(pick_preset(augment), side);
+  if (!arrays) ic.transforms = transforms ? parse_transform_list(*transforms) : preset_transforms(pick_preset(augment), side);
   ic.on_error = pick("on_error", on_error, kErrorPolicies);
   // rank=/world_size= not given: 0 of 1, with a warning when a launcher
   // (torchrun, mpirun) says otherwise: DataLoader does not shard by
@@ -263,7 +304,7 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   // What each keyword was given, checked (arrays= left out: x is held apart).
   py::dict given("folder"_a = k.folder, "list"_a = k.list, "shards"_a = k.shards,
                  "batch_size"_a = c.batch_size, "workers"_a = c.workers, "crop"_a = k.crop,
-                 "augment"_a = k.augment, "seed"_a = c.seed, "shuffle"_a = c.shuffle,
+                 "augment"_a = k.augment, "transforms"_a = k.transforms, "seed"_a = c.seed, "shuffle"_a = c.shuffle,
                  "drop_last"_a = c.drop_last, "epochs"_a = c.epochs, "normalize"_a = k.normalize,
                  "host_queue"_a = c.host_queue_depth, "device_queue"_a = c.device_queue_depth,
                  "device_buffers"_a = c.device_buffers, "on_error"_a = on_error, "rank"_a = c.rank,
@@ -280,7 +321,7 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
 
 // The Loader's keywords, in the constructor's order.
 const std::set<std::string> kLoaderKeywords = {
-    "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "seed", "shuffle", "drop_last",
+    "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "transforms", "seed", "shuffle", "drop_last",
     "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
     "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"};
 
@@ -294,19 +335,20 @@ void def_constructors(py::class_<PyLoader>& loader_class) {
       // wrong one gets a one-line error naming it, not pybind11's signature dump.
       .def(py::init([](const py::object& folder, const py::object& list, const py::object& shards, const py::object& arrays,
                        const py::object& batch_size, const py::object& workers, const py::object& crop,
-                       const py::object& augment, const py::object& seed, const py::object& shuffle,
+                       const py::object& augment, const py::object& transforms, const py::object& seed,
+                       const py::object& shuffle,
                        const py::object& drop_last, const py::object& epochs, const py::object& device,
                        const py::object& normalize, const py::object& host_queue, const py::object& device_queue,
                        const py::object& device_buffers, const py::object& on_error, const py::object& rank,
                        const py::object& world_size, const py::object& rank_by_shard, const py::object& extra_shards,
                        const py::object& gpu_decode, const py::object& max_memory_mb, const py::object& slot_timeout) {
-             return new_loader({folder, list, shards, arrays, batch_size, workers, crop, augment, seed, shuffle, drop_last,
+             return new_loader({folder, list, shards, arrays, batch_size, workers, crop, augment, transforms, seed, shuffle, drop_last,
                                 epochs, device, normalize, host_queue, device_queue, device_buffers, on_error, rank,
                                 world_size, rank_by_shard, extra_shards, gpu_decode, max_memory_mb, slot_timeout});
            }),
            py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
            "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
-           "augment"_a = py::none(), "seed"_a = config.seed, "shuffle"_a = config.shuffle,
+           "augment"_a = py::none(), "transforms"_a = py::none(), "seed"_a = config.seed, "shuffle"_a = config.shuffle,
            "drop_last"_a = config.drop_last, "epochs"_a = config.epochs,
            "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,

@@ -3,13 +3,16 @@
 # binding's: python/tests/test_stubs.py compares them with the module's own
 # signature.
 import os
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, TypeVar, Union
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, TypeVar, Union
+
+from .transforms import Transform
 
 __version__: str
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Batch = Tuple["Array", "Array"]
 _Self = TypeVar("_Self", bound="Loader")
+_Transforms = Union[str, Sequence[Union[str, Transform]]]
 
 class PipelineError(RuntimeError):
     """A sample or stage failed: which stage, epoch and sample, and why."""
@@ -72,6 +75,7 @@ class Loader:
         workers: int = 2,
         crop: Optional[int] = None,
         augment: Optional[Literal["rrc", "crop", "center"]] = None,
+        transforms: Optional[_Transforms] = None,
         seed: int = 0,
         shuffle: bool = True,
         drop_last: bool = False,
@@ -124,6 +128,8 @@ class Loader:
     def crop(self) -> Optional[int]: ...
     @property
     def augment(self) -> Optional[str]: ...
+    @property
+    def transforms(self) -> Optional[_Transforms]: ...
     @property
     def seed(self) -> int: ...
     @property

@@ -1,0 +1,114 @@
+"""conveyor.Loader(transforms=...): conveyor.transforms objects and their text, one parser with the command's.
+
+Run by CTest (python_module) with PYTHONPATH at the build tree's python/ folder. The images are
+written here (binary PPM).
+"""
+import hashlib
+
+import numpy as np
+import pytest
+
+import conveyor
+from conveyor import transforms as T
+
+
+def write_ppm(path, pixels):
+    h, w, _ = pixels.shape
+    with open(path, "wb") as f:
+        f.write(b"P6\n%d %d\n255\n" % (w, h))
+        f.write(np.ascontiguousarray(pixels, dtype=np.uint8).tobytes())
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """24 images in 2 class folders, of varied sizes."""
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(11)
+    for i in range(24):
+        d = root / f"class{i % 2}"
+        d.mkdir(exist_ok=True)
+        h, w = int(rng.integers(24, 64)), int(rng.integers(24, 64))
+        write_ppm(d / f"img{i:02d}.ppm", rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    return root
+
+
+def batches(loader, epochs=2):
+    out = []
+    for _ in range(epochs):
+        for images, labels in loader:
+            out.append((images.epoch, tuple(images.indices),
+                        hashlib.sha1(np.asarray(images).tobytes() + np.asarray(labels).tobytes()).hexdigest()))
+    loader.close()
+    return out
+
+
+def test_a_transform_prints_as_the_text_the_command_takes():
+    assert str(T.RandomResizedCrop(176)) == "RandomResizedCrop(size=176)"
+    assert str(T.RandomResizedCrop(176, scale=(0.35, 1))) == "RandomResizedCrop(size=176, scale=(0.35, 1))"
+    assert str(T.ColorJitter(0.4, 0.4, 0.4, 0.1)) == "ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)"
+    assert str(T.RandomCrop(32, padding=[4, 2])) == "RandomCrop(size=32, padding=(4, 2))"
+    assert str(T.RandomHorizontalFlip()) == "RandomHorizontalFlip()"
+    assert T.GaussianBlur(5, sigma=(0.1, 2.0)) == T.GaussianBlur(kernel_size=5, sigma=(0.1, 2.0))
+
+
+def test_wrong_arguments_are_refused_as_a_python_call_would_be():
+    with pytest.raises(TypeError, match=r"RandomResizedCrop\(\) got an unexpected keyword argument 'interpolation'"):
+        T.RandomResizedCrop(224, interpolation="bilinear")
+    with pytest.raises(TypeError, match=r"missing required argument: 'size'"):
+        T.CenterCrop()
+    with pytest.raises(TypeError, match=r"takes 1 argument"):
+        T.RandomHorizontalFlip(0.5, 0.2)
+    with pytest.raises(TypeError, match=r"multiple values for argument 'p'"):
+        T.RandomGrayscale(0.2, p=0.3)
+    with pytest.raises(TypeError, match=r"ColorJitter: brightness='a lot'"):
+        T.ColorJitter(brightness="a lot")
+
+
+def test_objects_text_and_the_preset_give_the_same_batches(folder):
+    common = dict(folder=str(folder), batch_size=5, workers=2, seed=7, device="cpu")
+    preset = batches(conveyor.Loader(augment="rrc", crop=24, **common))
+    objects = batches(conveyor.Loader(transforms=[T.RandomResizedCrop(24), T.RandomHorizontalFlip()], **common))
+    text = batches(conveyor.Loader(transforms="RandomResizedCrop(24), RandomHorizontalFlip()", **common))
+    mixed = batches(conveyor.Loader(transforms=("rrc(24)", T.RandomHorizontalFlip(p=0.5)), **common))
+    assert objects == preset
+    assert text == preset
+    assert mixed == preset
+
+
+def test_colour_transforms_run_the_same_for_any_worker_count(folder):
+    recipe = [T.RandomResizedCrop(20), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+              T.RandomGrayscale(p=0.2), T.GaussianBlur(3), T.RandomSolarize(128), T.RandomEqualize()]
+    runs = [batches(conveyor.Loader(folder=str(folder), batch_size=4, workers=w, seed=3, device="cpu",
+                                    transforms=recipe)) for w in (1, 3)]
+    assert runs[0] == runs[1]
+    plain = batches(conveyor.Loader(folder=str(folder), batch_size=4, workers=1, seed=3, device="cpu",
+                                    transforms=recipe[:2]))
+    assert [b[:2] for b in plain] == [b[:2] for b in runs[0]]  # the same samples in the same batches
+    assert plain != runs[0]  # with other pixels
+    loader = conveyor.Loader(folder=str(folder), batch_size=4, device="cpu", transforms=recipe)
+    images, _ = next(iter(loader))
+    assert np.asarray(images).shape == (4, 20, 20, 3)
+    assert loader.transforms == recipe  # read back as given
+    with pytest.raises(AttributeError, match="read-only"):
+        loader.transforms = []
+    loader.close()
+
+
+def test_a_bad_list_is_one_value_or_type_error_naming_it(folder):
+    f = str(folder)
+    with pytest.raises(ValueError, match=r"transforms=: .*RandomHorizontalFlip.*p"):
+        conveyor.Loader(folder=f, transforms=[T.RandomResizedCrop(24), T.RandomHorizontalFlip(p=2)])
+    with pytest.raises(ValueError, match=r"transforms=: .*unknown transform 'Rotate'"):
+        conveyor.Loader(folder=f, transforms="RandomResizedCrop(24), Rotate(30)")
+    with pytest.raises(ValueError, match=r"transforms=: not with crop= or augment="):
+        conveyor.Loader(folder=f, transforms=[T.RandomResizedCrop(24)], crop=32)
+    with pytest.raises(ValueError, match=r"transforms=: not with crop= or augment="):
+        conveyor.Loader(folder=f, transforms="rrc(24)", augment="center")
+    with pytest.raises(ValueError, match=r"not for arrays="):
+        conveyor.Loader(arrays=(np.zeros((4, 3), np.float32), np.zeros(4, np.int64)), transforms="rrc(24)")
+    with pytest.raises(ValueError, match=r"transforms=\[\]: an empty list"):
+        conveyor.Loader(folder=f, transforms=[])
+    with pytest.raises(TypeError, match=r"transforms=: item 1 is a dict"):
+        conveyor.Loader(folder=f, transforms=[T.RandomResizedCrop(24), {"p": 0.5}])
+    with pytest.raises(TypeError, match=r"transforms=: expected a list"):
+        conveyor.Loader(folder=f, transforms=T.RandomResizedCrop(24))
