@@ -16,26 +16,7 @@ import numpy as np
 import pytest
 
 import conveyor
-
-
-def write_ppm(path, pixels):
-    h, w, _ = pixels.shape
-    with open(path, "wb") as f:
-        f.write(b"P6\n%d %d\n255\n" % (w, h))
-        f.write(np.ascontiguousarray(pixels, dtype=np.uint8).tobytes())
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """30 images in 3 class folders, of varied sizes."""
-    root = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(5)
-    for i in range(30):
-        d = root / f"class{i % 3}"
-        d.mkdir(exist_ok=True)
-        h, w = int(rng.integers(20, 60)), int(rng.integers(20, 60))
-        write_ppm(d / f"img{i:02d}.ppm", rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-    return root
+from ppm import write_ppm  # python/tests/ppm.py; the `folder` fixture is conftest.py's
 
 
 def digest(images, labels):

@@ -1,7 +1,7 @@
 """conveyor.Loader(transforms=...): conveyor.transforms objects and their text, one parser with the command's.
 
-Run by CTest (python_module) with PYTHONPATH at the build tree's python/ folder. The images are
-written here (binary PPM).
+Run by CTest (python_module) with PYTHONPATH at the build tree's python/ folder; `folder` is
+conftest.py's (images written there, binary PPM).
 """
 import hashlib
 
@@ -10,26 +10,6 @@ import pytest
 
 import conveyor
 from conveyor import transforms as T
-
-
-def write_ppm(path, pixels):
-    h, w, _ = pixels.shape
-    with open(path, "wb") as f:
-        f.write(b"P6\n%d %d\n255\n" % (w, h))
-        f.write(np.ascontiguousarray(pixels, dtype=np.uint8).tobytes())
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """24 images in 2 class folders, of varied sizes."""
-    root = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(11)
-    for i in range(24):
-        d = root / f"class{i % 2}"
-        d.mkdir(exist_ok=True)
-        h, w = int(rng.integers(24, 64)), int(rng.integers(24, 64))
-        write_ppm(d / f"img{i:02d}.ppm", rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-    return root
 
 
 def batches(loader, epochs=2):
