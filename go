@@ -369,7 +369,7 @@ case "$cmd" in
     # pybind11 too, so the GPU machine builds the Python module and ./go gpu tests it.
     (cd .gpu && apt-get download -q libtomlplusplus-dev libdlpack-dev pybind11-dev >/dev/null 2>&1 && for d in ./*.deb; do dpkg -x "$d" sysroot; done && rm -f ./*.deb) \
       || { say "gpu-bundle: apt-get download libtomlplusplus-dev libdlpack-dev pybind11-dev failed"; exit 1; }
-    for h in toml++/toml.hpp dlpack/dlpack.h pybind11/pybind11.h; do
+    for h in toml++/toml.h dlpack/dlpack.h pybind11/pybind11.h; do
       [ -f ".gpu/sysroot/usr/include/$h" ] || { say "gpu-bundle: .gpu/sysroot lacks $h"; exit 1; }
     done
     if [ -d ../shared/data/photos-200 ]; then cp -r ../shared/data/photos-200 .gpu/photos; fi  # the GPU decode benchmark's photos
