@@ -18,7 +18,8 @@
 #                       conveyor train --device cuda --deterministic resumed, and what that switch
 #                       costs on the small ResNet; a 5 ms step-bound run; a summary.
 #                       PARTs, for a per-call time limit (default all, in this order):
-#                       tests (test_cuda, the whole CTest, the Python module required and its pytest), sanitize (memcheck,
+#                       tests (test_cuda, the whole CTest, the Python module required and its pytest),
+#                       wheel (built there with nvcc, pip-installed beside torch: a cuda epoch, pytest), sanitize (memcheck,
 #                       synccheck), bench (h2d, pipeline), train (resume check),
 #                       train-cost (--deterministic's cost), decode (GPU decode against the CPU)
 #   ./go peers ARGS     Conveyor against PyTorch's DataLoader and the Python
@@ -149,7 +150,7 @@ run_tests() {
 # summary (with the benchmarks' figures) is printed and replaces that file.
 # Logs and summary in $OUT (else build/gpu-report): gpu-summary.txt, or
 # gpu-summary-PART.txt when parts are named.
-GPU_PARTS=(tests sanitize bench train train-cost decode)
+GPU_PARTS=(tests wheel sanitize bench train train-cost decode)
 gpu_checks() {
   local b=${CONVEYOR_GPU_BUILD:-/tmp/b} out=${OUT:-build/gpu-report} rows=() rc=0 parts=("$@") p
   if ((${#parts[@]} == 0)) || [[ " ${parts[*]} " == *" all "* ]]; then parts=("${GPU_PARTS[@]}"); fi
@@ -193,6 +194,16 @@ gpu_checks() {
     else
       row "FAIL  pytest: the Python module was not built in $b (its configure log says why: pybind11, dlpack.h, Python.h)"
       rc=1
+    fi
+  fi
+  if want wheel; then
+    # The wheel built there with nvcc and pip-installed beside the machine's CUDA torch
+    # (tests/install/gpu_wheel.sh): ldd, a device="cuda" epoch, the pytest suite.
+    if [ -d "${CONVEYOR_PHOTOS:-.gpu/photos}" ]; then
+      step wheel bash tests/install/gpu_wheel.sh "${CONVEYOR_PHOTOS:-.gpu/photos}" "$out/wheel"
+      if [ -f "$out/wheel.log" ]; then grep "^gpu_wheel:" "$out/wheel.log" | while read -r l; do row "info  $l"; done; fi
+    else
+      row "skip  wheel (no photos: set CONVEYOR_PHOTOS, or ./go gpu-bundle carries ../shared/data/photos-200)"
     fi
   fi
   if want sanitize; then
@@ -398,7 +409,7 @@ case "$cmd" in
     fuzz "${1:-600}"
     ;;
   *)
-    echo "usage: ./go demo [flags] | ./go test | ./go gpu [tests|sanitize|bench|train|train-cost|decode|all ...] | ./go fuzz [SECONDS per target, default 600] | ./go peers [compare.py flags]" >&2
+    echo "usage: ./go demo [flags] | ./go test | ./go gpu [tests|wheel|sanitize|bench|train|train-cost|decode|all ...] | ./go fuzz [SECONDS per target, default 600] | ./go peers [compare.py flags]" >&2
     exit 2
     ;;
 esac
