@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "data/dataset.h"
+#include "device/gpu_share.h"
 #include "image/decode.h"
 #include "image/transform_spec.h"
 
@@ -114,6 +115,10 @@ void add_run_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--gpu-decode", o.gpu_decode,
               "decode a share of the JPEGs on the GPU beside the CPU workers: off | auto (a share from the measured "
               "rates; off without a GPU decoder) | SHARE in [0, 1] (on the host backend: its CPU twin, a test path)");
+  add_or_keep(app, "--gpu-decode-threads", o.gpu_decode_threads,
+              "with --gpu-decode: threads that feed the GPU decoder, each with two decoders (default 0: " +
+                  std::to_string(kDefaultGpuDecodeThreads) + ")")
+      ->check(CLI::Range(std::size_t(0), kMaxGpuDecodeThreads));
   app.add_flag("--serial", o.serial, "teaching: fill, copy and step one after another on one thread (no overlap)");
   add_or_keep(app, "--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
 }

@@ -85,6 +85,8 @@ struct Options {
   bool serial = false;                               // Default: off.
   bool resident = false;                             // Default: off.
   std::string gpu_decode = "off";  // --gpu-decode off | auto | SHARE in [0, 1]. Default: off.
+  // --gpu-decode-threads: the GPU decode feed's threads, two decoders each. Default: 0, kDefaultGpuDecodeThreads.
+  std::size_t gpu_decode_threads = 0;
   double budget_mb = 1024;                           // --resident's device memory. Default: 1024.
   std::string trace;                                 // Default: none.
   std::string json;                                  // run, bench. Default: none.

@@ -163,7 +163,8 @@ RunResult run_once(const Options& o, Output output) {
   TransferConfig tc;
   tc.normalize = normalization(o, crop);
   const ImageSourceParts parts =
-      build_image_source(dataset, image_config(o, o.augment, crop), o.workers, gpu_decode_share(o), *device, tc);
+      build_image_source(dataset, image_config(o, o.augment, crop), o.workers, gpu_decode_share(o), *device, tc,
+                         o.gpu_decode_threads);
   Config cfg = pipeline_config(o);
   cfg.sample_bytes = parts.images->sample_bytes();
   try {

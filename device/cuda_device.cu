@@ -314,13 +314,15 @@ class PinnedBytes {
 // The GPU decode path on CUDA: nvJPEG's batched decode of whole
 // files into device images it keeps (grown to the largest batch and image
 // seen), then resize_kernel into each sample's place in the slot. nvJPEG is
-// opened at run time (device/nvjpeg_library.h). Written from NVIDIA's nvJPEG
-// documentation; unverified on a GPU until a GPU session runs it (docs/cuda.md).
+// opened at run time (device/nvjpeg_library.h). The decoders of one device
+// share its nvJPEG handle, and each has its own decode state, as nvJPEG's
+// thread-safety rules ask of decoders used by several threads at once (the
+// GPU decode feed's).
 class CudaJpegDecoder final : public JpegBatchDecoder {
  public:
   // Called under the caller's ScopedDevice on `ordinal` (create_jpeg_decoder).
-  CudaJpegDecoder(std::shared_ptr<const NvJpegLibrary> library, int ordinal)
-      : ordinal_(ordinal), handle_(std::in_place, std::move(library)), taps_staging_(ordinal),
+  CudaJpegDecoder(std::shared_ptr<NvJpegHandle> handle, int ordinal)
+      : ordinal_(ordinal), handle_(std::move(handle)), taps_staging_(ordinal),
         taps_copied_(EventKind::sync, ordinal) {
     const NvJpegApi& api = handle_->library().api();
     check(api.state_create(handle_->get(), &state_), "nvjpegJpegStateCreate");
@@ -329,7 +331,8 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     const ScopedDevice on(ordinal_, std::nothrow);
     if (state_) (void)handle_->library().api().state_destroy(state_);
     // Here, not as a member after this body: the handle's streams and buffers
-    // are the device's, and `on` is released when the body ends.
+    // are the device's, and `on` is released when the body ends (the last
+    // decoder of the device ends the handle).
     handle_.reset();
   }
 
@@ -476,7 +479,7 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     int width = 0, height = 0;
   };
   int ordinal_;
-  std::optional<NvJpegHandle> handle_;  // always set; optional so the destructor can end it under its guard
+  std::shared_ptr<NvJpegHandle> handle_;  // the device's, shared; reset by the destructor under its guard
   nvjpeg::State state_ = nullptr;
   int batch_size_ = 0;                 // what nvjpegDecodeBatchedInitialize was last told
   std::vector<DeviceImage> images_;    // per item position; grown, reused
@@ -531,11 +534,22 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaEvent>(kind, ordinal_);
   }
   std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits&, std::string& why) override {
-    auto library = NvJpegLibrary::load(nvjpeg_candidates(), why);
-    if (!library) return nullptr;
     const ScopedDevice on(ordinal_);
     try {
-      return std::make_unique<CudaJpegDecoder>(std::move(library), ordinal_);
+      std::shared_ptr<NvJpegHandle> handle;
+      {
+        // One handle per device while any decoder holds it: the decoders of a
+        // GPU decode feed share it, each with its own state.
+        std::lock_guard lk(jpeg_mu_);
+        handle = jpeg_handle_.lock();
+        if (!handle) {
+          auto library = NvJpegLibrary::load(nvjpeg_candidates(), why);
+          if (!library) return nullptr;
+          handle = std::make_shared<NvJpegHandle>(std::move(library));
+          jpeg_handle_ = handle;
+        }
+      }
+      return std::make_unique<CudaJpegDecoder>(std::move(handle), ordinal_);
     } catch (const std::exception& e) {
       why = std::string("nvJPEG: ") + e.what();
       return nullptr;
@@ -673,6 +687,8 @@ class CudaDevice final : public Device {
   int ordinal_;
   bool poison_;
   std::string name_;
+  std::mutex jpeg_mu_;
+  std::weak_ptr<NvJpegHandle> jpeg_handle_;  // the decoders' shared handle, while one lives
 };
 
 }  // namespace

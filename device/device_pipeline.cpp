@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "device/gpu_decode_feed.h"
 #include "device/nvtx.h"
 
 namespace conveyor {
@@ -67,6 +68,9 @@ struct DeviceSlot {
   // made on first use and reused by later generations (an event's wait binds
   // to the record before it, so re-recording is safe).
   std::vector<std::unique_ptr<Event>> side_done;
+  // The GPU decode path: the job of the batch in this slot, from transfer()
+  // until finish() saw its render complete; the delivery thread's alone.
+  GpuDecodeFeed::Job* job = nullptr;
 };
 
 struct TransferCore {
@@ -102,15 +106,13 @@ struct TransferCore {
     }
   }
 
-  // The GPU decode path's state (TransferConfig::gpu_decode), the delivery thread's alone.
-  struct Deferred {
-    std::vector<DeferredDecode> taken;  // this batch's deferred samples, recycled once it is published
-    std::vector<std::size_t> slot;      // each one's position in the batch
-    std::vector<JpegItem> items;
-    std::vector<std::string> refused;   // per item: empty, or why the device's decoder refused it
-    std::unique_ptr<ImageDecoder> cpu;  // the fall-back for files the device's decoder refuses
-    std::vector<unsigned char> scratch;  // one rendered sample, for that fall-back
-  } deferred;
+  // The GPU decode path (TransferConfig::gpu_decode): its feed threads, and
+  // the CPU fall-back for files their decoder refuses, the delivery thread's alone.
+  std::unique_ptr<GpuDecodeFeed> feed;
+  struct Fallback {
+    std::unique_ptr<ImageDecoder> cpu;
+    std::vector<unsigned char> scratch;  // one rendered sample
+  } fallback;
   std::atomic<std::uint64_t> gpu_decoded{0}, gpu_fallbacks{0};
 
   TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
@@ -127,6 +129,7 @@ struct TransferCore {
     } catch (...) {
       // A device in error: there is nothing left to wait for.
     }
+    feed.reset();  // joins its threads and waits for its decodes, before the slots and streams go
   }
 
   // Keeps the first consumer-side error and closes the free slots, so the
@@ -169,7 +172,7 @@ struct TransferCore {
     }
     Stream& copy = *copy_stream;
     try {
-      if (config.gpu_decode) decode_deferred(batch, copy);  // before the labels are placed: a skip shortens the batch
+      if (feed) s.job = take_decoded(batch);  // before the labels are placed: a skip shortens the batch
       device->wait(copy, *s.consumed);  // 4: D[i]/O[i] are free on the device's timeline
       const std::size_t at = label_offset(batch.size(), sample_bytes);
       std::memcpy(batch.data + at, batch.labels.data(), batch.size() * sizeof(std::int64_t));
@@ -180,12 +183,13 @@ struct TransferCore {
         s.source = static_cast<std::byte*>(s.raw->data());
         device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
       }
-      if (!deferred.items.empty()) {  // the GPU path's samples, into the slot after the copy
-        for (std::size_t k = 0; k < deferred.items.size(); ++k) {
-          if (!deferred.refused[k].empty()) continue;  // decoded on the CPU (in the copy), or dropped
-          deferred.items[k].dst = reinterpret_cast<std::uint8_t*>(s.source) + deferred.slot[k] * sample_bytes;
+      if (GpuDecodeFeed::Job* job = s.job) {  // 13: the GPU path's samples, into the slot after the copy
+        for (std::size_t k = 0; k < job->items.size(); ++k) {
+          if (!job->refused[k].empty()) continue;  // decoded on the CPU (in the copy), or dropped
+          job->items[k].dst = reinterpret_cast<std::uint8_t*>(s.source) + job->slot[k] * sample_bytes;
         }
-        config.gpu_decode->decoder->render(deferred.items, deferred.refused, copy);
+        device->wait(copy, *job->decoded);  // 13: rendered after the feed's decode on the device's timeline
+        job->decoder->render(job->items, job->refused, copy);
       }
       if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
         device->record(*s.staged, copy);
@@ -203,6 +207,7 @@ struct TransferCore {
       // throws, while the copy enqueued above may still be reading it: wait for
       // the streams first, whatever they report.
       drain_streams();
+      release_job(s);  // the render, if enqueued, is done: the decoder may decode again
       throw;
     }
     s.started = start;
@@ -224,9 +229,10 @@ struct TransferCore {
       device->synchronize(*s.copied);
     } catch (...) {
       drain_streams();  // as in transfer(): H must outlive the DMA that reads it
+      release_job(s);
       throw;
     }
-    recycle_deferred();
+    release_job(s);  // 13: its render is complete (before copied), so its decoder is free
     if (config.on_transfer) {
       const auto end = std::chrono::steady_clock::now();
       config.on_transfer(batch, std::max(s.started, last_finished), end);  // spans that follow each other
@@ -235,59 +241,70 @@ struct TransferCore {
   }
 
   // True when transfer() would block for a free slot (the batch in flight may
-  // hold the last one), and always on the GPU decode path, whose decoder reuses
-  // its memory only once the previous batch's render is done.
-  bool transfer_would_wait() const { return config.gpu_decode.has_value() || free_slots.size() == 0; }
+  // hold the last one), and always on a GPU decode path with one decoder: the
+  // next batch's decode needs the decoder the batch in flight renders from,
+  // freed only when it is finished.
+  bool transfer_would_wait() const { return (feed && feed->decoders() < 2) || free_slots.size() == 0; }
 
-  // Takes the batch's deferred samples and decodes them on the device's
-  // decoder (the render into the slot comes after the copy). A file the decoder
-  // refuses is rendered here on the CPU into the host buffer, which the copy
-  // then carries; one the CPU refuses too is an error or, skipping, removed
-  // from the batch.
-  void decode_deferred(Batch& batch, Stream& copy) {
-    Deferred& d = deferred;
-    d.items.clear();
-    d.slot.clear();
-    for (std::size_t j = 0; j < batch.size(); ++j) {
-      auto entry = config.gpu_decode->deferred->take(batch.epoch, batch.indices[j]);
-      if (!entry) continue;
-      d.taken.push_back(std::move(*entry));
-      const DeferredDecode& e = d.taken.back();
-      d.slot.push_back(j);
-      d.items.push_back(JpegItem{e.file, e.width, e.height, e.geometry, nullptr});
-    }
-    if (d.items.empty()) return;
-    d.refused = config.gpu_decode->decoder->decode(d.items, copy);
+  // The batch's decoded job from the feed (null when it has no deferred
+  // sample); its wait counts as the delivery stage starved. A file the
+  // decoder refused is rendered here on the CPU into the host buffer, which
+  // the copy then carries; one the CPU refuses too is an error or, skipping,
+  // removed from the batch.
+  GpuDecodeFeed::Job* take_decoded(Batch& batch) {
+    GpuDecodeFeed::Job* job = feed->take(batch, batch.transfer_starved_ns);
+    if (!job) return nullptr;
     std::vector<std::size_t> drop;  // positions in the batch of samples neither decoder took
-    for (std::size_t k = 0; k < d.items.size(); ++k) {
-      if (d.refused[k].empty()) continue;
-      const DeferredDecode& e = d.taken[k];
-      try {
-        if (!d.cpu) d.cpu = std::make_unique<ImageDecoder>(config.gpu_decode->limits, std::vector<int>{8});
-        const ImageInfo info = d.cpu->open(e.file);
-        const DecodedView v = d.cpu->decode({0, 0, info.width, info.height}, 1.0);
-        d.scratch.resize(sample_bytes);
-        render_gpu_twin(v.pixels, v.width, v.height, v.stride, e.geometry, d.scratch);
-        std::memcpy(batch.data + d.slot[k] * sample_bytes, d.scratch.data(), sample_bytes);
-        ++gpu_fallbacks;
-      } catch (const std::exception& cpu_error) {
-        const std::string reason = e.name + ": " + cpu_error.what() + " (the GPU decoder: " + d.refused[k] + ")";
-        if (config.gpu_decode->on_error == ErrorPolicy::fail) throw std::runtime_error(reason);
-        batch.skipped.push_back({batch.epoch, batch.indices[d.slot[k]], reason});
-        drop.push_back(d.slot[k]);
+    try {
+      for (std::size_t k = 0; k < job->items.size(); ++k) {
+        if (job->refused[k].empty()) continue;
+        if (!render_on_cpu(batch, *job, k)) drop.push_back(job->slot[k]);
       }
+    } catch (...) {
+      feed->release(job);  // nothing of it was enqueued on the copy stream
+      throw;
     }
     // render() gets the very list decode() saw, since a decoder keeps its images
     // by position there; it skips the refused ones (the CPU's or dropped). The
     // accepted ones' positions move down past the dropped samples.
     std::size_t accepted = 0;
-    for (std::size_t k = 0; k < d.items.size(); ++k) {
-      if (!d.refused[k].empty()) continue;
+    for (std::size_t k = 0; k < job->items.size(); ++k) {
+      if (!job->refused[k].empty()) continue;
       ++accepted;
-      d.slot[k] -= std::size_t(std::lower_bound(drop.begin(), drop.end(), d.slot[k]) - drop.begin());
+      job->slot[k] -= std::size_t(std::lower_bound(drop.begin(), drop.end(), job->slot[k]) - drop.begin());
     }
     gpu_decoded += accepted;
     if (!drop.empty()) remove_samples(batch, drop);
+    return job;
+  }
+
+  // The CPU fall-back for item k of `job`, which the device's decoder refused:
+  // rendered into its place in the host buffer. False when the CPU refuses it
+  // too and the policy skips it (listed in batch.skipped); throws when it fails.
+  bool render_on_cpu(Batch& batch, const GpuDecodeFeed::Job& job, std::size_t k) {
+    const DeferredDecode& e = job.taken[k];
+    try {
+      Fallback& f = fallback;
+      if (!f.cpu) f.cpu = std::make_unique<ImageDecoder>(config.gpu_decode->limits, std::vector<int>{8});
+      const ImageInfo info = f.cpu->open(e.file);
+      const DecodedView v = f.cpu->decode({0, 0, info.width, info.height}, 1.0);
+      f.scratch.resize(sample_bytes);
+      render_gpu_twin(v.pixels, v.width, v.height, v.stride, e.geometry, f.scratch);
+      std::memcpy(batch.data + job.slot[k] * sample_bytes, f.scratch.data(), sample_bytes);
+      ++gpu_fallbacks;
+      return true;
+    } catch (const std::exception& cpu_error) {
+      const std::string reason = e.name + ": " + cpu_error.what() + " (the GPU decoder: " + job.refused[k] + ")";
+      if (config.gpu_decode->on_error == ErrorPolicy::fail) throw std::runtime_error(reason);
+      batch.skipped.push_back({batch.epoch, batch.indices[job.slot[k]], reason});
+      return false;
+    }
+  }
+
+  // The slot's job back to the feed (its decoder free, its entries recycled).
+  void release_job(DeviceSlot& s) noexcept {
+    if (feed && s.job) feed->release(s.job);
+    s.job = nullptr;
   }
 
   // Removes the samples at `positions` (ascending) from the host batch; later ones move down.
@@ -307,15 +324,6 @@ struct TransferCore {
     }
     batch.indices.resize(out);
     batch.labels.resize(out);
-  }
-
-  void recycle_deferred() noexcept {
-    try {
-      for (auto& e : deferred.taken) config.gpu_decode->deferred->recycle(std::move(e));
-    } catch (...) {  // out of memory keeping a spare: it is freed instead
-    }
-    deferred.taken.clear();
-    deferred.items.clear();
   }
 
   // Waits for everything enqueued on the transfer's streams; never throws (a
@@ -370,6 +378,15 @@ struct TransferCore {
     return true;
   }
 };
+
+PipelineStats DevicePipeline::stats() const {
+  PipelineStats s = pipeline_->stats();
+  if (core_->feed) {
+    const auto at = std::min<std::size_t>(1, s.stages.size());  // after the workers
+    s.stages.insert(s.stages.begin() + std::ptrdiff_t(at), core_->feed->stats(s.wall_s, Clock::now()));
+  }
+  return s;
+}
 
 DevicePipeline::GpuDecodeCounts DevicePipeline::gpu_decode_counts() const {
   return {core_->gpu_decoded.load(), core_->gpu_fallbacks.load()};
@@ -516,6 +533,10 @@ std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConf
   core->copy_stream = device->create_stream();  // 2: its own non-blocking stream
   if (transfer.normalize) core->normalize_stream = device->create_stream();  // 10: and normalize's
   core->consumer_stream = device->wrap_stream(transfer.consumer_stream);
+  if (const auto& g = transfer.gpu_decode) {
+    const std::size_t threads = g->threads ? std::min(g->threads, g->decoders.size()) : (g->decoders.size() + 1) / 2;
+    core->feed = std::make_unique<GpuDecodeFeed>(device, g->deferred, g->decoders, threads);
+  }
   return core;
 }
 
@@ -542,7 +563,11 @@ StageFunctions stage_functions(TransferCore* core, Filler fill, std::size_t batc
   stages.transfer = [core](Batch& b) { core->transfer(b); };
   stages.finish = [core](Batch& b) { core->finish(b); };
   stages.transfer_would_wait = [core] { return core->transfer_would_wait(); };
-  stages.on_stop = [core] { core->free_slots.close(); };  // wakes a delivery thread waiting for a slot
+  stages.on_stop = [core] {  // wakes a delivery thread waiting for a slot, or for the GPU decode feed
+    core->free_slots.close();
+    if (core->feed) core->feed->stop();
+  };
+  if (core->feed) stages.filled = [core](const Batch& b) noexcept { core->feed->filled(b); };
   // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
   stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
   const std::size_t tail = label_tail_bytes(batch_size);  // room for the labels after the pixels
@@ -566,7 +591,10 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   if (transfer.normalize) validate_normalization(*transfer.normalize, config.sample_bytes);
   if (transfer.gpu_decode) {
     if (!transfer.gpu_decode->deferred) throw ConfigError("gpu_decode.deferred", "is required (ImageSource::deferred_decodes())");
-    if (!transfer.gpu_decode->decoder) throw ConfigError("gpu_decode.decoder", "is required (Device::create_jpeg_decoder)");
+    const auto& decoders = transfer.gpu_decode->decoders;
+    if (decoders.empty() || std::find(decoders.begin(), decoders.end(), nullptr) != decoders.end()) {
+      throw ConfigError("gpu_decode.decoders", "must be one or more decoders (Device::create_jpeg_decoder)");
+    }
     // One pipeline at a time per source: entries an earlier one left are dropped,
     // and the source defers only while this pipeline is there to decode.
     auto store = transfer.gpu_decode->deferred;

@@ -98,19 +98,27 @@ struct TransferConfig {
   // during a start-up of hundreds of MB. Default: none.
   Interrupt interrupted;
 
-  // The GPU decode path: the samples an ImageSource with gpu_share
-  // left undecoded (its deferred_decodes()) are decoded here, on the transfer
-  // thread's stream, by `decoder` (Device::create_jpeg_decoder) and rendered
-  // into their slots before the batch is published, so the consumer's protocol
-  // is unchanged. Samples must be the uint8 HWC of the geometry's output. A file
-  // the decoder refuses is decoded again on the CPU (the host twin, on this
-  // thread); one that fails there too follows on_error: fail stops the pipeline
-  // with the file's name, skip leaves it out of its batch (Batch::skipped).
+  // The GPU decode path: the samples an ImageSource with gpu_share left
+  // undecoded (its deferred_decodes()) are decoded by a GpuDecodeFeed
+  // (device/gpu_decode_feed.h): `threads` threads of its own take each batch
+  // as the workers complete it and decode it on one of `decoders`
+  // (Device::create_jpeg_decoder) on that decoder's stream, ahead of the
+  // delivery thread, which renders the decoded images into the batch's slot
+  // after its copy and before its copied event, so the consumer's protocol is
+  // unchanged. Samples must be the uint8 HWC of the geometry's output. A file
+  // the decoder refuses is decoded again on the CPU (the host twin, on the
+  // delivery thread) alone; one that fails there too follows on_error: fail
+  // stops the pipeline with the file's name, skip leaves it out of its batch
+  // (Batch::skipped).
   struct GpuDecode {
     std::shared_ptr<DeferredDecodes> deferred;
-    std::shared_ptr<JpegBatchDecoder> decoder;
+    // One or more; a decoder holds a batch from its decode until its render is
+    // done, so with two or more the next batch decodes while one renders.
+    std::vector<std::shared_ptr<JpegBatchDecoder>> decoders;
     ErrorPolicy on_error = ErrorPolicy::fail;
     DecodeLimits limits;  // the CPU fall-back's: the source's ImageConfig::limits
+    // The feed's threads, 1 .. decoders.size(). Default: 0, one per two decoders.
+    std::size_t threads = 0;
   };
   // Default: none (every sample was decoded by the workers).
   std::optional<GpuDecode> gpu_decode;
@@ -240,7 +248,9 @@ class DevicePipeline {
   // As Pipeline::consumer_away.
   void consumer_away() { pipeline_->consumer_away(); }
   PipelineState state() const { return pipeline_->state(); }
-  PipelineStats stats() const { return pipeline_->stats(); }
+  // As Pipeline::stats, with the GPU decode feed's threads as the stage "gpu
+  // decode" after the workers when TransferConfig::gpu_decode is set.
+  PipelineStats stats() const;
   Clock::time_point started_at() const { return pipeline_->started_at(); }
   std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }
   // The GPU decode path so far (TransferConfig::gpu_decode): samples its decoder

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <stdexcept>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -34,30 +36,64 @@ std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores) {
          std::to_string(cores) + " here; docs/cuda.md)";
 }
 
-GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers) {
+namespace {
+// Up to 2 x threads decoders from `device`, stopping at the first it will not
+// make (the first one's reason in `why` when there is none).
+std::vector<std::shared_ptr<JpegBatchDecoder>> make_decoders(Device& device, const DecodeLimits& limits,
+                                                              std::size_t threads, std::string& why) {
+  std::vector<std::shared_ptr<JpegBatchDecoder>> decoders;
+  for (std::size_t k = 0; k < 2 * threads; ++k) {
+    std::string later;
+    std::shared_ptr<JpegBatchDecoder> d = device.create_jpeg_decoder(limits, decoders.empty() ? why : later);
+    if (!d) break;
+    decoders.push_back(std::move(d));
+  }
+  return decoders;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers,
+                                  std::size_t threads) {
   if (wanted == 0.0) return {};
   if (probe.augment().has_pixel_ops()) {  // the GPU path renders the crop only: every sample would stay on the CPU
-    return {0, nullptr, "gpu decode: off, the CPU workers decode alone: the colour transforms run on the CPU"};
+    return {0, {}, 0, "gpu decode: off, the CPU workers decode alone: the colour transforms run on the CPU"};
   }
   if (!wanted && device.backend() == Backend::host) {
-    return {0, nullptr, "gpu decode: off (auto: the host backend has no GPU; a share runs its CPU twin)"};
+    return {0, {}, 0, "gpu decode: off (auto: the host backend has no GPU; a share runs its CPU twin)"};
   }
+  if (threads > kMaxGpuDecodeThreads) {
+    throw std::invalid_argument("gpu decode threads: at most " + std::to_string(kMaxGpuDecodeThreads) + ", not " +
+                                std::to_string(threads));
+  }
+  if (threads == 0) threads = kDefaultGpuDecodeThreads;
   std::string why;
-  std::shared_ptr<JpegBatchDecoder> decoder = device.create_jpeg_decoder(probe.config().limits, why);
-  if (!decoder) return {0, nullptr, "gpu decode: off, the CPU workers decode alone: " + why};
-  const std::string on = " on " + decoder->describe() + gpu_decode_core_hint(workers, std::thread::hardware_concurrency());
+  auto decoders = make_decoders(device, probe.config().limits, threads, why);
+  if (decoders.empty()) return {0, {}, 0, "gpu decode: off, the CPU workers decode alone: " + why};
+  threads = std::min(threads, decoders.size());
+  const std::string on = " on " + decoders.front()->describe() + ", " + std::to_string(threads) + " feed thread(s) with " +
+                         std::to_string(decoders.size()) + " decoders" +
+                         gpu_decode_core_hint(workers, std::thread::hardware_concurrency());
   if (wanted) {
     char share[32];
     std::snprintf(share, sizeof share, "%g", *wanted);
-    return {*wanted, decoder, std::string("gpu decode: share ") + share + on};
+    return {*wanted, std::move(decoders), threads, std::string("gpu decode: share ") + share + on};
   }
-  const GpuShare m = measure_gpu_share(probe, *decoder, device, workers);
-  if (m.share == 0) return {0, nullptr, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
-  return {m.share, decoder, "gpu decode: auto, " + m.describe(workers) + "," + on};
+  // Measured as the feed runs: one decoder per thread at a time.
+  std::vector<std::shared_ptr<JpegBatchDecoder>> measured;
+  for (std::size_t t = 0; t < threads; ++t) measured.push_back(decoders[t]);
+  const GpuShare m = measure_gpu_share(probe, measured, device, workers);
+  if (m.share == 0) return {0, {}, 0, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
+  return {m.share, std::move(decoders), threads, "gpu decode: auto, " + m.describe(workers) + "," + on};
 }
 
-GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
-                           std::size_t samples) {
+GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<JpegBatchDecoder>> decoders,
+                           Device& device, std::size_t workers, std::size_t samples) {
+  if (decoders.empty()) throw std::invalid_argument("measure_gpu_share: no decoder");
   const Dataset& d = source.dataset();
   const std::uint64_t seed = 0;  // which crop each sample gets matters little to its cost
   // The decodable samples among the first 4 x samples, with their files and geometry.
@@ -86,34 +122,70 @@ GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Devic
   m.samples = picked.size();
   if (picked.empty()) return m;
 
+  // The CPU path, three rounds: one round's rate varied by a third between
+  // identical runs (the first reads the files cold, and a core's clock moves).
   std::vector<unsigned char> out(source.sample_bytes());
-  auto t0 = Clock::now();
-  for (const std::size_t i : picked) {  // their headers parsed; a bad body throws, naming the file
-    Rng rng(seed, 0, i);
-    source.render_sample(i, rng, out, 0);
+  std::vector<double> cpu_rates;
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = Clock::now();
+    for (const std::size_t i : picked) {  // their headers parsed; a bad body throws, naming the file
+      Rng rng(seed, 0, i);
+      source.render_sample(i, rng, out, 0);
+    }
+    cpu_rates.push_back(double(picked.size()) / std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  const double cpu_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  m.cpu_per_worker = double(picked.size()) / cpu_s;
+  m.cpu_per_worker = median_of(cpu_rates);
 
+  // The GPU path: every decoder at once on its own thread and stream, as the
+  // feed's threads run them; a first round grows their memory.
   const std::size_t bytes = source.sample_bytes();
-  auto slots = device.allocate(bytes * picked.size());
-  auto stream = device.create_stream();
-  std::vector<JpegItem> items;
-  for (std::size_t k = 0; k < files.size(); ++k) {
-    items.push_back(JpegItem{files[k].file, files[k].width, files[k].height, files[k].geometry,
-                             static_cast<std::uint8_t*>(slots->data()) + k * bytes});
+  struct Lane {
+    std::unique_ptr<Buffer> slots;
+    std::unique_ptr<Stream> stream;
+    std::vector<JpegItem> items;
+    std::size_t accepted = 0;
+    std::exception_ptr error;
+  };
+  std::vector<Lane> lanes(decoders.size());
+  for (Lane& l : lanes) {
+    l.slots = device.allocate(bytes * picked.size());
+    l.stream = device.create_stream();
+    for (std::size_t k = 0; k < files.size(); ++k) {
+      l.items.push_back(JpegItem{files[k].file, files[k].width, files[k].height, files[k].geometry,
+                                 static_cast<std::uint8_t*>(l.slots->data()) + k * bytes});
+    }
   }
-  double gpu_s = 0;
-  std::size_t accepted = 0;  // of the timed round: a file the decoder refuses goes to the CPU in a run
-  for (int round = 0; round < 2; ++round) {  // the first round grows the decoder's memory
-    t0 = Clock::now();
-    const std::vector<std::string> refused = decoder.decode(items, *stream);
-    decoder.render(items, refused, *stream);
-    device.synchronize(*stream);
-    gpu_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    accepted = std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
+  const auto round = [&] {
+    std::vector<std::thread> threads;
+    const auto t0 = Clock::now();
+    for (std::size_t k = 0; k < lanes.size(); ++k) {
+      threads.emplace_back([&, k] {
+        Lane& l = lanes[k];
+        try {
+          const std::vector<std::string> refused = decoders[k]->decode(l.items, *l.stream);
+          decoders[k]->render(l.items, refused, *l.stream);
+          device.synchronize(*l.stream);
+          l.accepted = std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
+        } catch (...) {
+          l.error = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Lane& l : lanes) {
+      if (l.error) std::rethrow_exception(l.error);
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  (void)round();  // grows the decoders' memory
+  std::vector<double> gpu_rates;
+  for (int r = 0; r < 3; ++r) {
+    const double s = round();
+    std::size_t accepted = 0;  // a file the decoder refuses goes to the CPU in a run
+    for (const Lane& l : lanes) accepted += l.accepted;
+    gpu_rates.push_back(double(accepted) / s);
   }
-  m.gpu = accepted > 0 ? double(accepted) / gpu_s : 0;  // share 0 below when it took none
+  m.gpu = median_of(gpu_rates);  // 0 when it took none: share 0 below
   m.share = balanced_gpu_share(m.cpu_per_worker, workers, m.gpu);
   return m;
 }

@@ -14,7 +14,9 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "device/device.h"
 #include "device/device_pipeline.h"
@@ -38,21 +40,33 @@ struct GpuShare {
 // asked for.
 struct GpuDecodeChoice {
   double share = 0;
-  std::shared_ptr<JpegBatchDecoder> decoder;
+  // Two per feed thread (GpuDecodeFeed), or fewer when the device would not
+  // make more; empty when off.
+  std::vector<std::shared_ptr<JpegBatchDecoder>> decoders;
+  std::size_t threads = 0;  // the feed's
   std::string line;
   // The transfer stage's settings for `source`, the run's ImageSource built
-  // with ImageConfig::gpu_share = share: its deferred store, this decoder, and
-  // the source's error policy and limits for the CPU fall-back.
+  // with ImageConfig::gpu_share = share: its deferred store, these decoders and
+  // threads, and the source's error policy and limits for the CPU fall-back.
   TransferConfig::GpuDecode transfer_for(const ImageSource& source) const {
-    return {source.deferred_decodes(), decoder, source.config().on_error, source.config().limits};
+    return {source.deferred_decodes(), decoders, source.config().on_error, source.config().limits, threads};
   }
 };
+
+// The GPU decode feed's threads when none is asked for. Each gets two
+// decoders, so it decodes one batch while the delivery thread renders its
+// last (NVIDIA's multi-instance nvJPEG sample keeps two decode states per
+// hardware engine; an H100 has 7 engines).
+inline constexpr std::size_t kDefaultGpuDecodeThreads = 4;
+inline constexpr std::size_t kMaxGpuDecodeThreads = 64;
 
 // `wanted`: 0 for off, a share in (0, 1], or nullopt for auto (measured with
 // measure_gpu_share on `probe`, a source over the run's dataset; off on the
 // host backend, which has no GPU). A share asked for on the host backend runs
-// its CPU twin (a test path).
-GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers);
+// its CPU twin (a test path). `threads`: the feed's (1 .. kMaxGpuDecodeThreads;
+// 0: kDefaultGpuDecodeThreads).
+GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers,
+                                  std::size_t threads = 0);
 
 // The balancing share for those rates; 0 when the GPU rate is 0.
 double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu);
@@ -65,14 +79,16 @@ std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
 
 // Times the first `samples` GPU-decodable samples of the source's dataset
 // (epoch 0's random streams) through the source's CPU path on worker slot 0
-// and through `decoder` on a stream of `device` (twice, timing the second:
-// the first grows the decoder's memory). Run it before the pipeline starts.
+// (three rounds, the median), and through every decoder of `decoders` at once,
+// each on its own thread and stream of `device`, as the feed runs them (three
+// rounds, the median; a round before them grows the decoders' memory). Run it
+// before the pipeline starts.
 // Files that cannot be read or parsed are left out (the run reports them by
 // its error policy). Returns share 0 with samples 0 when the dataset has no
 // decodable sample among its first 4 x samples, and share 0 when the decoder
 // refuses every picked file. Throws what decoding a picked
 // file throws ("<file>: <reason>") and what the device throws.
-GpuShare measure_gpu_share(ImageSource& source, JpegBatchDecoder& decoder, Device& device, std::size_t workers,
-                           std::size_t samples = 64);
+GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<JpegBatchDecoder>> decoders,
+                           Device& device, std::size_t workers, std::size_t samples = 64);
 
 }  // namespace conveyor

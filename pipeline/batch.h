@@ -139,6 +139,10 @@ struct Batch {
   // it as the delivery stage's blocked time rather than busy, so a consumer
   // bound by its device work is not reported as a slow transfer.
   std::uint64_t transfer_blocked_ns = 0;
+  // Nanoseconds of the current transfer phase spent waiting for the batch's own
+  // input from a helper stage (the GPU decode feed's decode of its samples):
+  // counted as the delivery stage's starved time, zeroed with the above.
+  std::uint64_t transfer_starved_ns = 0;
 };
 
 // FNV-1a over what a consumer sees of a batch: epoch, index, indices, labels,

@@ -324,6 +324,7 @@ void Pipeline::complete(OpenBatch& ob, StageCounters& counters, Clock::time_poin
     compact_skipped(*ob.batch, ob.skips);
   }
   ob.batch->filled_at = Clock::now();
+  if (stages_.filled) stages_.filled(*ob.batch);
   BatchHandle handle = std::move(ob.handle);
   ob.batch = nullptr;
   {
@@ -544,6 +545,7 @@ bool Pipeline::Delivery::deliver(BatchHandle batch) {
 bool Pipeline::Delivery::run_phase(const TransferFn& phase, Batch& batch) {
   const auto t0 = Clock::now();
   batch.transfer_blocked_ns = 0;
+  batch.transfer_starved_ns = 0;
   try {
     phase(batch);
   } catch (...) {
@@ -553,7 +555,7 @@ bool Pipeline::Delivery::run_phase(const TransferFn& phase, Batch& batch) {
     }
     return false;
   }
-  counters_.count_phase(elapsed_ns(t0, Clock::now()), batch.transfer_blocked_ns);
+  counters_.count_phase(elapsed_ns(t0, Clock::now()), batch.transfer_blocked_ns, batch.transfer_starved_ns);
   return true;
 }
 

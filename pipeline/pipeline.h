@@ -154,6 +154,12 @@ struct StageFunctions {
   // Optional, with `finish`: true when transfer() would block now (it waits for
   // something the batch in flight may be holding, such as a device slot).
   std::function<bool()> transfer_would_wait;
+  // Optional: called once for every batch of the run, on the worker thread
+  // that completed it (its samples filled or skipped, the batch compacted),
+  // before it is queued for the delivery thread: a helper stage can start on
+  // it ahead of transfer() (the GPU decode feed). The batch is read-only there
+  // and alive until it is finished. Must not block or throw.
+  std::function<void(const Batch&)> filled;
 };
 
 // Thrown by the consumer's calls after any stage failed. It names where the

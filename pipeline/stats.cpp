@@ -74,6 +74,7 @@ std::string hint_for(const StageStats& stage, const PipelineStats& s) {
   }
   if (stage.name == "workers") return "add workers or make each sample cheaper (smaller crop, fewer augmentations)";
   if (stage.name == kDeliveryStage) return "the copy or device-side work limits: check the link, or move work off the transfer stage";
+  if (!stage.hint.empty()) return stage.hint;
   if (stage.name == "consumer") return "the training step is the limit: the input pipeline keeps up";
   return "";
 }

@@ -160,14 +160,18 @@ struct alignas(64) StageCounters {
     return timed_wait(blocked_since, blocked_ns, t0, std::forward<Wait>(wait), mark);
   }
   // A transfer phase that took `took_ns`, of which `consumer_wait_ns` (capped
-  // at took_ns) waited for memory the consumer still held: that part is
-  // blocked (and consumer_wait), the rest busy, counted as one step.
-  void count_phase(std::uint64_t took_ns, std::uint64_t consumer_wait) {
+  // at took_ns) waited for memory the consumer still held and `input_wait`
+  // (capped at the rest) for the batch's input from a helper stage: the first
+  // part is blocked (and consumer_wait), the second starved, the rest busy,
+  // counted as one step.
+  void count_phase(std::uint64_t took_ns, std::uint64_t consumer_wait, std::uint64_t input_wait = 0) {
     const std::uint64_t blocked = std::min(consumer_wait, took_ns);
+    const std::uint64_t starved = std::min(input_wait, took_ns - blocked);
     as_one([&] {
-      add(busy_ns, took_ns - blocked);
+      add(busy_ns, took_ns - blocked - starved);
       add(blocked_ns, blocked);
       add(consumer_wait_ns, blocked);
+      add(starved_ns, starved);
     });
   }
 };
@@ -179,12 +183,13 @@ struct alignas(64) StageCounters {
 inline constexpr std::string_view kDeliveryStage = "transfer";
 
 struct StageStats {
-  std::string name;       // "workers", kDeliveryStage ("transfer"), "consumer"
+  std::string name;       // "workers", kDeliveryStage ("transfer"), "consumer", or a helper stage's
   std::size_t threads = 1;
   std::uint64_t items = 0;  // samples for workers, batches otherwise
   double busy_s = 0, blocked_s = 0, starved_s = 0;
   double consumer_wait_s = 0;  // part of blocked_s: waits for memory the consumer holds (delivery only)
   double wall_s = 0;  // the consumer's since its first next(), the others' since the start
+  std::string hint;   // a helper stage's advice for the bottleneck line when it is the limit
 
   double busy_fraction() const { return fraction(busy_s); }
   double consumer_wait_fraction() const { return fraction(consumer_wait_s); }

@@ -28,10 +28,11 @@ Dataset open_dataset(const DatasetSpec& spec, Config& config) {
 }
 
 ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::size_t workers,
-                                    std::optional<double> gpu_decode, Device& device, TransferConfig& transfer) {
+                                    std::optional<double> gpu_decode, Device& device, TransferConfig& transfer,
+                                    std::size_t gpu_decode_threads) {
   ImageSourceParts parts;
   parts.images = std::make_unique<ImageSource>(std::move(dataset), image, workers);
-  parts.gpu = choose_gpu_decode(gpu_decode, *parts.images, device, workers);
+  parts.gpu = choose_gpu_decode(gpu_decode, *parts.images, device, workers, gpu_decode_threads);
   if (parts.gpu.share > 0) {  // the workers leave that share to the transfer stage's decoder
     image.gpu_share = parts.gpu.share;
     Dataset same = parts.images->dataset();

@@ -63,11 +63,13 @@ struct ImageSourceParts {
 
 // The ImageSource over `dataset`, then the GPU decoder's share of it
 // (`gpu_decode`: 0 off, a share in (0, 1], nullopt auto, measured on `device`;
-// choose_gpu_decode). With a share above 0 the source is rebuilt to leave
-// that share to the transfer stage, and transfer.gpu_decode is set for it;
-// the rest of `transfer` is left as it was. Throws what ImageSource's
-// constructor and choose_gpu_decode throw.
+// choose_gpu_decode, with `gpu_decode_threads` feed threads, 0 for the
+// default). With a share above 0 the source is rebuilt to leave that share to
+// the transfer stage, and transfer.gpu_decode is set for it; the rest of
+// `transfer` is left as it was. Throws what ImageSource's constructor and
+// choose_gpu_decode throw.
 ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::size_t workers,
-                                    std::optional<double> gpu_decode, Device& device, TransferConfig& transfer);
+                                    std::optional<double> gpu_decode, Device& device, TransferConfig& transfer,
+                                    std::size_t gpu_decode_threads = 0);
 
 }  // namespace conveyor

@@ -571,7 +571,10 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
     c.epochs = 2;
     std::string w;
     TransferConfig tc;
-    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), device->create_jpeg_decoder(DecodeLimits{}, w), ErrorPolicy::fail};
+    tc.gpu_decode = TransferConfig::GpuDecode{
+        src.deferred_decodes(),
+        {device->create_jpeg_decoder(DecodeLimits{}, w), device->create_jpeg_decoder(DecodeLimits{}, w)},
+        ErrorPolicy::fail};
     DevicePipeline p(c, d.size(), src.filler(), tc, device);
     std::vector<std::uint64_t> out;
     std::vector<unsigned char> host;

@@ -3,9 +3,11 @@
 // the same bytes for any worker count, every sample arrives exactly once, the
 // GPU-path samples are the twin's bits and the rest the CPU path's, and a file
 // the decoder refuses follows the error policy with its name.
+#include <chrono>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch_compat.h"
@@ -94,9 +96,10 @@ class RefusingDecoder final : public JpegBatchDecoder {
 };
 
 // Two epochs, batch 4, through the host backend with random delays; with
-// share < 0 no GPU decode is configured at all.
+// share < 0 no GPU decode is configured at all. `decoders`: the feed's (one
+// thread per two).
 Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_error = ErrorPolicy::fail,
-        bool refuse_some = false, HostTransfer transfer = HostTransfer::copy) {
+        bool refuse_some = false, HostTransfer transfer = HostTransfer::copy, std::size_t decoders = 2) {
   ImageConfig ic = rrc_flip();
   ic.on_error = on_error;
   ic.gpu_share = std::max(share, 0.0);
@@ -115,10 +118,14 @@ Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_erro
   TransferConfig tc;
   if (share >= 0) {
     std::string why;
-    std::shared_ptr<JpegBatchDecoder> decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
-    REQUIRE(decoder);
-    if (refuse_some) decoder = std::make_shared<RefusingDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why));
-    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), decoder, on_error};
+    std::vector<std::shared_ptr<JpegBatchDecoder>> list;
+    for (std::size_t k = 0; k < decoders; ++k) {
+      std::shared_ptr<JpegBatchDecoder> decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
+      REQUIRE(decoder);
+      if (refuse_some) decoder = std::make_shared<RefusingDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why));
+      list.push_back(std::move(decoder));
+    }
+    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), list, on_error};
   }
   DevicePipeline p(c, d.size(), src.filler(), tc, device);
   Run r;
@@ -158,6 +165,10 @@ TEST_CASE("gpu decode: the same bytes for any worker count, each sample once, sp
     const Run one = run(d, share, 1);
     const Run four = run(d, share, 4);
     REQUIRE(one.digests == four.digests);
+    // The feed's decoders and threads change nothing either: one decoder (the
+    // delivery thread finishes each batch first), or five on three threads.
+    REQUIRE(run(d, share, 3, ErrorPolicy::fail, false, HostTransfer::copy, 1).digests == one.digests);
+    REQUIRE(run(d, share, 2, ErrorPolicy::fail, false, HostTransfer::copy, 5).digests == one.digests);
     REQUIRE(one.sample.size() == 60);
     REQUIRE(one.counts.cpu_fallbacks == 0);
     std::size_t expect = 0;
@@ -238,8 +249,9 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   ImageSource src(d, ic, 1);
   auto device = host_device();
   std::string why;
-  auto decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
-  const GpuShare m = measure_gpu_share(src, *decoder, *device, 3);
+  const std::vector<std::shared_ptr<JpegBatchDecoder>> decoders{device->create_jpeg_decoder(DecodeLimits{}, why),
+                                                                 device->create_jpeg_decoder(DecodeLimits{}, why)};
+  const GpuShare m = measure_gpu_share(src, decoders, *device, 3);
   REQUIRE(m.samples == candidates);  // the dataset is smaller than 4 x 64: every decodable file
   REQUIRE(m.cpu_per_worker > 0);
   REQUIRE(m.gpu > 0);
@@ -250,7 +262,7 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
 
   const Dataset bmps({dir.write("p.bmp", t::bmp(t::photo_like(20, 20, 1)))}, {0});
   ImageSource none(bmps, ic, 1);
-  const GpuShare z = measure_gpu_share(none, *decoder, *device, 3);
+  const GpuShare z = measure_gpu_share(none, decoders, *device, 3);
   REQUIRE(z.samples == 0);
   REQUIRE(z.share == 0);
 }
@@ -262,7 +274,8 @@ TEST_CASE("gpu decode: auto counts only the samples the decoder takes, and takin
   ImageSource src(d, rrc_flip(), 1);
   auto device = host_device();
   std::string why;
-  RefusingDecoder none(device->create_jpeg_decoder(DecodeLimits{}, why), 1);
+  const std::vector<std::shared_ptr<JpegBatchDecoder>> none{
+      std::make_shared<RefusingDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why), 1)};
   const GpuShare m = measure_gpu_share(src, none, *device, 3);
   REQUIRE(m.samples > 0);  // it measured them, and took none: they would all go to the CPU
   REQUIRE(m.gpu == 0);
@@ -307,4 +320,80 @@ TEST_CASE("gpu decode: a source that would defer with no pipeline to decode stop
   c.sample_bytes = src.sample_bytes();
   Pipeline p(c, d.size(), {src.filler()});  // a plain pipeline: nothing takes the deferred samples
   REQUIRE_THROWS_WITH(p.next(), Catch::Contains("gpu_share is set but no pipeline decodes for it"));
+}
+
+namespace {
+// The host twin, taking `ms` milliseconds longer for each batch it decodes:
+// a GPU decoder that cannot keep up.
+class SlowDecoder final : public JpegBatchDecoder {
+ public:
+  SlowDecoder(std::unique_ptr<JpegBatchDecoder> inner, int ms) : inner_(std::move(inner)), ms_(ms) {}
+  std::string describe() const override { return "slow " + inner_->describe(); }
+  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    return inner_->decode(items, stream);
+  }
+  void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
+    inner_->render(items, refused, stream);
+  }
+
+ private:
+  std::unique_ptr<JpegBatchDecoder> inner_;
+  int ms_;
+};
+}  // namespace
+
+TEST_CASE("gpu decode feed: its threads are a stage, named the bottleneck when the decoder is slow; a stop mid-run ends",
+          "[gpu-decode][feed]") {
+  t::TempDir dir;
+  std::vector<std::filesystem::path> paths;
+  std::vector<std::int64_t> labels;
+  for (int i = 0; i < 24; ++i) {
+    paths.push_back(dir.write("s" + std::to_string(i) + ".jpg", t::jpeg(t::photo_like(32, 24, std::uint64_t(i)))));
+    labels.push_back(i % 3);
+  }
+  const Dataset d(paths, labels);
+  ImageConfig ic = rrc_flip();
+  ic.gpu_share = 1.0;
+  for (const std::size_t decoders : {std::size_t(1), std::size_t(2), std::size_t(4)}) {
+    CAPTURE(decoders);
+    ImageSource src(d, ic, 2);
+    Config c;
+    c.batch_size = 4;
+    c.workers = 2;
+    c.sample_bytes = src.sample_bytes();
+    c.epochs = 2;
+    DeviceConfig dc;
+    dc.backend = BackendChoice::host;
+    dc.max_delay_us = 200;
+    auto device = open_device(dc);
+    TransferConfig tc;
+    std::string why;
+    std::vector<std::shared_ptr<JpegBatchDecoder>> list;
+    for (std::size_t k = 0; k < decoders; ++k) {
+      list.push_back(std::make_shared<SlowDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why), 20));
+    }
+    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), list, ErrorPolicy::fail, {}, 1};
+    {
+      DevicePipeline p(c, d.size(), src.filler(), tc, device);
+      std::size_t samples = 0;
+      while (auto b = p.next()) samples += b->size();
+      REQUIRE(samples == 48);
+      const PipelineStats s = p.stats();
+      REQUIRE(s.stages.size() == 4);
+      REQUIRE(s.stages[1].name == "gpu decode");
+      REQUIRE(s.stages[1].threads == 1);
+      REQUIRE(s.stages[1].items == 48);  // samples decoded
+      REQUIRE(s.stages[1].busy_fraction() > 0.5);
+      REQUIRE(s.bottleneck()->name == "gpu decode");
+      REQUIRE(s.bottleneck_summary().find("the GPU decode feed limits") != std::string::npos);
+      REQUIRE(p.gpu_decode_counts().decoded == 48);
+    }
+    // Stopped after two batches, with the feed decoding ahead: stop() returns and the pipeline goes.
+    DevicePipeline p(c, d.size(), src.filler(), tc, device);
+    REQUIRE(p.next());
+    REQUIRE(p.next());
+    p.stop();
+    REQUIRE_FALSE(p.next());
+  }
 }

@@ -89,6 +89,7 @@ TEST_CASE("source: a GPU decode share reaches the image source and the transfer 
     REQUIRE(parts.images->config().gpu_share == 0.5);
     REQUIRE(tc.gpu_decode);
     REQUIRE(tc.gpu_decode->deferred == parts.images->deferred_decodes());
-    REQUIRE(tc.gpu_decode->decoder);
+    REQUIRE(tc.gpu_decode->decoders.size() == 2 * kDefaultGpuDecodeThreads);  // two per feed thread
+    REQUIRE(tc.gpu_decode->threads == kDefaultGpuDecodeThreads);
   }
 }
