@@ -167,7 +167,15 @@ void GpuDecodeFeed::thread_main(std::size_t t) {
 GpuDecodeFeed::Job* GpuDecodeFeed::take(const Batch& b, std::uint64_t& waited_ns) {
   std::unique_lock lk(mu_);
   const auto it = jobs_.find(b.sequence);
-  if (it == jobs_.end()) return nullptr;
+  if (it == jobs_.end()) {
+    // filled() runs for every batch before it is queued: it ran out of memory
+    // for this one, whose deferred samples were then never decoded.
+    if (next_start_ <= b.sequence) next_start_ = b.sequence + 1;
+    lk.unlock();
+    feed_cv_.notify_all();
+    throw std::runtime_error("the GPU decode feed has no record of batch " + std::to_string(b.index) + " of epoch " +
+                             std::to_string(b.epoch) + " (out of memory when the workers completed it)");
+  }
   Job* job = it->second.get();
   if (job->state != Job::State::decoded) {
     const auto t0 = Clock::now();
@@ -179,14 +187,14 @@ GpuDecodeFeed::Job* GpuDecodeFeed::take(const Batch& b, std::uint64_t& waited_ns
   // threads need not look below it (a job without samples the delivery
   // thread took before they passed it).
   if (next_start_ <= b.sequence) next_start_ = b.sequence + 1;
+  lk.unlock();
+  feed_cv_.notify_all();  // next_start_ may have moved past jobs the feed threads wait on
   if (job->error) {
     const std::exception_ptr error = job->error;
-    lk.unlock();
     release(job);
     std::rethrow_exception(error);
   }
   if (job->items.empty()) {
-    lk.unlock();
     release(job);
     return nullptr;
   }

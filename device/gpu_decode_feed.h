@@ -87,8 +87,8 @@ class GpuDecodeFeed {
 
   // The delivery thread, for batch `b`: waits until its job is decoded and
   // returns it, or null when the batch has no deferred sample. The wait's
-  // time is added to `waited_ns`. Throws the decode's error, and
-  // std::runtime_error once stopped.
+  // time is added to `waited_ns`. Throws the decode's error, std::runtime_error
+  // once stopped, and one naming the batch when filled() could not keep it.
   Job* take(const Batch& b, std::uint64_t& waited_ns);
   // The delivery thread, once the job's render is complete on the device (or
   // will never run): the decoder is free again and the entries go back to the
