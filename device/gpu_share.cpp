@@ -91,13 +91,13 @@ GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& pro
   return {m.share, std::move(decoders), threads, "gpu decode: auto, " + m.describe(workers) + "," + on};
 }
 
-GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<JpegBatchDecoder>> decoders,
-                           Device& device, std::size_t workers, std::size_t samples) {
-  if (decoders.empty()) throw std::invalid_argument("measure_gpu_share: no decoder");
+namespace {
+// The decodable samples among the first 4 x `samples` of the source's dataset
+// (epoch 0's random streams, seed 0: which crop each gets matters little to its
+// cost), with their files and geometry; `picked` gets their indices. Files that
+// cannot be read or parsed are left out (the run reports them by its policy).
+std::vector<DeferredDecode> pick_decodable(ImageSource& source, std::size_t samples, std::vector<std::size_t>& picked) {
   const Dataset& d = source.dataset();
-  const std::uint64_t seed = 0;  // which crop each sample gets matters little to its cost
-  // The decodable samples among the first 4 x samples, with their files and geometry.
-  std::vector<std::size_t> picked;
   std::vector<DeferredDecode> files;
   ImageDecoder header(source.config().limits);
   for (std::size_t i = 0; i < d.size() && i < 4 * samples && picked.size() < samples; ++i) {
@@ -106,10 +106,10 @@ GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<
     try {
       source.reader().read(i, e.file);
       info = header.open(e.file);
-      Rng rng(seed, 0, i);
+      Rng rng(0, 0, i);
       e.geometry = source.augment().plan(info.width, info.height, rng);
     } catch (const std::exception&) {
-      continue;  // a bad file is the run's to report, by its --on-error policy; the measure leaves it out
+      continue;
     }
     if (!gpu_decodable(info, e.geometry)) continue;
     e.width = info.width;
@@ -118,27 +118,15 @@ GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<
     picked.push_back(i);
     files.push_back(std::move(e));
   }
-  GpuShare m;
-  m.samples = picked.size();
-  if (picked.empty()) return m;
+  return files;
+}
 
-  // The CPU path, three rounds: one round's rate varied by a third between
-  // identical runs (the first reads the files cold, and a core's clock moves).
-  std::vector<unsigned char> out(source.sample_bytes());
-  std::vector<double> cpu_rates;
-  for (int round = 0; round < 3; ++round) {
-    const auto t0 = Clock::now();
-    for (const std::size_t i : picked) {  // their headers parsed; a bad body throws, naming the file
-      Rng rng(seed, 0, i);
-      source.render_sample(i, rng, out, 0);
-    }
-    cpu_rates.push_back(double(picked.size()) / std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  m.cpu_per_worker = median_of(cpu_rates);
-
-  // The GPU path: every decoder at once on its own thread and stream, as the
-  // feed's threads run them; a first round grows their memory.
-  const std::size_t bytes = source.sample_bytes();
+// Samples/s of `decoders` decoding and rendering `files` all at once, each on
+// its own thread and stream, as the feed's threads run them: the median of
+// three rounds after one that grows their memory. Files a decoder refuses count
+// as none (a run decodes them on the CPU).
+double gpu_rate(const std::vector<DeferredDecode>& files, std::size_t sample_bytes,
+                std::span<const std::shared_ptr<JpegBatchDecoder>> decoders, Device& device) {
   struct Lane {
     std::unique_ptr<Buffer> slots;
     std::unique_ptr<Stream> stream;
@@ -148,14 +136,14 @@ GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<
   };
   std::vector<Lane> lanes(decoders.size());
   for (Lane& l : lanes) {
-    l.slots = device.allocate(bytes * picked.size());
+    l.slots = device.allocate(sample_bytes * files.size());
     l.stream = device.create_stream();
     for (std::size_t k = 0; k < files.size(); ++k) {
       l.items.push_back(JpegItem{files[k].file, files[k].width, files[k].height, files[k].geometry,
-                                 static_cast<std::uint8_t*>(l.slots->data()) + k * bytes});
+                                 static_cast<std::uint8_t*>(l.slots->data()) + k * sample_bytes});
     }
   }
-  const auto round = [&] {
+  const auto round = [&] {  // seconds for every lane's batch, and how many samples they took
     std::vector<std::thread> threads;
     const auto t0 = Clock::now();
     for (std::size_t k = 0; k < lanes.size(); ++k) {
@@ -172,20 +160,40 @@ GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<
       });
     }
     for (auto& t : threads) t.join();
+    std::size_t accepted = 0;
     for (const Lane& l : lanes) {
       if (l.error) std::rethrow_exception(l.error);
+      accepted += l.accepted;
     }
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return double(accepted) / std::chrono::duration<double>(Clock::now() - t0).count();
   };
   (void)round();  // grows the decoders' memory
-  std::vector<double> gpu_rates;
-  for (int r = 0; r < 3; ++r) {
-    const double s = round();
-    std::size_t accepted = 0;  // a file the decoder refuses goes to the CPU in a run
-    for (const Lane& l : lanes) accepted += l.accepted;
-    gpu_rates.push_back(double(accepted) / s);
+  return median_of({round(), round(), round()});
+}
+}  // namespace
+
+GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<JpegBatchDecoder>> decoders,
+                           Device& device, std::size_t workers, std::size_t samples) {
+  if (decoders.empty()) throw std::invalid_argument("measure_gpu_share: no decoder");
+  std::vector<std::size_t> picked;
+  const std::vector<DeferredDecode> files = pick_decodable(source, samples, picked);
+  GpuShare m;
+  m.samples = picked.size();
+  if (picked.empty()) return m;
+  // The CPU path, three rounds: one round's rate varied by a third between
+  // identical runs (the first reads the files cold, and a core's clock moves).
+  std::vector<unsigned char> out(source.sample_bytes());
+  std::vector<double> cpu_rates;
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = Clock::now();
+    for (const std::size_t i : picked) {  // their headers parsed; a bad body throws, naming the file
+      Rng rng(0, 0, i);
+      source.render_sample(i, rng, out, 0);
+    }
+    cpu_rates.push_back(double(picked.size()) / std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  m.gpu = median_of(gpu_rates);  // 0 when it took none: share 0 below
+  m.cpu_per_worker = median_of(cpu_rates);
+  m.gpu = gpu_rate(files, source.sample_bytes(), decoders, device);  // 0 when it took none: share 0 below
   m.share = balanced_gpu_share(m.cpu_per_worker, workers, m.gpu);
   return m;
 }
