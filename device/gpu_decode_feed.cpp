@@ -112,6 +112,11 @@ GpuDecodeFeed::Job* GpuDecodeFeed::next_to_start() {
 }
 
 void GpuDecodeFeed::thread_main(std::size_t t) {
+  try {
+    device_->bind_thread();  // a thread of our own (checklist 7); every call guards itself regardless
+  } catch (...) {
+    // The decoder's calls switch to the device themselves: only the saving is lost.
+  }
   StageCounters& c = counters_[t];
   Clock::time_point mark = Clock::now();
   for (;;) {
