@@ -141,6 +141,12 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
       ->required();
   s.pack->add_option("--shard-mb", o.shard_mb, "start a new shard before one would pass this many MiB")
       ->check(CLI::Range(1, 1 << 20));
+  s.pack->add_option("--max-side", o.max_side,
+                     "lossy, opt-in: re-encode each image larger than N pixels on its longest side as a JPEG of that "
+                     "size (FFCV's max_resolution); smaller ones are kept as they are")
+      ->check(CLI::Range(1, 1 << 16));
+  s.pack->add_option("--quality", o.quality, "with --max-side: the re-encoded JPEGs' quality, 1..100 (default 90)")
+      ->check(CLI::Range(1, 100));
   for (auto* sub : {s.run, s.bench, s.sweep, s.inspect, s.pack, s.make}) sub->fallthrough();  // `conveyor run --config F`
   s.make->add_option("--out", o.out, "folder to write (must not exist)")->required();
   s.make->add_option("--images-per-class", o.images_per_class, "images in each of the 10 classes")

@@ -51,6 +51,11 @@ struct Options {
   // --extra-shards: also read .tar files DIR's manifest does not list. Default: refused by name.
   UnlistedShards unlisted_shards = UnlistedShards::refuse;
   std::size_t shard_mb = 256;  // pack --shard-mb: a shard's size limit in MiB. Default: 256.
+  // pack --max-side N --quality Q: images larger than N pixels on their longest
+  // side re-encoded smaller as JPEG at quality Q (image/reencode.h). Lossy and
+  // opt-in. Defaults: 0 (off), and quality 0 for "not given" (then 90).
+  int max_side = 0;
+  int quality = 0;
 
   // ---- pipeline
   std::size_t workers = std::max(1u, std::thread::hardware_concurrency());  // Default: the core count.

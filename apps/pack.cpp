@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "data/atomic_file.h"
 #include "data/dataset.h"
 #include "image/decode.h"
+#include "image/reencode.h"
 #include "data/file_system.h"
 #include "data/reader.h"
 #include "data/shards/shard_index.h"
@@ -238,12 +240,31 @@ bool claim(const fs::path& out, const fs::path& partial, const std::string& flag
   return true;
 }  // OUT's lock released: the next pack sees this one's locked folder
 
+// --max-side's re-encode of sample i's `bytes`, in place; true when it made
+// them a smaller JPEG. Throws naming the sample when it cannot decode it.
+bool reencode_sample(const Dataset& d, std::size_t i, const ReencodeSettings& settings, std::vector<unsigned char>& bytes,
+                     ImageDecoder& decoder, ReencodeScratch& scratch) {
+  try {
+    auto smaller = reencode_within(bytes, settings, decoder, scratch);
+    if (!smaller) return false;
+    bytes = std::move(*smaller);
+    return true;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("pack: " + d.name(i) + ": cannot re-encode it for --max-side: " + e.what());
+  }
+}
+
 // Every sample of `d` into `w`, in order, with a progress line; stops at the
-// first SIGINT or SIGTERM. Returns how many were written: d.size(), or fewer
-// when a signal stopped it. Throws naming the sample that cannot be read.
-std::size_t write_samples(const Dataset& d, ShardWriter& w) {
+// first SIGINT or SIGTERM. With `reencode`, images larger than its max_side
+// go in re-encoded (counted in `reencoded`). Returns how many were written:
+// d.size(), or fewer when a signal stopped it. Throws naming the sample that
+// cannot be read.
+std::size_t write_samples(const Dataset& d, ShardWriter& w, const std::optional<ReencodeSettings>& reencode,
+                          std::size_t& reencoded) {
   const SampleReader reader(d, posix_file_system(), DecodeLimits{}.max_file_bytes, 1);  // one shard at a time, in order
   std::vector<unsigned char> bytes;
+  ImageDecoder decoder;  // --max-side's, reused from sample to sample
+  ReencodeScratch scratch;
   const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
   const std::size_t folder = d.common_folder();
   for (std::size_t i = 0; i < d.size(); ++i) {
@@ -260,7 +281,12 @@ std::size_t write_samples(const Dataset& d, ShardWriter& w) {
     if (source.size() > kMaxPackedName) {
       throw UsageError("pack: " + d.name(i) + ": a name of more than " + std::to_string(kMaxPackedName) + " bytes");
     }
-    w.sample(key, image_extension(d, i), bytes, label, source,
+    std::string ext = image_extension(d, i);
+    if (reencode && reencode_sample(d, i, *reencode, bytes, decoder, scratch)) {
+      ext = ".jpg";
+      ++reencoded;
+    }
+    w.sample(key, ext, bytes, label, source,
              d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
     if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
   }
@@ -309,6 +335,7 @@ void move_up(const fs::path& partial, const fs::path& out, const std::string& fl
 // or ".", and the moves stay on one file system.
 int pack(const Options& o) {
   check_outputs(o, {{"--out", o.out, true}});
+  if (o.quality > 0 && o.max_side == 0) throw UsageError("--quality: only with --max-side (pack keeps the files' bytes otherwise)");
   fs::path out = fs::path(o.out).lexically_normal();
   if (!out.has_filename() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();  // "shards/"
   std::error_code ec;
@@ -346,7 +373,10 @@ int pack(const Options& o) {
       return 128 + sig;
     }
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
-    if (const std::size_t written = write_samples(d, w); written < d.size()) {
+    std::optional<ReencodeSettings> reencode;
+    if (o.max_side > 0) reencode = ReencodeSettings{o.max_side, o.quality > 0 ? o.quality : 90};
+    std::size_t reencoded = 0;
+    if (const std::size_t written = write_samples(d, w, reencode, reencoded); written < d.size()) {
       const int sig = interrupt_signal();
       wipe_progress_line();
       undo();
@@ -366,6 +396,10 @@ int pack(const Options& o) {
     }
     // Last: what a reader checks the folder against (a shard lost in a copy).
     if (!write_manifest(out, index)) throw std::runtime_error("pack: cannot write " + (out / kManifestName).string());
+    if (reencode) {
+      std::printf("re-encoded %zu of %zu samples to at most %d px on the longest side, JPEG quality %d\n", reencoded,
+                  d.size(), reencode->max_side, reencode->quality);
+    }
     std::printf("packed %zu samples into %zu shard(s), %.1f MB, in %s (index: %s)\n", d.size(), w.shards(),
                 double(w.total_bytes()) / 1e6, out.c_str(),
                 how == IndexSource::built_beside ? index_beside(out).c_str()

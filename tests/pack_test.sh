@@ -88,3 +88,37 @@ status=$?
 set -e
 [ "$status" = 2 ] || fail "pack into a non-empty folder: exit $status, not 2"
 echo "pack: $samples samples in $shards shards, members identical to the files, read back by tar, tarfile and inspect"
+
+# --max-side N --quality Q: every image larger than N re-encoded as a JPEG of at
+# most N px (lossy, opt-in), readable by inspect; --quality alone is refused.
+mkdir "$work/folder" && cp -r "$work/data/." "$work/folder/"
+images=$(find "$work/folder" -name '*.png' -o -name '*.jpg' | wc -l)
+"$conveyor" pack --folder "$work/folder" --out "$work/small" --max-side 24 --quality 80 >"$work/small.log"
+grep -q "^re-encoded $images of $images samples to at most 24 px on the longest side, JPEG quality 80$" "$work/small.log" \
+  || fail "pack --max-side said: $(cat "$work/small.log")"
+"$conveyor" inspect --shards "$work/small" >"$work/small-inspect.log" 2>&1 || fail "inspect of the re-encoded shards: $(cat "$work/small-inspect.log")"
+grep -q "^formats: JPEG $images;" "$work/small-inspect.log" || fail "inspect of the re-encoded shards: $(cat "$work/small-inspect.log")"
+mkdir "$work/xs" && for s in "$work/small"/*.tar; do tar -xf "$s" -C "$work/xs"; done
+python3 - "$work/xs" <<'PY' || fail "a re-encoded member is larger than 24 px"
+import glob, struct, sys
+for f in glob.glob(sys.argv[1] + "/*.jpg"):
+    b = open(f, "rb").read()
+    i = 2
+    while i < len(b):  # the SOF0 marker's height and width
+        marker, size = b[i + 1], struct.unpack(">H", b[i + 2:i + 4])[0]
+        if marker == 0xC0:
+            h, w = struct.unpack(">HH", b[i + 5:i + 9])
+            assert max(h, w) <= 24 and max(h, w) >= 23, (f, w, h)
+            break
+        i += 2 + size
+    else:
+        sys.exit(f + ": no baseline SOF0")
+PY
+set +e
+out=$("$conveyor" pack --folder "$work/folder" --out "$work/q" --quality 80 2>&1)
+status=$?
+set -e
+[ "$status" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && [[ $out == *"--quality: only with --max-side"* ]] \
+  || fail "--quality without --max-side gave status $status and: $out"
+[ ! -e "$work/q" ] || fail "--quality without --max-side left $work/q behind"
+echo "pack: OK"
