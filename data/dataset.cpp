@@ -61,18 +61,6 @@ std::string without_dot_segments(std::string_view p) {
   return out;
 }
 
-enum class LabelParse { ok, not_integer, out_of_range };
-
-// Decimal digits only: no sign, no spaces, no locale.
-LabelParse parse_label(std::string_view text, std::int64_t& label) {
-  if (text.empty() || text.front() < '0' || text.front() > '9') return LabelParse::not_integer;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, label);
-  if (ec == std::errc::result_out_of_range) return LabelParse::out_of_range;
-  if (ec != std::errc() || ptr != end) return LabelParse::not_integer;
-  return label > kMaxLabel ? LabelParse::out_of_range : LabelParse::ok;
-}
-
 bool is_hidden(const fs::path& name) {
   const auto& s = name.native();
   return !s.empty() && s.front() == '.';
@@ -374,18 +362,12 @@ Dataset Dataset::from_list(const fs::path& list_file) {
     const auto cut = s.find_last_of(kBlank);
     const std::string_view label_text = cut == std::string_view::npos ? s : s.substr(cut + 1);
     const std::string_view path_text = cut == std::string_view::npos ? std::string_view() : trim(s.substr(0, cut));
-    std::int64_t label = 0;
-    switch (parse_label(label_text, label)) {
-      case LabelParse::ok:
-        break;
-      case LabelParse::not_integer:
-        if (cut == std::string_view::npos) fail("no label: expected 'path label', got " + quote_bytes(s));
-        fail("label " + quote_bytes(label_text) + " is not a non-negative integer");
-        break;
-      case LabelParse::out_of_range:
-        fail("label " + quote_bytes(label_text) + " is out of range (max " + std::to_string(kMaxLabel) + ")");
-        break;
+    const ParsedLabel parsed = parse_label(label_text);
+    if (parsed.status == LabelParse::not_integer && cut == std::string_view::npos) {
+      fail("no label: expected 'path label', got " + quote_bytes(s));
     }
+    if (parsed.status != LabelParse::ok) fail(label_error(label_text, parsed.status));
+    const std::int64_t label = parsed.value;
     if (path_text.empty()) fail("empty path before label " + quote_bytes(label_text));
 
     if (path_text.front() != '/') d.path_chars_.append(prefix);  // part of this sample's path

@@ -1,9 +1,10 @@
-// data/quote_bytes.h (bytes quoted into a message).
+// data/quote_bytes.h (bytes quoted into a message) and data/label.h (a label as text).
 #include <string>
 #include <string_view>
 
 #include "catch_compat.h"
 
+#include "data/label.h"
 #include "data/quote_bytes.h"
 
 using namespace conveyor;
@@ -48,4 +49,28 @@ TEST_CASE("printable: the whole text, never shortened, never quoted", "[quote_by
   const std::string line = "x.jpg\n" + std::string(200, 'y') + "\xff";
   CHECK(printable(line) == "x.jpg\\n" + std::string(200, 'y') + "\\xff");
   CHECK(printable("plain") == "plain");
+}
+
+TEST_CASE("parse_label: decimal digits up to kMaxLabel", "[label]") {
+  const auto ok = [](std::string_view t) {
+    const ParsedLabel p = parse_label(t);
+    return p.status == LabelParse::ok ? p.value : -1;
+  };
+  CHECK(ok("0") == 0);
+  CHECK(ok("17") == 17);
+  CHECK(ok("007") == 7);
+  CHECK(ok("9223372036854775806") == kMaxLabel);
+  for (const std::string_view bad : {"", "-0", "-1", "+3", " 4", "4 ", "1.5", "0x10", "12abc", "x1", "\xef\xbc\x91"}) {
+    INFO(std::string(bad));
+    CHECK(parse_label(bad).status == LabelParse::not_integer);
+  }
+  CHECK(parse_label("9223372036854775807").status == LabelParse::out_of_range);
+  CHECK(parse_label("99999999999999999999").status == LabelParse::out_of_range);
+}
+
+TEST_CASE("label_error: one wording, the label quoted", "[label]") {
+  CHECK(label_error("x1", LabelParse::not_integer) == "label 'x1' is not a non-negative decimal integer");
+  CHECK(label_error("3\0x"s, LabelParse::not_integer) == "label '3\\x00x' is not a non-negative decimal integer");
+  CHECK(label_error("99999999999999999999", LabelParse::out_of_range) ==
+        "label '99999999999999999999' is out of range (max 9223372036854775806)");
 }

@@ -124,16 +124,9 @@ std::string_view trimmed(std::string_view text) {
 
 std::int64_t parse_cls(std::string_view bytes, const std::string& where) {
   const std::string_view text = trimmed(bytes);
-  std::int64_t label = -1;
-  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), label);
-  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
-  if (digits && (err == std::errc::result_out_of_range || label > kMaxLabel)) {  // as a list's label says it
-    throw DatasetError(where + ": label " + quote_bytes(text) + " is out of range (max " + std::to_string(kMaxLabel) + ")");
-  }
-  if (text.empty() || err != std::errc{} || end != text.data() + text.size() || label < 0) {
-    throw DatasetError(where + ": label " + quote_bytes(text) + " is not a non-negative decimal integer");
-  }
-  return label;
+  const ParsedLabel label = parse_label(text);
+  if (label.status != LabelParse::ok) throw DatasetError(where + ": " + label_error(text, label.status));
+  return label.value;
 }
 
 // The most a sample's small members may hold: a label 64 bytes, a source or
