@@ -23,6 +23,7 @@
 #include "apps/toml_config.h"
 #include "data/atomic_file.h"
 #include "data/file_system.h"
+#include "data/quote_bytes.h"
 #include "image/default_dataset.h"
 #include "source/source.h"
 
@@ -235,7 +236,7 @@ void refuse_empty_list_elements(const CLI::App& sub, int argc, const char* const
     const std::string doubled{d, d};
     for (const std::string_view v : values) {
       if (!v.empty() && (v.front() == d || v.back() == d || v.find(doubled) != std::string_view::npos)) {
-        throw UsageError(name + " " + one_line(v) + ": an empty element in the list");
+        throw UsageError(name + " " + printable(v) + ": an empty element in the list");
       }
     }
   }
@@ -268,27 +269,11 @@ void write_file(const std::string& flag, const std::string& file, const std::str
   }
 }
 
-std::string one_line(std::string_view text) {
-  std::string one;
-  one.reserve(text.size());
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') one += "\\n";
-    else if (c == '\r') one += "\\r";
-    else if (c != '\t' && (u < 0x20 || u == 0x7f)) {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02x", u);
-      one += hex;
-    } else one += c;
-  }
-  return one;
-}
-
 int exit_status(const char* program, const CLI::App& app, const std::string& section) {
   std::fflush(stdout);
   wipe_progress_line();
   const auto say = [program](const std::string& line, int status) {
-    const std::string one = one_line(line);
+    const std::string one = printable(line);
     std::fprintf(stderr, "%s: %s\n", program, one.c_str());
     return status;
   };

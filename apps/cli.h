@@ -111,16 +111,12 @@ void strict_values(CLI::App& app);
 // value and drops the empty pieces before any check sees them, so a typo
 // quietly ran fewer points. Throws UsageError naming the flag and its value.
 void refuse_empty_list_elements(const CLI::App& sub, int argc, const char* const* argv);
-// Text as one line that drives no terminal: a line break written as \n or
-// \r, any other control character but tab as \xNN (a path or a TOML key may
-// hold them). For every message that quotes one. Throws only bad_alloc.
-std::string one_line(std::string_view text);
 // The exit status for the exception being handled (call it in a catch block),
 // the same ladder for every program: --help is CLI11's (0); a bad flag, a bad
 // --config file (named with `section`'s reading of it) or a UsageError is one
 // line on stderr and 2; any other std::exception one line and 1. Standard
 // output is flushed and a progress line wiped first, so the line stands alone.
-// Anything else is rethrown. Its line goes through one_line().
+// Anything else is rethrown. Its line goes through printable() (data/quote_bytes.h).
 int exit_status(const char* program, const CLI::App& app, const std::string& section);
 // Wipes a progress line from a terminal's stderr (nothing when it is not one).
 void wipe_progress_line(std::size_t width = 80);

@@ -14,6 +14,7 @@
 #include "pipeline/pipeline.h"
 #include "image/decode.h"
 #include "data/file_system.h"
+#include "data/quote_bytes.h"
 #include "data/reader.h"
 
 namespace conveyor::apps {
@@ -82,7 +83,7 @@ int inspect(const Options& o) {
   show("colour", all.modes);
   show("largest side", all.sizes);
   std::sort(all.failed.begin(), all.failed.end());
-  for (auto& [path, why] : all.failed) std::printf("unreadable: %s: %s\n", one_line(path).c_str(), one_line(why).c_str());
+  for (auto& [path, why] : all.failed) std::printf("unreadable: %s: %s\n", printable(path).c_str(), printable(why).c_str());
   if (const int sig = interrupt_signal(); sig != 0) {
     std::printf("interrupted by %s after %zu of %zu samples\n", signal_word(sig), decoded + all.failed.size(),
                 dataset.size());

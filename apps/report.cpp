@@ -6,6 +6,7 @@
 
 #include "apps/cli.h"
 #include "data/file_system.h"
+#include "data/quote_bytes.h"
 
 namespace conveyor::apps {
 
@@ -21,24 +22,6 @@ EpochFigures RunResult::total() const {
 }
 
 namespace {
-// The length of the well-formed UTF-8 sequence at s[i] (1 to 4), or 0.
-std::size_t utf8_sequence(const std::string& s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  }
-  // Overlong three- and four-byte forms, surrogates, and past U+10FFFF.
-  if ((c == 0xe0 && b(i + 1) < 0xa0) || (c == 0xed && b(i + 1) > 0x9f) || (c == 0xf0 && b(i + 1) < 0x90) ||
-      (c == 0xf4 && b(i + 1) > 0x8f)) {
-    return 0;
-  }
-  return n;
-}
-
 // A JSON string's body. A file name is bytes, not always UTF-8, and JSON
 // text must be: a byte that is not part of a UTF-8 sequence is written as the
 // four characters \xNN, as the command's messages write it.
@@ -144,9 +127,9 @@ void report_skipped(const RunResult& r) {
     const SkippedSample& k = r.skipped[i];
     if (k.times > 1) {
       std::printf("  epochs %llu-%llu (%llu times): %s\n", (unsigned long long)k.epoch, (unsigned long long)k.last_epoch,
-                  (unsigned long long)k.times, one_line(k.reason).c_str());
+                  (unsigned long long)k.times, printable(k.reason).c_str());
     } else {
-      std::printf("  epoch %llu: %s\n", (unsigned long long)k.epoch, one_line(k.reason).c_str());
+      std::printf("  epoch %llu: %s\n", (unsigned long long)k.epoch, printable(k.reason).c_str());
     }
   }
   if (r.skipped.size() > kShown) {

@@ -19,6 +19,7 @@
 
 #include "apps/cli.h"
 #include "apps/run.h"
+#include "data/quote_bytes.h"
 
 namespace conveyor::apps {
 
@@ -70,7 +71,7 @@ SweepPoint run_point(Options o, SweepPoint p, std::size_t number) {
       figures[0] = r.total().images_per_s();
       figures[1] = consumer_idle(r.stats);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "conveyor sweep: point failed: %s\n", one_line(e.what()).c_str());
+      std::fprintf(stderr, "conveyor sweep: point failed: %s\n", printable(e.what()).c_str());
       ::_exit(1);
     }
     const bool wrote = ::write(fd[1], figures, sizeof figures) == ssize_t(sizeof figures);

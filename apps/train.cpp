@@ -47,6 +47,7 @@
 #include "apps/train_options.h"
 #include "apps/validation.h"
 #include "conveyor/version.h"
+#include "data/quote_bytes.h"
 #include "image/image_source.h"
 #include "libtorch/determinism.h"
 #include "libtorch/models.h"
@@ -342,10 +343,10 @@ int Trainer::finish() const {
     for (const auto& s : skipped) {
       const auto first = (unsigned long long)s.epoch + 1, final = (unsigned long long)std::max(s.epoch, s.last_epoch) + 1;
       if (s.times == 1) {
-        std::printf("skipped (%s, %s %llu): %s\n", what, one, first, one_line(s.reason).c_str());
+        std::printf("skipped (%s, %s %llu): %s\n", what, one, first, printable(s.reason).c_str());
       } else {
         std::printf("skipped (%s, %s %llu-%llu, %llu times): %s\n", what, many, first, final, (unsigned long long)s.times,
-                    one_line(s.reason).c_str());
+                    printable(s.reason).c_str());
       }
     }
   };

@@ -14,6 +14,7 @@
 
 #include "pipeline/fnv1a.h"
 #include "data/file_system.h"
+#include "data/quote_bytes.h"
 #include "data/shards/shard_index.h"
 
 namespace conveyor {
@@ -58,27 +59,6 @@ std::string without_dot_segments(std::string_view p) {
     start = end + 1;
   }
   return out;
-}
-
-// `s` in quotes for an error message: at most 80 chars, control chars shown as '?', so what() stays one line.
-std::string in_quotes(std::string_view s) {
-  constexpr std::size_t kMax = 80;
-  std::string out = "'";
-  for (char c : s.substr(0, kMax)) out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
-  if (s.size() > kMax) out += "...";
-  return out + "'";
-}
-
-enum class LabelParse { ok, not_integer, out_of_range };
-
-// Decimal digits only: no sign, no spaces, no locale.
-LabelParse parse_label(std::string_view text, std::int64_t& label) {
-  if (text.empty() || text.front() < '0' || text.front() > '9') return LabelParse::not_integer;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, label);
-  if (ec == std::errc::result_out_of_range) return LabelParse::out_of_range;
-  if (ec != std::errc() || ptr != end) return LabelParse::not_integer;
-  return label > kMaxLabel ? LabelParse::out_of_range : LabelParse::ok;
 }
 
 bool is_hidden(const fs::path& name) {
@@ -382,19 +362,13 @@ Dataset Dataset::from_list(const fs::path& list_file) {
     const auto cut = s.find_last_of(kBlank);
     const std::string_view label_text = cut == std::string_view::npos ? s : s.substr(cut + 1);
     const std::string_view path_text = cut == std::string_view::npos ? std::string_view() : trim(s.substr(0, cut));
-    std::int64_t label = 0;
-    switch (parse_label(label_text, label)) {
-      case LabelParse::ok:
-        break;
-      case LabelParse::not_integer:
-        if (cut == std::string_view::npos) fail("no label: expected 'path label', got " + in_quotes(s));
-        fail("label " + in_quotes(label_text) + " is not a non-negative integer");
-        break;
-      case LabelParse::out_of_range:
-        fail("label " + in_quotes(label_text) + " is out of range (max " + std::to_string(kMaxLabel) + ")");
-        break;
+    const ParsedLabel parsed = parse_label(label_text);
+    if (parsed.status == LabelParse::not_integer && cut == std::string_view::npos) {
+      fail("no label: expected 'path label', got " + quote_bytes(s));
     }
-    if (path_text.empty()) fail("empty path before label " + in_quotes(label_text));
+    if (parsed.status != LabelParse::ok) fail(label_error(label_text, parsed.status));
+    const std::int64_t label = parsed.value;
+    if (path_text.empty()) fail("empty path before label " + quote_bytes(label_text));
 
     if (path_text.front() != '/') d.path_chars_.append(prefix);  // part of this sample's path
     d.add_path(without_dot_segments(path_text));
@@ -441,7 +415,7 @@ Dataset Dataset::from_folder(const fs::path& root) {
   }
   if (!empty.empty()) {
     std::string msg = name + ": found no valid file for the classes ";
-    for (std::size_t i = 0; i < empty.size(); ++i) msg += (i ? ", " : "") + in_quotes(empty[i]);
+    for (std::size_t i = 0; i < empty.size(); ++i) msg += (i ? ", " : "") + quote_bytes(empty[i]);
     msg += "; image files have one of the extensions";
     for (std::string_view ext : kImageExtensions) (msg += ' ') += ext;
     msg += " (.tif, .tiff and .webp are taken, so indices match, but not decoded)";

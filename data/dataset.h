@@ -26,13 +26,11 @@
 #include <vector>
 
 #include "pipeline/sampler.h"
+#include "data/label.h"
 
 namespace conveyor {
 
 class FileSystem;
-
-// The largest label a sample may have: num_classes = max label + 1 must fit int64 too.
-inline constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max() - 1;
 
 // What Dataset::from_shards does with a .tar the folder's manifest does not
 // list (a validation shard copied into a training folder): refuse it by name,
@@ -40,7 +38,7 @@ inline constexpr std::int64_t kMaxLabel = std::numeric_limits<std::int64_t>::max
 enum class UnlistedShards { refuse, read };
 
 // A bad list file or image folder. what() is one line naming the file, and the line number for
-// list files: "data/train.txt:17: label 'x1' is not a non-negative integer".
+// list files: "data/train.txt:17: label 'x1' is not a non-negative decimal integer".
 class DatasetError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -13,6 +13,8 @@
 #include <system_error>
 #include <utility>
 
+#include "data/quote_bytes.h"
+
 namespace conveyor {
 
 // The data is handed over as it lies in the file, which is correct only on a little-endian host.
@@ -33,19 +35,6 @@ constexpr std::string_view kSpace = " \t\n\r\f\v";
 
 [[noreturn]] void fail(const std::string& name, const std::string& reason) {
   throw NpyError(name + ": " + reason);
-}
-
-// `s` in quotes for an error message: at most 80 chars, control and non-ASCII bytes shown as '?', so
-// what() stays one printable line.
-std::string in_quotes(std::string_view s) {
-  constexpr std::size_t kMax = 80;
-  std::string out = "'";
-  for (char c : s.substr(0, kMax)) {
-    const auto u = static_cast<unsigned char>(c);
-    out += u < 0x20 || u >= 0x7f ? '?' : c;
-  }
-  if (s.size() > kMax) out += "...";
-  return out + "'";
 }
 
 // As Python prints a tuple: "()", "(5,)", "(10, 28, 28)".
@@ -114,7 +103,7 @@ class HeaderParser {
       if (peek() != '\'' && peek() != '"') fail("expected a quoted key or '}', found " + found());
       const std::string_view key = parse_string();
       skip_space();
-      if (!take(':')) fail("expected ':' after key " + in_quotes(key) + ", found " + found());
+      if (!take(':')) fail("expected ':' after key " + quote_bytes(key) + ", found " + found());
       skip_space();
       if (key == "descr") {
         if (h.descr) duplicate(key);
@@ -128,12 +117,12 @@ class HeaderParser {
         if (h.shape) duplicate(key);
         h.shape = parse_shape();
       } else {
-        fail("unexpected key " + in_quotes(key) + " (expected 'descr', 'fortran_order' and 'shape')");
+        fail("unexpected key " + quote_bytes(key) + " (expected 'descr', 'fortran_order' and 'shape')");
       }
       skip_space();
       if (take(',')) continue;
       if (take('}')) break;
-      fail("expected ',' or '}' after the value of " + in_quotes(key) + ", found " + found());
+      fail("expected ',' or '}' after the value of " + quote_bytes(key) + ", found " + found());
     }
     skip_space();
     if (pos_ < text_.size()) fail("unexpected " + found() + " after the closing '}'");
@@ -142,7 +131,7 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& reason) const { conveyor::fail(name_, "header: " + reason); }
-  [[noreturn]] void duplicate(std::string_view key) const { fail("duplicate key " + in_quotes(key)); }
+  [[noreturn]] void duplicate(std::string_view key) const { fail("duplicate key " + quote_bytes(key)); }
 
   char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
   bool take(char c) {
@@ -156,7 +145,7 @@ class HeaderParser {
   // What stands at pos_, for messages: "'x' at byte 12" or "the end of the header".
   std::string found() const {
     if (pos_ >= text_.size()) return "the end of the header";
-    return in_quotes(text_.substr(pos_, 1)) + " at byte " + std::to_string(pos_);
+    return quote_bytes(text_.substr(pos_, 1)) + " at byte " + std::to_string(pos_);
   }
 
   // At a quote: the string's contents, up to the same quote on the same line.
@@ -187,7 +176,7 @@ class HeaderParser {
         }
       }
     }
-    fail(in_quotes(key) + " must be True or False, found " + found());
+    fail(quote_bytes(key) + " must be True or False, found " + found());
   }
 
   // A tuple of non-negative decimal integers, each optionally with Python 2's long suffix 'L' (old
@@ -221,7 +210,7 @@ class HeaderParser {
     std::size_t value = 0;
     const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
     if (ec != std::errc() || ptr != digits.data() + digits.size()) {
-      fail("'shape' dimension " + in_quotes(digits) + " is too large");
+      fail("'shape' dimension " + quote_bytes(digits) + " is too large");
     }
     return value;
   }
@@ -250,12 +239,12 @@ NpyType parse_descr(std::string_view descr, const std::string& name) {
   } else if (code == "f4") {
     type = NpyType::float32;
   } else {
-    fail(name, "descr " + in_quotes(descr) +
+    fail(name, "descr " + quote_bytes(descr) +
                    " is not supported (supported: '|u1' uint8, '<i4' int32, '<i8' int64, '<f4' float32)");
   }
   if (npy_type_size(type) > 1) {
-    if (order == '>') fail(name, "descr " + in_quotes(descr) + ": big-endian data is not supported");
-    if (order == '|') fail(name, "descr " + in_quotes(descr) + ": byte order '|' is only for 1-byte types");
+    if (order == '>') fail(name, "descr " + quote_bytes(descr) + ": big-endian data is not supported");
+    if (order == '|') fail(name, "descr " + quote_bytes(descr) + ": byte order '|' is only for 1-byte types");
   }
   return type;
 }

@@ -191,13 +191,13 @@ TEST_CASE("dataset list: each malformed line throws file:line: reason", "[datase
   const fs::path mac = t.write("mac.txt", "# made on a Mac\r/d/a.jpg 0\r/d/b.jpg 1\r");
   CHECK(dataset_error([&] { Dataset::from_list(mac); }) ==
         mac.string() + ":1: a carriage return inside the line: are its line ends CR alone? (write LF or CRLF)");
-  CHECK(error_for("/d/a.jpg x1") == at + "label 'x1' is not a non-negative integer");
-  CHECK(error_for("/d/a.jpg -3") == at + "label '-3' is not a non-negative integer");
-  CHECK(error_for("/d/a.jpg -0") == at + "label '-0' is not a non-negative integer");
-  CHECK(error_for("/d/a.jpg +3") == at + "label '+3' is not a non-negative integer");
-  CHECK(error_for("/d/a.jpg 12abc") == at + "label '12abc' is not a non-negative integer");
-  CHECK(error_for("/d/a.jpg 1.5") == at + "label '1.5' is not a non-negative integer");
-  CHECK(error_for("/d/a.jpg 0x10") == at + "label '0x10' is not a non-negative integer");
+  CHECK(error_for("/d/a.jpg x1") == at + "label 'x1' is not a non-negative decimal integer");
+  CHECK(error_for("/d/a.jpg -3") == at + "label '-3' is not a non-negative decimal integer");
+  CHECK(error_for("/d/a.jpg -0") == at + "label '-0' is not a non-negative decimal integer");
+  CHECK(error_for("/d/a.jpg +3") == at + "label '+3' is not a non-negative decimal integer");
+  CHECK(error_for("/d/a.jpg 12abc") == at + "label '12abc' is not a non-negative decimal integer");
+  CHECK(error_for("/d/a.jpg 1.5") == at + "label '1.5' is not a non-negative decimal integer");
+  CHECK(error_for("/d/a.jpg 0x10") == at + "label '0x10' is not a non-negative decimal integer");
   CHECK(error_for("/d/a.jpg 99999999999999999999") ==
         at + "label '99999999999999999999' is out of range (max 9223372036854775806)");
   CHECK(error_for("/d/a.jpg 9223372036854775807") ==

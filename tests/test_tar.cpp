@@ -455,6 +455,8 @@ TEST_CASE("shards: a folder without shards, a sample without image or label, a b
                       Catch::Contains("a.tar:k/1.cls: a label of 65 bytes (expected a decimal integer)"));
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-1") + kEnd)),
                       Catch::Contains("label '-1' is not a non-negative decimal integer"));
+  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-0") + kEnd)),
+                      Catch::Contains("label '-0' is not a non-negative decimal integer"));  // as a list's "-0"
   REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x").substr(0, 600))), Catch::Contains("a.tar: member k/1.jpg claims"));
   const Dataset ok = Dataset::from_shards(shard(member("k/1.JPG", "x") + member("k/1.cls", " 4\n") + member("k/1.json", "{}") + kEnd));
   REQUIRE(ok.size() == 1);

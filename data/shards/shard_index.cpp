@@ -27,6 +27,7 @@
 #include "data/atomic_file.h"
 #include "data/dataset.h"
 #include "data/file_system.h"
+#include "data/quote_bytes.h"
 #include "data/shards/tar_index.h"
 
 namespace conveyor {
@@ -121,35 +122,11 @@ std::string_view trimmed(std::string_view text) {
   return first == std::string_view::npos ? std::string_view{} : text.substr(first, text.find_last_not_of(kBlank) - first + 1);
 }
 
-// A label's text as a message quotes it: a control character (a NUL would
-// end the message there) as \xNN, and at most 64 bytes of it.
-std::string quoted(std::string_view text) {
-  std::string out;
-  for (const char c : text.substr(0, 64)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02x", u);
-      out += hex;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::int64_t parse_cls(std::string_view bytes, const std::string& where) {
   const std::string_view text = trimmed(bytes);
-  std::int64_t label = -1;
-  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), label);
-  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
-  if (digits && (err == std::errc::result_out_of_range || label > kMaxLabel)) {  // as a list's label says it
-    throw DatasetError(where + ": label '" + quoted(text) + "' is out of range (max " + std::to_string(kMaxLabel) + ")");
-  }
-  if (text.empty() || err != std::errc{} || end != text.data() + text.size() || label < 0) {
-    throw DatasetError(where + ": label '" + quoted(text) + "' is not a non-negative decimal integer");
-  }
-  return label;
+  const ParsedLabel label = parse_label(text);
+  if (label.status != LabelParse::ok) throw DatasetError(where + ": " + label_error(text, label.status));
+  return label.value;
 }
 
 // The most a sample's small members may hold: a label 64 bytes, a source or
