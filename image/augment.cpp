@@ -55,7 +55,7 @@ std::string num(double v) {
 
 // The virtual image the chain has produced so far, as a map to the source:
 // source_x = ax + bx * x and source_y = ay + by * y over a width x height canvas.
-// A negative bx means the canvas is mirrored.
+// A negative bx means the canvas is mirrored, a negative by upside down.
 struct Canvas {
   double ax = 0, bx = 1, ay = 0, by = 1;
   int width = 0, height = 0;
@@ -71,7 +71,8 @@ struct Canvas {
     height = s.height;
   }
   void resize(Size s) {
-    window = {std::min(ax, ax + bx * width), ay, std::max(ax, ax + bx * width), ay + by * height};
+    window = {std::min(ax, ax + bx * width), std::min(ay, ay + by * height), std::max(ax, ax + bx * width),
+              std::max(ay, ay + by * height)};
     bx *= double(width) / s.width;
     by *= double(height) / s.height;
     width = s.width;
@@ -125,6 +126,7 @@ template <> constexpr const char* kName<Resize> = "Resize";
 template <> constexpr const char* kName<CenterCrop> = "CenterCrop";
 template <> constexpr const char* kName<RandomCrop> = "RandomCrop";
 template <> constexpr const char* kName<RandomHorizontalFlip> = "RandomHorizontalFlip";
+template <> constexpr const char* kName<RandomVerticalFlip> = "RandomVerticalFlip";
 template <> constexpr const char* kName<ColorJitter> = "ColorJitter";
 template <> constexpr const char* kName<RandomGrayscale> = "RandomGrayscale";
 template <> constexpr const char* kName<GaussianBlur> = "GaussianBlur";
@@ -282,6 +284,9 @@ Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
                    [&](const RandomHorizontalFlip& r) {
                      check(r.p >= 0 && r.p <= 1, "RandomHorizontalFlip", "p must be in [0, 1]");
                    },
+                   [&](const RandomVerticalFlip& r) {
+                     check(r.p >= 0 && r.p <= 1, "RandomVerticalFlip", "p must be in [0, 1]");
+                   },
                    [&](const auto& r) { check_pixel_transform(r); },
                },
                t);
@@ -359,6 +364,12 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
                        c.bx = -c.bx;
                      }
                    },
+                   [&](const RandomVerticalFlip& r) {
+                     if (rng.bernoulli(r.p)) {  // y' = height - y
+                       c.ay += c.by * c.height;
+                       c.by = -c.by;
+                     }
+                   },
                    [](const auto&) {},  // colour transforms: plan_pixels()
                },
                t);
@@ -369,8 +380,10 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
   const double xa = c.ax, xb = c.ax + c.bx * c.width;
   g.x0 = std::min(xa, xb);
   g.x1 = std::max(xa, xb);
-  g.y0 = c.ay;
-  g.y1 = c.ay + c.by * c.height;
+  g.vflip = c.by < 0;
+  const double ya = c.ay, yb = c.ay + c.by * c.height;
+  g.y0 = std::min(ya, yb);
+  g.y1 = std::max(ya, yb);
   g.window = c.window;
   return g;
 }
@@ -399,6 +412,7 @@ std::string Augment::describe() const {
               return s + ")";
             },
             [](const RandomHorizontalFlip& r) { return "RandomHorizontalFlip(" + num(r.p) + ")"; },
+            [](const RandomVerticalFlip& r) { return "RandomVerticalFlip(" + num(r.p) + ")"; },
             [](const auto& r) { return describe_pixel_transform(r); },
         },
         t);

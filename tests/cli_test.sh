@@ -113,6 +113,12 @@ grep -q "unknown transform 'Flipp'" "$work/err" || fail "--transforms Flipp: $(c
 expect_usage_error "--transforms: a colour transform first" run --folder "$work/ds" --transforms "jitter(0.4), rrc(48)"
 expect_usage_error "--transforms with --crop" run --folder "$work/ds" --transforms "rrc(48)" --crop 32
 expect_usage_error "--transforms with --resident" run --folder "$work/ds" --transforms "rrc(48)" --resident
+# RandomVerticalFlip by name and alias, beside the other flip.
+"$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --transforms "rrc(40), flip, RandomVerticalFlip(p=0.3)" \
+  >"$work/out" 2>&1 || fail "run --transforms with RandomVerticalFlip: $(tail -3 "$work/out")"
+expect_usage_error "--transforms: vflip p" run --folder "$work/ds" --transforms "rrc(48), vflip(p=2)"
+grep -q "RandomVerticalFlip: p must be in \[0, 1\]" "$work/err" || fail "vflip(p=2): $(cat "$work/err")"
+
 "$bin" bench --folder "$work/ds" --device host --gpu-decode auto --epochs 1 >"$work/out" 2>&1 || fail "gpu decode auto"
 grep -q "^gpu decode: off (auto: the host backend has no GPU" "$work/out" || fail "gpu decode auto: no reason line: $(cat "$work/out")"
 for w in 1 3; do
