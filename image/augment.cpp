@@ -245,49 +245,53 @@ ColorJitter color_jitter(double brightness, double contrast, double saturation, 
   return j;
 }
 
+void check_transform(const Transform& t) {
+  std::visit(Overload{
+                 [](const RandomResizedCrop& r) {
+                   check_size(r.size, "RandomResizedCrop");
+                   check(r.scale_min > 0 && r.scale_min <= r.scale_max && r.scale_max <= 1, "RandomResizedCrop",
+                         "scale must satisfy 0 < min <= max <= 1");
+                   check(r.ratio_min > 0 && r.ratio_min <= r.ratio_max && std::isfinite(r.ratio_max),
+                         "RandomResizedCrop", "ratio must satisfy 0 < min <= max, finite");
+                 },
+                 [](const Resize& r) {
+                   check(r.shorter >= 0, "Resize", "shorter side must be positive");
+                   check(r.shorter <= kMaxCrop, "Resize", "shorter side must be at most 16384");
+                   if (r.shorter == 0) check_size(r.size, "Resize");
+                 },
+                 [](const CenterCrop& r) { check_size(r.size, "CenterCrop"); },
+                 [](const RandomCrop& r) {
+                   check_size(r.size, "RandomCrop");
+                   check(r.pad_left >= 0 && r.pad_top >= 0 && r.pad_right >= 0 && r.pad_bottom >= 0, "RandomCrop",
+                         "padding must be non-negative");
+                   check(r.pad_left <= kMaxCrop && r.pad_top <= kMaxCrop && r.pad_right <= kMaxCrop &&
+                             r.pad_bottom <= kMaxCrop,
+                         "RandomCrop", "padding must be at most 16384 a side");
+                 },
+                 [](const RandomHorizontalFlip& r) { check_p(r.p, "RandomHorizontalFlip"); },
+                 [](const RandomVerticalFlip& r) { check_p(r.p, "RandomVerticalFlip"); },
+                 [](const auto& r) { check_pixel_transform(r); },
+             },
+             t);
+}
+
 Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
   if (chain_.empty()) throw AugmentError("augment: the transform chain is empty: it needs a crop or a sized resize");
   std::optional<Size> size;  // the canvas size once it no longer depends on the image
   for (const Transform& t : chain_) {
+    check_transform(t);
     std::visit(Overload{
-                   [&](const RandomResizedCrop& r) {
-                     check_size(r.size, "RandomResizedCrop");
-                     check(r.scale_min > 0 && r.scale_min <= r.scale_max && r.scale_max <= 1, "RandomResizedCrop",
-                           "scale must satisfy 0 < min <= max <= 1");
-                     check(r.ratio_min > 0 && r.ratio_min <= r.ratio_max && std::isfinite(r.ratio_max),
-                           "RandomResizedCrop", "ratio must satisfy 0 < min <= max, finite");
-                     size = r.size;
-                   },
+                   [&](const RandomResizedCrop& r) { size = r.size; },
                    [&](const Resize& r) {
-                     check(r.shorter >= 0, "Resize", "shorter side must be positive");
-                     check(r.shorter <= kMaxCrop, "Resize", "shorter side must be at most 16384");
                      if (r.shorter > 0) {
                        size.reset();
                      } else {
-                       check_size(r.size, "Resize");
                        size = r.size;
                      }
                    },
-                   [&](const CenterCrop& r) {
-                     check_size(r.size, "CenterCrop");
-                     size = r.size;
-                   },
-                   [&](const RandomCrop& r) {
-                     check_size(r.size, "RandomCrop");
-                     check(r.pad_left >= 0 && r.pad_top >= 0 && r.pad_right >= 0 && r.pad_bottom >= 0, "RandomCrop",
-                           "padding must be non-negative");
-                     check(r.pad_left <= kMaxCrop && r.pad_top <= kMaxCrop && r.pad_right <= kMaxCrop &&
-                               r.pad_bottom <= kMaxCrop,
-                           "RandomCrop", "padding must be at most 16384 a side");
-                     size = r.size;
-                   },
-                   [&](const RandomHorizontalFlip& r) {
-                     check(r.p >= 0 && r.p <= 1, "RandomHorizontalFlip", "p must be in [0, 1]");
-                   },
-                   [&](const RandomVerticalFlip& r) {
-                     check(r.p >= 0 && r.p <= 1, "RandomVerticalFlip", "p must be in [0, 1]");
-                   },
-                   [&](const auto& r) { check_pixel_transform(r); },
+                   [&](const CenterCrop& r) { size = r.size; },
+                   [&](const RandomCrop& r) { size = r.size; },
+                   [](const auto&) {},  // flips and colour transforms keep the size
                },
                t);
     // Colour transforms act on the output: a geometric one after them would

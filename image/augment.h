@@ -173,6 +173,11 @@ struct Geometry {
   bool vflip = false;
 };
 
+// Checks one transform's fields as Augment's constructor does (the list
+// there); throws AugmentError naming the transform and field. What depends on
+// the chain (order, output size) is the constructor's alone. Thread-safe.
+void check_transform(const Transform& t);
+
 class Augment {
  public:
   // Validates the chain: sizes (and a Resize's shorter side) 1 .. kMaxCrop,
