@@ -51,6 +51,8 @@ std::string run_identity(const Options& o, const TrainOptions& t, int crop, cons
     << " train_size=" << train_size
     << " augment=" << name_of(kAugments, o.augment) << " val_fraction=" << t.val_fraction << " seed=" << o.seed << " batch=" << o.batch
     << " rank=" << o.rank << " world_size=" << o.world_size;
+  // Only when given, so a checkpoint of a run without --transforms still resumes.
+  if (!o.transforms.empty()) s << " transforms=" << o.transforms;
   return s.str();
 }
 

@@ -61,6 +61,8 @@ void print_header(const Options& o, const Dataset& dataset, const std::string& d
   const std::size_t classes = class_count(dataset);
   std::printf("dataset: %zu images, %zu class%s; rank %zu of %zu\n%s\n", dataset.size(), classes, classes == 1 ? "" : "es", o.rank,
               o.world_size, device.c_str());
+  // The list as read (from --transforms, `transforms = "..."` or [[transforms]] tables).
+  if (!o.transforms.empty()) std::printf("transforms: %s\n", Augment(transforms_of(o)).describe().c_str());
   if (o.normalize) {
     std::printf("normalize: %s %s\n", std::string(name_of(kNormalizes, o.normalize)).c_str(),
                 o.normalize_in == NormalizeIn::workers ? "in the workers" : "after the transfer");

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <charconv>
@@ -14,6 +15,8 @@
 #include <string_view>
 
 #include <toml++/toml.h>
+
+#include "image/transform_spec.h"
 
 namespace conveyor::apps {
 namespace {
@@ -45,6 +48,81 @@ std::string scalar_text(const toml::node& v, const std::string& key) {
   fail(where(v.source()) + ": '" + key + "': a date or time is not a flag value");
 }
 
+bool is_name(std::string_view s) {
+  return !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// A number as the transform list's text: the shortest that reads back the same.
+std::string number_text(const toml::node& v) {
+  if (auto i = v.value_exact<std::int64_t>()) return std::to_string(*i);
+  const double d = *v.value_exact<double>();
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, d);
+  return std::string(buf, r.ptr);
+}
+
+// One [[transforms]] value as the transform list's text: a number, a boolean
+// (True/False) or an array of numbers (a tuple). `at` names the table.
+std::string argument_text(const toml::node& v, const std::string& at, const std::string& key) {
+  const std::string bad = at + ": '" + key + "' must be a number, true/false or an array of numbers";
+  if (auto b = v.value_exact<bool>()) return *b ? "True" : "False";
+  if (v.is_integer() || v.is_floating_point()) return number_text(v);
+  const toml::array* a = v.as_array();
+  if (!a || a->empty()) fail(bad);
+  std::string t = "(";
+  for (const toml::node& e : *a) {
+    if (!e.is_integer() && !e.is_floating_point()) fail(bad);
+    if (t.size() > 1) t += ", ";
+    t += number_text(e);
+  }
+  return t + (a->size() == 1 ? ",)" : ")");
+}
+
+// [[transforms]] tables (op = "RandomResizedCrop", then torchvision's
+// parameters by name) as the text `transforms = "..."` holds. Each table is
+// read by parse_transforms on its own, the one parser of the parameters, so a
+// mistake names the table's index (from 1) and line and the key; its values
+// are checked too (check_transform), the chain as a whole by Augment later.
+std::string transforms_text(const toml::array& tables) {
+  std::string list;
+  std::size_t index = 0;
+  for (const toml::node& n : tables) {
+    std::string at = "[[transforms]] table ";
+    at += std::to_string(++index);
+    at += " (" + where(n.source()) + ")";
+    const toml::table* t = n.as_table();  // the caller passes an array of tables
+    std::string op, args;
+    for (auto&& [k, v] : *t) {
+      const std::string key(k.str());
+      if (key == "op") {
+        const auto name = v.value_exact<std::string>();
+        if (!name || !is_name(*name)) fail(at + ": 'op' must be a transform's name as a string (op = \"RandomResizedCrop\")");
+        op = *name;
+      } else if (!is_name(key)) {
+        fail(at + ": '" + key + "' is not a parameter name");
+      } else {
+        if (!args.empty()) args += ", ";
+        args += key;
+        args += '=';
+        args += argument_text(v, at, key);
+      }
+    }
+    if (op.empty()) fail(at + ": 'op' is missing (op = \"RandomResizedCrop\", torchvision's class name)");
+    const std::string one = op + "(" + args + ")";
+    try {
+      for (const Transform& parsed : parse_transforms(one)) check_transform(parsed);
+    } catch (const AugmentError& e) {
+      std::string what = e.what();
+      if (what.rfind("transforms: ", 0) == 0) what.erase(0, 12);
+      fail(at + ": " + what);
+    }
+    if (!list.empty()) list += ", ";
+    list += one;
+  }
+  return list;
+}
+
 // Items for table's keys; at the top (top == true) the table named own_table is
 // the top itself, and parents starts as the subcommand's section.
 void collect(const toml::table& table, std::vector<std::string>& parents, const std::string& own_table, bool top,
@@ -62,7 +140,10 @@ void collect(const toml::table& table, std::vector<std::string>& parents, const 
     CLI::ConfigItem item;
     item.parents = parents;
     item.name = key;
-    if (const toml::array* a = v.as_array()) {
+    const toml::array* a = v.as_array();
+    if (a && key == "transforms" && a->is_array_of_tables()) {
+      item.inputs.push_back(transforms_text(*a));
+    } else if (a) {
       for (const toml::node& e : *a) {
         if (e.is_table() || e.is_array()) {
           fail(where(e.source()) + ": '" + key + "': an array of tables or arrays is not a flag value");

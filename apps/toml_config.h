@@ -8,6 +8,10 @@
 //   resident = true          ->  --resident
 //   [sweep]                  ->  the section named after the subcommand reading
 //   workers = [1, 2, 4]          the file is that subcommand's own: --workers 1,2,4
+//   [[transforms]]           ->  --transforms "RandomResizedCrop(scale=(0.08, 1), size=224), ..."
+//   op = "RandomResizedCrop"     (one table per transform, in order; the
+//   size = 224                    other keys are torchvision's parameters)
+//   scale = [0.08, 1.0]
 //
 // Contract.
 // - CLI11 2.1 reads a config file only for the top-level app, so the file
@@ -18,7 +22,13 @@
 //   reported as an unknown key. Values: strings, integers, floats, booleans,
 //   and arrays of those.
 // - Malformed TOML throws CLI::ConfigError "line L, column C: <what toml++
-//   says>"; an array of tables or a nested array throws naming the key.
+//   says>"; an array of tables or a nested array throws naming the key,
+//   except `[[transforms]]`: each table is checked by parse_transforms
+//   (image/transform_spec.h), and a mistake throws "[[transforms]] table N
+//   (line L, column C): <transform>: <what>", naming the key. Giving both
+//   `transforms = "..."` and `[[transforms]]` in one table is malformed TOML
+//   (toml++ names the key); one at the top and one in the subcommand's table
+//   throws "'transforms' is set both at the top and in [run]; keep one".
 //   config_error_line() adds the file name.
 // - Unknown keys and values of the wrong type are CLI11's to report, naming
 //   the key (`--workers: Value x not in range`); config_error_line() words the

@@ -131,12 +131,14 @@ void Trainer::prepare() {
                      std::to_string(all_.num_classes()) + "-class model; train takes labels 0 to " +
                      std::to_string(kMaxTrainClasses - 1) + " (number the classes 0 to K-1)");
   }
-  crop_ = o_.crop ? o_.crop : int(default_input(t_.model));
+  // --transforms sets the input side through its list's output (crop_size); else --crop or the model's default.
+  crop_ = !o_.transforms.empty() ? crop_size(o_) : o_.crop ? o_.crop : int(default_input(t_.model));
   torch::manual_seed(o_.seed);  // the initial weights, like the batches, follow --seed
   try {
     model_ = make_model({t_.model, 3, all_.num_classes(), crop_});
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    if (o_.transforms.empty()) throw UsageError(e.what());
+    throw UsageError(std::string("--transforms: its output side is the model's input; ").append(e.what()));
   }
   split(all_, t_.val_fraction, o_.seed, train_set_, val_set_);
   if (train_set_.size() == 0) throw UsageError("--val-fraction " + std::to_string(t_.val_fraction) + " leaves no training samples");

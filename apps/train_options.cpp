@@ -22,6 +22,7 @@ std::string per_rank(const std::string& file, const Options& o) {
 
 void check_train_outputs(const Options& o, TrainOptions& t) {
   check_shard(o);
+  (void)transforms_of(o);  // a bad list (or one with --crop) before the dataset is read
   t.checkpoint = per_rank(t.checkpoint, o);
   t.resume = per_rank(t.resume, o);
   if (!t.resume.empty()) {
@@ -68,9 +69,12 @@ void check_train_outputs(const Options& o, TrainOptions& t) {
 void add_train_flags(CLI::App& app, Options& o, TrainOptions& t) {
   add_pipeline_flags(app, o);
   // Host-backend simulation flags: training on the CPU always hands the
-  // buffers over, so these would be taken and ignored. Not offered at all;
-  // nor --transforms, since the model's input size follows --crop and --model.
-  for (const char* flag : {"--link-gbps", "--host-transfer", "--transforms"}) app.remove_option(app.get_option(flag));
+  // buffers over, so these would be taken and ignored. Not offered at all.
+  for (const char* flag : {"--link-gbps", "--host-transfer"}) app.remove_option(app.get_option(flag));
+  app.get_option("--transforms")->description(
+      "the training transforms as torchvision's Compose list, e.g. \"RandomResizedCrop(64), RandomHorizontalFlip()\" "
+      "(image/transform_spec.h), in place of --augment and --crop: its output side is the model's input "
+      "(lenet takes 32; validation center-crops to it)");
   app.get_option("--crop")->description("input size (default 32 for lenet, 64 for resnet)");
   app.get_option("--augment")->description(
       "crop: Resize + RandomCrop (padding 4) + flip (default) | rrc: RandomResizedCrop + flip | center: Resize + CenterCrop");

@@ -29,7 +29,7 @@ inline constexpr std::array<Choice<TrainOptions::Schedule>, 2> kSchedules{
 // The pipeline's flags (train's own descriptions of --crop and --augment) and training's.
 void add_train_flags(CLI::App& app, Options& o, TrainOptions& t);
 
-// The outputs and the dataset flags, checked before anything is loaded. With
+// The outputs, the dataset flags and --transforms, checked before anything is loaded. With
 // more than one rank, --checkpoint and --resume become FILE.rankR (each rank
 // its own); --checkpoint through a link becomes the link's target. Throws
 // UsageError naming the flag.

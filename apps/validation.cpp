@@ -32,6 +32,12 @@ void split(const Dataset& all, double fraction, std::uint64_t seed, Dataset& tra
   val = all.subset(val_ids);
 }
 
+ImageConfig Validation::center_config(const Options& o, int crop) {
+  Options center = o;
+  center.transforms.clear();
+  return image_config(center, Augmentation::center, crop);
+}
+
 Config Validation::config(const Options& o, const ImageSource& images, std::size_t passes) {
   Config cfg = pipeline_config(o);
   cfg.sample_bytes = images.sample_bytes();

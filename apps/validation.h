@@ -40,10 +40,13 @@ struct Validation {
 
   Validation(const Dataset& val, const Options& o, int crop, std::size_t passes_this_run,
              const std::shared_ptr<Device>& device, const TransferConfig& tc)
-      : images(val, image_config(o, Augmentation::center, crop), o.workers),
+      : images(val, center_config(o, crop), o.workers),
         pipeline(config(o, images, passes_this_run), val.size(), images.filler(), tc, device) {}
 
   static Config config(const Options& o, const ImageSource& images, std::size_t passes);
+  // Resize + CenterCrop at crop x crop whatever --augment or --transforms
+  // says: those are the training split's.
+  static ImageConfig center_config(const Options& o, int crop);
 };
 
 // One pass over the validation split, with no gradients; none without a split

@@ -55,7 +55,7 @@ std::string num(double v) {
 
 // The virtual image the chain has produced so far, as a map to the source:
 // source_x = ax + bx * x and source_y = ay + by * y over a width x height canvas.
-// A negative bx means the canvas is mirrored.
+// A negative bx means the canvas is mirrored, a negative by upside down.
 struct Canvas {
   double ax = 0, bx = 1, ay = 0, by = 1;
   int width = 0, height = 0;
@@ -71,7 +71,8 @@ struct Canvas {
     height = s.height;
   }
   void resize(Size s) {
-    window = {std::min(ax, ax + bx * width), ay, std::max(ax, ax + bx * width), ay + by * height};
+    window = {std::min(ax, ax + bx * width), std::min(ay, ay + by * height), std::max(ax, ax + bx * width),
+              std::max(ay, ay + by * height)};
     bx *= double(width) / s.width;
     by *= double(height) / s.height;
     width = s.width;
@@ -125,6 +126,7 @@ template <> constexpr const char* kName<Resize> = "Resize";
 template <> constexpr const char* kName<CenterCrop> = "CenterCrop";
 template <> constexpr const char* kName<RandomCrop> = "RandomCrop";
 template <> constexpr const char* kName<RandomHorizontalFlip> = "RandomHorizontalFlip";
+template <> constexpr const char* kName<RandomVerticalFlip> = "RandomVerticalFlip";
 template <> constexpr const char* kName<ColorJitter> = "ColorJitter";
 template <> constexpr const char* kName<RandomGrayscale> = "RandomGrayscale";
 template <> constexpr const char* kName<GaussianBlur> = "GaussianBlur";
@@ -243,46 +245,53 @@ ColorJitter color_jitter(double brightness, double contrast, double saturation, 
   return j;
 }
 
+void check_transform(const Transform& t) {
+  std::visit(Overload{
+                 [](const RandomResizedCrop& r) {
+                   check_size(r.size, "RandomResizedCrop");
+                   check(r.scale_min > 0 && r.scale_min <= r.scale_max && r.scale_max <= 1, "RandomResizedCrop",
+                         "scale must satisfy 0 < min <= max <= 1");
+                   check(r.ratio_min > 0 && r.ratio_min <= r.ratio_max && std::isfinite(r.ratio_max),
+                         "RandomResizedCrop", "ratio must satisfy 0 < min <= max, finite");
+                 },
+                 [](const Resize& r) {
+                   check(r.shorter >= 0, "Resize", "shorter side must be positive");
+                   check(r.shorter <= kMaxCrop, "Resize", "shorter side must be at most 16384");
+                   if (r.shorter == 0) check_size(r.size, "Resize");
+                 },
+                 [](const CenterCrop& r) { check_size(r.size, "CenterCrop"); },
+                 [](const RandomCrop& r) {
+                   check_size(r.size, "RandomCrop");
+                   check(r.pad_left >= 0 && r.pad_top >= 0 && r.pad_right >= 0 && r.pad_bottom >= 0, "RandomCrop",
+                         "padding must be non-negative");
+                   check(r.pad_left <= kMaxCrop && r.pad_top <= kMaxCrop && r.pad_right <= kMaxCrop &&
+                             r.pad_bottom <= kMaxCrop,
+                         "RandomCrop", "padding must be at most 16384 a side");
+                 },
+                 [](const RandomHorizontalFlip& r) { check_p(r.p, "RandomHorizontalFlip"); },
+                 [](const RandomVerticalFlip& r) { check_p(r.p, "RandomVerticalFlip"); },
+                 [](const auto& r) { check_pixel_transform(r); },
+             },
+             t);
+}
+
 Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
   if (chain_.empty()) throw AugmentError("augment: the transform chain is empty: it needs a crop or a sized resize");
   std::optional<Size> size;  // the canvas size once it no longer depends on the image
   for (const Transform& t : chain_) {
+    check_transform(t);
     std::visit(Overload{
-                   [&](const RandomResizedCrop& r) {
-                     check_size(r.size, "RandomResizedCrop");
-                     check(r.scale_min > 0 && r.scale_min <= r.scale_max && r.scale_max <= 1, "RandomResizedCrop",
-                           "scale must satisfy 0 < min <= max <= 1");
-                     check(r.ratio_min > 0 && r.ratio_min <= r.ratio_max && std::isfinite(r.ratio_max),
-                           "RandomResizedCrop", "ratio must satisfy 0 < min <= max, finite");
-                     size = r.size;
-                   },
+                   [&](const RandomResizedCrop& r) { size = r.size; },
                    [&](const Resize& r) {
-                     check(r.shorter >= 0, "Resize", "shorter side must be positive");
-                     check(r.shorter <= kMaxCrop, "Resize", "shorter side must be at most 16384");
                      if (r.shorter > 0) {
                        size.reset();
                      } else {
-                       check_size(r.size, "Resize");
                        size = r.size;
                      }
                    },
-                   [&](const CenterCrop& r) {
-                     check_size(r.size, "CenterCrop");
-                     size = r.size;
-                   },
-                   [&](const RandomCrop& r) {
-                     check_size(r.size, "RandomCrop");
-                     check(r.pad_left >= 0 && r.pad_top >= 0 && r.pad_right >= 0 && r.pad_bottom >= 0, "RandomCrop",
-                           "padding must be non-negative");
-                     check(r.pad_left <= kMaxCrop && r.pad_top <= kMaxCrop && r.pad_right <= kMaxCrop &&
-                               r.pad_bottom <= kMaxCrop,
-                           "RandomCrop", "padding must be at most 16384 a side");
-                     size = r.size;
-                   },
-                   [&](const RandomHorizontalFlip& r) {
-                     check(r.p >= 0 && r.p <= 1, "RandomHorizontalFlip", "p must be in [0, 1]");
-                   },
-                   [&](const auto& r) { check_pixel_transform(r); },
+                   [&](const CenterCrop& r) { size = r.size; },
+                   [&](const RandomCrop& r) { size = r.size; },
+                   [](const auto&) {},  // flips and colour transforms keep the size
                },
                t);
     // Colour transforms act on the output: a geometric one after them would
@@ -359,6 +368,12 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
                        c.bx = -c.bx;
                      }
                    },
+                   [&](const RandomVerticalFlip& r) {
+                     if (rng.bernoulli(r.p)) {  // y' = height - y
+                       c.ay += c.by * c.height;
+                       c.by = -c.by;
+                     }
+                   },
                    [](const auto&) {},  // colour transforms: plan_pixels()
                },
                t);
@@ -369,8 +384,10 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
   const double xa = c.ax, xb = c.ax + c.bx * c.width;
   g.x0 = std::min(xa, xb);
   g.x1 = std::max(xa, xb);
-  g.y0 = c.ay;
-  g.y1 = c.ay + c.by * c.height;
+  g.vflip = c.by < 0;
+  const double ya = c.ay, yb = c.ay + c.by * c.height;
+  g.y0 = std::min(ya, yb);
+  g.y1 = std::max(ya, yb);
   g.window = c.window;
   return g;
 }
@@ -399,6 +416,7 @@ std::string Augment::describe() const {
               return s + ")";
             },
             [](const RandomHorizontalFlip& r) { return "RandomHorizontalFlip(" + num(r.p) + ")"; },
+            [](const RandomVerticalFlip& r) { return "RandomVerticalFlip(" + num(r.p) + ")"; },
             [](const auto& r) { return describe_pixel_transform(r); },
         },
         t);

@@ -3,15 +3,15 @@
 // A chain such as Resize(256) + CenterCrop(224), or RandomResizedCrop(224) +
 // RandomHorizontalFlip(), is never run step by step on pixels. plan() folds the
 // chain into a Geometry: one box in source-pixel coordinates, the output size
-// and a flip flag. The decoder then decodes only the rows and columns the box
+// and two flip flags. The decoder then decodes only the rows and columns the box
 // needs (at a reduced JPEG scale when it pays) and one resize writes the result
 // straight into the batch slot. Names and parameters follow torchvision, so a
 // user can switch: RandomResizedCrop(size, scale, ratio), Resize(shorter side or
 // h x w), CenterCrop (pads with ImageConfig::pad_value when larger than the image),
-// RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p). Colour
-// transforms (ColorJitter, RandomGrayscale, GaussianBlur, ...) follow the
-// geometric ones: plan_pixels() draws their parameters, apply_pixel_ops()
-// runs them on the output.
+// RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p),
+// RandomVerticalFlip(p). Colour transforms (ColorJitter, RandomGrayscale,
+// GaussianBlur, ...) follow the geometric ones: plan_pixels() draws their
+// parameters, apply_pixel_ops() runs them on the output.
 //
 // Random parameters come from the sample's Rng, so results do not depend on the
 // worker count. Thread safety: an Augment is immutable; plan() is const and
@@ -56,6 +56,10 @@ struct RandomCrop {
   bool pad_if_needed = false;  // pad an image smaller than size instead of failing
 };
 struct RandomHorizontalFlip {
+  double p = 0.5;
+};
+// torchvision's RandomVerticalFlip: the image upside down with probability p.
+struct RandomVerticalFlip {
   double p = 0.5;
 };
 
@@ -111,9 +115,9 @@ struct RandomInvert {
   double p = 0.5;
 };
 
-using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, ColorJitter,
-                               RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, RandomAdjustSharpness,
-                               RandomAutocontrast, RandomEqualize, RandomInvert>;
+using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip,
+                               ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize,
+                               RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert>;
 
 // One colour op with its parameters drawn (Augment::plan_pixels), applied by
 // apply_pixel_ops() in the order drawn.
@@ -164,7 +168,15 @@ struct Geometry {
   Size out;
   bool flip = false;  // mirror the output horizontally
   ResizeWindow window;  // in source pixels: u is x, v is y
+  // Turn the output upside down (a RandomVerticalFlip drawn). The CPU render
+  // reverses the rows; the GPU decode path takes no such box (gpu_decodable).
+  bool vflip = false;
 };
+
+// Checks one transform's fields as Augment's constructor does (the list
+// there); throws AugmentError naming the transform and field. What depends on
+// the chain (order, output size) is the constructor's alone. Thread-safe.
+void check_transform(const Transform& t);
 
 class Augment {
  public:

@@ -18,6 +18,8 @@ bool gpu_decodes(std::uint64_t index, double share) {
 }
 
 bool gpu_decodable(const ImageInfo& info, const Geometry& g) {
+  // The GPU render has no vertical flip: such a box stays on the CPU.
+  if (g.vflip) return false;
   if (info.format != ImageFormat::jpeg || info.progressive || info.arithmetic || !info.gray_or_ycc) return false;
   // The box inside the image and inside its window: no padding to write. Padding
   // is whole pixels, while a box and its window are computed apart (left + w
@@ -39,6 +41,7 @@ void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrd
     throw std::invalid_argument("render_gpu_twin: dst holds " + std::to_string(dst.size()) + " bytes, the output needs " +
                                 std::to_string(std::size_t(ow) * std::size_t(oh) * 3));
   }
+  if (g.vflip) throw std::invalid_argument("render_gpu_twin: a vertically flipped box is the CPU path's (gpu_decodable)");
   resize_reference(full, width, height, stride, g.x0, g.y0, g.x1, g.y1, dst.data(), ow, oh, std::ptrdiff_t(ow) * 3, g.flip,
                    g.window);
 }

@@ -42,13 +42,16 @@ bool gpu_decodes(std::uint64_t index, double share);
 // Whether the GPU path can take this image with this geometry: a sequential
 // Huffman-coded 8-bit JPEG in grayscale or YCbCr (progressive, arithmetic,
 // RGB-coded, CMYK and YCCK files, and every other format, stay on the CPU), and
-// a crop box inside the image and its window (padding is the CPU path's).
+// a crop box inside the image and its window (padding is the CPU path's),
+// not flipped vertically (the GPU render mirrors columns only; a sample whose
+// RandomVerticalFlip was drawn is decoded and rendered on the CPU).
 bool gpu_decodable(const ImageInfo& info, const Geometry& g);
 
 // The GPU path on the host: the geometry's box of a full-size RGB8 decode
 // (width x height pixels, row stride `stride` bytes) resized and flipped into
 // dst (g.out.height x g.out.width x 3 bytes) through resize_value(), pixel by
-// pixel as a kernel would. Requires gpu_decodable()'s box (inside the image).
+// pixel as a kernel would. Requires gpu_decodable()'s box (inside the image,
+// no vflip: throws std::invalid_argument for one).
 void render_gpu_twin(const unsigned char* full, int width, int height, std::ptrdiff_t stride, const Geometry& g,
                      std::span<unsigned char> dst);
 

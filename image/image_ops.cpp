@@ -15,6 +15,14 @@ void flip_rows(std::span<unsigned char> image, int height, int width) {
   }
 }
 
+void flip_vertical(std::span<unsigned char> image, int height, int width) {
+  const std::size_t row = std::size_t(width) * 3;
+  for (int t = 0, b = height - 1; t < b; ++t, --b) {
+    std::swap_ranges(image.data() + std::size_t(t) * row, image.data() + std::size_t(t + 1) * row,
+                     image.data() + std::size_t(b) * row);
+  }
+}
+
 DecodeRequest decode_request(const Geometry& g, int image_width, int image_height) {
   // The box, and as far past it as the filter reaches (its support, a pixel
   // more) inside the window: a resize after Resize -> CenterCrop reads the
@@ -65,6 +73,9 @@ void render(const DecodedView& src, const Geometry& g, int image_width, int imag
     }
   }
   if (g.flip && !mirrored) flip_rows(dst, oh, ow);
+  // A second pass: the box's rows are rendered top down, then reversed (the
+  // resize's taps are symmetric, so this is the resize of the flipped box).
+  if (g.vflip) flip_vertical(dst, oh, ow);
 }
 
 NormalizeTable::NormalizeTable(const Normalize& norm) {

@@ -30,12 +30,15 @@ DecodeRequest decode_request(const Geometry& g, int image_width, int image_heigh
 // sampled from the geometry's box: resize_triangle() (bilinear, antialiased when
 // downscaling), or a plain copy when the box maps pixel for pixel. Output pixels
 // whose source lies outside the image_width x image_height image take `pad_value`
-// (padding). Mirrors when g.flip. Allocates only through `scratch`.
+// (padding). Mirrors when g.flip, turns upside down when g.vflip. Allocates
+// only through `scratch`.
 void render(const DecodedView& src, const Geometry& g, int image_width, int image_height, unsigned char pad_value,
             std::span<unsigned char> dst, ResizeScratch& scratch);
 
 // Reverses the pixel order of every row: an exact horizontal flip.
 void flip_rows(std::span<unsigned char> image, int height, int width);
+// Reverses the order of the rows: an exact vertical flip.
+void flip_vertical(std::span<unsigned char> image, int height, int width);
 
 // normalize_value() (the function the GPU kernel uses) of every uint8 value
 // for each channel. Each channel has only 256 possible outputs, so a lookup

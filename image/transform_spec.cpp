@@ -277,6 +277,7 @@ Transform make(const std::string& key, const std::string& shown, std::string_vie
   if (key == "centercrop" || key == "center") return CenterCrop{square_or_hw(args({"size"}).size("size"))};
   if (key == "randomcrop" || key == "crop") return make_random_crop(args({"size", "padding", "pad_if_needed"}), shown);
   if (key == "randomhorizontalflip" || key == "flip") return RandomHorizontalFlip{args({"p"}).probability(0.5)};
+  if (key == "randomverticalflip" || key == "vflip") return RandomVerticalFlip{args({"p"}).probability(0.5)};
   if (key == "colorjitter" || key == "jitter") return make_color_jitter(args({"brightness", "contrast", "saturation", "hue", "p"}));
   if (key == "randomgrayscale" || key == "grayscale") return RandomGrayscale{args({"p"}).probability(0.1)};
   if (key == "gaussianblur" || key == "blur") return make_gaussian_blur(args({"kernel_size", "sigma", "p"}), shown);
@@ -298,9 +299,9 @@ Transform make(const std::string& key, const std::string& shown, std::string_vie
   if (key == "randomequalize" || key == "equalize") return RandomEqualize{args({"p"}).probability(0.5)};
   if (key == "randominvert" || key == "invert") return RandomInvert{args({"p"}).probability(0.5)};
   fail("unknown transform '" + shown +
-       "' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, ColorJitter, RandomGrayscale, "
-       "GaussianBlur, RandomSolarize, RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, "
-       "RandomInvert, or their short names)");
+       "' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, "
+       "RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, "
+       "RandomEqualize, RandomInvert, or their short names)");
 }
 
 }  // namespace

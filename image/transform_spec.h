@@ -16,6 +16,7 @@
 //   CenterCrop        center   size
 //   RandomCrop        crop     size, padding=None (int, (lr, tb) or (l, t, r, b)), pad_if_needed=False
 //   RandomHorizontalFlip flip  p=0.5
+//   RandomVerticalFlip vflip   p=0.5
 //   ColorJitter       jitter   brightness=0, contrast=0, saturation=0, hue=0 (each v or (min, max)), p=1
 //   RandomGrayscale   grayscale p=0.1
 //   GaussianBlur      blur     kernel_size (k or (kx, ky)), sigma=(0.1, 2) (s or (min, max)), p=1

@@ -113,6 +113,64 @@ grep -q "unknown transform 'Flipp'" "$work/err" || fail "--transforms Flipp: $(c
 expect_usage_error "--transforms: a colour transform first" run --folder "$work/ds" --transforms "jitter(0.4), rrc(48)"
 expect_usage_error "--transforms with --crop" run --folder "$work/ds" --transforms "rrc(48)" --crop 32
 expect_usage_error "--transforms with --resident" run --folder "$work/ds" --transforms "rrc(48)" --resident
+# RandomVerticalFlip by name and alias, beside the other flip.
+"$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --transforms "rrc(40), flip, RandomVerticalFlip(p=0.3)" \
+  >"$work/out" 2>&1 || fail "run --transforms with RandomVerticalFlip: $(tail -3 "$work/out")"
+expect_usage_error "--transforms: vflip p" run --folder "$work/ds" --transforms "rrc(48), vflip(p=2)"
+grep -q "RandomVerticalFlip: p must be in \[0, 1\]" "$work/err" || fail "vflip(p=2): $(cat "$work/err")"
+
+# [[transforms]] tables: the same list as the text, key by key; each mistake one
+# line naming the file, the table's index and the key.
+cat >"$work/tables.toml" <<'TOML'
+workers = 2
+[[transforms]]
+op = "RandomResizedCrop"
+size = 40
+scale = [0.25, 1.0]
+[[transforms]]
+op = "RandomHorizontalFlip"
+[[transforms]]
+op = "RandomVerticalFlip"
+p = 0.25
+[[transforms]]
+op = "ColorJitter"
+brightness = 0.4
+hue = [-0.1, 0.1]
+TOML
+printf 'workers = 2\ntransforms = "RandomResizedCrop(40, scale=(0.25, 1)), RandomHorizontalFlip(), RandomVerticalFlip(0.25), ColorJitter(0.4, hue=(-0.1, 0.1))"\n' >"$work/text.toml"
+for form in tables text; do
+  "$bin" run --config "$work/$form.toml" --folder "$work/ds" --epochs 2 --batch 7 --json "$work/$form.json" \
+    >"$work/out" 2>&1 || fail "[[transforms]] ($form): $(tail -3 "$work/out")"
+  grep "^transforms: " "$work/out" >"$work/$form.line" || fail "[[transforms]] ($form): no transforms line"
+done
+want="transforms: RandomResizedCrop(40, scale=(0.25, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5) + RandomVerticalFlip(0.25) + ColorJitter(brightness=(0.6, 1.4), contrast=(1, 1), saturation=(1, 1), hue=(-0.1, 0.1))"
+[ "$(cat "$work/tables.line")" = "$want" ] || fail "[[transforms]] read as: $(cat "$work/tables.line")"
+cmp -s "$work/tables.line" "$work/text.line" || fail "[[transforms]] and transforms = \"...\" differ: $(cat "$work/text.line")"
+if command -v python3 >/dev/null; then
+  python3 - "$work/tables.json" "$work/text.json" <<'PY' || fail "[[transforms]] and transforms = \"...\" delivered other samples"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["epoch_digest"] == b["epoch_digest"] and a["epoch_images"] == [30, 30], (a, b)
+PY
+fi
+toml_error() {  # what, expected text on stderr, then the file's lines
+  local what=$1 want=$2; shift 2
+  printf '%s\n' "$@" >"$work/tt.toml"
+  expect_usage_error "$what" run --config "$work/tt.toml" --folder "$work/ds"
+  grep -qF -- "$want" "$work/err" || fail "$what: wanted '$want', got: $(cat "$work/err")"
+  grep -qF -- "$work/tt.toml" "$work/err" || fail "$what: the file is not named: $(cat "$work/err")"
+}
+toml_error "[[transforms]] unknown key" "[[transforms]] table 2 (line 3, column 1): RandomResizedCrop: unknown parameter 'sizes'" \
+  '[[transforms]]' 'op = "RandomHorizontalFlip"' '[[transforms]]' 'op = "RandomResizedCrop"' 'sizes = 224'
+toml_error "[[transforms]] no op" "[[transforms]] table 1 (line 1, column 1): 'op' is missing" '[[transforms]]' 'size = 224'
+toml_error "[[transforms]] unknown op" "table 1 (line 1, column 1): unknown transform 'Rotate'" '[[transforms]]' 'op = "Rotate"'
+toml_error "[[transforms]] a string value" "table 1 (line 1, column 1): 'size' must be a number, true/false or an array of numbers" \
+  '[[transforms]]' 'op = "CenterCrop"' 'size = "224"'
+toml_error "[[transforms]] a wrong value" "table 2 (line 4, column 1): RandomVerticalFlip: p must be in [0, 1]" \
+  '[[transforms]]' 'op = "CenterCrop"' 'size = 32' '[[transforms]]' 'op = "RandomVerticalFlip"' 'p = 1.5'
+toml_error "[[transforms]] and transforms = both" "transforms" 'transforms = "rrc(32)"' '[[transforms]]' 'op = "CenterCrop"' 'size = 32'
+toml_error "[[transforms]] at the top and [run]" "'transforms' is set both at the top and in [run]" \
+  'transforms = "rrc(32)"' '[[run.transforms]]' 'op = "CenterCrop"' 'size = 32'
 "$bin" bench --folder "$work/ds" --device host --gpu-decode auto --epochs 1 >"$work/out" 2>&1 || fail "gpu decode auto"
 grep -q "^gpu decode: off (auto: the host backend has no GPU" "$work/out" || fail "gpu decode auto: no reason line: $(cat "$work/out")"
 for w in 1 3; do

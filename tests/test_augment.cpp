@@ -146,6 +146,37 @@ TEST_CASE("augment: flip probability and determinism", "[augment]") {
   REQUIRE(g.x0 == Approx(10));
 }
 
+TEST_CASE("augment: vertical flip probability, determinism and where it folds", "[augment]") {
+  const Augment never({CenterCrop{{8, 8}}, RandomVerticalFlip{0}});
+  const Augment always({CenterCrop{{8, 8}}, RandomVerticalFlip{1}});
+  const Augment both({RandomResizedCrop{{8, 8}}, RandomHorizontalFlip{0.5}, RandomVerticalFlip{0.5}});
+  int vflips = 0, together = 0;
+  for (std::uint64_t i = 0; i < 4000; ++i) {
+    Rng r1(3, 0, i), r2(3, 0, i), r3(3, 0, i), r4(3, 0, i);
+    REQUIRE_FALSE(never.plan(64, 48, r1).vflip);
+    const Geometry up = always.plan(64, 48, r2);
+    REQUIRE((up.vflip && !up.flip && up.y0 == 20 && up.y1 == 28));  // the box itself stays top down
+    const Geometry a = both.plan(64, 48, r3), b = both.plan(64, 48, r4);
+    REQUIRE((a.x0 == b.x0 && a.y0 == b.y0 && a.flip == b.flip && a.vflip == b.vflip));  // same stream, same draws
+    REQUIRE(inside(a, 64, 48));
+    vflips += a.vflip;
+    together += a.vflip && a.flip;
+  }
+  REQUIRE((vflips > 1800 && vflips < 2200));
+  REQUIRE((together > 800 && together < 1200));  // the two draws are independent
+  // torchvision's CenterCrop(6) of 11 rows starts at round(2.5) = 2: rows [2, 8)
+  // of the flipped image are the source's rows [3, 9), upside down.
+  const Augment flip_then_crop({RandomVerticalFlip{1}, CenterCrop{{6, 6}}});
+  Rng rng(1, 0, 0);
+  const Geometry g = flip_then_crop.plan(6, 11, rng);
+  REQUIRE((g.vflip && g.y0 == 3 && g.y1 == 9));
+  // A resize after the flip reads the whole (flipped) image: its window is the image.
+  const Geometry r = Augment({RandomVerticalFlip{1}, Resize{0, {10, 10}}}).plan(20, 30, rng);
+  REQUIRE((r.vflip && r.window.v0 == 0 && r.window.v1 == 30 && r.y0 == 0 && r.y1 == 30));
+  REQUIRE(Augment({CenterCrop{{8, 8}}, RandomVerticalFlip{}}).describe() == "CenterCrop(8) + RandomVerticalFlip(0.5)");
+  REQUIRE_THROWS_WITH(Augment({CenterCrop{{8, 8}}, RandomVerticalFlip{1.5}}), "RandomVerticalFlip: p must be in [0, 1]");
+}
+
 TEST_CASE("augment: invalid chains name the transform", "[augment]") {
   REQUIRE_THROWS_AS(Augment({}), AugmentError);
   REQUIRE_THROWS_WITH(Augment({Resize{256}}), Catch::Contains("output size depends on the image"));
@@ -257,6 +288,31 @@ TEST_CASE("image ops: render copies, pads, flips exactly", "[augment][ops]") {
     render(v, box, w, h, 9, mirror, scratch);
     flip_rows(plain, box.out.height, box.out.width);
     REQUIRE(mirror == plain);
+  }
+}
+
+TEST_CASE("image ops: a vertical flip renders the exact upside-down output", "[augment][ops]") {
+  const int w = 7, h = 5;
+  std::vector<unsigned char> img(w * h * 3);
+  for (std::size_t i = 0; i < img.size(); ++i) img[i] = (unsigned char)(i * 37 % 251);
+  DecodedView v{img.data(), w, h, w * 3};
+  ResizeScratch scratch;
+  // Pixel for pixel with padding below, a resize, a padded resize, and both flips.
+  for (Geometry box : {Geometry{1, 2, 5, 6, {4, 4}, false}, Geometry{0.5, 0, 6.5, 5, {3, 4}, false},
+                       Geometry{-1.5, 0.25, 7.5, 6.5, {5, 3}, true}}) {
+    const std::size_t n = std::size_t(box.out.width) * box.out.height * 3;
+    std::vector<unsigned char> plain(n), upside_down(n);
+    render(v, box, w, h, 9, plain, scratch);
+    box.vflip = true;
+    render(v, box, w, h, 9, upside_down, scratch);
+    flip_vertical(plain, box.out.height, box.out.width);
+    REQUIRE(upside_down == plain);
+  }
+  // Rows reversed, each row's pixels kept: (x, y) goes to (x, h - 1 - y).
+  std::vector<unsigned char> copy = img;
+  flip_vertical(copy, h, w);
+  for (int y = 0; y < h; ++y) {
+    REQUIRE(std::equal(copy.begin() + y * w * 3, copy.begin() + (y + 1) * w * 3, img.begin() + (h - 1 - y) * w * 3));
   }
 }
 

@@ -158,6 +158,12 @@ TEST_CASE("gpu decode plan: every RandomResizedCrop box of a baseline or grey JP
   REQUIRE(gpu_decodable(info, windowed));
   windowed.x1 = 41;  // past its window: the resize would read pixels the crop removed
   REQUIRE_FALSE(gpu_decodable(info, windowed));
+  // A vertical flip is the CPU path's: the GPU render mirrors columns only.
+  Geometry upside_down{0, 0, 64, 48, {16, 16}, false};
+  upside_down.vflip = true;
+  REQUIRE_FALSE(gpu_decodable(info, upside_down));
+  std::vector<unsigned char> out(16 * 16 * 3);
+  REQUIRE_THROWS_AS(render_gpu_twin(img.px.data(), 64, 48, 64 * 3, upside_down, out), std::invalid_argument);
 }
 
 TEST_CASE("gpu decode plan: the host twin equals render() of a full decode, and stays close to the CPU path",

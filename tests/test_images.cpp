@@ -463,7 +463,8 @@ std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::byte>> run_im
                                                                                      ErrorPolicy policy,
                                                                                      std::vector<SkippedSample>* skips) {
   ImageConfig cfg;
-  cfg.transforms = {RandomResizedCrop{{24, 24}}, RandomHorizontalFlip{}};
+  // Both flips: each sample's draws (crop, then the two flips) come from its own Rng.
+  cfg.transforms = {RandomResizedCrop{{24, 24}}, RandomHorizontalFlip{}, RandomVerticalFlip{}};
   cfg.on_error = policy;
   ImageSource src(ds, cfg, workers);
   Config c;

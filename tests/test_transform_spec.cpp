@@ -49,8 +49,9 @@ TEST_CASE("transform lists: each mistake is one line naming the transform and pa
   REQUIRE(error("rrc(224),,flip") == "transforms: an empty entry in the list (two commas, or one at an end)");
   REQUIRE(error("rrc(224), Flipp") ==
           "transforms: unknown transform 'Flipp' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
-          "RandomHorizontalFlip, ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, "
-          "RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, or their short names)");
+          "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, "
+          "RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, or their short "
+          "names)");
   REQUIRE(error("RandomResizedCrop(224, scal=(0.1, 1))") ==
           "transforms: RandomResizedCrop: unknown parameter 'scal' (it takes size, scale, ratio)");
   REQUIRE(error("RandomResizedCrop(224, scale=0.5)") == "transforms: RandomResizedCrop: scale must be 2 number(s)");

@@ -185,6 +185,20 @@ expect_usage_error "--resume ''" --resume "" --epochs 1
 grep -q "an empty value" "$work/err" || fail "--resume '': $(cat "$work/err")"
 expect_usage_error "--plot p.txt" --plot "$work/p.txt" --epochs 1
 expect_usage_error "--link-gbps" --link-gbps 1 --epochs 1
+# --transforms: the list's output side is the model's input; bad lists, a list with
+# --crop, and one lenet cannot take are refused in one line.
+timeout 120 "$bin" train --workers 2 --epochs 1 \
+  --transforms "RandomResizedCrop(32, scale=(0.5, 1)), RandomHorizontalFlip(), RandomVerticalFlip(0.1), ColorJitter(0.2)" \
+  >"$work/out" 2>"$work/err" || fail "train --transforms: $(cat "$work/err")"
+grep -q "32x32 inputs" "$work/out" || fail "train --transforms: not 32x32 inputs: $(head -3 "$work/out")"
+expect_usage_error "--transforms unknown" --transforms "rrc(32), Flipp" --epochs 1
+grep -q "unknown transform 'Flipp'" "$work/err" || fail "train --transforms Flipp: $(cat "$work/err")"
+expect_usage_error "--transforms with --crop" --transforms "rrc(32)" --crop 32 --epochs 1
+expect_usage_error "--transforms lenet at 48" --transforms "rrc(48)" --epochs 1
+grep -q "^conveyor train: --transforms: .*lenet takes 32 x 32" "$work/err" || fail "train --transforms rrc(48): $(cat "$work/err")"
+printf '[[transforms]]\nop = "RandomResizedCrop"\nsizes = 32\n' >"$work/tt.toml"
+expect_usage_error "[[transforms]] in train's config" --config "$work/tt.toml" --epochs 1
+grep -q "table 1 .*unknown parameter 'sizes'" "$work/err" || fail "train [[transforms]]: $(cat "$work/err")"
 ln -s "$work/target.pt" "$work/latest.pt"
 timeout 120 "$bin" train --list "$work/two.txt" --workers 1 --batch 2 --epochs 1 --checkpoint "$work/latest.pt" >"$work/out" 2>"$work/err" \
   || fail "--checkpoint through a link: $(cat "$work/err")"

@@ -13,9 +13,9 @@ the batches are the same for any worker count. ``str(t)`` is the transform as
 text, ``RandomResizedCrop(176)``: the form ``conveyor run --transforms`` and a
 TOML config's ``transforms =`` take, so a recipe pastes across. ``transforms=``
 also takes that text directly. The geometric transforms (RandomResizedCrop,
-Resize, CenterCrop, RandomCrop, RandomHorizontalFlip) come first in a list,
-then the colour ones; the first sets the output size, so ``crop=`` and
-``augment=`` are not given with it.
+Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip) come
+first in a list, then the colour ones; the first sets the output size, so
+``crop=`` and ``augment=`` are not given with it.
 
 The arguments' values are checked when the Loader is made, each error naming
 the transform and the parameter. ColorJitter's and GaussianBlur's ``p`` is the
@@ -29,6 +29,7 @@ __all__ = [
     "CenterCrop",
     "RandomCrop",
     "RandomHorizontalFlip",
+    "RandomVerticalFlip",
     "ColorJitter",
     "RandomGrayscale",
     "GaussianBlur",
@@ -116,6 +117,11 @@ class RandomCrop(Transform):
 
 class RandomHorizontalFlip(Transform):
     """Mirrors the image with probability p."""
+    _params = (("p", 0.5),)
+
+
+class RandomVerticalFlip(Transform):
+    """Turns the image upside down with probability p."""
     _params = (("p", 0.5),)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import conveyor
 from conveyor import transforms as T
+from ppm import write_ppm
 
 
 def batches(loader, epochs=2):
@@ -56,13 +57,13 @@ def test_objects_text_and_the_preset_give_the_same_batches(folder):
 
 
 def test_colour_transforms_run_the_same_for_any_worker_count(folder):
-    recipe = [T.RandomResizedCrop(20), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+    recipe = [T.RandomResizedCrop(20), T.RandomHorizontalFlip(), T.RandomVerticalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
               T.RandomGrayscale(p=0.2), T.GaussianBlur(3), T.RandomSolarize(128), T.RandomEqualize()]
     runs = [batches(conveyor.Loader(folder=str(folder), batch_size=4, workers=w, seed=3, device="cpu",
                                     transforms=recipe)) for w in (1, 3)]
     assert runs[0] == runs[1]
     plain = batches(conveyor.Loader(folder=str(folder), batch_size=4, workers=1, seed=3, device="cpu",
-                                    transforms=recipe[:2]))
+                                    transforms=recipe[:3]))
     assert [b[:2] for b in plain] == [b[:2] for b in runs[0]]  # the same samples in the same batches
     assert plain != runs[0]  # with other pixels
     loader = conveyor.Loader(folder=str(folder), batch_size=4, device="cpu", transforms=recipe)
@@ -92,3 +93,45 @@ def test_a_bad_list_is_one_value_or_type_error_naming_it(folder):
         conveyor.Loader(folder=f, transforms=[T.RandomResizedCrop(24), {"p": 0.5}])
     with pytest.raises(TypeError, match=r"transforms=: expected a list"):
         conveyor.Loader(folder=f, transforms=T.RandomResizedCrop(24))
+
+
+def decoded(loader):
+    """{sample index: H x W x 3 uint8} over one epoch."""
+    out = {}
+    for images, _ in loader:
+        for i, image in zip(images.indices, np.asarray(images)):
+            out[int(i)] = image.copy()
+    loader.close()
+    return out
+
+
+def test_vertical_flip_is_torchvision_vflip(tmp_path):
+    F = pytest.importorskip("torchvision.transforms.functional", reason="torchvision is not installed")
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    rng = np.random.default_rng(11)
+    sources = []
+    for i, (h, w) in enumerate(((11, 9), (20, 13), (17, 17))):  # odd heights: CenterCrop(6) is off centre
+        (tmp_path / "c").mkdir(exist_ok=True)
+        sources.append(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        write_ppm(tmp_path / "c" / f"img{i}.ppm", sources[-1])
+    common = dict(folder=str(tmp_path), batch_size=3, workers=2, seed=5, device="cpu", shuffle=False)
+
+    def tv(image, *ops):
+        t = torch.from_numpy(image).permute(2, 0, 1)
+        for op in ops:
+            t = op(t)
+        return t.permute(1, 2, 0).numpy()
+
+    crop = lambda t: F.center_crop(t, [6, 6])  # noqa: E731
+    after = decoded(conveyor.Loader(transforms=[T.CenterCrop(6), T.RandomVerticalFlip(p=1)], **common))
+    before = decoded(conveyor.Loader(transforms="RandomVerticalFlip(p=1), CenterCrop(6)", **common))
+    for i, image in enumerate(sources):
+        assert np.array_equal(after[i], tv(image, crop, F.vflip))
+        assert np.array_equal(before[i], tv(image, F.vflip, crop))
+    # Drawn with p: each sample is its unflipped crop or exactly vflip of it, both seen.
+    plain = decoded(conveyor.Loader(transforms="RandomResizedCrop(8)", **common))
+    drawn = decoded(conveyor.Loader(transforms="RandomResizedCrop(8), vflip(p=0.5)", **common))
+    always = decoded(conveyor.Loader(transforms="RandomResizedCrop(8), vflip(p=1)", **common))
+    for i in plain:
+        assert np.array_equal(always[i], tv(plain[i], F.vflip))
+        assert np.array_equal(drawn[i], plain[i]) or np.array_equal(drawn[i], always[i])
