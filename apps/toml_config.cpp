@@ -14,6 +14,12 @@
 #include <sstream>
 #include <string_view>
 
+// Debian 12's toml++ 3.3.0 asserts, where NDEBUG is not defined (a Debug
+// build), on input its parser goes on to refuse: a file of "[[" and a newline
+// aborts in parse_key instead of failing with "expected bare key starting
+// character". A hostile config gets its one-line error in every build type,
+// so its assertions are off here as they are under NDEBUG.
+#define TOML_ASSERT(expr) static_assert(true)
 #include <toml++/toml.h>
 
 #include "image/transform_spec.h"
