@@ -32,7 +32,7 @@ std::string GpuShare::describe(std::size_t workers) const {
 
 std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores) {
   if (cores < 4 || workers + 2 <= cores) return {};
-  return "; hint: --workers " + std::to_string(cores - 2) + " leaves the transfer thread that feeds the decoder a core (" +
+  return "; hint: --workers " + std::to_string(cores - 2) + " leaves the transfer thread and the GPU decode feed a core (" +
          std::to_string(cores) + " here; docs/cuda.md)";
 }
 

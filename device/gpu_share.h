@@ -75,7 +75,7 @@ double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu
 
 // A hint for choose_gpu_decode's line when `workers` leave fewer than two of
 // the machine's `cores` free (and it has at least 4): the delivery thread,
-// which feeds the decoder, then waits for a core. On an H100 with 16 cores the
+// which renders, and the GPU decode feed's threads then wait for a core. On an H100 with 16 cores the
 // hybrid ran 1.93x the CPU alone with 14 workers, 1.71x with 16. Empty otherwise.
 std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
 
