@@ -1,0 +1,673 @@
+// The transfer stage (DevicePipeline) on the host backend: the slot protocol
+// under random delays, errors that reach the consumer, stop, and the
+// consumer's streams. Part of test_device.
+
+#include <algorithm>
+#include <atomic>
+#include "catch_compat.h"
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unistd.h>
+#include <filesystem>
+#include "device/backends.h"
+#include "device/device.h"
+#include "device/device_pipeline.h"
+#include "device/resident.h"
+#include "support.h"
+#include "device_support.h"
+
+using namespace conveyor;
+using namespace std::chrono_literals;
+
+using namespace conveyor::test;
+
+TEST_CASE("the host backend wraps only its own streams, as CUDA refuses the per-thread stream",
+          "[device][streams]") {
+  // Any handle was taken for a host stream: cudaStreamPerThread (0x2) as a
+  // consumer stream, or in record_stream, crashed in next() or in a release.
+  auto device = host_device();
+  auto own = device->create_stream();
+  REQUIRE_NOTHROW(device->wrap_stream(own->native()));
+  REQUIRE_NOTHROW(device->wrap_stream(nullptr));
+  REQUIRE_NOTHROW(device->wrap_stream(reinterpret_cast<void*>(0x1)));  // cudaStreamLegacy: the caller's timeline
+  REQUIRE_THROWS_AS(device->wrap_stream(reinterpret_cast<void*>(0x2)), DeviceError);
+  REQUIRE_THROWS_WITH(device->wrap_stream(reinterpret_cast<void*>(0x2)), Catch::Contains("cudaStreamPerThread"));
+  int not_a_stream = 0;
+  REQUIRE_THROWS_WITH(device->wrap_stream(&not_a_stream), Catch::Contains("is not a live stream of the host backend"));
+  void* gone = own->native();
+  own.reset();
+  REQUIRE_THROWS_AS(device->wrap_stream(gone), DeviceError);
+  TransferConfig tc;
+  tc.consumer_stream = reinterpret_cast<void*>(0x2);
+  REQUIRE_THROWS_AS(DevicePipeline(small_config(1, 1, 2), 8, test::fill_pattern, tc, device), DeviceError);
+  DevicePipeline dp(small_config(1, 1, 2), 8, test::fill_pattern, {}, device);
+  auto batch = dp.next();
+  REQUIRE(batch);
+  REQUIRE_THROWS_AS(batch->record_stream(reinterpret_cast<void*>(0x2)), DeviceError);
+  batch.reset();  // released whole: the refused stream was never kept
+  REQUIRE(dp.held_slots() == 0);
+}
+
+TEST_CASE("device pipeline on the host backend delivers every sample intact under random delays",
+          "[device][pipeline]") {
+  const std::size_t dataset = 23;  // 6 batches an epoch, the last short
+  for (HostTransfer mode : {HostTransfer::copy, HostTransfer::handover}) {
+    for (bool stream_consumer : {false, true}) {
+      if (mode == HostTransfer::handover && stream_consumer) continue;  // handover is for a CPU consumer
+      for (std::size_t workers : {1, 3}) {
+        for (std::size_t depth : {1, 2}) {
+          for (std::size_t slots : {1, 2, 4}) {
+            DYNAMIC_SECTION("mode " << int(mode) << " stream " << stream_consumer << " workers " << workers
+                                    << " depth " << depth << " slots " << slots) {
+              DeviceConfig dc;
+              dc.host_transfer = mode;
+              dc.poison_released = true;
+              dc.max_delay_us = 40;
+              dc.delay_seed = workers * 100 + depth * 10 + slots;
+              auto device = host_device(dc);
+              auto consumer = stream_consumer ? device->create_stream() : nullptr;
+              TransferConfig tc;
+              tc.consumer_stream = consumer ? consumer->native() : nullptr;
+              auto task = std::async(std::launch::async, [&] {
+                Config cfg = small_config(workers, depth, slots);
+                DevicePipeline dp(cfg, dataset, test::fill_pattern, tc, device);
+                REQUIRE(dp.device_slots() == slots);
+                std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
+                std::size_t wrong = 0;
+                if (consumer) {
+                  wrong = run_stream_consumer(dp, *device, *consumer, cfg.seed, &seen);
+                } else {
+                  Rng jitter(5, workers, slots);
+                  while (auto b = dp.next()) {
+                    const Batch& h = b->host();
+                    for (std::size_t j = 0; j < b->size(); ++j) {
+                      ++seen[{h.epoch, h.indices[j]}];
+                      REQUIRE(h.labels[j] == std::int64_t(h.indices[j] * 3));
+                      const auto* p = static_cast<const std::byte*>(b->data()) + j * cfg.sample_bytes;
+                      if (!sample_matches(cfg.seed, h.epoch, h.indices[j], p, cfg.sample_bytes)) ++wrong;
+                    }
+                    if (jitter.bernoulli(0.3)) std::this_thread::sleep_for(std::chrono::microseconds(jitter.below(200)));
+                  }
+                }
+                REQUIRE(wrong == 0);
+                REQUIRE(seen.size() == 2 * dataset);  // every sample of both epochs...
+                for (auto& [key, count] : seen) REQUIRE(count == 1);  // ...exactly once
+              });
+              REQUIRE(task.wait_for(120s) == std::future_status::ready);
+              task.get();
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("device pipeline normalizes on the transfer stream into NCHW", "[device][pipeline][normalize]") {
+  auto device = host_device();
+  Config cfg = small_config(2, 2, 2);
+  cfg.sample_bytes = 4 * 2 * 3;  // 4 high, 2 wide, 3 channels
+  TransferConfig tc;
+  tc.normalize = TransferConfig::Normalization{4, 2, 3, Normalize{}, DType::bfloat16};
+  DevicePipeline dp(cfg, 9, test::fill_pattern, tc, device);
+  std::size_t batches = 0;
+  for (auto& b : dp.epoch(0)) {
+    ++batches;
+    REQUIRE(b.dtype() == DType::bfloat16);
+    REQUIRE(b.shape() == std::vector<std::int64_t>{std::int64_t(b.size()), 3, 4, 2});
+    const auto* out = static_cast<const std::uint16_t*>(b.data());
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      std::vector<std::byte> px(cfg.sample_bytes);
+      test::expected_bytes(cfg.seed, 0, b.host().indices[j], px);
+      for (std::size_t c = 0; c < 3; ++c) {
+        const auto a = channel_affine(Normalize{}.mean[c], Normalize{}.std[c]);
+        for (std::size_t p = 0; p < 8; ++p) {
+          REQUIRE(out[(j * 3 + c) * 8 + p] == float_to_bfloat16_bits(normalize_value(std::uint8_t(px[p * 3 + c]), a)));
+        }
+      }
+    }
+  }
+  REQUIRE(batches == 3);
+}
+
+TEST_CASE("device pipeline rejects a normalize layout that does not match the samples", "[device][pipeline]") {
+  auto device = host_device();
+  Config cfg = small_config(1, 1, 1);
+  TransferConfig tc;
+  tc.normalize = TransferConfig::Normalization{4, 4, 3, Normalize{}, DType::float32};  // 48 bytes: fits
+  REQUIRE_NOTHROW(DevicePipeline(cfg, 4, test::fill_pattern, tc, device));
+  tc.normalize->width = 5;
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device),
+                      Catch::Contains("config: normalize layout 4x5x3 does not match sample_bytes 48"));
+  tc.normalize->width = 4;
+  tc.normalize->height = (std::size_t{1} << 62) + 4;  // x 4 x 3 wraps to 48
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("does not match"));
+  tc.normalize->height = 4;
+  tc.normalize->out_type = DType::uint8;
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.out_type"));
+  tc.normalize->out_type = DType(9);
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.out_type"));
+  tc.normalize->out_type = DType::float16;
+  tc.normalize->mean_std.mean[1] = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.mean"));
+  tc.normalize->mean_std = Normalize{};
+  tc.normalize->mean_std.std[2] = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device), Catch::Contains("normalize.std[2]"));
+  tc.normalize->mean_std.std[2] = 1e-42f;  // > 0, but 1 / (255 std) is infinite: every output was NaN
+  REQUIRE_THROWS_WITH(DevicePipeline(cfg, 4, test::fill_pattern, tc, device),
+                      Catch::Contains("normalize.std[2] is too small"));
+}
+
+TEST_CASE("a device error on the delivery thread reaches the consumer with the call and file:line",
+          "[device][pipeline][errors]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  faulty->copies_before_error = 2;
+  Config cfg = small_config(2, 1, 2);
+  cfg.epochs = 0;  // endless: only the error can end it
+  DevicePipeline dp(cfg, 100, test::fill_pattern, {}, faulty);
+  std::size_t delivered = 0;
+  try {
+    while (auto b = dp.next()) ++delivered;
+    FAIL("the stream ended without the error");
+  } catch (const PipelineError& e) {
+    REQUIRE(e.stage() == "transfer");
+    REQUIRE_THAT(e.what(), Catch::Contains("cudaMemcpyAsync(...) at cuda/fake.cu:1: injected failure"));
+    REQUIRE_THROWS_AS(e.rethrow_cause(), DeviceError);  // the original type, for a caller that catches it
+  }
+  REQUIRE(delivered <= 2);  // the error may overtake batches already queued
+  REQUIRE_THROWS_AS(dp.next(), PipelineError);  // and it sticks
+}
+
+TEST_CASE("a transfer that fails after its copy was enqueued lets the copy finish before the host buffer is recycled",
+          "[device][pipeline][errors]") {
+  using AfterCopy = FaultyDevice::AfterCopy;
+  for (std::size_t slots : {1, 4}) {
+    for (AfterCopy fault : {AfterCopy::normalize, AfterCopy::record, AfterCopy::synchronize}) {
+      DYNAMIC_SECTION("slots " << slots << " failing call " << int(fault)) {
+        DeviceConfig dc;
+        dc.poison_released = true;  // a host buffer back in the pool is overwritten with 0xA5 at once
+        auto faulty = std::make_shared<FaultyDevice>(host_device(dc));
+        faulty->copy_delay_us = 30'000;  // the copy still reads the host buffer 30 ms after the step failed
+        // With 4 slots the workers have batch 1 ready when batch 0's copy is enqueued, so a
+        // failing synchronize (batch 0's finish) finds batch 1's copy in flight behind it.
+        faulty->enqueue_delay_ms = 5;
+        faulty->fail_after_copy = fault;
+        Config cfg = small_config(1, 1, slots);
+        TransferConfig tc;
+        tc.normalize = TransferConfig::Normalization{4, 4, 3, Normalize{}, DType::float32};
+        DevicePipeline dp(cfg, 8, test::fill_pattern, tc, faulty);
+        REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("injected failure after the copy"));
+        if (slots == 4 && fault == AfterCopy::synchronize) REQUIRE(faulty->copies == 2);
+        REQUIRE(faulty->copy_stream);
+        faulty->synchronize(*faulty->copy_stream);  // the copy has run now, fix or no fix
+        // The last copy moved its batch, not the poison (or the next batch) its buffer held after recycling.
+        REQUIRE(faulty->copy_source.size() == cfg.batch_size * (cfg.sample_bytes + sizeof(std::int64_t)));  // pixels, labels
+        REQUIRE(std::memcmp(faulty->copy_dst, faulty->copy_source.data(), faulty->copy_source.size()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("an error while releasing a batch is reported by the next call", "[device][pipeline][errors]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Config cfg = small_config(1, 1, 2);
+  DevicePipeline dp(cfg, 20, test::fill_pattern, {}, faulty);
+  auto b = dp.next();
+  REQUIRE(b);
+  faulty->fail_cpu_records = true;  // the consumer's release fails; the delivery thread's records go on
+  b->reset();
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
+}
+
+TEST_CASE("a DeviceError thrown in a filler is recovered as a DeviceError at the consumer",
+          "[device][pipeline][errors]") {
+  Config cfg = small_config(2, 1, 2);
+  DevicePipeline dp(cfg, 30, [](Sample& s) {
+    test::fill_pattern(s);
+    if (s.index == 5) throw DeviceError("cudaMemcpy(...) at filler.cpp:9: device lost");
+  }, {}, host_device());
+  try {
+    while (dp.next()) {
+    }
+    FAIL("no error surfaced");
+  } catch (const PipelineError& e) {
+    REQUIRE(e.stage() == "worker");
+    REQUIRE(e.sample() == 5);
+    REQUIRE_THROWS_AS(e.rethrow_cause(), DeviceError);
+    REQUIRE_THROWS_WITH(e.rethrow_cause(), Catch::Contains("device lost"));
+  }
+}
+
+TEST_CASE("a device error in next() itself is a PipelineError, and it sticks", "[device][pipeline][errors]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Config cfg = small_config(2, 1, 2);
+  cfg.epochs = 0;  // endless: the delivery thread would go on were it not stopped
+  DevicePipeline dp(cfg, 40, test::fill_pattern, {}, faulty);
+  REQUIRE(dp.next());
+  faulty->fail_cpu_waits = true;  // the consumer stream's wait on copied fails
+  try {
+    (void)dp.next();
+    FAIL("no error");
+  } catch (const PipelineError& e) {  // not a bare DeviceError: the header promises PipelineError
+    REQUIRE(e.stage() == "consumer");
+    REQUIRE_THROWS_AS(e.rethrow_cause(), DeviceError);  // which keeps it inside
+    REQUIRE_THAT(e.what(), Catch::Contains("taking a batch: cudaStreamWaitEvent(...) at cuda/fake.cu:4"));
+  }
+  faulty->fail_cpu_waits = false;  // not sticky on the device: the pipeline must remember it
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("taking a batch: cudaStreamWaitEvent"));
+}
+
+TEST_CASE("stop returns while the consumer holds every device slot", "[device][pipeline][stop]") {
+  auto device = host_device();
+  Config cfg = small_config(2, 1, 1);
+  cfg.epochs = 0;
+  auto dp = std::make_unique<DevicePipeline>(cfg, 50, test::fill_pattern, TransferConfig{}, device);
+  auto held = dp->next();  // the only slot: the delivery thread now waits for it
+  REQUIRE(held);
+  auto stopper = std::async(std::launch::async, [&] { dp->stop(); });
+  REQUIRE(stopper.wait_for(10s) == std::future_status::ready);
+  REQUIRE_FALSE(dp->next());
+  // The batch outlives its pipeline and still reads right.
+  const Batch& h = held->host();
+  const std::uint64_t epoch = h.epoch, index = h.indices[0];
+  dp.reset();
+  REQUIRE(sample_matches(cfg.seed, epoch, index, static_cast<const std::byte*>(held->data()), cfg.sample_bytes));
+  held->reset();
+}
+
+TEST_CASE("the checks catch a transfer that does not wait for the consumer's release", "[device][pipeline][canary]") {
+#if defined(__SANITIZE_THREAD__)
+  SUCCEED("skipped under TSan: the broken protocol is a real data race, which TSan reports as such");
+#else
+  for (bool broken : {false, true}) {
+    auto faulty = std::make_shared<FaultyDevice>(host_device());
+    faulty->skip_waits = broken;
+    auto consumer = faulty->create_stream();
+    Config cfg = small_config(2, 1, 1);  // one slot: every copy reuses it
+    cfg.epochs = 1;
+    TransferConfig tc;
+    tc.consumer_stream = consumer->native();
+    std::size_t wrong = 0;
+    // A 3 ms step: the broken transfer overwrites the slot long before the read
+    // runs, unless a loaded machine stalls the delivery thread for the whole
+    // epoch (1 run in 30 with both cores busy): the broken protocol gets up to
+    // 5 epochs to show itself, the right one must be right in its one.
+    for (int attempt = 0; attempt < (broken ? 5 : 1) && wrong == 0; ++attempt) {
+      DevicePipeline dp(cfg, 24, test::fill_pattern, tc, faulty);
+      wrong = run_stream_consumer(dp, *faulty, *consumer, cfg.seed, nullptr, 3000);
+    }
+    INFO("broken " << broken);
+    if (broken) {
+      REQUIRE(wrong > 0);
+    } else {
+      REQUIRE(wrong == 0);
+    }
+  }
+#endif
+}
+
+TEST_CASE("the consumer's stream waits on copied for every batch, and holding every slot is an error",
+          "[device][pipeline]") {
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Config cfg = small_config(2, 1, 2);
+  cfg.epochs = 1;
+  DevicePipeline dp(cfg, 20, test::fill_pattern, {}, faulty);
+  auto a = dp.next(), b = dp.next();  // both slots held
+  REQUIRE(faulty->waits_on_cpu_stream == 2);  // protocol 6: one stream wait per batch taken
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("all 2 device slots are held"));
+  a->reset();
+  std::size_t rest = 0;
+  while (auto c = dp.next()) ++rest;
+  REQUIRE(rest == 3);
+  REQUIRE(faulty->waits_on_cpu_stream == 5);
+  DeviceBatch empty;
+  REQUIRE(empty.shape().empty());
+  REQUIRE(empty.bytes() == 0);
+}
+
+TEST_CASE("the consumer may hold every buffer of the host pool; asking for one more is an error, not a hang",
+          "[device][pipeline]") {
+  // Each batch held keeps its host buffer (handed over, its bytes; copied, its
+  // indices and labels): with 8 device slots but a pool of 4, a consumer
+  // holding 4 leaves the workers none to fill.
+  DeviceConfig handover;
+  handover.host_transfer = HostTransfer::handover;
+  Config cfg = small_config(1, 1, 8);
+  cfg.host_buffers = 4;
+  cfg.epochs = 1;
+  DevicePipeline dp(cfg, 40, test::fill_pattern, {}, host_device(handover));
+  REQUIRE(dp.device_slots() == 8);
+  REQUIRE(dp.max_held() == 4);
+  std::vector<std::optional<DeviceBatch>> held;
+  for (int i = 0; i < 4; ++i) held.push_back(dp.next());
+  REQUIRE(dp.held_slots() == 4);
+  REQUIRE(dp.wait_ready(std::chrono::microseconds(0)));  // next() would not wait: it throws
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("the consumer holds 4 batch(es), every buffer of the host pool"));
+  held.front().reset();
+  std::size_t rest = 0;
+  while (auto b = dp.next()) ++rest;
+  REQUIRE(rest == 6);
+  // Copied, the same: max_held() said 8, and the 5th next() waited for ever
+  // ("keep the previous batch" with host_buffers 1 hung at the 2nd).
+  for (std::size_t buffers : {std::size_t(1), std::size_t(4)}) {
+    cfg.host_buffers = buffers;
+    DevicePipeline copied(cfg, 40, test::fill_pattern, {}, host_device());
+    REQUIRE(copied.max_held() == buffers);
+    std::vector<DeviceBatch> kept;
+    for (std::size_t i = 0; i < buffers; ++i) kept.push_back(*copied.next());
+    REQUIRE(copied.wait_ready(std::chrono::microseconds(0)));
+    REQUIRE_THROWS_WITH(copied.next(), Catch::Contains("every buffer of the host pool"));
+    kept.erase(kept.begin());
+    REQUIRE(copied.next());
+  }
+  cfg.host_buffers = 0;  // the default pool is larger than the slots
+  REQUIRE(DevicePipeline(cfg, 40, test::fill_pattern, {}, host_device()).max_held() == 8);
+}
+
+TEST_CASE("normalize through the pipeline with a delayed consumer stream keeps every output intact",
+          "[device][pipeline][normalize]") {
+  for (std::size_t workers : {1, 3}) {
+    for (std::size_t slots : {1, 2, 4}) {
+      DYNAMIC_SECTION("workers " << workers << " slots " << slots) {
+        DeviceConfig dc;
+        dc.max_delay_us = 40;  // every stream operation, the normalize stream's too
+        dc.delay_seed = workers * 10 + slots;
+        dc.poison_released = true;
+        auto device = host_device(dc);
+        auto consumer = device->create_stream();
+        Config cfg = small_config(workers, 1, slots);
+        cfg.sample_bytes = 2 * 4 * 3;
+        TransferConfig tc;
+        tc.consumer_stream = consumer->native();
+        tc.normalize = TransferConfig::Normalization{2, 4, 3, Normalize{}, DType::float32};
+        auto task = std::async(std::launch::async, [&] {
+          DevicePipeline dp(cfg, 13, test::fill_pattern, tc, device);
+          struct Read {
+            std::uint64_t epoch;
+            std::vector<std::uint64_t> indices;
+            std::vector<float> values;
+          };
+          std::vector<std::unique_ptr<Read>> reads;
+          while (auto b = dp.next()) {
+            auto r = std::make_unique<Read>(Read{b->host().epoch, b->host().indices, std::vector<float>(b->bytes() / 4)});
+            device->busy(100, *consumer);
+            device->copy_to_host(r->values.data(), b->data(), b->bytes(), *consumer);
+            reads.push_back(std::move(r));
+          }  // each batch released right after its read was enqueued
+          device->synchronize(*consumer);
+          std::size_t checked = 0;
+          for (auto& r : reads) {
+            for (std::size_t j = 0; j < r->indices.size(); ++j) {
+              std::vector<std::byte> px(cfg.sample_bytes);
+              test::expected_bytes(cfg.seed, r->epoch, r->indices[j], px);
+              for (std::size_t c = 0; c < 3; ++c) {
+                const auto a = channel_affine(Normalize{}.mean[c], Normalize{}.std[c]);
+                for (std::size_t p = 0; p < 8; ++p) {
+                  REQUIRE(r->values[(j * 3 + c) * 8 + p] == normalize_value(std::uint8_t(px[p * 3 + c]), a));
+                  ++checked;
+                }
+              }
+            }
+          }
+          REQUIRE(checked == 2 * 13 * 24);
+        });
+        REQUIRE(task.wait_for(60s) == std::future_status::ready);
+        task.get();
+      }
+    }
+  }
+}
+
+TEST_CASE("the transfer keeps two copies in flight and normalizes on a stream of its own",
+          "[device][pipeline][overlap]") {
+  for (bool normalize : {false, true}) {
+    DYNAMIC_SECTION("normalize " << normalize) {
+      auto faulty = std::make_shared<FaultyDevice>(host_device());
+      faulty->copy_delay_us = 3000;  // a slow link: the workers have the next batch ready long before
+      Config cfg = small_config(2, 4, 4);
+      cfg.sample_bytes = 2 * 4 * 3;
+      TransferConfig tc;
+      if (normalize) tc.normalize = TransferConfig::Normalization{2, 4, 3, Normalize{}, DType::float32};
+      std::vector<std::size_t> copies_at_sync;
+      {
+        DevicePipeline dp(cfg, 40, test::fill_pattern, tc, faulty);  // 10 batches an epoch, 2 epochs
+        std::size_t batches = 0;
+        while (auto b = dp.next()) ++batches;
+        REQUIRE(batches == 20);
+        std::lock_guard lk(faulty->sync_mu);
+        copies_at_sync = faulty->copies_at_sync;  // the delivery thread's finish() calls, one per batch
+        if (normalize) {
+          REQUIRE(faulty->normalize_stream);
+          REQUIRE(faulty->normalize_stream != faulty->copy_stream);  // the copy engine never waits for the kernel
+        }
+      }
+      REQUIRE(copies_at_sync.size() == 20);
+      // The host waited for batch k's copy with batch k+1's already enqueued behind it.
+      std::size_t overlapped = 0;
+      for (std::size_t k = 0; k < copies_at_sync.size(); ++k) overlapped += copies_at_sync[k] >= k + 2;
+      REQUIRE(overlapped >= 15);  // all but the few that found no batch ready
+    }
+  }
+}
+
+TEST_CASE("batches released on other threads, as tensor deleters do, keep every sample intact",
+          "[device][pipeline][threads]") {
+  // The consumer hands each batch to a thread of its own, which checks it and
+  // lets it go after a random pause, while the consumer already waits in
+  // next() for the following one: releases race next() (under TSan in ./go test).
+  for (HostTransfer mode : {HostTransfer::copy, HostTransfer::handover}) {
+    for (std::size_t slots : {2, 3, 5}) {
+      DYNAMIC_SECTION("mode " << int(mode) << " slots " << slots) {
+        DeviceConfig dc;
+        dc.host_transfer = mode;
+        dc.poison_released = true;
+        dc.max_delay_us = 30;
+        dc.delay_seed = slots;
+        auto device = host_device(dc);
+        auto task = std::async(std::launch::async, [&] {
+          Config cfg = small_config(2, 2, slots);
+          DevicePipeline dp(cfg, 31, test::fill_pattern, TransferConfig{}, device);
+          std::mutex mu;
+          std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
+          std::atomic<std::size_t> wrong{0};
+          std::deque<std::thread> releasers;  // at most slots - 1 batches out, so next() never finds all held
+          std::uint64_t n = 0;
+          while (true) {
+            if (releasers.size() == slots - 1) {
+              releasers.front().join();
+              releasers.pop_front();
+            }
+            auto b = dp.next();
+            if (!b) break;
+            releasers.emplace_back([&, batch = std::move(*b), pause = (n++ * 37) % 150]() mutable {
+              const Batch& h = batch.host();
+              for (std::size_t j = 0; j < batch.size(); ++j) {
+                const auto* p = static_cast<const std::byte*>(batch.data()) + j * cfg.sample_bytes;
+                if (!sample_matches(cfg.seed, h.epoch, h.indices[j], p, cfg.sample_bytes)) ++wrong;
+                std::lock_guard lk(mu);
+                ++seen[{h.epoch, h.indices[j]}];
+              }
+              std::this_thread::sleep_for(std::chrono::microseconds(pause));
+              batch.reset();  // the release, on this thread
+            });
+          }
+          for (auto& t : releasers) t.join();
+          REQUIRE(wrong == 0);
+          REQUIRE(seen.size() == 2 * 31);
+          for (auto& [key, count] : seen) REQUIRE(count == 1);
+        });
+        REQUIRE(task.wait_for(120s) == std::future_status::ready);
+        task.get();
+      }
+    }
+  }
+}
+
+TEST_CASE("labels cross the bus in the batch's one copy, 8-byte aligned after the pixels", "[device][pipeline][labels]") {
+  // A pageable labels.to(device) would synchronise every step, so the
+  // delivery thread writes the labels after the pixels in the pinned buffer
+  // and the one copy moves both.
+  // 13: the labels need padding to align; 0: labels only (the pool allocated nothing for them, a segfault)
+  for (std::size_t sample_bytes : {std::size_t(0), std::size_t(13), std::size_t(48)}) {
+    for (HostTransfer mode : {HostTransfer::copy, HostTransfer::handover}) {
+      DYNAMIC_SECTION("sample_bytes " << sample_bytes << " mode " << int(mode)) {
+        DeviceConfig dc;
+        dc.host_transfer = mode;
+        dc.poison_released = true;
+        auto faulty = std::make_shared<FaultyDevice>(host_device(dc));
+        Config cfg = small_config(2, 2, 1);  // one slot: the copy seen is the held batch's
+        cfg.batch_size = 5;
+        cfg.sample_bytes = sample_bytes;
+        const auto fill = [](Sample& s) {
+          if (s.index % 7 == 3) return s.skip("skipped on purpose");  // short, compacted batches too
+          test::fill_pattern(s);
+        };
+        DevicePipeline dp(cfg, 23, fill, TransferConfig{}, faulty);
+        std::size_t seen = 0;
+        while (auto b = dp.next()) {
+          const Batch& h = b->host();
+          const std::size_t n = b->size();
+          const std::size_t at = (n * sample_bytes + 7) / 8 * 8;
+          REQUIRE(reinterpret_cast<std::uintptr_t>(b->labels()) % alignof(std::int64_t) == 0);
+          REQUIRE(reinterpret_cast<const std::byte*>(b->labels()) == static_cast<const std::byte*>(b->data()) + at);
+          for (std::size_t j = 0; j < n; ++j) REQUIRE(b->labels()[j] == std::int64_t(h.indices[j] * 3));
+          if (mode == HostTransfer::copy) {
+            REQUIRE(b->labels() != h.labels.data());
+            REQUIRE(faulty->copy_dst == b->data());  // one copy per batch: pixels and labels
+            REQUIRE(faulty->copy_source.size() == at + n * sizeof(std::int64_t));
+            REQUIRE(std::memcmp(faulty->copy_source.data() + at, h.labels.data(), n * sizeof(std::int64_t)) == 0);
+          }
+          seen += n + h.skipped.size();
+        }
+        REQUIRE(seen == 2 * 23);
+      }
+    }
+  }
+}
+
+TEST_CASE("a batch also used on a side stream is not refilled until that stream is done (record_stream)",
+          "[device][pipeline][streams]") {
+  // The consumer reads each batch on a side stream that is slow to get to it,
+  // and releases the batch at once. Poisoning marks a slot refilled (or its
+  // release run) too early: with record_stream the side stream's reads all see
+  // the batch; without it (the canary) they see the poison.
+  for (bool record : {true, false}) {
+#if defined(__SANITIZE_THREAD__)
+    if (!record) continue;  // the canary is a real data race, which TSan reports as such
+#endif
+    DYNAMIC_SECTION("record_stream " << record) {
+      DeviceConfig dc;
+      dc.poison_released = true;
+      auto device = host_device(dc);
+      auto consumer = device->create_stream();
+      auto side = device->create_stream();
+      TransferConfig tc;
+      tc.consumer_stream = consumer->native();
+      Config cfg = small_config(2, 1, 1);
+      DevicePipeline dp(cfg, 12, test::fill_pattern, tc, device);
+      auto ready = device->create_event(EventKind::sync);
+      StreamReads reads;
+      while (auto b = dp.next()) {
+        device->record(*ready, *consumer);  // the batch is ready on the consumer stream: the side stream waits for it
+        device->wait(*side, *ready);
+        read_on(*device, *side, *b, 2000, reads);
+        if (record) b->record_stream(side->native());
+        b->reset();
+      }
+      device->synchronize(*side);
+      device->synchronize(*consumer);
+      const std::size_t wrong = wrong_samples(reads, cfg.seed, cfg.sample_bytes);
+      if (record) {
+        REQUIRE(wrong == 0);
+      } else {
+        REQUIRE(wrong > 0);  // the canary: the test sees a release that does not wait for the side stream
+      }
+    }
+  }
+}
+
+TEST_CASE("current_consumer_stream: each batch is ready on, and released from, the stream asked at next()",
+          "[device][pipeline][streams]") {
+  DeviceConfig dc;
+  dc.poison_released = true;
+  auto device = host_device(dc);
+  std::vector<std::unique_ptr<Stream>> streams;
+  streams.push_back(device->create_stream());
+  streams.push_back(device->create_stream());
+  std::size_t asked = 0;
+  TransferConfig tc;
+  tc.current_consumer_stream = [&] { return streams[asked++ % 2]->native(); };  // the step switches streams
+  Config cfg = small_config(2, 2, 2);
+  DevicePipeline dp(cfg, 14, test::fill_pattern, tc, device);
+  StreamReads reads;
+  while (auto b = dp.next()) {
+    read_on(*device, *streams[(asked - 1) % 2], *b, 500, reads);  // on the stream this batch was given
+    b->reset();  // released at once: only consumed, recorded on that stream, keeps the slot
+  }
+  for (auto& s : streams) device->synchronize(*s);
+  REQUIRE(asked == reads.size());  // asked once per batch
+  std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
+  const std::size_t wrong = wrong_samples(reads, cfg.seed, cfg.sample_bytes, &seen);
+  std::size_t samples = 0;
+  for (auto& [key, count] : seen) samples += std::size_t(count);
+  REQUIRE(samples == 2 * 14);
+  REQUIRE(wrong == 0);
+}
+
+TEST_CASE("a consumer bound by its work on the device is named the bottleneck, not the transfer",
+          "[device][pipeline][stats]") {
+  // The consumer's thread only enqueues a 4 ms step on its stream and releases the
+  // batch: its thread is idle, while the transfer waits for the slots the step
+  // still reads. Those waits are the consumer's time (blocked), so the report
+  // names the consumer, as on a GPU whose training step is the limit.
+  auto device = host_device();
+  auto stream = device->create_stream();
+  TransferConfig tc;
+  tc.consumer_stream = stream->native();
+  Config cfg = small_config(2, 2, 2);
+  cfg.epochs = 1;
+  DevicePipeline dp(cfg, 120, test::fill_pattern, tc, device);  // 30 batches, 120 ms of steps
+  REQUIRE(run_stream_consumer(dp, *device, *stream, cfg.seed, nullptr, 4000) == 0);
+  const PipelineStats st = dp.stats();
+  const StageStats* transfer = nullptr;
+  for (const auto& s : st.stages) {
+    if (s.name == "transfer") transfer = &s;
+  }
+  REQUIRE(transfer);
+  CHECK(transfer->busy_fraction() < 0.3);
+  CHECK(transfer->busy_s > 0);  // its copies: the waits alone are blocked
+  CHECK(transfer->consumer_wait_fraction() > 0.5);
+  REQUIRE(st.bottleneck()->name == "consumer");
+  REQUIRE_THAT(st.bottleneck_summary(), Catch::Contains("the transfer waited"));
+}
+
+TEST_CASE("device pipeline: an interrupt while the pools are built abandons the start, and a later one starts as ever",
+          "[device][error]") {
+  for (const HostTransfer transfer : {HostTransfer::copy, HostTransfer::handover}) {
+    DeviceConfig dc;
+    dc.host_transfer = transfer;
+    auto device = host_device(dc);
+    Config cfg = small_config(2, 2, 2);
+    cfg.sample_bytes = kTouchChunk / 4 + 1;  // a buffer of 4 samples takes two chunks to touch
+    TransferConfig tc;
+    tc.normalize = std::nullopt;
+    for (const int at : {1, 2, 3, 5, 9, 14}) {  // before the slots, inside one, between buffers, in the host pool
+      int polls = 0;
+      tc.interrupted = [&] { return ++polls == at; };
+      CHECK_THROWS_AS(DevicePipeline(cfg, 8, test::fill_pattern, tc, device), Interrupted);
+    }
+    tc.interrupted = [] { return false; };
+    DevicePipeline dp(cfg, 8, test::fill_pattern, tc, device);
+    auto b = dp.next();
+    REQUIRE(b);
+    CHECK(b->size() == 4);
+  }
+}
