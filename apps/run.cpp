@@ -74,11 +74,10 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
                         const std::shared_ptr<Device>& device, Output output) {
   RunResult result;
   result.device = device->describe();
-  std::unique_ptr<PipelineTrace> trace;
+  std::shared_ptr<PipelineTrace> trace;
   if (!o.trace.empty()) {
-    trace = std::make_unique<PipelineTrace>(o.trace, o.workers);
-    fill = trace->traced(std::move(fill));
-    trace->trace_transfers(tc);
+    trace = std::make_shared<PipelineTrace>(o.trace, o.workers);
+    tc.observer = trace;
   }
   // Ctrl-C while the pools are allocated and first touched (seconds for
   // large ones) ends the run there, as at any step.

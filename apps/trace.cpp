@@ -63,7 +63,7 @@ int Tracer::close_file() {
   return error_;
 }
 
-PipelineTrace::PipelineTrace(const std::string& file, std::size_t workers) : tracer_(file) {
+PipelineTrace::PipelineTrace(const std::string& file, std::size_t workers) : tracer_(file), fill_started_(workers) {
   tracer_.thread(1, "consumer");
   tracer_.thread(2, "transfer");
   for (std::size_t w = 0; w < workers; ++w) tracer_.thread(int(10 + w), "worker " + std::to_string(w));
@@ -71,24 +71,24 @@ PipelineTrace::PipelineTrace(const std::string& file, std::size_t workers) : tra
 
 PipelineTrace::~PipelineTrace() { stop_sampling(); }
 
-Filler PipelineTrace::traced(Filler fill) {
-  auto inner = std::make_shared<const Filler>(std::move(fill));
-  Filler::Prefetch advice;  // passed on untraced: it is a few syscalls per batch
-  if (inner->takes_advice()) advice = [inner](std::span<const std::uint64_t> indices) { inner->prefetch(indices); };
-  return Filler(
-      [inner, t = &tracer_](Sample& s) {
-        const auto a = Clock::now();
-        (*inner)(s);
-        t->span("decode", int(10 + s.worker), a, Clock::now(),
-                "\"sample\":" + std::to_string(s.index) + ",\"epoch\":" + std::to_string(s.epoch));
-      },
-      std::move(advice));
+void PipelineTrace::on_entry(const WorkItem& item) noexcept {
+  if (item.what == Work::fill && item.worker < fill_started_.size()) fill_started_[item.worker] = Clock::now();
 }
 
-void PipelineTrace::trace_transfers(TransferConfig& tc) {
-  tc.on_transfer = [t = &tracer_](const Batch& b, Clock::time_point a, Clock::time_point z) {
-    t->span("transfer", 2, a, z, "\"batch\":" + std::to_string(b.index) + ",\"epoch\":" + std::to_string(b.epoch));
-  };
+void PipelineTrace::on_exit(const WorkItem& item) noexcept {
+  if (item.what != Work::fill || item.worker >= fill_started_.size()) return;
+  try {
+    tracer_.span("decode", int(10 + item.worker), fill_started_[item.worker], Clock::now(),
+                 "\"sample\":" + std::to_string(item.index) + ",\"epoch\":" + std::to_string(item.epoch));
+  } catch (...) {  // out of memory for the event's text: the trace misses one span, the run goes on
+  }
+}
+
+void PipelineTrace::on_transferred(const Batch& b, Clock::time_point a, Clock::time_point z) noexcept {
+  try {
+    tracer_.span("transfer", 2, a, z, "\"batch\":" + std::to_string(b.index) + ",\"epoch\":" + std::to_string(b.epoch));
+  } catch (...) {  // as on_exit
+  }
 }
 
 void PipelineTrace::step(std::uint64_t batch, Clock::time_point a, Clock::time_point b) {

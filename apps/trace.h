@@ -22,8 +22,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "device/device_pipeline.h"
+#include "pipeline/observer.h"
 #include "pipeline/stats.h"
 #include "data/atomic_file.h"
 
@@ -65,9 +67,9 @@ class Tracer {
 // per sample's decode, per transfer and per step; and the depth of each queue
 // every 2 ms, read by a sampler thread this object owns: a Sampling spawns it;
 // the Sampling's destructor, finish() and the destructor join it.
-// Declare the trace before the pipeline (the workers' filler refers to it) and
-// keep the Sampling after it (the sampler reads the pipeline's stats).
-class PipelineTrace {
+// Declare the trace before the pipeline (it observes the pipeline's threads)
+// and keep the Sampling after it (the sampler reads the pipeline's stats).
+class PipelineTrace final : public Observer {
  public:
   // Throws UsageError when file cannot be opened.
   PipelineTrace(const std::string& file, std::size_t workers);
@@ -75,10 +77,11 @@ class PipelineTrace {
   PipelineTrace(const PipelineTrace&) = delete;
   PipelineTrace& operator=(const PipelineTrace&) = delete;
 
-  // fill with a "decode" span around each call.
-  Filler traced(Filler fill);
-  // Sets tc.on_transfer to record a "transfer" span per batch.
-  void trace_transfers(TransferConfig& tc);
+  // As the pipeline's observer (TransferConfig::observer): a "decode" span per
+  // sample's fill on its worker's row, and a "transfer" span per batch.
+  void on_entry(const WorkItem& item) noexcept override;
+  void on_exit(const WorkItem& item) noexcept override;
+  void on_transferred(const Batch& batch, Clock::time_point begin, Clock::time_point end) noexcept override;
   // A "step" span of the consumer for batch `batch`.
   void step(std::uint64_t batch, Clock::time_point a, Clock::time_point b);
   // Reads the queues' depths from `pipeline` every 2 ms while in scope (with
@@ -105,6 +108,7 @@ class PipelineTrace {
   void stop_sampling();
 
   Tracer tracer_;
+  std::vector<Clock::time_point> fill_started_;  // by worker: each written by its worker alone
   std::atomic<bool> sampling_{false};
   std::thread sampler_;
 };

@@ -85,7 +85,8 @@ struct TransferCore {
   std::unique_ptr<Stream> normalize_stream;  // normalizing: its own, so the copy engine never waits for a kernel
   std::unique_ptr<Stream> consumer_stream;
   bool thread_bound = false;  // the delivery thread (ours alone) is bound to the device once
-  std::chrono::steady_clock::time_point last_finished;  // the delivery thread's: on_transfer's previous end
+  std::shared_ptr<Observer> observer;  // config.observer and NVTX's, combined
+  std::chrono::steady_clock::time_point last_finished;  // the delivery thread's: on_transferred's previous end
   // Slots the consumer holds: next() counts up on the consumer's thread; a
   // release may count down on another (a tensor deleter, see DeviceBatch).
   std::atomic<std::size_t> held{0};
@@ -152,7 +153,7 @@ struct TransferCore {
   // for it after it has started the next batch, so the copy engine always has
   // the next copy queued (StageFunctions::finish).
   void transfer(Batch& batch) {
-    NvtxRange range("conveyor.transfer");
+    const Observed observed(observer.get(), {Work::transfer, 0, batch.epoch, batch.index});
     const auto start = std::chrono::steady_clock::now();
     if (!thread_bound) {
       device->bind_thread();  // 3: first, on this thread (the calls guard themselves too)
@@ -219,7 +220,7 @@ struct TransferCore {
   // done before it is published, so H goes back to the workers (when the
   // consumer releases the batch, later still) only after the DMA read it.
   void finish(Batch& batch) {
-    NvtxRange range("conveyor.finish");
+    const Observed observed(observer.get(), {Work::finish, 0, batch.epoch, batch.index});
     DeviceSlot& s = *static_cast<DeviceSlot*>(batch.user);
     try {
       // The copy waited on the device for the consumer's last use of this slot
@@ -233,9 +234,9 @@ struct TransferCore {
       throw;
     }
     release_job(s);  // 13: its render is complete (before copied), so its decoder is free
-    if (config.on_transfer) {
+    if (observer) {
       const auto end = std::chrono::steady_clock::now();
-      config.on_transfer(batch, std::max(s.started, last_finished), end);  // spans that follow each other
+      observer->on_transferred(batch, std::max(s.started, last_finished), end);  // spans that follow each other
       last_finished = end;
     }
   }
@@ -506,6 +507,7 @@ std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConf
   auto core = std::make_shared<TransferCore>(config.device_buffer_count());
   core->device = device;
   core->config = transfer;
+  core->observer = combine_observers({nvtx_observer(), transfer.observer});
   core->sample_bytes = config.sample_bytes;
   core->batch_capacity = config.batch_size;
   for (std::size_t i = 0; i < core->slots.size(); ++i) {
@@ -540,25 +542,14 @@ std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConf
   return core;
 }
 
-// The core's stages for a DevicePipeline: `fill` (inside an NVTX range where
-// NVTX is built in), the two-phase copy of `core`, and host buffers from its
+// The core's stages for a DevicePipeline: `fill` (observed by the core's
+// observer), the two-phase copy of `core`, and host buffers from its
 // device with room for the labels after the pixels. The functions hold `core`
 // by plain pointer: it must outlive the Pipeline they are given to.
 StageFunctions stage_functions(TransferCore* core, Filler fill, std::size_t batch_size, const Interrupt& interrupted) {
   StageFunctions stages;
-#if defined(CONVEYOR_WITH_NVTX)
-  auto inner = std::make_shared<const Filler>(std::move(fill));
-  Filler::Prefetch advice;
-  if (inner->takes_advice()) advice = [inner](std::span<const std::uint64_t> indices) { inner->prefetch(indices); };
-  stages.fill = Filler(
-      [inner](Sample& s) {
-        NvtxRange range("conveyor.fill");
-        (*inner)(s);
-      },
-      std::move(advice));
-#else
   stages.fill = std::move(fill);
-#endif
+  stages.observer = core->observer;
   const std::shared_ptr<Device>& device = core->device;
   stages.transfer = [core](Batch& b) { core->transfer(b); };
   stages.finish = [core](Batch& b) { core->finish(b); };
@@ -641,7 +632,7 @@ std::optional<DeviceBatch> DevicePipeline::next() {
                           core_->consumer_cause);
     }
   }
-  NvtxRange range("conveyor.next");
+  const Observed observed(core_->observer.get(), {Work::next, 0, 0, 0});
   if (stopped_) return std::nullopt;
   if (core_->held.load() >= max_held_) {
     // The delivery thread (or the workers, for a host buffer) needs one of

@@ -122,14 +122,11 @@ struct TransferConfig {
   };
   // Default: none (every sample was decoded by the workers).
   std::optional<GpuDecode> gpu_decode;
-  // Optional: called on the delivery thread after each batch is transferred,
-  // with the step's start and end (for tracing): from when its copy was
-  // enqueued, or the previous batch's end if later (the steps overlap, one
-  // batch in flight; the spans do not), to when the host saw it done. Also for
-  // a batch finished while the pipeline stops, which is then not delivered.
-  // Must not block. Default: none.
-  std::function<void(const Batch&, std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point)>
-      on_transfer;
+  // Optional: told of each sample's fill, each batch's transfer and finish,
+  // each whole copy (on_transferred) and each next() (pipeline/observer.h).
+  // NVTX ranges, where built in, are an observer of their own beside it.
+  // Default: none.
+  std::shared_ptr<Observer> observer;
 };
 
 // Throws ConfigError naming the field unless n describes sample_bytes-byte

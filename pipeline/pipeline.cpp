@@ -372,7 +372,10 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
       Sample s{b.indices[slot], b.epoch, slot, b.sample(slot), 0, Rng(config_.seed, b.epoch, b.indices[slot]), w, {},
                &stop_requested_};
       try {
-        counters.busy_span(mark, [&] { stages_.fill(s); });  // a long fill shows in snapshots while under way
+        counters.busy_span(mark, [&] {  // a long fill shows in snapshots while under way
+          const Observed observed(stages_.observer.get(), {Work::fill, w, s.epoch, s.index});
+          stages_.fill(s);
+        });
       } catch (...) {
         fail("worker", s.epoch, s.index, std::current_exception());
         return;

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "pipeline/batch.h"
+#include "pipeline/observer.h"
 #include "pipeline/skip_log.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/config.h"
@@ -160,6 +161,8 @@ struct StageFunctions {
   // it ahead of transfer() (the GPU decode feed). The batch is read-only there
   // and alive until it is finished. Must not block or throw.
   std::function<void(const Batch&)> filled;
+  // Optional: told of each sample's fill, on its worker (pipeline/observer.h).
+  std::shared_ptr<Observer> observer;
 };
 
 // Thrown by the consumer's calls after any stage failed. It names where the

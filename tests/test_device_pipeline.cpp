@@ -671,3 +671,57 @@ TEST_CASE("device pipeline: an interrupt while the pools are built abandons the 
     CHECK(b->size() == 4);
   }
 }
+
+namespace {
+
+// What a DevicePipeline's observer is told on the delivery and consumer
+// threads: each batch's transfer, finish and whole copy, and each next().
+struct TransferLog final : Observer {
+  std::mutex mu;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> transferred;  // (epoch, batch), in order
+  std::map<Work, int> entries, exits;
+  int bad_spans = 0;
+  void on_entry(const WorkItem& w) noexcept override {
+    std::lock_guard lk(mu);
+    ++entries[w.what];
+  }
+  void on_exit(const WorkItem& w) noexcept override {
+    std::lock_guard lk(mu);
+    ++exits[w.what];
+  }
+  void on_transferred(const Batch& b, std::chrono::steady_clock::time_point begin,
+                      std::chrono::steady_clock::time_point end) noexcept override {
+    std::lock_guard lk(mu);
+    transferred.emplace_back(b.epoch, b.index);
+    bad_spans += end < begin;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("device pipeline: the observer sees every fill, transfer, finish and next, and each copy once in order",
+          "[device][pipeline][observer]") {
+  auto device = host_device();
+  Config cfg = small_config(2, 2, 2);
+  cfg.epochs = 2;
+  auto log = std::make_shared<TransferLog>();
+  TransferConfig tc;
+  tc.observer = log;
+  std::size_t batches = 0;
+  {
+    DevicePipeline dp(cfg, 9, test::fill_pattern, tc, device);
+    while (auto b = dp.next()) ++batches;
+  }
+  REQUIRE(batches == 2 * 3);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> want;
+  for (std::uint64_t e = 0; e < 2; ++e) {
+    for (std::uint64_t i = 0; i < 3; ++i) want.emplace_back(e, i);
+  }
+  CHECK(log->transferred == want);
+  CHECK(log->bad_spans == 0);
+  CHECK(log->entries == log->exits);
+  CHECK(log->entries[Work::fill] == 18);
+  CHECK(log->entries[Work::transfer] == 6);
+  CHECK(log->entries[Work::finish] == 6);
+  CHECK(log->entries[Work::next] == 7);  // the last says the stream ended
+}

@@ -544,3 +544,56 @@ TEST_CASE("pipeline: a two-phase transfer finishes its batch in flight when stop
   }
 }
 
+
+namespace {
+
+// Records what a pipeline's observer is told: every (epoch, sample) filled,
+// and per worker the entries not yet exited, so that nesting can be checked.
+struct FillLog final : Observer {
+  std::mutex mu;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, int> filled;  // exits by (epoch, sample)
+  std::map<std::size_t, int> open;                                // entries without exit, by worker
+  int bad_nesting = 0;
+  void on_entry(const WorkItem& w) noexcept override {
+    std::lock_guard lk(mu);
+    if (w.what != Work::fill || open[w.worker]++ != 0) ++bad_nesting;
+  }
+  void on_exit(const WorkItem& w) noexcept override {
+    std::lock_guard lk(mu);
+    if (w.what != Work::fill || --open[w.worker] != 0) ++bad_nesting;
+    ++filled[{w.epoch, w.index}];
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipeline: the observer sees each sample's fill once, entry and exit on its worker, also when it throws",
+          "[pipeline][observer]") {
+  const auto workers = GENERATE(1, 3);
+  Config c = small_config();
+  c.workers = std::size_t(workers);
+  auto log = std::make_shared<FillLog>();
+  StageFunctions stages{fill_pattern};
+  stages.observer = log;
+  {
+    Pipeline p(c, 30, std::move(stages));
+    while (p.next()) {
+    }
+  }
+  CHECK(log->bad_nesting == 0);
+  REQUIRE(log->filled.size() == 60);  // 2 epochs of 30
+  for (const auto& [key, n] : log->filled) CHECK(n == 1);
+
+  auto failing = std::make_shared<FillLog>();
+  StageFunctions throws{[](Sample& s) {
+    if (s.index == 4) throw std::runtime_error("bad sample");
+    fill_pattern(s);
+  }};
+  throws.observer = failing;
+  Pipeline p(c, 30, std::move(throws));
+  REQUIRE_THROWS_AS([&] { while (p.next()) {} }(), PipelineError);
+  p.stop();
+  CHECK(failing->bad_nesting == 0);
+  for (const auto& [worker, open] : failing->open) CHECK(open == 0);  // the throwing fill was exited too
+  CHECK(failing->filled.count({0, 4}) == 1);
+}
