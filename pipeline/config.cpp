@@ -64,7 +64,7 @@ std::size_t Config::bookkeeping_bytes(std::size_t dataset_size) const {
 }
 
 SamplerOptions Config::sampler_options(std::size_t dataset_size) const {
-  return SamplerOptions{dataset_size, batch_size, seed, shuffle, drop_last, rank, world_size, shard_policy};
+  return SamplerOptions{{static_cast<const SampleOrder&>(*this)}, dataset_size};
 }
 
 std::size_t Config::device_buffer_count() const {

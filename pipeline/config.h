@@ -29,7 +29,11 @@ constexpr std::size_t saturating_mul(std::size_t a, std::size_t b) {
 }
 constexpr std::size_t saturating_add(std::size_t a, std::size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
 
-struct Config {
+// The settings that fix the order of the samples (batch_size, seed, shuffle,
+// drop_last, rank, world_size, shard_policy) are its base, SampleOrder
+// (pipeline/sample_order.h), with their defaults; the rest only change how
+// fast batches come.
+struct Config : SampleOrder {
   // The upper limits validate() enforces, for callers that check earlier (a
   // command line's parser).
   static constexpr std::size_t kMaxBatchSize = std::size_t{1} << 24;  // the slot field of a work ticket
@@ -41,10 +45,6 @@ struct Config {
   static constexpr std::size_t kMaxQueueDepth = std::size_t{1} << 16;
   static constexpr std::size_t kMaxBuffers = std::size_t{1} << 20;
   static constexpr std::size_t kMaxWorldSize = std::size_t{1} << 20;
-
-  // Samples per batch; an epoch's last batch may be shorter unless drop_last.
-  // Default: 32. Range 1 .. 2^24.
-  std::size_t batch_size = 32;
 
   // Bytes of one sample's slot in the batch buffer. 0 is allowed (labels only).
   // Default: 0.
@@ -73,24 +73,9 @@ struct Config {
   // device_queue_depth + 2. At most kMaxBuffers.
   std::size_t device_buffers = 0;
 
-  // Seeds the epoch order and every sample's Rng. Default: 0.
-  std::uint64_t seed = 0;
-
-  // Permute each epoch (true) or keep dataset order (false). Default: true.
-  bool shuffle = true;
-
-  // Leave out an epoch's final short batch. Default: false.
-  bool drop_last = false;
-
   // Deliver batches in sampler order (true) or as they complete (false; epochs
   // still come one after another). Default: true.
   bool ordered = true;
-
-  // This process's shard, DistributedSampler style. Default: rank 0 of 1.
-  // world_size: 1 .. kMaxWorldSize; rank below it.
-  std::size_t rank = 0;
-  std::size_t world_size = 1;
-  ShardPolicy shard_policy = ShardPolicy::pad;  // Default: pad. pad or drop.
 
   // How a thread waits on a full or empty queue or an empty buffer pool: it
   // yields its core up to this many times, looking again after each, before it
@@ -108,8 +93,8 @@ struct Config {
   // Throws ConfigError naming the first invalid field.
   void validate() const;
 
-  // The sampler's settings for a dataset of dataset_size samples: batch_size,
-  // seed, shuffle, drop_last and the shard. The one place a Config becomes
+  // The sampler's settings for a dataset of dataset_size samples: the order's
+  // and the size. The one place a Config becomes
   // SamplerOptions (Pipeline, ResidentDataset and `conveyor run --serial` use it).
   SamplerOptions sampler_options(std::size_t dataset_size) const;
 

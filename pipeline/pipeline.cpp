@@ -523,14 +523,8 @@ PipelineStats Pipeline::stats() const {
 
 PipelineState initial_state(const Config& c, std::size_t dataset_size) {
   PipelineState s;
-  s.seed = c.seed;
+  static_cast<SampleOrder&>(s) = c;
   s.dataset_size = dataset_size;
-  s.batch_size = c.batch_size;
-  s.shuffle = c.shuffle;
-  s.drop_last = c.drop_last;
-  s.rank = c.rank;
-  s.world_size = c.world_size;
-  s.shard_policy = c.shard_policy;
   return s;
 }
 

@@ -16,27 +16,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "pipeline/sample_order.h"
+
 namespace conveyor {
 
 // ceil(a / b) for b > 0, without the a + b - 1 that wraps near the type's
 // maximum (an epoch of 0 batches). Throws nothing.
 constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
 
-// What to do with the samples that do not divide evenly among the ranks.
-enum class ShardPolicy {
-  pad,   // repeat samples from the head of the order so every rank gets ceil(N / W)
-  drop,  // leave the tail out so every rank gets floor(N / W)
-};
-
-struct SamplerOptions {
+// The sampler's settings: the order's (pipeline/sample_order.h) and the dataset's size.
+struct SamplerOptions : SampleOrder {
   std::size_t dataset_size = 0;
-  std::size_t batch_size = 1;
-  std::uint64_t seed = 0;
-  bool shuffle = true;
-  bool drop_last = false;
-  std::size_t rank = 0;
-  std::size_t world_size = 1;
-  ShardPolicy shard_policy = ShardPolicy::pad;
 };
 
 class Sampler {

@@ -1,5 +1,7 @@
 #include "pipeline/state.h"
 
+#include "pipeline/sampler.h"  // ceil_div
+
 #include <map>
 #include <sstream>
 #include <stdexcept>

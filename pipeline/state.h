@@ -10,22 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/sampler.h"
+#include "pipeline/sample_order.h"
 
 namespace conveyor {
 
 // Where a consumer stands: enough to resume with exactly the batches that follow.
 // Taken by Pipeline::state(); given to a new Pipeline with the same config.
-struct PipelineState {
+// The settings the order depends on (its base, SampleOrder, and the dataset's
+// size) are recorded whole: resuming under others is an error.
+struct PipelineState : SampleOrder {
   std::uint64_t epoch = 0;                 // the epoch the next batch belongs to
   std::vector<std::uint64_t> delivered;    // batch indices of that epoch already consumed, sorted
-  // The settings the order depends on; resuming under others is an error.
-  std::uint64_t seed = 0;
   std::uint64_t dataset_size = 0;
-  std::uint64_t batch_size = 0;
-  bool shuffle = true, drop_last = false;
-  std::uint64_t rank = 0, world_size = 1;
-  ShardPolicy shard_policy = ShardPolicy::pad;
 
   // One line of text, e.g. "conveyor-state 1 epoch=3 delivered=0-41,43 seed=7 ...".
   std::string serialize() const;

@@ -41,7 +41,7 @@ TEST_CASE("resident dataset: each batch equals direct indexing and an epoch cove
         cfg.epochs = 3;
         ResidentDataset ds(device, t.samples, t.labels, cfg);
         const std::size_t row = t.samples.row_bytes();
-        Sampler sampler({50, batch, 9, true, false, 0, 1, ShardPolicy::pad});
+        Sampler sampler({{batch, 9, true, false, 0, 1, ShardPolicy::pad}, 50});
         std::map<std::uint64_t, std::set<std::uint64_t>> per_epoch;
         std::vector<std::uint64_t> epoch_orders[3];
         std::size_t batches = 0;

@@ -211,8 +211,8 @@ TEST_CASE("sampler: the order drawn in place equals DistributedSampler's, fewer 
     for (std::size_t w : {1, 2, 4, 7}) {
       for (ShardPolicy policy : {ShardPolicy::pad, ShardPolicy::drop}) {
         for (std::size_t r = 0; r < w; ++r) {
-          const SamplerOptions o{n, 4, 9, true, false, r, w, policy};
-          const Sampler whole({n, 4, 9, true, false, 0, 1, policy});
+          const SamplerOptions o{{4, 9, true, false, r, w, policy}, n};
+          const Sampler whole({{4, 9, true, false, 0, 1, policy}, n});
           const std::vector<std::uint64_t> order = whole.epoch_order(2);  // the full permutation
           const Sampler s(o);
           std::vector<std::uint64_t> want;
