@@ -75,7 +75,7 @@ int space(int argc, char** argv) {
   const Size image{std::atoi(argv[5]), std::atoi(argv[4])};
   for (int op = 0; op < kAutoAugmentOps; ++op) {
     for (int bin = 0; bin < bins; ++bin) {
-      std::printf("%d %d %.9g\n", op, bin, auto_augment_magnitude(s, AutoAugmentOp(op), bin, bins, image));
+      std::printf("%d %d %.17g\n", op, bin, auto_augment_magnitude(s, AutoAugmentOp(op), bin, bins, image));
     }
   }
   return 0;
