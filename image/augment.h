@@ -10,8 +10,9 @@
 // h x w), CenterCrop (pads with ImageConfig::pad_value when larger than the image),
 // RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p),
 // RandomVerticalFlip(p). Colour transforms (ColorJitter, RandomGrayscale,
-// GaussianBlur, ...) follow the geometric ones: plan_pixels() draws their
-// parameters, apply_pixel_ops() runs them on the output.
+// GaussianBlur, ...) and the policies (TrivialAugmentWide, RandAugment) follow
+// the geometric ones: plan_pixels() draws their parameters, apply_pixel_ops()
+// runs them on the output.
 //
 // Random parameters come from the sample's Rng, so results do not depend on the
 // worker count. Thread safety: an Augment is immutable; plan() is const and
