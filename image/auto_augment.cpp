@@ -112,7 +112,9 @@ void plan_rand_augment(const RandAugment& t, Size image, Rng& rng, std::vector<P
 
 std::array<std::uint8_t, 3> fill_bytes(const std::array<double, 3>& fill) {
   std::array<std::uint8_t, 3> out{};
-  for (std::size_t c = 0; c < 3; ++c) out[c] = std::uint8_t(std::nearbyint(std::fmin(std::fmax(float(fill[c]), 0.0f), 255.0f)));
+  for (std::size_t c = 0; c < 3; ++c) {
+    out[c] = std::uint8_t(std::nearbyint(std::fmin(std::fmax(float(fill[c]), 0.0f), 255.0f)));  // checked: 0 .. 255
+  }
   return out;
 }
 
