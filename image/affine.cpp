@@ -28,8 +28,12 @@ void check_view(const RgbView& img, const char* op) {
 // size / 2 - 0.5 with one rounding (a fused multiply-add: exact here in
 // double, as float * int fits 53 bits), then round half to even.
 inline int source_index(float g, int size) {
-  const float at = std::nearbyint(float(double(g + 1.0f) * size - 1.0) / 2.0f);
-  return at >= 0.0f && at < float(size) ? int(at) : -1;
+  const float at = float(double(g + 1.0f) * size - 1.0) / 2.0f;
+  if (!(std::fabs(at) < 4194304.0f)) return -1;  // far outside (sizes are at most 16384), or NaN
+  // Round half to even without a libm call: below 2^22, adding and taking away
+  // 1.5 * 2^23 leaves the float rounded to an integer in the default mode.
+  const float rounded = (at + 12582912.0f) - 12582912.0f;
+  return rounded >= 0.0f && rounded < float(size) ? int(rounded) : -1;
 }
 
 // functional_tensor._gen_affine_grid and _apply_grid_transform (nearest, fill)
