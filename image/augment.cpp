@@ -8,6 +8,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include "image/affine.h"
+#include "image/auto_augment.h"
 #include "image/photometric.h"
 
 namespace conveyor {
@@ -113,7 +115,8 @@ template <typename T>
 constexpr bool kPixelTransform =
     std::is_same_v<T, ColorJitter> || std::is_same_v<T, RandomGrayscale> || std::is_same_v<T, GaussianBlur> ||
     std::is_same_v<T, RandomSolarize> || std::is_same_v<T, RandomPosterize> || std::is_same_v<T, RandomAdjustSharpness> ||
-    std::is_same_v<T, RandomAutocontrast> || std::is_same_v<T, RandomEqualize> || std::is_same_v<T, RandomInvert>;
+    std::is_same_v<T, RandomAutocontrast> || std::is_same_v<T, RandomEqualize> || std::is_same_v<T, RandomInvert> ||
+    std::is_same_v<T, TrivialAugmentWide> || std::is_same_v<T, RandAugment>;
 
 bool is_pixel_transform(const Transform& t) {
   return std::visit([](const auto& r) { return kPixelTransform<std::decay_t<decltype(r)>>; }, t);
@@ -136,6 +139,8 @@ template <> constexpr const char* kName<RandomAdjustSharpness> = "RandomAdjustSh
 template <> constexpr const char* kName<RandomAutocontrast> = "RandomAutocontrast";
 template <> constexpr const char* kName<RandomEqualize> = "RandomEqualize";
 template <> constexpr const char* kName<RandomInvert> = "RandomInvert";
+template <> constexpr const char* kName<TrivialAugmentWide> = "TrivialAugmentWide";
+template <> constexpr const char* kName<RandAugment> = "RandAugment";
 
 std::string transform_name(const Transform& t) {
   return std::visit([](const auto& r) { return std::string(kName<std::decay_t<decltype(r)>>); }, t);
@@ -145,6 +150,14 @@ void check_p(double p, const char* transform) { check(p >= 0 && p <= 1, transfor
 
 void check_range(double lo, double hi, double min_allowed, double max_allowed, const char* transform, const char* what) {
   check(std::isfinite(lo) && std::isfinite(hi) && lo <= hi && lo >= min_allowed && hi <= max_allowed, transform, what);
+}
+
+void check_fill(const std::array<double, 3>& fill, const char* transform) {
+  for (const double v : fill) check(v >= 0 && v <= 255, transform, "fill must be in [0, 255]");
+}
+
+void check_magnitude_bins(int bins, const char* transform) {
+  check(bins >= 2 && bins <= 1024, transform, "num_magnitude_bins must be in [2, 1024]");
 }
 
 template <typename T>
@@ -173,6 +186,15 @@ void check_pixel_transform(const T& r) {
     check(std::isfinite(r.sharpness_factor) && r.sharpness_factor >= 0, "RandomAdjustSharpness",
           "sharpness_factor must be finite and >= 0");
     check_p(r.p, "RandomAdjustSharpness");
+  } else if constexpr (std::is_same_v<T, TrivialAugmentWide>) {
+    check_magnitude_bins(r.num_magnitude_bins, "TrivialAugmentWide");
+    check_fill(r.fill, "TrivialAugmentWide");
+  } else if constexpr (std::is_same_v<T, RandAugment>) {
+    check(r.num_ops >= 0 && r.num_ops <= 64, "RandAugment", "num_ops must be in [0, 64]");
+    check_magnitude_bins(r.num_magnitude_bins, "RandAugment");
+    check(r.magnitude >= 0 && r.magnitude < r.num_magnitude_bins, "RandAugment",
+          "magnitude must be in [0, num_magnitude_bins - 1]");
+    check_fill(r.fill, "RandAugment");
   } else {
     check_p(r.p, kName<T>);
   }
@@ -192,6 +214,17 @@ void append_value(std::string& s, const char* name, const std::string& value) {
   s += name;
   s += '=';
   s += value;
+}
+
+void append_fill(std::string& s, const std::array<double, 3>& fill) {
+  if (fill == std::array<double, 3>{0, 0, 0}) return;
+  s += ", fill=(";
+  s += num(fill[0]);
+  s += ", ";
+  s += num(fill[1]);
+  s += ", ";
+  s += num(fill[2]);
+  s += ')';
 }
 
 template <typename T>
@@ -221,6 +254,14 @@ std::string describe_pixel_transform(const T& r) {
   } else if constexpr (std::is_same_v<T, RandomAdjustSharpness>) {
     append_value(s, "sharpness_factor", num(r.sharpness_factor));
     append_value(s, ", p", num(r.p));
+  } else if constexpr (std::is_same_v<T, TrivialAugmentWide>) {
+    append_value(s, "num_magnitude_bins", std::to_string(r.num_magnitude_bins));
+    append_fill(s, r.fill);
+  } else if constexpr (std::is_same_v<T, RandAugment>) {
+    append_value(s, "num_ops", std::to_string(r.num_ops));
+    append_value(s, ", magnitude", std::to_string(r.magnitude));
+    append_value(s, ", num_magnitude_bins", std::to_string(r.num_magnitude_bins));
+    append_fill(s, r.fill);
   } else {
     append_value(s, "p", num(r.p));
   }
@@ -475,11 +516,30 @@ void Augment::plan_pixels(Rng& rng, std::vector<PixelOp>& ops) const {
             [&](const RandomInvert& r) {
               if (rng.bernoulli(r.p)) ops.push_back({K::invert});
             },
+            [&](const TrivialAugmentWide& r) { plan_trivial_augment(r, out_, rng, ops); },
+            [&](const RandAugment& r) { plan_rand_augment(r, out_, rng, ops); },
             [](const auto&) {},  // geometric: plan()
         },
         t);
   }
 }
+
+namespace {
+// _apply_op's F.affine calls: shear about the top-left corner, translate about the centre.
+AffineParams shear(double x_degrees, double y_degrees) {
+  AffineParams p;
+  p.shear_x = x_degrees;
+  p.shear_y = y_degrees;
+  p.center = std::array<double, 2>{0, 0};
+  return p;
+}
+AffineParams translate(double x, double y) {
+  AffineParams p;
+  p.translate_x = x;
+  p.translate_y = y;
+  return p;
+}
+}  // namespace
 
 void apply_pixel_ops(const std::vector<PixelOp>& ops, RgbView img, PhotometricScratch& scratch) {
   using K = PixelOp::Kind;
@@ -497,6 +557,11 @@ void apply_pixel_ops(const std::vector<PixelOp>& ops, RgbView img, PhotometricSc
       case K::autocontrast: autocontrast(img); break;
       case K::equalize: equalize(img); break;
       case K::invert: invert(img); break;
+      case K::rotate: rotate(img, op.value, op.fill, scratch); break;
+      case K::shear_x: affine(img, shear(op.value, 0), op.fill, scratch); break;
+      case K::shear_y: affine(img, shear(0, op.value), op.fill, scratch); break;
+      case K::translate_x: affine(img, translate(op.value, 0), op.fill, scratch); break;
+      case K::translate_y: affine(img, translate(0, op.value), op.fill, scratch); break;
     }
   }
 }

@@ -10,8 +10,9 @@
 // h x w), CenterCrop (pads with ImageConfig::pad_value when larger than the image),
 // RandomCrop(size, padding, pad_if_needed), RandomHorizontalFlip(p),
 // RandomVerticalFlip(p). Colour transforms (ColorJitter, RandomGrayscale,
-// GaussianBlur, ...) follow the geometric ones: plan_pixels() draws their
-// parameters, apply_pixel_ops() runs them on the output.
+// GaussianBlur, ...) and the policies (TrivialAugmentWide, RandAugment) follow
+// the geometric ones: plan_pixels() draws their parameters, apply_pixel_ops()
+// runs them on the output.
 //
 // Random parameters come from the sample's Rng, so results do not depend on the
 // worker count. Thread safety: an Augment is immutable; plan() is const and
@@ -115,18 +116,43 @@ struct RandomInvert {
   double p = 0.5;
 };
 
+// The automatic policies (image/auto_augment.h has their ops and magnitudes),
+// drawn as torchvision draws them; interpolation is NEAREST, torchvision's
+// default, the only one. `fill` is the RGB value rotate, shear and translate
+// bring in from outside the image (0 .. 255 each, rounded half to even;
+// torchvision's fill=None is 0).
+//
+// TrivialAugmentWide: per sample one of the 14 ops, uniformly, at a magnitude
+// bin drawn uniformly from num_magnitude_bins (2 .. 1024), negated with
+// probability 1/2 for the signed ops.
+struct TrivialAugmentWide {
+  int num_magnitude_bins = 31;
+  std::array<double, 3> fill{0, 0, 0};
+};
+// RandAugment: num_ops (0 .. 64) ops drawn uniformly and independently, each at
+// the fixed bin `magnitude` (0 .. num_magnitude_bins - 1), negated with
+// probability 1/2 for the signed ops.
+struct RandAugment {
+  int num_ops = 2;
+  int magnitude = 9;
+  int num_magnitude_bins = 31;
+  std::array<double, 3> fill{0, 0, 0};
+};
+
 using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip,
                                ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize,
-                               RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert>;
+                               RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert,
+                               TrivialAugmentWide, RandAugment>;
 
 // One colour op with its parameters drawn (Augment::plan_pixels), applied by
 // apply_pixel_ops() in the order drawn.
 struct PixelOp {
   enum class Kind { brightness, contrast, saturation, hue, grayscale, blur, solarize, posterize, sharpness,
-                    autocontrast, equalize, invert };
+                    autocontrast, equalize, invert, rotate, shear_x, shear_y, translate_x, translate_y };
   Kind kind = Kind::invert;
-  double value = 0;     // the factor, threshold, bits or sigma
+  double value = 0;     // the factor, threshold, bits, sigma, angle or shear (degrees) or shift (pixels)
   int kernel_x = 0, kernel_y = 0;  // blur
+  std::array<std::uint8_t, 3> fill{};  // rotate, shear and translate: the RGB brought in from outside
 };
 
 // The named training recipes (`conveyor --augment`, Python's augment=), each a

@@ -5,6 +5,7 @@
 #include "image/transform_spec.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -266,6 +267,30 @@ GaussianBlur make_gaussian_blur(const Args& a, const std::string& shown) {
   return t;
 }
 
+// fill: None (0), a number for every channel, or (r, g, b); interpolation: NEAREST only.
+std::array<double, 3> make_fill(const Args& a, const std::string& shown) {
+  if (a.has("interpolation")) fail(shown + ": interpolation: only NEAREST, the default, is supported");
+  if (!a.has("fill")) return {0, 0, 0};
+  const auto f = a.numbers("fill", {1, 3});
+  return f.size() == 1 ? std::array<double, 3>{f[0], f[0], f[0]} : std::array<double, 3>{f[0], f[1], f[2]};
+}
+
+TrivialAugmentWide make_trivial_augment(const Args& a, const std::string& shown) {
+  TrivialAugmentWide t;
+  t.num_magnitude_bins = a.integer("num_magnitude_bins", 31);
+  t.fill = make_fill(a, shown);
+  return t;
+}
+
+RandAugment make_rand_augment(const Args& a, const std::string& shown) {
+  RandAugment t;
+  t.num_ops = a.integer("num_ops", 2);
+  t.magnitude = a.integer("magnitude", 9);
+  t.num_magnitude_bins = a.integer("num_magnitude_bins", 31);
+  t.fill = make_fill(a, shown);
+  return t;
+}
+
 // One transform from its name (lower case, `key`; as written, `shown`) and the text between its parentheses.
 Transform make(const std::string& key, const std::string& shown, std::string_view inner) {
   const auto args = [&](std::vector<const char*> names) { return Args(shown, std::move(names), inner); };
@@ -298,10 +323,16 @@ Transform make(const std::string& key, const std::string& shown, std::string_vie
   if (key == "randomautocontrast" || key == "autocontrast") return RandomAutocontrast{args({"p"}).probability(0.5)};
   if (key == "randomequalize" || key == "equalize") return RandomEqualize{args({"p"}).probability(0.5)};
   if (key == "randominvert" || key == "invert") return RandomInvert{args({"p"}).probability(0.5)};
+  if (key == "trivialaugmentwide" || key == "trivialaugment") {
+    return make_trivial_augment(args({"num_magnitude_bins", "interpolation", "fill"}), shown);
+  }
+  if (key == "randaugment") {
+    return make_rand_augment(args({"num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill"}), shown);
+  }
   fail("unknown transform '" + shown +
        "' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, "
        "RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, "
-       "RandomEqualize, RandomInvert, or their short names)");
+       "RandomEqualize, RandomInvert, TrivialAugmentWide, RandAugment, or their short names)");
 }
 
 }  // namespace

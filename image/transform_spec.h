@@ -26,9 +26,12 @@
 //   RandomAutocontrast autocontrast p=0.5
 //   RandomEqualize    equalize p=0.5
 //   RandomInvert      invert   p=0.5
+//   TrivialAugmentWide trivialaugment num_magnitude_bins=31, fill=None (v or (r, g, b))
+//   RandAugment       randaugment num_ops=2, magnitude=9, num_magnitude_bins=31, fill=None
 //
 // ColorJitter's and GaussianBlur's p is RandomApply's (torchvision wraps them
-// in it). Stateless; thread-safe.
+// in it). The policies take torchvision's interpolation only as its default,
+// NEAREST (an interpolation argument is refused). Stateless; thread-safe.
 #pragma once
 
 #include <string_view>

@@ -118,6 +118,19 @@ expect_usage_error "--transforms with --resident" run --folder "$work/ds" --tran
   >"$work/out" 2>&1 || fail "run --transforms with RandomVerticalFlip: $(tail -3 "$work/out")"
 expect_usage_error "--transforms: vflip p" run --folder "$work/ds" --transforms "rrc(48), vflip(p=2)"
 grep -q "RandomVerticalFlip: p must be in \[0, 1\]" "$work/err" || fail "vflip(p=2): $(cat "$work/err")"
+# The policies by name and alias after the crop; a [[transforms]] table's fill array reads as the text's tuple.
+"$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --transforms \
+  "rrc(40), flip, TrivialAugmentWide(), randaugment(num_ops=2, magnitude=9)" >"$work/out" 2>&1 ||
+  fail "run --transforms with the policies: $(tail -3 "$work/out")"
+grep -qF "RandomHorizontalFlip(0.5) + TrivialAugmentWide(num_magnitude_bins=31) + RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31)" \
+  "$work/out" || fail "run --transforms with the policies: $(grep "^transforms" "$work/out")"
+[ "$(grep -c "^delivered: .* 30 samples, 0 skipped" "$work/out")" -eq 1 ] || fail "run with the policies: $(tail -3 "$work/out")"
+printf '[[transforms]]\nop = "CenterCrop"\nsize = 32\n[[transforms]]\nop = "TrivialAugmentWide"\nfill = [128, 64, 0]\n' >"$work/ta.toml"
+"$bin" run --config "$work/ta.toml" --folder "$work/ds" --epochs 1 --batch 7 >"$work/out" 2>&1 || fail "[[transforms]] TrivialAugmentWide: $(tail -3 "$work/out")"
+grep -qF "transforms: CenterCrop(32) + TrivialAugmentWide(num_magnitude_bins=31, fill=(128, 64, 0))" "$work/out" ||
+  fail "[[transforms]] TrivialAugmentWide read as: $(grep "^transforms" "$work/out")"
+expect_usage_error "--transforms: RandAugment magnitude" run --folder "$work/ds" --transforms "rrc(48), RandAugment(magnitude=31)"
+grep -qF "RandAugment: magnitude must be in [0, num_magnitude_bins - 1]" "$work/err" || fail "RandAugment(magnitude=31): $(cat "$work/err")"
 
 # [[transforms]] tables: the same list as the text, key by key; each mistake one
 # line naming the file, the table's index and the key.

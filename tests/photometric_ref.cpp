@@ -1,10 +1,21 @@
-// The C++ half of tests/photometric_test.py: applies image/photometric.h's
-// ops to the images that script sends, so it can hold each to torchvision's.
+// The C++ half of tests/photometric_test.py: applies image/photometric.h's and
+// image/affine.h's ops, and TrivialAugmentWide's and RandAugment's op for a
+// given draw (image/auto_augment.h), to the images that script sends, so it
+// can hold each to torchvision's.
 //
 //   photometric_ref IN OUT
-// IN holds records, each a text line "OP WIDTH HEIGHT P1 P2 P3 P4\n" and then
-// WIDTH * HEIGHT * 3 bytes of interleaved RGB8; OUT receives each record's
-// image after the op, concatenated. Exits 1 with one line on a bad record.
+// IN holds records, each a text line "OP WIDTH HEIGHT P1 P2 ..." (up to 16
+// numbers) and then WIDTH * HEIGHT * 3 bytes of interleaved RGB8; OUT receives
+// each record's image after the op, concatenated. Exits 1 with one line on a
+// bad record.
+//
+//   photometric_ref --space SPACE BINS WIDTH HEIGHT
+// prints "OP BIN MAGNITUDE" for every op and bin of the policy's augmentation
+// space (SPACE 0: TrivialAugmentWide, 1: RandAugment).
+//
+//   photometric_ref --draws SPACE SAMPLES SEED BINS [NUM_OPS MAGNITUDE]
+// prints "OP BIN NEGATIVE" for each op drawn for samples 0 .. SAMPLES-1 from
+// Rng(SEED, 0, sample), as Augment::plan_pixels draws them.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -14,19 +25,89 @@
 #include <string>
 #include <vector>
 
+#include "image/affine.h"
+#include "image/auto_augment.h"
 #include "image/photometric.h"
 
 using namespace conveyor;
 
-int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: photometric_ref IN OUT\n");
-    return 2;
+namespace {
+
+Fill fill_at(const std::vector<double>& p, std::size_t i) {
+  return fill_bytes({p[i], p[i + 1], p[i + 2]});
+}
+
+// rotate: angle fill*3. affine: angle tx ty scale shear_x shear_y has_center cx cy fill*3.
+// autoaugment: space op bin negative bins fill*3.
+void apply(const std::string& op, const std::vector<double>& p, RgbView v, PhotometricScratch& scratch) {
+  if (op == "brightness") adjust_brightness(v, p[0]);
+  else if (op == "contrast") adjust_contrast(v, p[0]);
+  else if (op == "saturation") adjust_saturation(v, p[0]);
+  else if (op == "hue") adjust_hue(v, p[0]);
+  else if (op == "grayscale") to_grayscale(v);
+  else if (op == "solarize") solarize(v, p[0]);
+  else if (op == "posterize") posterize(v, int(p[0]));
+  else if (op == "autocontrast") autocontrast(v);
+  else if (op == "equalize") equalize(v);
+  else if (op == "invert") invert(v);
+  else if (op == "sharpness") adjust_sharpness(v, p[0], scratch);
+  else if (op == "blur") gaussian_blur(v, int(p[0]), int(p[1]), p[2], p[3], scratch);
+  else if (op == "rotate") rotate(v, p[0], fill_at(p, 1), scratch);
+  else if (op == "affine") {
+    AffineParams a{p[0], p[1], p[2], p[3], p[4], p[5], std::nullopt};
+    if (p[6] != 0) a.center = std::array<double, 2>{p[7], p[8]};
+    affine(v, a, fill_at(p, 9), scratch);
+  } else if (op == "autoaugment") {
+    const auto space = AutoAugmentSpace(int(p[0]));
+    const auto which = AutoAugmentOp(int(p[1]));
+    double m = auto_augment_magnitude(space, which, int(p[2]), int(p[4]), {v.height, v.width});
+    if (p[3] != 0 && is_signed(which)) m = -m;
+    if (const auto pixel_op = auto_augment_pixel_op(which, m, fill_at(p, 5))) apply_pixel_ops({*pixel_op}, v, scratch);
+  } else {
+    throw std::invalid_argument("unknown op '" + op + "'");
   }
-  std::ifstream in(argv[1], std::ios::binary);
-  std::ofstream out(argv[2], std::ios::binary);
+}
+
+int space(int argc, char** argv) {
+  if (argc != 6) return 2;
+  const auto s = AutoAugmentSpace(std::atoi(argv[2]));
+  const int bins = std::atoi(argv[3]);
+  const Size image{std::atoi(argv[5]), std::atoi(argv[4])};
+  for (int op = 0; op < kAutoAugmentOps; ++op) {
+    for (int bin = 0; bin < bins; ++bin) {
+      std::printf("%d %d %.17g\n", op, bin, auto_augment_magnitude(s, AutoAugmentOp(op), bin, bins, image));
+    }
+  }
+  return 0;
+}
+
+int draws(int argc, char** argv) {
+  if (argc != 6 && argc != 8) return 2;
+  const bool rand_augment = std::atoi(argv[2]) == 1;
+  const long samples = std::atol(argv[3]);
+  const auto seed = std::strtoull(argv[4], nullptr, 10);
+  TrivialAugmentWide ta;
+  RandAugment ra;
+  ta.num_magnitude_bins = ra.num_magnitude_bins = std::atoi(argv[5]);
+  if (argc == 8) {
+    ra.num_ops = std::atoi(argv[6]);
+    ra.magnitude = std::atoi(argv[7]);
+  }
+  for (long i = 0; i < samples; ++i) {
+    Rng rng(seed, 0, std::uint64_t(i));
+    for (int k = 0; k < (rand_augment ? ra.num_ops : 1); ++k) {
+      const AutoAugmentDraw d = rand_augment ? draw_rand_augment(ra, rng) : draw_trivial_augment(ta, rng);
+      std::printf("%d %d %d\n", int(d.op), d.bin, d.negative ? 1 : 0);
+    }
+  }
+  return 0;
+}
+
+int records(const char* in_path, const char* out_path) {
+  std::ifstream in(in_path, std::ios::binary);
+  std::ofstream out(out_path, std::ios::binary);
   if (!in || !out) {
-    std::fprintf(stderr, "photometric_ref: cannot open %s or %s\n", argv[1], argv[2]);
+    std::fprintf(stderr, "photometric_ref: cannot open %s or %s\n", in_path, out_path);
     return 1;
   }
   PhotometricScratch scratch;
@@ -35,8 +116,10 @@ int main(int argc, char** argv) {
     std::istringstream h(header);
     std::string op;
     int w = 0, hgt = 0;
-    double p[4] = {0, 0, 0, 0};
-    if (!(h >> op >> w >> hgt >> p[0] >> p[1] >> p[2] >> p[3]) || w < 1 || hgt < 1 || w > 8192 || hgt > 8192) {
+    std::vector<double> p;
+    const bool sized = bool(h >> op >> w >> hgt);
+    for (double v; h >> v;) p.push_back(v);
+    if (!sized || !h.eof() || w < 1 || hgt < 1 || w > 8192 || hgt > 8192 || p.size() > 16) {
       std::fprintf(stderr, "photometric_ref: record %d: bad header '%s'\n", record, header.c_str());
       return 1;
     }
@@ -45,21 +128,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "photometric_ref: record %d: image cut short\n", record);
       return 1;
     }
-    const RgbView v{px.data(), w, hgt, std::ptrdiff_t(w) * 3};
     try {
-      if (op == "brightness") adjust_brightness(v, p[0]);
-      else if (op == "contrast") adjust_contrast(v, p[0]);
-      else if (op == "saturation") adjust_saturation(v, p[0]);
-      else if (op == "hue") adjust_hue(v, p[0]);
-      else if (op == "grayscale") to_grayscale(v);
-      else if (op == "solarize") solarize(v, p[0]);
-      else if (op == "posterize") posterize(v, int(p[0]));
-      else if (op == "autocontrast") autocontrast(v);
-      else if (op == "equalize") equalize(v);
-      else if (op == "invert") invert(v);
-      else if (op == "sharpness") adjust_sharpness(v, p[0], scratch);
-      else if (op == "blur") gaussian_blur(v, int(p[0]), int(p[1]), p[2], p[3], scratch);
-      else throw std::invalid_argument("unknown op '" + op + "'");
+      p.resize(16, 0.0);
+      apply(op, p, RgbView{px.data(), w, hgt, std::ptrdiff_t(w) * 3}, scratch);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "photometric_ref: record %d: %s\n", record, e.what());
       return 1;
@@ -67,4 +138,15 @@ int main(int argc, char** argv) {
     out.write(reinterpret_cast<const char*>(px.data()), std::streamsize(px.size()));
   }
   return out ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rc = 2;
+  if (argc >= 2 && std::string(argv[1]) == "--space") rc = space(argc, argv);
+  else if (argc >= 2 && std::string(argv[1]) == "--draws") rc = draws(argc, argv);
+  else if (argc == 3) rc = records(argv[1], argv[2]);
+  if (rc == 2) std::fprintf(stderr, "usage: photometric_ref IN OUT | --space SPACE BINS W H | --draws SPACE N SEED BINS [OPS M]\n");
+  return rc;
 }

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Holds image/photometric.h's ops to torchvision's functional ops on uint8 tensors.
+"""Holds image/photometric.h's and image/affine.h's ops to torchvision's functional ops on uint8 tensors.
 
     python3 tests/photometric_test.py PHOTOMETRIC_REF
 
 For each op, many parameter draws over images of several sizes (photo-like
 colour, flat, noisy and grey ones): torchvision.transforms.functional gives the
-expected image, PHOTOMETRIC_REF (tests/photometric_ref.cpp) Conveyor's, and every
+expected image (for TrivialAugmentWide's and RandAugment's ops, autoaugment's
+_apply_op with the magnitude of torchvision's own table for the same op, bin
+and sign), PHOTOMETRIC_REF (tests/photometric_ref.cpp) Conveyor's, and every
 value must agree within 1 grey level. Prints one line per op with the worst
 difference and the share of values off by one; exits 77 (CTest's skip) without
 torchvision, 1 on a disagreement.
 """
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +22,7 @@ try:
     import numpy as np
     import torch
     import torchvision.transforms.functional as F
+    from torchvision.transforms import InterpolationMode, autoaugment
 except ImportError as e:  # CTest reads 77 as a skip
     print(f"photometric_test: skipped: {e}")
     sys.exit(77)
@@ -76,6 +80,70 @@ def cases(rng):
     yield "invert", (), F.invert
 
 
+def random_fill(rng):
+    """None (black) or an RGB fill, sometimes with halves that round to even."""
+    k = int(rng.integers(0, 3))
+    if k == 0:
+        return None
+    if k == 1:
+        return [float(v) for v in rng.integers(0, 256, 3)]
+    return [float(rng.integers(0, 255)) + 0.5 for _ in range(3)]
+
+
+def fill_params(fill):
+    return tuple(fill) if fill is not None else (0.0, 0.0, 0.0)
+
+
+def geometric_cases(rng):
+    """F.rotate and F.affine (NEAREST, fill), at random and at the angles that land on pixel-centre ties."""
+    angles = [float(a) for a in rng.uniform(-180, 180, 10)] + [0.0, 90.0, -90.0, 180.0, 45.0, -135.0]
+    for angle in angles:
+        fill = random_fill(rng)
+        yield "rotate", (angle, *fill_params(fill)), lambda t, a=angle, f=fill: F.rotate(t, a, fill=f)
+    for i in range(24):
+        angle = float(rng.uniform(-60, 60)) if i % 3 == 0 else 0.0
+        tx, ty = int(rng.integers(-40, 41)), int(rng.integers(-40, 41))
+        scale = float(rng.uniform(0.7, 1.3)) if i % 4 == 0 else 1.0
+        shear = [math.degrees(math.atan(float(v))) for v in rng.uniform(-0.99, 0.99, 2)]
+        center = [[0, 0], None, [int(rng.integers(0, 40)), int(rng.integers(0, 40))]][i % 3]
+        fill = random_fill(rng)
+        c = center if center is not None else [0, 0]
+        params = (angle, tx, ty, scale, shear[0], shear[1], 1 if center is not None else 0, c[0], c[1], *fill_params(fill))
+        yield "affine", params, lambda t, a=angle, tr=[tx, ty], s=scale, sh=shear, ce=center, f=fill: F.affine(
+            t, angle=a, translate=tr, scale=s, shear=sh, center=ce, fill=f)
+
+
+def policy_space(space, bins, t):
+    """torchvision's augmentation space (op name -> (magnitudes, signed)) for image tensor t."""
+    if space == 0:
+        return autoaugment.TrivialAugmentWide()._augmentation_space(bins)
+    return autoaugment.RandAugment()._augmentation_space(bins, (t.shape[-2], t.shape[-1]))
+
+
+def policy_op(t, space, op, b, negative, bins, fill):
+    """_apply_op for torchvision's op index `op` at bin b, negated for the signed ops when asked."""
+    name = list(policy_space(space, bins, t).keys())[op]
+    magnitudes, signed = policy_space(space, bins, t)[name]
+    magnitude = float(magnitudes[b].item()) if magnitudes.ndim > 0 else 0.0
+    if signed and negative:
+        magnitude *= -1.0
+    return autoaugment._apply_op(t, name, magnitude, interpolation=InterpolationMode.NEAREST, fill=fill)
+
+
+def policy_cases(rng):
+    """Every op of both policies at its first and last bin and at random bins, both signs."""
+    for space in (0, 1):
+        for op in range(14):
+            for i in range(6):
+                bins = 31 if i < 4 else int(rng.integers(2, 40))
+                b = [0, bins - 1][i] if i < 2 else int(rng.integers(0, bins))
+                negative = int(rng.integers(0, 2))
+                fill = random_fill(rng)
+                params = (space, op, b, negative, bins, *fill_params(fill))
+                yield "autoaugment", params, lambda t, sp=space, o=op, b=b, n=negative, bins=bins, f=fill: policy_op(
+                    t, sp, o, b, n, bins, f)
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -84,13 +152,13 @@ def main():
     rng = np.random.default_rng(20261126)
     imgs = images(rng)
     records, expected, labels = [], [], []
-    for op, params, tv in cases(rng):
+    all_cases = list(cases(rng)) + list(geometric_cases(rng)) + list(policy_cases(rng))
+    for op, params, tv in all_cases:
         for name, img in imgs:
             h, w, _ = img.shape
             if op == "blur" and (params[0] // 2 >= w or params[1] // 2 >= h):
                 continue  # reflect padding needs the image wider than half the kernel (torch refuses too)
-            p = list(params) + [0] * (4 - len(params))
-            records.append(f"{op} {w} {h} {' '.join(repr(float(v)) for v in p)}\n".encode() + img.tobytes())
+            records.append(f"{op} {w} {h} {' '.join(repr(float(v)) for v in params)}\n".encode() + img.tobytes())
             want = tv(torch.from_numpy(img.copy()).permute(2, 0, 1).contiguous())
             expected.append(want.permute(1, 2, 0).numpy())
             labels.append((op, params, name))

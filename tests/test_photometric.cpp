@@ -13,7 +13,9 @@
 
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
+#include "image/affine.h"
 #include "image/augment.h"
+#include "image/auto_augment.h"
 #include "image/decode.h"
 #include "image/image_ops.h"
 #include "image/image_source.h"
@@ -216,7 +218,8 @@ TEST_CASE("colour transforms through the pipeline: the same bytes for 1 and 3 wo
   const Dataset ds = Dataset::from_folder(dir.path());
   ImageConfig cfg;
   cfg.transforms = {RandomResizedCrop{{24, 24}}, RandomHorizontalFlip{}, color_jitter(0.4, 0.4, 0.4, 0.1),
-                    RandomGrayscale{0.2}, GaussianBlur{3, 3}, RandomEqualize{0.3}};
+                    RandomGrayscale{0.2}, GaussianBlur{3, 3}, RandomEqualize{0.3}, TrivialAugmentWide{},
+                    RandAugment{2, 9, 31, {128, 128, 128}}};
   const auto run = [&](std::size_t workers) {
     ImageSource src(ds, cfg, workers);
     Config c;
@@ -262,4 +265,85 @@ TEST_CASE("colour transforms through the pipeline: the same bytes for 1 and 3 wo
     REQUIRE(got == want);
   }
   REQUIRE(coloured == int(ds.size()));  // ColorJitter draws every time
+}
+
+TEST_CASE("affine ops: shifts, half and quarter turns worked by hand, fill, and row padding left alone", "[photometric]") {
+  Image src(5, 3, 2);
+  for (int y = 0; y < 3; ++y) {
+    for (int x = 0; x < 5; ++x) {
+      for (int c = 0; c < 3; ++c) src.at(x, y)[c] = std::uint8_t(100 + 10 * y + x + 50 * c);
+    }
+  }
+  for (std::size_t i = 15; i < src.px.size(); i += std::size_t(src.stride)) src.px[i] = src.px[i + 1] = 7;  // padding
+  PhotometricScratch scratch;
+  const Fill fill{1, 2, 3};
+  // translate=[2, -1]: output (x, y) is input (x - 2, y + 1), else the fill.
+  Image img = src;
+  AffineParams shift;
+  shift.translate_x = 2;
+  shift.translate_y = -1;
+  affine(img.view(), shift, fill, scratch);
+  for (int y = 0; y < 3; ++y) {
+    for (int x = 0; x < 5; ++x) {
+      const bool inside = x - 2 >= 0 && y + 1 < 3;
+      for (int c = 0; c < 3; ++c) REQUIRE(img.at(x, y)[c] == (inside ? src.at(x - 2, y + 1)[c] : fill[std::size_t(c)]));
+    }
+  }
+  for (std::size_t i = 15; i < img.px.size(); i += std::size_t(img.stride)) REQUIRE((img.px[i] == 7 && img.px[i + 1] == 7));
+  // 180 degrees about the centre of an odd-sized image: every pixel from its mirror, no fill.
+  img = src;
+  rotate(img.view(), 180, fill, scratch);
+  for (int y = 0; y < 3; ++y) {
+    for (int x = 0; x < 5; ++x) REQUIRE(img.at(x, y)[0] == src.at(4 - x, 2 - y)[0]);
+  }
+  // 90 degrees counter-clockwise on a 3x3: output (x, y) from input (2 - y, x).
+  Image sq(3, 3);
+  for (int y = 0; y < 3; ++y) {
+    for (int x = 0; x < 3; ++x) sq.at(x, y)[0] = std::uint8_t(3 * y + x);
+  }
+  Image turned = sq;
+  rotate(turned.view(), 90, fill, scratch);
+  for (int y = 0; y < 3; ++y) {
+    for (int x = 0; x < 3; ++x) REQUIRE(turned.at(x, y)[0] == sq.at(2 - y, x)[0]);
+  }
+  REQUIRE_THROWS_WITH(rotate(img.view(), std::nan(""), fill, scratch), "rotate: angle must be finite");
+  AffineParams bad;
+  bad.scale = 0;
+  REQUIRE_THROWS_WITH(affine(img.view(), bad, fill, scratch), "affine: scale must be finite and > 0");
+}
+
+TEST_CASE("policies: each op as torchvision's _apply_op calls it, drawn from the sample's Rng alone", "[photometric][augment]") {
+  using K = PixelOp::Kind;
+  using Op = AutoAugmentOp;
+  const Fill f{9, 8, 7};
+  // Colour factors are 1 + m; shear goes through degrees(atan(m)); translate and posterize truncate.
+  REQUIRE(auto_augment_pixel_op(Op::brightness, -0.25, f)->value == 0.75);
+  REQUIRE(auto_augment_pixel_op(Op::color, 0.5, f)->kind == K::saturation);
+  REQUIRE(auto_augment_pixel_op(Op::shear_x, 1.0, f)->value == Approx(45.0));
+  REQUIRE(auto_augment_pixel_op(Op::translate_y, -3.9, f)->value == -3.0);
+  REQUIRE(auto_augment_pixel_op(Op::rotate, 12.5, f)->fill == f);
+  REQUIRE(!auto_augment_pixel_op(Op::identity, 0, f));
+  // The tables' ends: TrivialAugmentWide's wider ranges, RandAugment's translate by the image's size.
+  const Size image{100, 331};
+  REQUIRE(auto_augment_magnitude(AutoAugmentSpace::trivial_augment_wide, Op::rotate, 30, 31, image) == 135.0);
+  REQUIRE(auto_augment_magnitude(AutoAugmentSpace::rand_augment, Op::rotate, 30, 31, image) == 30.0);
+  REQUIRE(auto_augment_magnitude(AutoAugmentSpace::rand_augment, Op::translate_x, 30, 31, image) == 150.0);
+  REQUIRE(auto_augment_magnitude(AutoAugmentSpace::trivial_augment_wide, Op::posterize, 30, 31, image) == 2.0);
+  REQUIRE(auto_augment_magnitude(AutoAugmentSpace::rand_augment, Op::posterize, 30, 31, image) == 4.0);
+  REQUIRE(auto_augment_magnitude(AutoAugmentSpace::rand_augment, Op::solarize, 0, 31, image) == 255.0);
+  // One sample's key gives one list of ops; RandAugment draws num_ops ops (identity adds none).
+  const Augment ta({CenterCrop{{16, 16}}, TrivialAugmentWide{}}), ra({CenterCrop{{16, 16}}, RandAugment{3, 9, 31, {}}});
+  REQUIRE((ta.has_pixel_ops() && ra.has_pixel_ops()));  // so their samples stay off the GPU decoder
+  std::vector<PixelOp> first, again;
+  int drawn = 0;
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    Rng a(5, 2, i), b(5, 2, i);
+    ra.plan_pixels(a, first);
+    ra.plan_pixels(b, again);
+    REQUIRE(first.size() == again.size());
+    for (std::size_t k = 0; k < first.size(); ++k) REQUIRE((first[k].kind == again[k].kind && first[k].value == again[k].value));
+    REQUIRE(first.size() <= 3);
+    drawn += int(first.size());
+  }
+  REQUIRE((drawn > 500 && drawn < 600));  // 3 ops a sample, 1 in 14 of them identity
 }

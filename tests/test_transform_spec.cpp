@@ -50,8 +50,8 @@ TEST_CASE("transform lists: each mistake is one line naming the transform and pa
   REQUIRE(error("rrc(224), Flipp") ==
           "transforms: unknown transform 'Flipp' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
           "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, "
-          "RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, or their short "
-          "names)");
+          "RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, "
+          "TrivialAugmentWide, RandAugment, or their short names)");
   REQUIRE(error("RandomResizedCrop(224, scal=(0.1, 1))") ==
           "transforms: RandomResizedCrop: unknown parameter 'scal' (it takes size, scale, ratio)");
   REQUIRE(error("RandomResizedCrop(224, scale=0.5)") == "transforms: RandomResizedCrop: scale must be 2 number(s)");
@@ -75,6 +75,42 @@ TEST_CASE("transform lists: each mistake is one line naming the transform and pa
   REQUIRE(error("rrc(32), jitter(hue=0.6)") == "transforms: ColorJitter: hue must be in [0, 0.5]");
   REQUIRE(error("rrc(32), jitter(hue=(-0.2, 0.6))") == "ColorJitter: hue must be a range -0.5 <= min <= max <= 0.5");
   REQUIRE(error("jitter(0.4), rrc(32)") ==
+          "RandomResizedCrop: geometric transforms must come before the colour transforms (Conveyor applies those to "
+          "the cropped output)");
+}
+
+TEST_CASE("transform lists: the policies take torchvision's names, defaults and fill", "[transforms]") {
+  REQUIRE(described("RandomResizedCrop(176), RandomHorizontalFlip(), TrivialAugmentWide()") ==
+          "RandomResizedCrop(176, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5) + "
+          "TrivialAugmentWide(num_magnitude_bins=31)");
+  REQUIRE(described("rrc(176), trivialaugment(num_magnitude_bins=11, fill=128)") ==
+          "RandomResizedCrop(176, scale=(0.08, 1), ratio=(0.75, 1.33)) + "
+          "TrivialAugmentWide(num_magnitude_bins=11, fill=(128, 128, 128))");
+  REQUIRE(described("center(32), RandAugment()") ==
+          "CenterCrop(32) + RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31)");
+  REQUIRE(described("center(32), randaugment(3, 5, fill=(1, 2, 3))") ==
+          "CenterCrop(32) + RandAugment(num_ops=3, magnitude=5, num_magnitude_bins=31, fill=(1, 2, 3))");
+  REQUIRE(described("center(32), RandAugment(num_ops=0, magnitude=0, num_magnitude_bins=2, fill=None)") ==
+          "CenterCrop(32) + RandAugment(num_ops=0, magnitude=0, num_magnitude_bins=2)");
+}
+
+TEST_CASE("transform lists: a policy's mistake names the policy and the parameter", "[transforms]") {
+  REQUIRE(error("rrc(32), TrivialAugmentWide(num_magnitude_bins=1)") ==
+          "TrivialAugmentWide: num_magnitude_bins must be in [2, 1024]");
+  REQUIRE(error("rrc(32), trivialaugment(31.5)") == "transforms: trivialaugment: num_magnitude_bins must be an integer");
+  REQUIRE(error("rrc(32), trivialaugment(fill=(1, 2))") == "transforms: trivialaugment: fill must be 1 or 3 number(s)");
+  REQUIRE(error("rrc(32), trivialaugment(fill=256)") == "TrivialAugmentWide: fill must be in [0, 255]");
+  REQUIRE(error("rrc(32), trivialaugment(interpolation=2)") ==
+          "transforms: trivialaugment: interpolation: only NEAREST, the default, is supported");
+  REQUIRE(error("rrc(32), trivialaugment(magnitude=9)") ==
+          "transforms: trivialaugment: unknown parameter 'magnitude' (it takes num_magnitude_bins, interpolation, fill)");
+  REQUIRE(error("rrc(32), RandAugment(magnitude=31)") == "RandAugment: magnitude must be in [0, num_magnitude_bins - 1]");
+  REQUIRE(error("rrc(32), RandAugment(magnitude=4, num_magnitude_bins=4)") ==
+          "RandAugment: magnitude must be in [0, num_magnitude_bins - 1]");
+  REQUIRE(error("rrc(32), RandAugment(num_ops=-1)") == "RandAugment: num_ops must be in [0, 64]");
+  REQUIRE(error("rrc(32), RandAugment(num_ops=2.5)") == "transforms: RandAugment: num_ops must be an integer");
+  REQUIRE(error("rrc(32), RandAugment(num_ops=True)") == "transforms: RandAugment: num_ops must be a number");
+  REQUIRE(error("TrivialAugmentWide(), rrc(32)") ==
           "RandomResizedCrop: geometric transforms must come before the colour transforms (Conveyor applies those to "
           "the cropped output)");
 }

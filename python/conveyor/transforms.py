@@ -20,6 +20,8 @@ first in a list, then the colour ones; the first sets the output size, so
 The arguments' values are checked when the Loader is made, each error naming
 the transform and the parameter. ColorJitter's and GaussianBlur's ``p`` is the
 probability torchvision's RandomApply around them would give (default 1).
+TrivialAugmentWide and RandAugment come among the colour ones (they act on the
+output); their interpolation is torchvision's default, NEAREST, the only one.
 """
 
 __all__ = [
@@ -39,6 +41,8 @@ __all__ = [
     "RandomAutocontrast",
     "RandomEqualize",
     "RandomInvert",
+    "TrivialAugmentWide",
+    "RandAugment",
 ]
 
 _REQUIRED = object()
@@ -168,3 +172,16 @@ class RandomEqualize(Transform):
 class RandomInvert(Transform):
     """Inverts every value, with probability p."""
     _params = (("p", 0.5),)
+
+
+class TrivialAugmentWide(Transform):
+    """One of 14 ops (identity, shear, translate, rotate, colour, posterize, solarize, ...) at a random magnitude.
+
+    fill: the RGB value (a number or (r, g, b)) rotate, shear and translate bring in; None is black.
+    """
+    _params = (("num_magnitude_bins", 31), ("interpolation", None), ("fill", None))
+
+
+class RandAugment(Transform):
+    """num_ops ops drawn from the same 14, each at bin `magnitude` of num_magnitude_bins; fill as TrivialAugmentWide's."""
+    _params = (("num_ops", 2), ("magnitude", 9), ("num_magnitude_bins", 31), ("interpolation", None), ("fill", None))

@@ -135,3 +135,57 @@ def test_vertical_flip_is_torchvision_vflip(tmp_path):
     for i in plain:
         assert np.array_equal(always[i], tv(plain[i], F.vflip))
         assert np.array_equal(drawn[i], plain[i]) or np.array_equal(drawn[i], always[i])
+
+
+def test_policies_print_as_text_and_refuse_what_torchvision_would():
+    assert str(T.TrivialAugmentWide()) == "TrivialAugmentWide()"
+    assert str(T.RandAugment(num_ops=2, magnitude=9)) == "RandAugment(num_ops=2, magnitude=9)"
+    assert str(T.RandAugment(3, fill=(1, 2, 3))) == "RandAugment(num_ops=3, fill=(1, 2, 3))"
+    with pytest.raises(TypeError, match=r"TrivialAugmentWide\(\) got an unexpected keyword argument 'magnitude'"):
+        T.TrivialAugmentWide(magnitude=9)
+    with pytest.raises(TypeError, match=r"RandAugment: interpolation="):
+        T.RandAugment(interpolation="bilinear")
+
+
+def test_policies_run_the_same_for_any_worker_count_and_check_their_values(folder):
+    recipe = [T.RandomResizedCrop(20), T.RandomHorizontalFlip(), T.TrivialAugmentWide(fill=128), T.RandAugment()]
+    runs = [batches(conveyor.Loader(folder=str(folder), batch_size=4, workers=w, seed=3, device="cpu",
+                                    transforms=recipe)) for w in (1, 3)]
+    assert runs[0] == runs[1]
+    f = str(folder)
+    with pytest.raises(ValueError, match=r"transforms=: .*RandAugment: magnitude must be in \[0, num_magnitude_bins - 1\]"):
+        conveyor.Loader(folder=f, transforms=[T.RandomResizedCrop(24), T.RandAugment(magnitude=31)])
+    with pytest.raises(ValueError, match=r"transforms=: .*TrivialAugmentWide: fill must be in \[0, 255\]"):
+        conveyor.Loader(folder=f, transforms="rrc(24), TrivialAugmentWide(fill=300)")
+
+
+def test_each_policy_sample_is_torchvision_apply_op_of_one_draw(tmp_path):
+    """Every sample equals torchvision's _apply_op, on the same crop, for one (op, bin, sign) of the space."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    autoaugment = pytest.importorskip("torchvision.transforms.autoaugment", reason="torchvision is not installed")
+    from torchvision.transforms import InterpolationMode
+    rng = np.random.default_rng(12)
+    (tmp_path / "c").mkdir()
+    for i in range(6):
+        write_ppm(tmp_path / "c" / f"img{i}.ppm", rng.integers(0, 256, (9 + i, 11, 3), dtype=np.uint8))
+    common = dict(folder=str(tmp_path), batch_size=3, workers=2, seed=5, device="cpu", shuffle=False)
+    plain = decoded(conveyor.Loader(transforms="CenterCrop(8)", **common))
+    fill = [10.0, 20.0, 30.0]
+    policies = {"TrivialAugmentWide(num_magnitude_bins=7, fill=(10, 20, 30))":
+                autoaugment.TrivialAugmentWide(7)._augmentation_space(7),
+                "RandAugment(num_ops=1, magnitude=4, num_magnitude_bins=7, fill=(10, 20, 30))":
+                {k: (m[4:5] if m.ndim else m, s) for k, (m, s) in
+                 autoaugment.RandAugment()._augmentation_space(7, (8, 8)).items()}}
+    for text, space in policies.items():
+        drawn = decoded(conveyor.Loader(transforms="CenterCrop(8), " + text, **common))
+        assert sum(not np.array_equal(drawn[i], plain[i]) for i in plain) >= 3  # the policy ran (identity is 1 in 14)
+        for i, image in plain.items():
+            t = torch.from_numpy(image).permute(2, 0, 1).contiguous()
+            found = False
+            for name, (mags, signed) in space.items():
+                for m in ([float(v) for v in mags] if mags.ndim else [0.0]):
+                    for sign in ((1.0, -1.0) if signed else (1.0,)):
+                        want = autoaugment._apply_op(t, name, sign * m, InterpolationMode.NEAREST, fill)
+                        want = want.permute(1, 2, 0).numpy().astype(np.int16)
+                        found = found or int(np.abs(want - drawn[i].astype(np.int16)).max()) <= 1
+            assert found, f"{text}: sample {i} is no op of torchvision's space"
