@@ -5,7 +5,8 @@
 # (the command's epoch digests; with the Python module, every batch's bytes
 # for 1 and 3 workers, and a resume from the local run's state); a warm second
 # run served from the cache (the access log holds no shard GET); three
-# processes on one cold cache fetch each shard once; a 404, a closed port, a
+# processes on one cold cache fetch each shard once; a body broken off
+# half-way resumed with a Range request; a 404, a closed port, a
 # host name that does not resolve, a shard damaged on the server and one cut
 # short each fail with one line naming the URL (credentials hidden); a
 # build without libcurl says so in one line.
@@ -150,6 +151,25 @@ for p in "${pids[@]}"; do wait "$p" || fail "a process on the shared cache faile
 count_gets
 [ $((gets - before)) -eq "$shards" ] || fail "3 processes on one cache: $((gets - before)) shard GETs for $shards shards"
 ls "$work/shared"/*/*/ | grep -q '\.part$' && fail "a partial download left in the cache"
+
+# A body broken off half-way resumes with a Range request from the byte it
+# reached (a server that cuts each shard's first response short).
+cut_port=$(free_port)
+python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$cut_port" "$work/log/cut.log" &
+cut_pid=$!
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$cut_port") 2>/dev/null && break; sleep 0.1; done
+if ! "$conveyor" run --epochs 1 --workers 2 --batch 5 --shards "http://127.0.0.1:$cut_port/ds/" --cache-dir "$work/ccut" \
+     --json "$work/cut.json" >"$work/cut.out" 2>&1; then
+  kill "$cut_pid"; fail "a body cut short was not resumed: $(tail -3 "$work/cut.out")"
+fi
+kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+[ "$(grep -c ' cut$' "$work/log/cut.log")" -eq "$shards" ] || fail "the server cut $(grep -c ' cut$' "$work/log/cut.log") bodies, not $shards"
+[ "$(grep -c 'bytes=[1-9][0-9]*- 206$' "$work/log/cut.log")" -eq "$shards" ] || fail "no Range resume per shard: $(cat "$work/log/cut.log")"
+python3 - "$work/local.json" "$work/cut.json" <<'PY' || fail "the resumed shards hold other samples"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["epoch_digest"][0] == b["epoch_digest"][0], (a["epoch_digest"], b["epoch_digest"])
+PY
 
 # Errors: one line naming the URL, a non-zero exit.
 one_line_error() {  # what, expected text, then conveyor's arguments
