@@ -1,6 +1,7 @@
-"""Serves a folder over HTTP on 127.0.0.1:PORT, cutting the first response for
-each .tar short: it promises the whole size, sends half, and closes the
-connection. Later requests get the rest, honouring `Range: bytes=N-` with a
+"""Serves a folder over HTTP on 127.0.0.1:PORT, answering the first request
+for each manifest 503 and then 429 (to be retried), and cutting the first
+response for each .tar short: it promises the whole size, sends half, and
+closes the connection. Later requests get the rest, honouring `Range: bytes=N-` with a
 206. Each request's path, Range header and status are appended to LOG, one
 line each, as they finish. For http_test.sh (a client must resume with a
 Range request from the byte it reached). Usage: http_cut_server.py DIR PORT LOG
@@ -11,6 +12,7 @@ import sys
 
 root, port, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 cut = set()
+refused = {}
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -28,6 +30,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not os.path.isfile(path):
             self.send_error(404)
             self.note(404)
+            return
+        if path.endswith(".conveyor-manifest") and refused.get(path, 0) < 2:
+            status = (503, 429)[refused.get(path, 0)]
+            refused[path] = refused.get(path, 0) + 1
+            self.send_error(status)
+            self.note(status)
             return
         data = open(path, "rb").read()
         start = 0

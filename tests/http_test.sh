@@ -5,8 +5,8 @@
 # (the command's epoch digests; with the Python module, every batch's bytes
 # for 1 and 3 workers, and a resume from the local run's state); a warm second
 # run served from the cache (the access log holds no shard GET); three
-# processes on one cold cache fetch each shard once; a body broken off
-# half-way resumed with a Range request; a 404, a closed port, a
+# processes on one cold cache fetch each shard once; 503 and 429 retried and a
+# body broken off half-way resumed with a Range request; a 404, a closed port, a
 # host name that does not resolve, a shard damaged on the server and one cut
 # short each fail with one line naming the URL (credentials hidden); a
 # build without libcurl says so in one line.
@@ -17,9 +17,9 @@ conveyor=$1
 pythonpath=${2:-}
 python=${3:-python3}
 work=$(mktemp -d)
-server_pid=
+server_pid= cut_pid=
 cleanup() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  for pid in $server_pid $cut_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -152,17 +152,17 @@ count_gets
 [ $((gets - before)) -eq "$shards" ] || fail "3 processes on one cache: $((gets - before)) shard GETs for $shards shards"
 ls "$work/shared"/*/*/ | grep -q '\.part$' && fail "a partial download left in the cache"
 
-# A body broken off half-way resumes with a Range request from the byte it
-# reached (a server that cuts each shard's first response short).
+# 503 and 429 are retried, and a body broken off half-way resumes with a Range
+# request from the byte it reached (a server that answers so once each).
 cut_port=$(free_port)
 python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$cut_port" "$work/log/cut.log" &
 cut_pid=$!
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$cut_port") 2>/dev/null && break; sleep 0.1; done
-if ! "$conveyor" run --epochs 1 --workers 2 --batch 5 --shards "http://127.0.0.1:$cut_port/ds/" --cache-dir "$work/ccut" \
-     --json "$work/cut.json" >"$work/cut.out" 2>&1; then
-  kill "$cut_pid"; fail "a body cut short was not resumed: $(tail -3 "$work/cut.out")"
-fi
+"$conveyor" run --epochs 1 --workers 2 --batch 5 --shards "http://127.0.0.1:$cut_port/ds/" --cache-dir "$work/ccut" \
+  --json "$work/cut.json" >"$work/cut.out" 2>&1 || fail "503, 429 or a body cut short: $(tail -3 "$work/cut.out")"
 kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+cut_pid=
+[ "$(grep -c 'manifest - \(503\|429\|200\)$' "$work/log/cut.log")" -eq 3 ] || fail "503 and 429 were not retried: $(cat "$work/log/cut.log")"
 [ "$(grep -c ' cut$' "$work/log/cut.log")" -eq "$shards" ] || fail "the server cut $(grep -c ' cut$' "$work/log/cut.log") bodies, not $shards"
 [ "$(grep -c 'bytes=[1-9][0-9]*- 206$' "$work/log/cut.log")" -eq "$shards" ] || fail "no Range resume per shard: $(cat "$work/log/cut.log")"
 python3 - "$work/local.json" "$work/cut.json" <<'PY' || fail "the resumed shards hold other samples"
