@@ -32,7 +32,7 @@ cd "$(dirname "$0")"
 
 PACKAGES=(cmake ninja-build g++ pkg-config
           libconcurrentqueue-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev catch2 libcli11-dev
-          libtomlplusplus-dev)
+          libtomlplusplus-dev libcurl4-openssl-dev)
 # The test command also builds and tests the LibTorch parts (conveyor train),
 # launches ranks with Open MPI's mpirun for the sharding check, and builds the
 # libFuzzer targets with clang (libclang-rt-14-dev holds libFuzzer).
@@ -41,7 +41,8 @@ PACKAGES=(cmake ninja-build g++ pkg-config
 # from Debian for /usr/bin/python3.
 # The wheel (pyproject.toml, setup.py) is built offline with Debian's pip tools,
 # installed into a venv, and its stubs checked with mypy.
-TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev
+# lighttpd serves packed shards on a loopback port for the http test.
+TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev lighttpd
                python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch
                python3-torchvision python3-pil
                python3-setuptools python3-wheel python3-build python3-venv python3-mypy)

@@ -11,7 +11,11 @@ The CMake build: Release, for the interpreter running this (sys.executable),
 without tests or LibTorch, libjpeg-turbo and stb linked statically
 (CONVEYOR_STATIC_DEPS) so the wheel needs none of them installed; CUDA when nvcc
 is found (CONVEYOR_CUDA=AUTO), with the static CUDA runtime, so the same wheel
-imports where there is no CUDA. CMAKE_ARGS (space-separated) adds or overrides
+imports where there is no CUDA. Without libcurl (CONVEYOR_CURL=OFF): libcurl
+would bring OpenSSL, nghttp2 and a dozen more shared libraries the wheel could
+not count on finding, so the wheel reads local shards only, and an http(s)://
+shards= fails with one line saying so; a build of the project (./go, CMake)
+links the system's libcurl and reads URLs. CMAKE_ARGS (space-separated) adds or overrides
 CMake arguments, e.g. CMAKE_ARGS="-DCONVEYOR_CUDA=OFF"; CMAKE_BUILD_PARALLEL_LEVEL
 sets the build's jobs (default: every core).
 """
@@ -68,6 +72,7 @@ class CMakeBuild(build_ext):
             "-DCONVEYOR_PYTHON=ON",
             f"-DPython3_EXECUTABLE={sys.executable}",
             "-DCONVEYOR_STATIC_DEPS=ON",
+            "-DCONVEYOR_CURL=OFF",
         ]
         if shutil.which("ninja") and not (build / "CMakeCache.txt").exists():
             args.append("-GNinja")

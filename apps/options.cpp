@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "data/dataset.h"
+#include "data/remote/url.h"
 #include "device/gpu_share.h"
 #include "image/decode.h"
 #include "image/transform_spec.h"
@@ -39,8 +40,14 @@ CLI::Option* add_or_keep(CLI::App& app, const std::string& name, T& value, const
 void add_dataset_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
   add_or_keep(app, "--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
-  add_or_keep(app, "--shards", o.shards, "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls")
-      ->check(CLI::ExistingDirectory);
+  add_or_keep(app, "--shards", o.shards,
+              "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls, or an http(s):// URL of a folder "
+              "`conveyor pack` wrote (downloaded once into --cache-dir)")
+      ->check(CLI::Validator([](std::string& s) { return is_remote_location(s) ? std::string() : CLI::ExistingDirectory(s); },
+                             "DIR|URL"));
+  add_or_keep(app, "--cache-dir", o.cache_dir,
+              "with an http(s) --shards URL: the folder its shards are downloaded to (default: the user's cache "
+              "folder, ~/.cache/conveyor/remote)");
   if (!app.get_option_no_throw("--extra-shards")) {
     app.add_flag_callback("--extra-shards", [&o] { o.unlisted_shards = UnlistedShards::read; },
                           "with --shards: also read .tar files that the folder's manifest (conveyor pack's) does not "
@@ -152,6 +159,7 @@ void check_shard(const Options& o) {
   }
   if (o.rank_by_shard && o.shards.empty()) throw UsageError("--rank-by-shard: needs a --shards dataset");
   if (o.unlisted_shards == UnlistedShards::read && o.shards.empty()) throw UsageError("--extra-shards: needs a --shards dataset");
+  if (!o.cache_dir.empty() && !is_remote_location(o.shards)) throw UsageError("--cache-dir: needs an http(s):// --shards URL");
 }
 
 void check_normalize(const Options& o) {
@@ -207,7 +215,7 @@ void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {
     if (!o.folder.empty() && inside_or_at(out, canonical(o.folder))) {
       throw UsageError(named + ": inside the --folder dataset " + o.folder + "; write outputs elsewhere");
     }
-    if (!o.shards.empty() && inside_or_at(out, canonical(o.shards))) {
+    if (!o.shards.empty() && !is_remote_location(o.shards) && inside_or_at(out, canonical(o.shards))) {
       throw UsageError(named + ": inside the --shards folder " + o.shards + "; write outputs elsewhere");
     }
     if (std::error_code ec; !output.folder && !output.image && fs::is_regular_file(out, ec)) {

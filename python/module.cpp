@@ -147,6 +147,7 @@ std::optional<double> gpu_decode_share(const py::object& v) {
 
 std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
                                       std::optional<std::string> shards, bool rank_by_shard, UnlistedShards unlisted,
+                                      std::optional<std::string> cache_dir,
                                       std::optional<py::tuple> arrays,
                                       ImageConfig image, LoaderSettings s) {
   if (rank_by_shard && !shards) throw py::value_error("rank_by_shard=True: needs shards=");
@@ -163,7 +164,8 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
   if (!arrays) {
     using Kind = DatasetSpec::Kind;
     const DatasetSpec spec{folder ? Kind::folder : shards ? Kind::shards : Kind::list, folder ? *folder : shards ? *shards : *list,
-                           unlisted, rank_by_shard, folder ? "folder=" : shards ? "shards=" : "list=", "rank_by_shard=True: "};
+                           unlisted, rank_by_shard, folder ? "folder=" : shards ? "shards=" : "list=", "rank_by_shard=True: ",
+                           RemoteOptions{.cache_dir = cache_dir.value_or("")}};
     Dataset d = open_dataset(spec, s.config);  // with rank_by_shard, this rank's shards; the pipeline then runs as rank 0 of 1
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
     return L;
@@ -246,7 +248,7 @@ std::vector<Transform> parse_transform_list(const std::string& text) {
 struct Keywords {
   py::object folder, list, shards, arrays, batch_size, workers, crop, augment, transforms, seed, shuffle, drop_last, epochs, device,
       normalize, host_queue, device_queue, device_buffers, on_error, rank, world_size, rank_by_shard, extra_shards,
-      gpu_decode, max_memory_mb, slot_timeout;
+      cache_dir, gpu_decode, max_memory_mb, slot_timeout;
 };
 
 // Loader(**keywords): every argument checked here, so that a wrong one gets a
@@ -261,6 +263,8 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   const bool rank_by_shard = flag("rank_by_shard", k.rank_by_shard);
   const bool extra_shards = flag("extra_shards", k.extra_shards);
   if (extra_shards && k.shards.is_none()) throw py::value_error("extra_shards=True: needs shards=");
+  const auto cache_dir = path("cache_dir", k.cache_dir);
+  if (cache_dir && !(shards && is_remote_location(*shards))) throw py::value_error("cache_dir=: needs shards= an http(s):// URL");
   ImageConfig ic;
   const std::optional<std::string> transforms = transform_text(k.transforms);
   if (arrays && (!k.crop.is_none() || augment || transforms)) {
@@ -309,10 +313,10 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
                  "host_queue"_a = c.host_queue_depth, "device_queue"_a = c.device_queue_depth,
                  "device_buffers"_a = c.device_buffers, "on_error"_a = on_error, "rank"_a = c.rank,
                  "world_size"_a = c.world_size, "rank_by_shard"_a = rank_by_shard, "extra_shards"_a = extra_shards,
-                 "gpu_decode"_a = k.gpu_decode,
+                 "cache_dir"_a = k.cache_dir, "gpu_decode"_a = k.gpu_decode,
                  "max_memory_mb"_a = s.max_memory_mb, "slot_timeout"_a = k.slot_timeout);
   auto loader = make_loader(folder, list, shards, rank_by_shard,
-                            extra_shards ? UnlistedShards::read : UnlistedShards::refuse, arrays, std::move(ic),
+                            extra_shards ? UnlistedShards::read : UnlistedShards::refuse, cache_dir, arrays, std::move(ic),
                             std::move(s));
   loader->slot_timeout = wait;
   loader->given = std::move(given);
@@ -323,7 +327,7 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
 const std::set<std::string> kLoaderKeywords = {
     "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "transforms", "seed", "shuffle", "drop_last",
     "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-    "rank_by_shard", "extra_shards", "gpu_decode", "max_memory_mb", "slot_timeout"};
+    "rank_by_shard", "extra_shards", "cache_dir", "gpu_decode", "max_memory_mb", "slot_timeout"};
 
 // Loader(**keywords), and the error for anything else (positional arguments,
 // an unknown keyword: DataLoader's named with this Loader's word for it).
@@ -341,10 +345,10 @@ void def_constructors(py::class_<PyLoader>& loader_class) {
                        const py::object& normalize, const py::object& host_queue, const py::object& device_queue,
                        const py::object& device_buffers, const py::object& on_error, const py::object& rank,
                        const py::object& world_size, const py::object& rank_by_shard, const py::object& extra_shards,
-                       const py::object& gpu_decode, const py::object& max_memory_mb, const py::object& slot_timeout) {
+                       const py::object& cache_dir, const py::object& gpu_decode, const py::object& max_memory_mb, const py::object& slot_timeout) {
              return new_loader({folder, list, shards, arrays, batch_size, workers, crop, augment, transforms, seed, shuffle, drop_last,
                                 epochs, device, normalize, host_queue, device_queue, device_buffers, on_error, rank,
-                                world_size, rank_by_shard, extra_shards, gpu_decode, max_memory_mb, slot_timeout});
+                                world_size, rank_by_shard, extra_shards, cache_dir, gpu_decode, max_memory_mb, slot_timeout});
            }),
            py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
            "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
@@ -354,6 +358,7 @@ void def_constructors(py::class_<PyLoader>& loader_class) {
            "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
            "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
            "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false, "extra_shards"_a = false,
+           "cache_dir"_a = py::none(),
            "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0, "slot_timeout"_a = 60.0)
       // Tried only when the one above does not match: a positional argument or
       // an unknown keyword. pybind11 would print every overload's signature

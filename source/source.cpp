@@ -9,7 +9,11 @@ Dataset open_dataset(const DatasetSpec& spec, Config& config) {
   const auto named = [&spec](const std::string& what) { return DatasetError(spec.setting + what); };
   Dataset d = [&] {
     switch (spec.kind) {
-      case DatasetSpec::Kind::shards: return Dataset::from_shards(spec.path, spec.unlisted);
+      case DatasetSpec::Kind::shards: {
+        const std::filesystem::path dir = is_remote_location(spec.path) ? fetch_shards(spec.path, spec.remote)
+                                                                          : std::filesystem::path(spec.path);
+        return Dataset::from_shards(dir, spec.unlisted);
+      }
       case DatasetSpec::Kind::list: return Dataset::from_list(spec.path);
       case DatasetSpec::Kind::folder: break;
     }

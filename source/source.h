@@ -1,11 +1,12 @@
 // Source: the one place where a dataset spec becomes what a DevicePipeline
 // runs, for the conveyor command and the Python module alike: the dataset (a
-// list file, an image folder or a folder of tar shards; one rank's whole
-// shards with rank_by_shard), then the image filler over it with the GPU
-// decoder's share and the transfer settings that share needs. Each surface
-// turns its own flags or keywords into a DatasetSpec, and the errors here
-// into its own (the command's UsageError, Python's ValueError); the memory
-// check between the two is device/memory_budget.h's.
+// list file, an image folder or a folder of tar shards, local or at an
+// http(s):// URL; one rank's whole shards with rank_by_shard), then the image
+// filler over it with the GPU decoder's share and the transfer settings that
+// share needs. Each surface turns its own flags or keywords into a
+// DatasetSpec, and the errors here into its own (the command's UsageError,
+// Python's ValueError); the memory check between the two is
+// device/memory_budget.h's.
 //
 //   Config cfg = ...;                                       // rank, world_size, workers
 //   Dataset d = open_dataset({DatasetSpec::Kind::shards, "train/"}, cfg);
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "data/remote/remote_shards.h"
 #include "device/device.h"
 #include "device/device_pipeline.h"
 #include "device/gpu_share.h"
@@ -45,9 +47,14 @@ struct DatasetSpec {
   // messages: "--list " and "--rank-by-shard: " for the command, "list=" and
   // "rank_by_shard=True: " for Python. Default: none.
   std::string setting, rank_by_shard_setting;
+  // shards given as an http(s):// URL: the cache and the fetching
+  // (data/remote/remote_shards.h). Default: RemoteOptions's.
+  RemoteOptions remote;
 };
 
-// The dataset `spec` names, for config's rank of config's world_size. With
+// The dataset `spec` names, for config's rank of config's world_size (shards
+// at an http(s):// URL: fetch_shards() into the cache first, then the cache
+// folder read as a local one). With
 // rank_by_shard: that rank's whole shards, and config's rank and world_size
 // become 0 and 1, since the pipeline then runs over them alone. Throws
 // DatasetError naming the setting and the path: a list with no samples

@@ -3,7 +3,8 @@
 # layer and of the layers below it, never above. From the bottom up:
 #
 #   pipeline/   the generic core: threads, queues, buffers, sampler, stats
-#   data/       datasets, tar shards (data/shards/), .npy arrays, the file system:
+#   data/       datasets, tar shards (data/shards/), .npy arrays, the file system,
+#               shards over http(s) through a local cache (data/remote/):
 #               where a sample's bytes come from, never what they decode to
 #   image/      decode, augment, resize, normalize, the image filler (images enter here)
 #   device/     the device interface, its CUDA and host backends, the copy stage
@@ -14,6 +15,8 @@
 #   apps/       the conveyor command, benchmarks, examples
 #
 # pipeline/ and data/ also name no image or CUDA library: they know nothing of either.
+# libcurl is named in data/remote/ alone: the HTTP client is one home behind
+# the cache, so a build without libcurl swaps one file (http_client_none.cpp).
 # Prints every offending line and exits 1 if there is one.
 # Usage: layering_test.sh SOURCE_ROOT
 set -euo pipefail
@@ -33,6 +36,12 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
 done
 if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cuda_runtime|cuda_runtime_api|nvtx3/[^>"]*|turbojpeg|jpeglib|stb_image[^>"]*|stb/[^>"]*|torch/[^>"]*)(\.h)?[>"]' pipeline data); then
   echo "pipeline/ or data/ includes an image or CUDA library:"
+  echo "$hits"
+  bad=1
+fi
+if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]curl/' --include='*.h' --include='*.cpp' --include='*.cu' \
+             pipeline data image device source libtorch python apps | grep -v '^data/remote/'); then
+  echo "libcurl is included outside data/remote/:"
   echo "$hits"
   bad=1
 fi

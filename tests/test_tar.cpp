@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "pipeline/fnv1a.h"
 #include "pipeline/pipeline.h"
 #include "shards.h"
 #include "data/dataset.h"
@@ -490,7 +492,25 @@ TEST_CASE("shards: a folder missing a shard its manifest lists, holding other co
   spit(folder / "a.tar", member("k/1.jpg", "x") + member("k/1.cls", "1") + member("k/2.jpg", "y") + member("k/2.cls", "2") + kEnd);
   spit(folder / "b.tar", member("k/3.jpg", "z") + member("k/3.cls", "3") + kEnd);
   REQUIRE(write_manifest(folder, load_shard_index(folder)));
-  REQUIRE(slurp(folder / std::string(kManifestName)) == "conveyor-shard-manifest 1\n2 a.tar\n1 b.tar\n");
+  // Each shard's count, size and FNV-1a of its bytes (what a download is checked against).
+  const auto line = [&](int count, const std::string& name) {
+    const std::string bytes = slurp(folder / name);
+    Fnv1a h;
+    h.add(bytes.data(), bytes.size());
+    char sum[17];
+    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(h.value));
+    return std::to_string(count) + " " + std::to_string(bytes.size()) + " " + sum + " " + name + "\n";
+  };
+  REQUIRE(slurp(folder / std::string(kManifestName)) == "conveyor-shard-manifest 2\n" + line(2, "a.tar") + line(1, "b.tar"));
+  const auto entries = parse_manifest(slurp(folder / std::string(kManifestName)), "m");
+  REQUIRE(entries.size() == 2);
+  REQUIRE(entries[1].file == "b.tar");
+  REQUIRE(entries[1].count == 1);
+  REQUIRE(entries[1].size == std::filesystem::file_size(folder / "b.tar"));
+  REQUIRE(entries[1].checksum == file_checksum(folder / "b.tar"));
+  REQUIRE_THROWS_WITH(parse_manifest("conveyor-shard-manifest 2\n2 a.tar\n", "m"), "m:2: expected 'COUNT SIZE CHECKSUM SHARD'");
+  REQUIRE_THROWS_WITH(parse_manifest("conveyor-shard-manifest 2\n2 10 zz a.tar\n", "m"), "m:2: expected 'COUNT SIZE CHECKSUM SHARD'");
+  REQUIRE_FALSE(parse_manifest("conveyor-shard-manifest 1\n2 a.tar\n", "m")[0].size.has_value());
   REQUIRE(Dataset::from_shards(folder).size() == 3);
   // A shard added by hand (a validation shard copied in) is refused by name,
   // unless asked for; the listed ones must all be there, whole.

@@ -454,7 +454,8 @@ fs::path index_in_cache(const fs::path& dir) {
 
 namespace {
 
-constexpr std::string_view kManifestMagic = "conveyor-shard-manifest 1";
+// Version 2 added each shard's size and checksum; version 1 is still read.
+constexpr std::string_view kManifestMagic = "conveyor-shard-manifest 2", kManifestMagic1 = "conveyor-shard-manifest 1";
 
 ShardIndex current_index(const fs::path& dir, IndexSource* source, PartialFolders partials) {
   const auto now = list_shards(dir, partials);
@@ -492,18 +493,91 @@ ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFol
   return index;
 }
 
-std::string manifest_text(const ShardIndex& index) {
+std::uint64_t file_checksum(const fs::path& file) {
+  std::unique_ptr<File> f;
+  Fnv1a h;
+  try {
+    f = posix_file_system()->open(file);
+    std::vector<unsigned char> buf(1 << 20);
+    for (std::uint64_t at = 0;;) {
+      const std::size_t n = f->read_at(at, buf.data(), buf.size());
+      if (n == 0) break;
+      h.add(buf.data(), n);
+      at += n;
+    }
+  } catch (const std::exception& e) {
+    throw DatasetError(file.string() + ": " + e.what());
+  }
+  return h.value;
+}
+
+std::string manifest_text(const ShardIndex& index, const std::vector<std::uint64_t>& checksums) {
   std::vector<std::uint64_t> counts(index.shards.size(), 0);
   for (const auto& s : index.samples) ++counts.at(s.shard);
   std::string out = std::string(kManifestMagic) + "\n";
   for (std::size_t i = 0; i < index.shards.size(); ++i) {
-    out += std::to_string(counts[i]) + " " + escape(index.shards[i].file) + "\n";
+    out += std::to_string(counts[i]) + " " + std::to_string(index.shards[i].size) + " " + hex(checksums.at(i)) + " " +
+           escape(index.shards[i].file) + "\n";
   }
   return out;
 }
 
 bool write_manifest(const fs::path& dir, const ShardIndex& index) {
-  return write_atomically(dir / kManifestName, manifest_text(index));
+  std::vector<std::uint64_t> checksums;
+  try {
+    for (const auto& s : index.shards) checksums.push_back(file_checksum(dir / s.file));
+  } catch (const DatasetError&) {
+    return false;
+  }
+  return write_atomically(dir / kManifestName, manifest_text(index, checksums));
+}
+
+namespace {
+// One "COUNT [SIZE CHECKSUM] NAME" line (the bracketed part in version 2).
+std::optional<ManifestEntry> manifest_line(std::string_view line, bool sized) {
+  ManifestEntry e;
+  const auto number = [&line](std::uint64_t& v, int base) {
+    const std::size_t space = line.find(' ');
+    if (space == std::string_view::npos) return false;
+    const auto [ptr, err] = std::from_chars(line.data(), line.data() + space, v, base);
+    line.remove_prefix(space + 1);
+    return err == std::errc{} && ptr == line.data() - 1;
+  };
+  std::uint64_t size = 0, sum = 0;
+  if (!number(e.count, 10) || (sized && (!number(size, 10) || !number(sum, 16)))) return std::nullopt;
+  if (sized) e.size = size, e.checksum = sum;
+  const auto name = unescape(line);
+  if (!name || name->empty()) return std::nullopt;
+  e.file = *name;
+  return e;
+}
+}  // namespace
+
+std::vector<ManifestEntry> parse_manifest(std::string_view text, const std::string& where, const std::string& remedy) {
+  std::vector<ManifestEntry> out;
+  std::size_t line_no = 0, begin = 0;
+  bool sized = true;
+  while (begin < text.size()) {
+    const std::size_t end = std::min(text.find('\n', begin), text.size());
+    std::string_view line = text.substr(begin, end - begin);
+    begin = end + 1;
+    const std::string at = where + ":" + std::to_string(++line_no);
+    // CRLF (edited on Windows) and trailing blanks: no shard name ends in one (it ends in .tar).
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+    if (line_no == 1) {
+      if (line != kManifestMagic && line != kManifestMagic1) {
+        throw DatasetError(at + ": not a shard manifest (its first line is not '" + std::string(kManifestMagic) + "')" + remedy);
+      }
+      sized = line == kManifestMagic;
+      continue;
+    }
+    if (line.empty()) continue;
+    auto entry = manifest_line(line, sized);
+    if (!entry) throw DatasetError(at + ": expected '" + (sized ? "COUNT SIZE CHECKSUM SHARD" : "COUNT SHARD") + "'" + remedy);
+    out.push_back(std::move(*entry));
+  }
+  if (line_no == 0) throw DatasetError(where + ": empty (not a shard manifest)");
+  return out;
 }
 
 void check_manifest(const fs::path& dir, const ShardIndex& index, UnlistedShards unlisted) {
@@ -515,52 +589,26 @@ void check_manifest(const fs::path& dir, const ShardIndex& index, UnlistedShards
     return;
   }
   const std::string remove_it = "; remove " + file.string() + " to read the folder as it is";
+  const std::vector<ManifestEntry> wanted = parse_manifest(*text, file.string(), remove_it);
   std::map<std::string, std::uint64_t> have;  // shard name -> samples in it now
   for (const auto& s : index.samples) ++have[index.shards.at(s.shard).file];
   for (const auto& s : index.shards) have.try_emplace(s.file, 0);
-  std::size_t line_no = 0, listed = 0, begin = 0;
+  const std::size_t listed = wanted.size();
   std::uint64_t total = 0;
-  std::vector<std::pair<std::string, std::uint64_t>> wanted;
-  while (begin < text->size()) {
-    const std::size_t end = std::min(text->find('\n', begin), text->size());
-    std::string_view line = std::string_view(*text).substr(begin, end - begin);
-    begin = end + 1;
-    const std::string where = file.string() + ":" + std::to_string(++line_no);
-    // CRLF (edited on Windows) and trailing blanks: no shard name ends in one (it ends in .tar).
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
-    if (line_no == 1) {
-      if (line != kManifestMagic) {
-        throw DatasetError(where + ": not a shard manifest (its first line is not '" + std::string(kManifestMagic) + "')" +
-                           remove_it);
-      }
-      continue;
-    }
-    if (line.empty()) continue;
-    const std::size_t space = line.find(' ');
-    std::uint64_t count = 0;
-    const auto [ptr, err] = std::from_chars(line.data(), line.data() + std::min(space, line.size()), count);
-    const auto name = space == std::string_view::npos ? std::nullopt : unescape(line.substr(space + 1));
-    if (err != std::errc{} || ptr != line.data() + space || !name || name->empty()) {
-      throw DatasetError(where + ": expected 'COUNT SHARD'" + remove_it);
-    }
-    wanted.emplace_back(*name, count);
-    total += count;
-    ++listed;
-  }
-  if (line_no == 0) throw DatasetError(file.string() + ": empty (not a shard manifest)");
-  for (const auto& [name, count] : wanted) {
-    const auto it = have.find(name);
+  for (const auto& w : wanted) total += w.count;
+  for (const auto& w : wanted) {
+    const auto it = have.find(w.file);
     const std::string said = " (" + file.string() + ", written by conveyor pack, lists " + std::to_string(listed) +
                              " shard(s) of " + std::to_string(total) + " samples: an incomplete copy?)" + remove_it;
-    if (it == have.end()) throw DatasetError((dir / name).string() + ": missing" + said);
-    if (it->second != count) {
-      throw DatasetError((dir / name).string() + ": holds " + std::to_string(it->second) + " samples, not " +
-                         std::to_string(count) + said);
+    if (it == have.end()) throw DatasetError((dir / w.file).string() + ": missing" + said);
+    if (it->second != w.count) {
+      throw DatasetError((dir / w.file).string() + ": holds " + std::to_string(it->second) + " samples, not " +
+                         std::to_string(w.count) + said);
     }
   }
   if (unlisted == UnlistedShards::read) return;
   std::set<std::string> named;
-  for (const auto& w : wanted) named.insert(w.first);
+  for (const auto& w : wanted) named.insert(w.file);
   for (const auto& s : index.shards) {
     if (named.count(s.file)) continue;
     throw DatasetError((dir / s.file).string() + ": not listed in " + file.string() + " (written by conveyor pack: " +

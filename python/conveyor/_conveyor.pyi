@@ -90,6 +90,7 @@ class Loader:
         world_size: Optional[int] = None,
         rank_by_shard: bool = False,
         extra_shards: bool = False,
+        cache_dir: Optional[_Path] = None,
         gpu_decode: Union[Literal["off", "auto"], float] = "off",
         max_memory_mb: float = 0.0,
         slot_timeout: Optional[float] = 60.0,
@@ -156,6 +157,8 @@ class Loader:
     def rank_by_shard(self) -> bool: ...
     @property
     def extra_shards(self) -> bool: ...
+    @property
+    def cache_dir(self) -> Optional[_Path]: ...
     @property
     def gpu_decode(self) -> Union[str, float]: ...
     @property

@@ -8,7 +8,8 @@
 #   - ldd of the extension and of the shipped command: only the C and C++
 #     runtimes and the system's own libraries (no libjpeg, stb or CUDA);
 #   - the `conveyor` script found on the venv's PATH: --version, make-dataset,
-#     pack, bench, read back from Python; one clear line where the command is missing;
+#     pack, bench, read back from Python; one clear line where the command is missing,
+#     and where --shards or shards= names a URL (the wheel has no libcurl);
 #   - device="auto" says why it took the CPU where there is no GPU;
 #   - `pip uninstall -y conveyor` leaves nothing of it in the venv.
 # Prints how long each part took. Removes everything it made, pass or fail.
@@ -102,6 +103,17 @@ loader = conveyor.Loader(shards=sys.argv[1], batch_size=256, crop=32, epochs=1, 
 n = sum(len(labels) for _, labels in loader)
 assert n == loader.dataset_size > 0, (n, loader.dataset_size)
 print(f"wheel: conveyor make-dataset, pack and bench ran; the module read the {n} packed samples back")
+PY
+# Built without libcurl (setup.py): a URL is refused in one line saying so, by the command and the module.
+if conveyor inspect --shards http://127.0.0.1:9/shards/ >/dev/null 2>"$work/url.err"; then fail "--shards URL: exit 0 without libcurl"; fi
+[ "$(grep -c . "$work/url.err")" = 1 ] && grep -q "built without libcurl" "$work/url.err" || fail "--shards URL: $(cat "$work/url.err")"
+"$venv/bin/python" - <<'PY' || fail "shards= a URL without libcurl"
+import conveyor
+try:
+    conveyor.Loader(shards="http://127.0.0.1:9/shards/", device="cpu")
+    raise SystemExit("no error")
+except ValueError as e:
+    assert "built without libcurl" in str(e) and "\n" not in str(e), e
 PY
 mv "$site/conveyor/bin/conveyor" "$work/conveyor.moved"
 set +e

@@ -1,0 +1,73 @@
+// HttpClient: GET requests over one reused connection (one libcurl easy
+// handle; the connection stays open between requests to one host), each
+// retried by a RetryPolicy. A body that breaks off mid-way resumes with a
+// Range request from the byte reached; a server that does not connect within
+// connect_timeout, or sends less than a byte a second for stall_timeout, is a
+// timeout, so no request waits for ever. Credentials in a URL go with the
+// request only: every message names the URL as RemoteUrl::shown() does.
+//
+//   HttpClient http;
+//   const std::string manifest = http.get(url, 64 << 20);
+//   http.get_to_file(child(url, "shard-000000.tar"), "cache/shard-000000.tar.part", size);
+//
+// Built without libcurl (CONVEYOR_CURL=OFF), the constructor throws HttpError
+// saying so; http_available() tells beforehand.
+// Thread safety: one thread at a time on a client; distinct clients are
+// independent (one per downloading thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "data/remote/retry.h"
+#include "data/remote/url.h"
+
+namespace conveyor {
+
+// One line: the URL (credentials hidden) and what went wrong.
+class HttpError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct HttpOptions {
+  RetryPolicy retry;
+  // The longest wait for a connection. Default: 10 s.
+  std::chrono::milliseconds connect_timeout{10'000};
+  // The longest a transfer may go at under 1 byte/s (a server that accepts and
+  // never answers). Default: 30 s.
+  std::chrono::seconds stall_timeout{30};
+};
+
+// Whether this build has libcurl. Throws nothing.
+bool http_available();
+
+class HttpClient {
+ public:
+  // Throws HttpError when the build has no libcurl or libcurl cannot start.
+  explicit HttpClient(HttpOptions options = {});
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // The body of a GET, at most max_bytes long. Blocks; allocates. Throws
+  // HttpError: a status of 400 or more, a transport error (after the retries
+  // the policy allows), a body over max_bytes.
+  std::string get(const RemoteUrl& url, std::uint64_t max_bytes);
+  // GETs a body of exactly `size` bytes into `file` (created or truncated).
+  // Blocks. Throws HttpError as get() does, and when the body, whole, is not
+  // `size` bytes, or `file` cannot be written.
+  void get_to_file(const RemoteUrl& url, const std::filesystem::path& file, std::uint64_t size);
+  // Requests retried since this client was made. Throws nothing.
+  std::uint64_t retries() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace conveyor

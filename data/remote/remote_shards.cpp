@@ -1,0 +1,193 @@
+#include "data/remote/remote_shards.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "data/atomic_file.h"
+#include "data/dataset.h"
+#include "data/file_system.h"
+#include "data/shards/shard_index.h"
+#include "pipeline/fnv1a.h"
+
+namespace conveyor {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string hex16(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+fs::path cache_root(const RemoteOptions& options) {
+  if (!options.cache_dir.empty()) return options.cache_dir;
+  const auto root = user_cache_dir();
+  if (!root) throw DatasetError("no cache folder for http(s) shards: set XDG_CACHE_HOME or HOME, or give --cache-dir");
+  return *root / "remote";
+}
+
+void make_folder(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw DatasetError(dir.string() + ": cannot make the cache folder: " + ec.message());
+}
+
+// `file` holds `text` (the prefix a cache folder is for, or its manifest):
+// written when absent; another text there is another location's folder.
+void claim(const fs::path& file, const std::string& text) {
+  std::ifstream in(file, std::ios::binary);
+  if (in) {
+    const std::string there{std::istreambuf_iterator<char>(in), {}};
+    if (there == text) return;
+    throw DatasetError(file.string() + ": this cache folder holds another location's shards (remove the folder)");
+  }
+  const int err = write_file_atomically(file, {reinterpret_cast<const unsigned char*>(text.data()), text.size()});
+  if (err != 0) throw DatasetError(file.string() + ": cannot write: " + std::strerror(err));
+}
+
+// A manifest read over HTTP names files made in the cache: each must be a
+// plain .tar name with its size and checksum.
+void check_entries(const std::vector<ManifestEntry>& entries, const std::string& where) {
+  if (entries.empty()) throw DatasetError(where + ": lists no shards");
+  for (const ManifestEntry& e : entries) {
+    if (!e.size || !e.checksum) {
+      throw DatasetError(where + ": a version 1 manifest, which records no shard sizes or checksums to check downloads "
+                                 "against; pack the folder again with this conveyor");
+    }
+    std::string ext = fs::path(e.file).extension().string();
+    for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (e.file.find('/') != std::string::npos || e.file.starts_with('.') || ext != ".tar") {
+      throw DatasetError(where + ": lists '" + e.file + "', not a shard's file name (NAME.tar)");
+    }
+  }
+}
+
+// An exclusive flock on a lock file, held while the object lives.
+class ShardLock {
+ public:
+  explicit ShardLock(const fs::path& file) : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw DatasetError(file.string() + ": cannot open the lock file: " + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd_);
+      throw DatasetError(file.string() + ": cannot lock: " + std::strerror(err));
+    }
+  }
+  ~ShardLock() { ::close(fd_); }  // closing releases the lock
+  ShardLock(const ShardLock&) = delete;
+  ShardLock& operator=(const ShardLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+bool in_place(const fs::path& file, std::uint64_t size) {
+  struct stat st {};
+  return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && std::uint64_t(st.st_size) == size;
+}
+
+// Downloads one shard into dir unless it is there; under its lock, so that
+// one process downloads it and the others find it in place.
+void fetch_one(HttpClient& http, const RemoteUrl& prefix, const fs::path& dir, const ManifestEntry& e) {
+  const fs::path file = dir / e.file;
+  if (in_place(file, *e.size)) return;
+  const ShardLock lock(dir / (e.file + ".lock"));
+  if (in_place(file, *e.size)) return;
+  const fs::path part = dir / (e.file + ".part");
+  const RemoteUrl url = child(prefix, e.file);
+  std::error_code ec;
+  try {
+    http.get_to_file(url, part, *e.size);
+  } catch (const HttpError& error) {
+    fs::remove(part, ec);
+    throw DatasetError(error.what());
+  }
+  const std::uint64_t sum = file_checksum(part);
+  if (sum != *e.checksum) {
+    fs::remove(part, ec);
+    throw DatasetError(url.shown() + ": checksum " + hex16(sum) + ", not the " + hex16(*e.checksum) +
+                       " its manifest lists (the shard was changed or damaged on the server, or on the way)");
+  }
+  fs::rename(part, file, ec);
+  if (ec) throw DatasetError(file.string() + ": cannot move the download into place: " + ec.message());
+}
+
+// Every entry fetched by up to options.parallel threads, each with its own
+// client; the first error stops the others and is rethrown here.
+void fetch_all(const RemoteUrl& prefix, const fs::path& dir, const std::vector<ManifestEntry>& entries,
+               const RemoteOptions& options) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  std::exception_ptr first;
+  const auto work = [&] {
+    try {
+      HttpClient http(options.http);
+      for (std::size_t i; !failed.load() && (i = next.fetch_add(1)) < entries.size();) fetch_one(http, prefix, dir, entries[i]);
+    } catch (...) {
+      const std::lock_guard<std::mutex> hold(mutex);
+      if (!first) first = std::current_exception();
+      failed = true;
+    }
+  };
+  {
+    std::vector<std::jthread> threads;  // joined when this scope ends, a failed spawn included
+    const std::size_t n = std::clamp<std::size_t>(options.parallel, 1, entries.size());
+    for (std::size_t k = 0; k < n; ++k) threads.emplace_back(work);
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
+fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
+  RemoteUrl prefix;
+  try {
+    prefix = parse_remote_url(location);
+  } catch (const std::invalid_argument& e) {
+    throw DatasetError(e.what());
+  }
+  const RemoteUrl manifest_url = child(prefix, kManifestName);
+  std::string text;
+  try {
+    HttpClient http(options.http);
+    text = http.get(manifest_url, kMaxManifestBytes);
+  } catch (const HttpError& e) {
+    throw DatasetError(http_available() ? e.what() : prefix.shown() + ": " + e.what());
+  }
+  const std::vector<ManifestEntry> entries = parse_manifest(text, manifest_url.shown());
+  check_entries(entries, manifest_url.shown());
+  const fs::path base = cache_root(options) / cache_key(prefix);
+  make_folder(base);
+  claim(base / ".conveyor-url", prefix.shown() + "\n");
+  Fnv1a h;
+  h.add(text.data(), text.size());
+  const fs::path dir = base / hex16(h.value);
+  make_folder(dir);
+  claim(dir / kManifestName, text);
+  fetch_all(prefix, dir, entries, options);
+  return dir;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,57 @@
+// Remote shards: a folder of shards that `conveyor pack` wrote, read from an
+// http:// or https:// prefix through a local cache. fetch_shards() fetches
+// PREFIX/.conveyor-manifest, downloads each shard it lists whole into the
+// cache (a temporary renamed into place once its size and checksum match the
+// manifest's), and returns the cache folder, which Dataset::from_shards then
+// reads as any local folder: the same bytes in the same order as the shards
+// read where they were packed, for any worker count, with exact resume.
+//
+//   const auto dir = fetch_shards("https://host/data/train/", {});
+//   Dataset d = Dataset::from_shards(dir);
+//
+// The cache: CACHE_DIR/KEY/VERSION/, KEY = cache_key(prefix) (different
+// prefixes never share a folder: KEY/.conveyor-url holds the prefix and is
+// compared), VERSION = the FNV-1a of the manifest's text, so a prefix packed
+// again gets a folder of its own and a cached shard is always the one its
+// manifest lists. A shard in place was checked before it was renamed there:
+// a warm cache costs one request, the manifest's (to learn whether the prefix
+// was packed again), and reads no shard through twice.
+// Several processes on one cache (the ranks of one job): each shard is
+// downloaded by whichever takes its lock file (SHARD.lock, flock) first;
+// the others wait on the lock, then find it in place. None sees a part of a
+// shard: a download goes to SHARD.part, which the reader's listing skips.
+//
+// Thread safety: fetch_shards may run in several threads and processes at
+// once over one cache.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string_view>
+
+#include "data/remote/http_client.h"
+
+namespace conveyor {
+
+struct RemoteOptions {
+  // The cache's root folder. Default (empty): user_cache_dir() / "remote".
+  std::filesystem::path cache_dir;
+  // Shards downloaded at once, each over its own connection. Default: 4.
+  std::size_t parallel = 4;
+  HttpOptions http;
+};
+
+// The manifest's name under a prefix, and the largest one read (64 MiB: a
+// line per shard).
+inline constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;
+
+// The local folder holding every shard `prefix`'s manifest lists, downloaded
+// and checked. Blocks until the last is in place. Throws DatasetError, one
+// line naming the URL (credentials hidden) or the cache file: the URL does
+// not parse, the build has no libcurl, HTTP or transport errors after the
+// retries (HttpError's text), a manifest that does not parse or records no
+// sizes and checksums (version 1), a shard whose body or checksum does not
+// match the manifest, a cache folder that cannot be made or written.
+std::filesystem::path fetch_shards(std::string_view prefix, const RemoteOptions& options = {});
+
+}  // namespace conveyor

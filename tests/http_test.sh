@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Shards read over HTTP: a folder `conveyor pack` wrote, served by lighttpd on
+# a loopback port this test picks, read with --shards http://... through a
+# cache. Shows: the same samples in the same order as the folder read locally
+# (the command's epoch digests; with the Python module, every batch's bytes
+# for 1 and 3 workers, and a resume from the local run's state); a warm second
+# run served from the cache (the access log holds no shard GET); three
+# processes on one cold cache fetch each shard once; 503 and 429 retried and a
+# body broken off half-way resumed with a Range request; a 404, a closed port, a
+# host name that does not resolve, a shard damaged on the server and one cut
+# short each fail with one line naming the URL (credentials hidden); a
+# build without libcurl says so in one line.
+# Usage: http_test.sh CONVEYOR [PYTHONPATH PYTHON]  (the built module and the
+# interpreter it is for; exit 77, skipped, without lighttpd)
+set -euo pipefail
+conveyor=$1
+pythonpath=${2:-}
+python=${3:-python3}
+work=$(mktemp -d)
+server_pid= cut_pid=
+cleanup() {
+  for pid in $server_pid $cut_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+lighttpd=$(command -v lighttpd || echo /usr/sbin/lighttpd)
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# 40 generated images listed 16 times: 640 samples, several shards at --shard-mb 1.
+"$conveyor" make-dataset --out "$work/data" --images-per-class 4 >/dev/null
+for _ in $(seq 16); do
+  find "$work/data" -name '*.png' -o -name '*.jpg' | sort | awk '{ print $0, NR % 10 }'
+done >"$work/list.txt"
+mkdir -p "$work/www" "$work/log"
+"$conveyor" pack --list "$work/list.txt" --out "$work/www/ds" --shard-mb 1 >/dev/null
+shards=$(ls "$work/www/ds"/*.tar | wc -l)
+[ "$shards" -ge 2 ] || fail "expected several shards, got $shards"
+
+# Without libcurl the URL is refused in one line, whatever the server.
+if "$conveyor" inspect --shards http://127.0.0.1:9/ds/ >"$work/out" 2>"$work/err"; then fail "no server, yet exit 0"; fi
+if grep -q "built without libcurl" "$work/err"; then
+  [ "$(wc -l <"$work/err")" -eq 1 ] || fail "without libcurl: more than one line: $(cat "$work/err")"
+  echo "http: this build has no libcurl; said so in one line"
+  exit 0
+fi
+[ -x "$lighttpd" ] || { echo "http: lighttpd is not installed (Debian: lighttpd); skipped"; exit 77; }
+
+port=$(free_port)
+cat >"$work/lighttpd.conf" <<CONF
+server.document-root = "$work/www"
+server.bind = "127.0.0.1"
+server.port = $port
+server.modules = ("mod_accesslog")
+accesslog.filename = "$work/log/access.log"
+server.errorlog = "$work/log/error.log"
+server.pid-file = "$work/log/pid"
+server.stat-cache-engine = "disable"
+CONF
+# The shards are changed in place below: no stat cache. lighttpd buffers its
+# access log for seconds: it is counted with the server
+# stopped (which flushes it), and the server started again on the same port.
+start_server() {
+  "$lighttpd" -D -f "$work/lighttpd.conf" &
+  server_pid=$!
+  for _ in $(seq 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return
+    kill -0 "$server_pid" 2>/dev/null || fail "lighttpd did not start: $(cat "$work/log/error.log" 2>/dev/null)"
+    sleep 0.1
+  done
+  fail "lighttpd does not answer on port $port"
+}
+stop_server() {
+  kill "$server_pid"
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+}
+start_server
+url=http://127.0.0.1:$port/ds/
+count_gets() {  # gets=how many shard GETs the server has logged
+  stop_server
+  gets=$(grep -c 'GET /ds/[^ ]*\.tar ' "$work/log/access.log" || true)
+  start_server
+}
+
+# Cold, then warm: the same epochs as the local folder, and the second run
+# asks for the manifest only.
+run() { "$conveyor" run --epochs 2 --workers 3 --batch 5 --json "$work/$1.json" "${@:2}" >"$work/$1.out" 2>&1 ||
+          fail "run $*: $(tail -3 "$work/$1.out")"; }
+run local --shards "$work/www/ds"
+run cold --shards "$url" --cache-dir "$work/cache"
+count_gets
+[ "$gets" -eq "$shards" ] || fail "cold run: $gets shard GETs for $shards shards"
+run warm --shards "$url" --cache-dir "$work/cache"
+count_gets
+[ "$gets" -eq "$shards" ] || fail "warm run fetched shards again: $gets GETs for $shards shards"
+python3 - "$work/local.json" "$work/cold.json" "$work/warm.json" <<'PY' || fail "the URL's epochs differ from the folder's"
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:])
+assert a["epoch_digest"] == b["epoch_digest"] == c["epoch_digest"] and a["epoch_images"] == b["epoch_images"], (a, b, c)
+PY
+# TOML names the URL as the flag does.
+printf 'shards = "%s"\ncache-dir = "%s"\n' "$url" "$work/cache" >"$work/c.toml"
+run toml --config "$work/c.toml"
+
+# The bytes of every batch, for 1 and 3 workers, and a resume of the local run
+# over the URL (the Python module, when built).
+if [ -n "$pythonpath" ]; then
+  PYTHONPATH=$pythonpath "$python" - "$work/www/ds" "$url" "$work/pycache" <<'PY' || fail "Python: the URL's batches differ from the folder's"
+import hashlib, sys
+import numpy as np
+import conveyor
+local, url, cache = sys.argv[1:]
+def run(loader, skip=0):
+    out, it = [], iter(loader)
+    for images, labels in it:
+        out.append((images.index, hashlib.sha1(np.asarray(images).tobytes() + np.asarray(labels).tobytes()).hexdigest()))
+    return out
+for workers in (1, 3):
+    kw = dict(batch_size=4, crop=16, seed=5, workers=workers, device="cpu")
+    a = run(conveyor.Loader(shards=local, **kw))
+    b = run(conveyor.Loader(shards=url, cache_dir=cache, **kw))
+    assert a == b and len(a) > 2, (workers, a[:2], b[:2])
+kw = dict(batch_size=4, crop=16, seed=5, workers=2, device="cpu")
+first = conveyor.Loader(shards=local, **kw)
+it = iter(first)
+for _ in range(2):
+    next(it)
+resumed = conveyor.Loader(shards=url, cache_dir=cache, **kw)
+resumed.load_state_dict(first.state_dict())
+assert run(resumed) == run(conveyor.Loader(shards=local, **kw))[2:]
+try:
+    conveyor.Loader(shards=url.replace("/ds/", "/none/"), cache_dir=cache, device="cpu")
+    raise SystemExit("a 404 raised nothing")
+except ValueError as e:
+    assert "/none/.conveyor-manifest: HTTP 404" in str(e), e
+PY
+fi
+
+# Three processes on one cold cache: each shard fetched once, all runs whole.
+count_gets
+before=$gets
+pids=()
+for r in 0 1 2; do
+  "$conveyor" run --epochs 1 --workers 2 --batch 5 --shards "$url" --cache-dir "$work/shared" \
+    --json "$work/p$r.json" >"$work/p$r.out" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || fail "a process on the shared cache failed: $(cat "$work"/p*.out | tail -5)"; done
+count_gets
+[ $((gets - before)) -eq "$shards" ] || fail "3 processes on one cache: $((gets - before)) shard GETs for $shards shards"
+ls "$work/shared"/*/*/ | grep -q '\.part$' && fail "a partial download left in the cache"
+
+# 503 and 429 are retried, and a body broken off half-way resumes with a Range
+# request from the byte it reached (a server that answers so once each).
+cut_port=$(free_port)
+python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$cut_port" "$work/log/cut.log" &
+cut_pid=$!
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$cut_port") 2>/dev/null && break; sleep 0.1; done
+"$conveyor" run --epochs 1 --workers 2 --batch 5 --shards "http://127.0.0.1:$cut_port/ds/" --cache-dir "$work/ccut" \
+  --json "$work/cut.json" >"$work/cut.out" 2>&1 || fail "503, 429 or a body cut short: $(tail -3 "$work/cut.out")"
+kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+cut_pid=
+[ "$(grep -c 'manifest - \(503\|429\|200\)$' "$work/log/cut.log")" -eq 3 ] || fail "503 and 429 were not retried: $(cat "$work/log/cut.log")"
+[ "$(grep -c ' cut$' "$work/log/cut.log")" -eq "$shards" ] || fail "the server cut $(grep -c ' cut$' "$work/log/cut.log") bodies, not $shards"
+[ "$(grep -c 'bytes=[1-9][0-9]*- 206$' "$work/log/cut.log")" -eq "$shards" ] || fail "no Range resume per shard: $(cat "$work/log/cut.log")"
+python3 - "$work/local.json" "$work/cut.json" <<'PY' || fail "the resumed shards hold other samples"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["epoch_digest"][0] == b["epoch_digest"][0], (a["epoch_digest"], b["epoch_digest"])
+PY
+
+# Errors: one line naming the URL, a non-zero exit.
+one_line_error() {  # what, expected text, then conveyor's arguments
+  local what=$1 want=$2; shift 2
+  if timeout 120 "$conveyor" inspect "$@" >"$work/out" 2>"$work/err"; then fail "$what: exit 0"; fi
+  [ "$(grep -c . "$work/err")" -eq 1 ] || fail "$what: not one line: $(cat "$work/err")"
+  grep -qF -- "$want" "$work/err" || fail "$what: wanted '$want', got: $(cat "$work/err")"
+}
+one_line_error "404" "http://127.0.0.1:$port/nothing/.conveyor-manifest: HTTP 404" --shards "http://127.0.0.1:$port/nothing/" --cache-dir "$work/c404"
+one_line_error "a name that does not resolve" "http://conveyor-test.invalid/ds/.conveyor-manifest: " \
+  --shards http://conveyor-test.invalid/ds/ --cache-dir "$work/cdns"
+closed=$(free_port)
+one_line_error "a closed port" "http://127.0.0.1:$closed/ds/.conveyor-manifest: " --shards "http://127.0.0.1:$closed/ds/" --cache-dir "$work/cclosed"
+grep -q "tries)" "$work/err" || fail "a closed port was not retried: $(cat "$work/err")"
+one_line_error "credentials hidden" "http://***@127.0.0.1:$closed/ds/" --shards "http://user:s3cret@127.0.0.1:$closed/ds/" --cache-dir "$work/cclosed"
+grep -q s3cret "$work/err" && fail "the password was printed"
+# A shard damaged on the server (same size, one byte changed), then one cut short.
+first=$(ls "$work/www/ds"/*.tar | head -1)
+name=$(basename "$first")
+cp "$first" "$work/good.tar"
+printf 'X' | dd of="$first" bs=1 seek=600 conv=notrunc 2>/dev/null
+one_line_error "a damaged shard" "$url$name: checksum " --shards "$url" --cache-dir "$work/cbad"
+ls "$work/cbad"/*/*/ | grep -qx "$name" && fail "the damaged shard was kept in the cache"
+head -c 1000 "$work/good.tar" >"$first"
+one_line_error "a shard cut short" "$url$name: " --shards "$url" --cache-dir "$work/cbad"
+cp "$work/good.tar" "$first"
+"$conveyor" inspect --shards "$url" --cache-dir "$work/cbad" >"$work/out" 2>&1 || fail "the shard mended: $(tail -3 "$work/out")"
+echo "http: $shards shards over $url: same samples as the folder, warm cache without shard GETs, 3 processes fetched each once, errors in one line"
