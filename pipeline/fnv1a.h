@@ -11,10 +11,16 @@
 //   h.add(data, n);
 //   h.add_value(label);
 //   use(h.value);
+//
+// fnv1a(text) hashes a string at once; hex16(v) is a digest as the indexes,
+// manifests and cache folders write it: 16 lowercase hex digits.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
 
 namespace conveyor {
 
@@ -30,5 +36,17 @@ struct Fnv1a {
     add(&v, sizeof v);
   }
 };
+
+inline std::uint64_t fnv1a(std::string_view text) {
+  Fnv1a h;
+  h.add(text.data(), text.size());
+  return h.value;
+}
+
+inline std::string hex16(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 }  // namespace conveyor

@@ -33,12 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string hex16(std::uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 fs::path cache_root(const RemoteOptions& options) {
   if (!options.cache_dir.empty()) return options.cache_dir;
   const auto root = user_cache_dir();
@@ -181,9 +175,7 @@ fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
   const fs::path base = cache_root(options) / cache_key(prefix);
   make_folder(base);
   claim(base / ".conveyor-url", prefix.shown() + "\n");
-  Fnv1a h;
-  h.add(text.data(), text.size());
-  const fs::path dir = base / hex16(h.value);
+  const fs::path dir = base / hex16(fnv1a(text));
   make_folder(dir);
   claim(dir / kManifestName, text);
   fetch_all(prefix, dir, entries, options);

@@ -83,11 +83,7 @@ std::string cache_key(const RemoteUrl& url) {
   RemoteUrl plain = url;
   plain.userinfo.clear();
   const std::string shown = plain.shown();
-  Fnv1a h;
-  h.add(shown.data(), shown.size());
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.value));
-  return readable + "-" + hex;
+  return readable + "-" + hex16(fnv1a(shown));
 }
 
 }  // namespace conveyor

@@ -71,18 +71,6 @@ std::optional<std::string> unescape(std::string_view s) {
   return out;
 }
 
-std::string hex(std::uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-std::uint64_t checksum(std::string_view body) {
-  Fnv1a h;
-  h.add(body.data(), body.size());
-  return h.value;
-}
-
 // Reads `count` space-separated integers then the rest of the line as a name.
 template <typename... Ints>
 bool fields(std::string_view line, std::string& name, Ints&... ints) {
@@ -303,13 +291,13 @@ std::string ShardIndex::serialize() const {
   for (std::size_t label = 0; label < classes.size(); ++label) {
     if (!classes[label].empty()) body += "class " + std::to_string(label) + " " + escape(classes[label]) + "\n";
   }
-  return body + "checksum " + hex(checksum(body)) + "\n";
+  return body + "checksum " + hex16(fnv1a(body)) + "\n";
 }
 
 ShardIndex ShardIndex::parse(std::string_view text, const std::string& where) {
   const auto bad = [&](const std::string& why) { return DatasetError(where + ": not a valid shard index: " + why); };
   const auto tail = text.rfind("checksum ");
-  if (tail == std::string_view::npos || text.substr(tail) != "checksum " + hex(checksum(text.substr(0, tail))) + "\n") {
+  if (tail == std::string_view::npos || text.substr(tail) != "checksum " + hex16(fnv1a(text.substr(0, tail))) + "\n") {
     throw bad("checksum mismatch or missing");
   }
   ShardIndex index;
@@ -449,7 +437,7 @@ fs::path index_in_cache(const fs::path& dir) {
   Fnv1a h;
   h.add(absolute.native().data(), absolute.native().size());
   const auto root = user_cache_dir();
-  return root ? *root / ("shards-" + hex(h.value) + ".index") : fs::path();
+  return root ? *root / ("shards-" + hex16(h.value) + ".index") : fs::path();
 }
 
 namespace {
@@ -516,7 +504,7 @@ std::string manifest_text(const ShardIndex& index, const std::vector<std::uint64
   for (const auto& s : index.samples) ++counts.at(s.shard);
   std::string out = std::string(kManifestMagic) + "\n";
   for (std::size_t i = 0; i < index.shards.size(); ++i) {
-    out += std::to_string(counts[i]) + " " + std::to_string(index.shards[i].size) + " " + hex(checksums.at(i)) + " " +
+    out += std::to_string(counts[i]) + " " + std::to_string(index.shards[i].size) + " " + hex16(checksums.at(i)) + " " +
            escape(index.shards[i].file) + "\n";
   }
   return out;
