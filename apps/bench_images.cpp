@@ -28,6 +28,7 @@
 #include "image/image_ops.h"
 #include "image/image_source.h"
 #include "image/photometric.h"
+#include "data/files/list_file.h"
 
 using namespace conveyor;
 
@@ -237,7 +238,7 @@ void cmd_pipeline(const std::vector<File>& files, int runs, const std::vector<st
 // threads (thread t takes samples t, t + threads, ...), each epoch timed; one
 // line per epoch in the peers' format, "epoch E: N images in S s".
 void cmd_full_decode(const std::string& list, std::size_t threads, int epochs) {
-  const Dataset ds = Dataset::from_list(list);
+  const Dataset ds = dataset_from_list(list);
   for (int e = 0; e < epochs; ++e) {
     std::vector<std::size_t> decoded(threads, 0);
     std::vector<std::thread> pool;

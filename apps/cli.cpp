@@ -24,6 +24,7 @@
 #include "data/atomic_file.h"
 #include "data/file_system.h"
 #include "data/quote_bytes.h"
+#include "data/files/image_folder.h"
 #include "image/default_dataset.h"
 #include "source/source.h"
 
@@ -121,7 +122,7 @@ Dataset open_dataset(const Options& o, Announce announce) {
   bool made = false;
   const auto dir = ensure_default_dataset({}, &made);
   if (announce == Announce::always || made) std::fprintf(stderr, "%s the embedded default dataset: %s\n", made ? "made" : "using", dir.c_str());
-  return Dataset::from_folder(dir);
+  return dataset_from_folder(dir);
 }
 
 std::size_t class_count(const Dataset& d) {

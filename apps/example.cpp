@@ -5,9 +5,10 @@
 #include "device/device_pipeline.h"
 #include "image/default_dataset.h"
 #include "image/image_source.h"
+#include "data/files/image_folder.h"
 
 int main() {
-  auto dataset = conveyor::Dataset::from_folder(conveyor::ensure_default_dataset());  // or your train/ folder
+  auto dataset = conveyor::dataset_from_folder(conveyor::ensure_default_dataset());  // or your train/ folder
   conveyor::Config config;  // every field documented, with its default, in pipeline/config.h
   config.batch_size = 64;
   config.workers = 4;

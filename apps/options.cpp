@@ -9,6 +9,7 @@
 
 #include "data/dataset.h"
 #include "data/remote/url.h"
+#include "data/files/list_file.h"
 #include "device/gpu_share.h"
 #include "image/decode.h"
 #include "image/transform_spec.h"
@@ -228,7 +229,7 @@ void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {
     // not parse is left for the dataset's own error.
     if (std::error_code ec; output.image && !o.list.empty() && fs::is_regular_file(out, ec)) {
       try {
-        const Dataset listed = Dataset::from_list(o.list);
+        const Dataset listed = dataset_from_list(o.list);
         for (std::size_t k = 0; k < listed.size(); ++k) {
           if (canonical(listed.path(k)) == out) {  // resolved: a listed link to the plot counts too
             throw UsageError(named + ": an image the --list names; name another file");

@@ -26,6 +26,7 @@
 #include "device/resident.h"
 #include "image/augment.h"
 #include "data/dataset.h"
+#include "data/shards/shard_index.h"
 #include "image/image_source.h"
 
 namespace conveyor::apps {

@@ -27,6 +27,7 @@
 #include "data/reader.h"
 #include "data/shards/shard_index.h"
 #include "data/shards/tar_index.h"
+#include "data/image_extensions.h"
 
 namespace conveyor::apps {
 namespace {
@@ -119,9 +120,9 @@ class ShardWriter {
 // Sample i's image extension, lower case (".jpg"); UsageError when its file has none.
 std::string image_extension(const Dataset& d, std::size_t i) {
   std::string ext = fs::path(d.member(i)).extension().string();  // a file's, or a shard member's ("k.jpg")
-  if (!Dataset::is_image_extension(ext)) {
+  if (!is_image_extension(ext)) {
     throw UsageError("pack: " + d.name(i) + ": '" + ext + "' is not an image extension (" +
-                     std::string(Dataset::image_extensions()[0]) + ", ...): a reader of the shards would not know it for one");
+                     std::string(kImageExtensions[0]) + ", ...): a reader of the shards would not know it for one");
   }
   return lower_case(ext);
 }

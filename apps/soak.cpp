@@ -29,6 +29,7 @@
 #include "apps/cli.h"
 #include "pipeline/pipeline.h"
 #include "data/dataset.h"
+#include "data/files/image_folder.h"
 #include "image/default_dataset.h"
 #include "image/image_source.h"
 
@@ -223,7 +224,7 @@ int soak_main(const SoakOptions& o) {
   const TempDir tmp{fs::temp_directory_path() / ("conveyor-soak-" + std::to_string(::getpid()))};
   fs::create_directories(tmp.path);
   std::mt19937_64 rng(o.seed);
-  const Dataset ds = with_broken_files(Dataset::from_folder(root), o, tmp.path, rng);
+  const Dataset ds = with_broken_files(dataset_from_folder(root), o, tmp.path, rng);
   const std::size_t n = ds.size();
 
   ImageConfig ic;

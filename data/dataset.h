@@ -1,6 +1,13 @@
-// Dataset: an immutable index of samples, each a file path and an integer label,
-// read from a list file (`path label` per line) or an ImageFolder-style tree.
-// Building one never opens or reads the images themselves.
+// Dataset: an immutable index of samples, each a stored name, an integer label
+// and, for samples stored inside a larger file (a tar shard), that file and the
+// byte range in it. It does no I/O: each storage format reads its own into one,
+// through a DatasetBuilder, and never opens the images themselves:
+//
+//   data/files/list_file.h      a list file, `path label` per line
+//   data/files/image_folder.h   an ImageFolder-style tree
+//   data/shards/shard_dataset.h WebDataset tar shards (conveyor pack's, or anyone's)
+//
+// Sample i's bytes are read through a SampleReader (data/reader.h).
 //
 // Memory: the paths are packed into one contiguous buffer with an offset table, so a sample costs
 // its path's length in bytes plus 16 (an 8-byte end offset and an 8-byte label), with no per-sample
@@ -32,13 +39,8 @@ namespace conveyor {
 
 class FileSystem;
 
-// What Dataset::from_shards does with a .tar the folder's manifest does not
-// list (a validation shard copied into a training folder): refuse it by name,
-// or read it with the listed ones (--extra-shards, extra_shards=True).
-enum class UnlistedShards { refuse, read };
-
-// A bad list file or image folder. what() is one line naming the file, and the line number for
-// list files: "data/train.txt:17: label 'x1' is not a non-negative decimal integer".
+// A bad list file, image folder or shard folder. what() is one line naming the file, and the line
+// number for list files: "data/train.txt:17: label 'x1' is not a non-negative decimal integer".
 class DatasetError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -46,64 +48,11 @@ class DatasetError : public std::runtime_error {
 
 class Dataset {
  public:
-  // List file: one sample a line, `path label`. The label is the last whitespace-separated field, a
-  // non-negative decimal integer that fits int64; the path is everything before it, trimmed, and may
-  // contain spaces. Relative paths resolve against the list file's folder ("parent / path"), each
-  // path with its "." segments and doubled slashes taken out ("./a//1.jpg" is "a/1.jpg"; ".." stays,
-  // and a path ending in '/' or "/." is kept as written). Lines that are blank or
-  // whose first non-blank char is '#' are skipped; CRLF endings and a UTF-8 BOM are accepted, a CR
-  // anywhere else (CR-only line ends) is an error.
-  // A list with no samples gives size 0. Does not open or stat the images.
-  // Throws DatasetError "file:line: reason" for a malformed line (no label, a label that is not a
-  // non-negative integer or overflows int64, an empty path, a NUL byte), and "file: reason" for a
-  // list file that is missing, a directory or anything else that is not a regular file (a FIFO, a
-  // device), unreadable or fails mid-read.
-  static Dataset from_list(const std::filesystem::path& list_file);
-
-  // torchvision ImageFolder: root/<class>/.../<image>. Class directories (symlinks followed), sorted
-  // by name in byte order, give labels 0..K-1. Inside a class directory files are found recursively,
-  // following directory symlinks (a link back to a directory being walked is not entered again), in
-  // torchvision's order: by directory path, then by file name. A file is kept when its extension
-  // (case-insensitive) is in image_extensions(). Entries whose name starts with '.' are skipped, and
-  // so are files directly in root. Never reads image bytes.
-  // Throws DatasetError naming the path when root is missing or not a directory, holds no class
-  // directory, a directory cannot be listed, or a class holds no image file (naming every such class).
-  static Dataset from_folder(const std::filesystem::path& root);
-
-  // WebDataset tar shards: every regular *.tar file directly in dir, in byte
-  // order of name, each scanned once (scan_tar: headers only). Members group
-  // into samples by key, the member path up to the first '.' of its file name
-  // (webdataset's rule: "a/0001.jpg" and "a/0001.cls" are sample "a/0001");
-  // a sample is its one image member (an extension from image_extensions(),
-  // matched on the part after the key, case-insensitive) labelled by KEY.cls
-  // (a decimal integer, blanks around it allowed). `conveyor pack` adds two
-  // members, read when present: KEY.conveyor-source, the sample's name where
-  // it was packed from (relative_name()), and KEY.conveyor-class, its class's
-  // name; classes()
-  // comes from them ("" for a label no sample carries). Other members (.json,
-  // .txt) are ignored. Samples in shard order, then in the order their keys first
-  // appear. Sample i is read with one pread of range(i) from path(i), the shard.
-  // Throws DatasetError naming the folder, shard or member: not a directory, no
-  // .tar in it, a tar that does not scan (scan_tar's reasons), a key without an
-  // image or without .cls, a key with two images (or two of .cls,
-  // .conveyor-source, .conveyor-class), a .cls that is not an integer, an empty or over 4 KiB
-  // .conveyor-source or .conveyor-class, one label with two class names, or
-  // some samples with a .conveyor-class and
-  // some without (shards of two datasets in one folder).
-  // A .tar that the folder's manifest (`conveyor pack`'s) does not list is
-  // refused by name unless `unlisted` is read (shard_index.h, check_manifest).
-  static Dataset from_shards(const std::filesystem::path& dir, UnlistedShards unlisted = UnlistedShards::refuse);
-
   // Builds from vectors, for tests and in-memory use; source() is "". Throws std::invalid_argument
   // when paths and labels differ in length, a label is negative, or classes is non-empty and a label
   // is >= classes.size().
   Dataset(std::vector<std::filesystem::path> paths, std::vector<std::int64_t> labels,
           std::vector<std::string> classes = {});
-
-  // The extensions from_folder keeps, lower case with the dot: ".jpg", ".jpeg", ... Throws nothing.
-  static std::span<const std::string_view> image_extensions();
-  // Whether `ext` (with its dot: ".JPG") is one of them, ignoring case. Throws nothing.
-  static bool is_image_extension(std::string_view ext);
 
   // Throws nothing.
   std::size_t size() const { return path_ends_.size(); }
@@ -140,7 +89,6 @@ class Dataset {
   // the dataset a saved position belongs to, wherever it lies and however it
   // is stored (Python's state_dict, `train`'s checkpoints). Throws bad_alloc only.
   std::uint64_t name_digest() const;
-  // Sample i's bytes are read through a SampleReader (data/reader.h), never here.
   // The samples `indices` (each < size(), any order, repeats allowed) as a dataset of their own,
   // with their labels, classes and shard ranges; its num_classes() is this dataset's (a part
   // keeps the whole's label space: every rank's model has a row per class). Throws
@@ -172,7 +120,8 @@ class Dataset {
   const std::filesystem::path& source() const { return source_; }
 
  private:
-  Dataset() = default;  // empty; the factories fill it in, then call check_labels()
+  friend class DatasetBuilder;
+  Dataset() = default;  // empty; a DatasetBuilder fills it in, then calls check_labels()
   // Appends one path's native() bytes as the next sample's path.
   void add_path(std::string_view native);
   // Validates labels_ against classes_ and sets num_classes_; throws std::invalid_argument.
@@ -210,6 +159,34 @@ class Dataset {
     source_chars_.append(s);
     source_ends_.push_back(source_chars_.size());
   }
+};
+
+// How a storage format fills a Dataset, one sample at a time, without an
+// allocation per sample. A dataset holds either files (add_file) or members of
+// container files (add_container, then add_member), not both. Single-threaded;
+// build() leaves the builder empty.
+class DatasetBuilder {
+ public:
+  // The next sample: the file `prefix + path` (prefix: "" or a folder ending in
+  // '/'), with its label. Throws bad_alloc only.
+  void add_file(std::string_view prefix, std::string_view path, std::int64_t label);
+  // A container file (a tar shard) that add_member's samples lie in; returns its
+  // number for add_member. Throws std::length_error past 2^32 containers.
+  std::uint32_t add_container(std::filesystem::path file);
+  // The next sample: `member` of container `container`, at `range` in it, with
+  // its label and the name it was packed from ("" for none; see
+  // Dataset::relative_name). Throws std::out_of_range for an unknown container.
+  void add_member(std::uint32_t container, std::string_view member, Dataset::ByteRange range, std::int64_t label,
+                  std::string_view source);
+  // Class names, index = label (empty: none known).
+  void set_classes(std::vector<std::string> classes) { d_.classes_ = std::move(classes); }
+  // The dataset, whose source() is `source`. Throws std::invalid_argument for a
+  // negative label, one above kMaxLabel, or one outside the classes given.
+  Dataset build(std::filesystem::path source);
+
+ private:
+  Dataset d_;
+  bool sources_ = false;  // some member has a source
 };
 
 }  // namespace conveyor

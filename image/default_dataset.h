@@ -7,7 +7,7 @@
 // The shape decides the class, so a small network learns it quickly.
 //
 // Layout: ImageFolder, <dir>/<class name>/<nnnnn>.jpg, readable with
-// Dataset::from_folder. A `.complete` file marks a finished set; writing goes to
+// dataset_from_folder. A `.complete` file marks a finished set; writing goes to
 // a temporary folder renamed into place, so a crash never leaves a partial set
 // that looks complete.
 // Thread safety: the functions are reentrant; two processes may race to create

@@ -3,7 +3,7 @@
 // uint8 HWC RGB image straight into the sample's slot of the batch buffer (or,
 // with ImageConfig::normalize, a normalized float32 CHW one).
 //
-//   Dataset dataset = Dataset::from_folder("train/");
+//   Dataset dataset = dataset_from_folder("train/");
 //   ImageSource images(dataset, ImageConfig{}, config.workers);
 //   config.sample_bytes = images.sample_bytes();
 //   Pipeline pipeline(config, dataset.size(), {images.filler()});

@@ -1,4 +1,7 @@
 #include "source/source.h"
+#include "data/files/image_folder.h"
+#include "data/files/list_file.h"
+#include "data/shards/shard_dataset.h"
 
 #include <stdexcept>
 #include <utility>
@@ -12,12 +15,12 @@ Dataset open_dataset(const DatasetSpec& spec, Config& config) {
       case DatasetSpec::Kind::shards: {
         const std::filesystem::path dir = is_remote_location(spec.path) ? fetch_shards(spec.path, spec.remote)
                                                                           : std::filesystem::path(spec.path);
-        return Dataset::from_shards(dir, spec.unlisted);
+        return dataset_from_shards(dir, spec.unlisted);
       }
-      case DatasetSpec::Kind::list: return Dataset::from_list(spec.path);
+      case DatasetSpec::Kind::list: return dataset_from_list(spec.path);
       case DatasetSpec::Kind::folder: break;
     }
-    return Dataset::from_folder(spec.path);  // refuses a folder without images itself
+    return dataset_from_folder(spec.path);  // refuses a folder without images itself
   }();
   if (spec.kind == DatasetSpec::Kind::list && d.size() == 0) throw named(spec.path + ": no samples (an empty list)");
   if (!spec.rank_by_shard) return d;

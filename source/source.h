@@ -25,6 +25,7 @@
 
 #include "data/dataset.h"
 #include "data/remote/remote_shards.h"
+#include "data/shards/shard_index.h"
 #include "device/device.h"
 #include "device/device_pipeline.h"
 #include "device/gpu_share.h"

@@ -14,6 +14,9 @@
 #include "catch_compat.h"
 
 #include "data/dataset.h"
+#include "data/files/image_folder.h"
+#include "data/files/list_file.h"
+#include "data/image_extensions.h"
 #include "temp_dir.h"
 
 using namespace conveyor;
@@ -62,12 +65,12 @@ std::vector<std::int64_t> labels(const Dataset& d) {
 
 }  // namespace
 
-// ---- from_list
+// ---- dataset_from_list
 
 TEST_CASE("dataset list: relative paths resolve against the list file's folder, absolute ones stay", "[dataset]") {
   TempDir t;
   const fs::path list = t.write("sub/list.txt", "img/a.jpg 0\n/abs/b.jpg 1\n../c.jpg 2\n");
-  const Dataset d = Dataset::from_list(list);
+  const Dataset d = dataset_from_list(list);
   REQUIRE(d.size() == 3);
   CHECK(d.path(0) == t.root() / "sub" / "img/a.jpg");
   CHECK(d.path(1) == fs::path("/abs/b.jpg"));
@@ -91,7 +94,7 @@ TEST_CASE("dataset list: paths are joined to the list's folder as parent / path,
   const auto check = [&](const fs::path& list) {
     INFO("list file " << list);
     t.write("sub/list.txt", content);
-    const Dataset d = Dataset::from_list(list);
+    const Dataset d = dataset_from_list(list);
     REQUIRE(d.size() == texts.size());
     for (std::size_t i = 0; i < texts.size(); ++i) {
       const fs::path p(cleaned[i]);
@@ -113,16 +116,16 @@ TEST_CASE("dataset list: paths are joined to the list's folder as parent / path,
 TEST_CASE("dataset list: \"./\" on some lines only changes neither names nor the digest", "[dataset]") {
   TempDir t;
   const fs::path plain = t.write("plain.txt", "a/1.jpg 0\na/2.jpg 0\nb/3.jpg 1\n");
-  const Dataset d = Dataset::from_list(plain);
+  const Dataset d = dataset_from_list(plain);
   for (const char* text : {"./a/1.jpg 0\na/2.jpg 0\nb/3.jpg 1\n", "a/1.jpg 0\na/./2.jpg 0\nb//3.jpg 1\n",
                                   "./a/1.jpg 0\n./a/2.jpg 0\n././b/3.jpg 1\n"}) {
     INFO(text);
-    const Dataset mixed = Dataset::from_list(t.write("mixed.txt", text));
+    const Dataset mixed = dataset_from_list(t.write("mixed.txt", text));
     CHECK(strings(mixed) == strings(d));
     CHECK(mixed.name_digest() == d.name_digest());
   }
   // What names another file, or a folder, is kept: ".." and a trailing "/." or "/".
-  const Dataset odd = Dataset::from_list(t.write("odd.txt", "x/../a/1.jpg 0\na/1.jpg/. 0\na/ 0\n. 0\n"));
+  const Dataset odd = dataset_from_list(t.write("odd.txt", "x/../a/1.jpg 0\na/1.jpg/. 0\na/ 0\n. 0\n"));
   CHECK(odd.path(0) == t.root() / "x/../a/1.jpg");
   CHECK(odd.path(1) == t.root() / "a/1.jpg/.");
   CHECK(odd.path(2) == t.root() / "a/");
@@ -136,7 +139,7 @@ TEST_CASE("dataset list: a path may contain spaces and the label is the last fie
                                 "  /data/a  b.png\t\t7   \n"
                                 "/data/img#1.jpg 007\n"
                                 "/data/x 5 2\n");
-  const Dataset d = Dataset::from_list(list);
+  const Dataset d = dataset_from_list(list);
   REQUIRE(d.size() == 4);
   CHECK(d.path(0) == t.root() / "my images/cat 1.jpg");
   CHECK(d.path(1) == fs::path("/data/a  b.png"));  // inner whitespace kept, outer trimmed
@@ -156,7 +159,7 @@ TEST_CASE("dataset list: comments, blank lines, CRLF endings and a BOM are handl
                                 "/d/b.jpg\t2\r\n"
                                 "\n"
                                 "/d/c.jpg 3");  // no final newline
-  const Dataset d = Dataset::from_list(list);
+  const Dataset d = dataset_from_list(list);
   REQUIRE(strings(d) == std::vector<std::string>{"/d/a.jpg", "/d/b.jpg", "/d/c.jpg"});
   CHECK(labels(d) == std::vector<std::int64_t>{1, 2, 3});
 }
@@ -164,12 +167,12 @@ TEST_CASE("dataset list: comments, blank lines, CRLF endings and a BOM are handl
 TEST_CASE("dataset list: a list with no samples gives an empty dataset", "[dataset]") {
   TempDir t;
   SECTION("comments and blank lines only") {
-    const Dataset d = Dataset::from_list(t.write("list.txt", "# nothing\n\n  \r\n"));
+    const Dataset d = dataset_from_list(t.write("list.txt", "# nothing\n\n  \r\n"));
     CHECK(d.size() == 0);
     CHECK(d.num_classes() == 0);
   }
   SECTION("zero bytes") {
-    const Dataset d = Dataset::from_list(t.write("list.txt", ""));
+    const Dataset d = dataset_from_list(t.write("list.txt", ""));
     CHECK(d.size() == 0);
     CHECK(d.num_classes() == 0);
   }
@@ -180,7 +183,7 @@ TEST_CASE("dataset list: each malformed line throws file:line: reason", "[datase
   // The bad line is line 4, after a comment, a blank line and a good line, with CRLF endings.
   const auto error_for = [&](const std::string& bad) {
     const fs::path list = t.write("list.txt", "# c\r\n\r\n/d/ok.jpg 1\r\n" + bad + "\r\n/d/after.jpg 2\r\n");
-    return dataset_error([&] { Dataset::from_list(list); });
+    return dataset_error([&] { dataset_from_list(list); });
   };
   const std::string at = (t.root() / "list.txt").string() + ":4: ";
 
@@ -189,7 +192,7 @@ TEST_CASE("dataset list: each malformed line throws file:line: reason", "[datase
   CHECK(error_for("/d/a.jpg 0\r/d/b.jpg 1\r/d/c.jpg 2") ==
         at + "a carriage return inside the line: are its line ends CR alone? (write LF or CRLF)");
   const fs::path mac = t.write("mac.txt", "# made on a Mac\r/d/a.jpg 0\r/d/b.jpg 1\r");
-  CHECK(dataset_error([&] { Dataset::from_list(mac); }) ==
+  CHECK(dataset_error([&] { dataset_from_list(mac); }) ==
         mac.string() + ":1: a carriage return inside the line: are its line ends CR alone? (write LF or CRLF)");
   CHECK(error_for("/d/a.jpg x1") == at + "label 'x1' is not a non-negative decimal integer");
   CHECK(error_for("/d/a.jpg -3") == at + "label '-3' is not a non-negative decimal integer");
@@ -208,7 +211,7 @@ TEST_CASE("dataset list: each malformed line throws file:line: reason", "[datase
 
 TEST_CASE("dataset list: the largest label is int64 max - 1", "[dataset]") {
   TempDir t;
-  const Dataset d = Dataset::from_list(t.write("list.txt", "/d/a.jpg 9223372036854775806\n/d/b.jpg 0\n"));
+  const Dataset d = dataset_from_list(t.write("list.txt", "/d/a.jpg 9223372036854775806\n/d/b.jpg 0\n"));
   REQUIRE(d.size() == 2);
   CHECK(d.label(0) == INT64_MAX - 1);
   CHECK(d.num_classes() == INT64_MAX);
@@ -217,14 +220,14 @@ TEST_CASE("dataset list: the largest label is int64 max - 1", "[dataset]") {
 TEST_CASE("dataset list: a missing list file or a directory throws naming it", "[dataset]") {
   TempDir t;
   const fs::path missing = t.root() / "nope" / "train.txt";
-  CHECK(dataset_error([&] { Dataset::from_list(missing); }) == missing.string() + ": list file not found");
+  CHECK(dataset_error([&] { dataset_from_list(missing); }) == missing.string() + ": list file not found");
   const fs::path dir = t.mkdir("a_dir");
-  CHECK(dataset_error([&] { Dataset::from_list(dir); }) == dir.string() + ": list file is a directory");
+  CHECK(dataset_error([&] { dataset_from_list(dir); }) == dir.string() + ": list file is a directory");
 }
 
 TEST_CASE("dataset list: num_classes is the max label + 1", "[dataset]") {
   TempDir t;
-  const Dataset d = Dataset::from_list(t.write("list.txt", "/a 0\n/b 5\n/c 2\n"));
+  const Dataset d = dataset_from_list(t.write("list.txt", "/a 0\n/b 5\n/c 2\n"));
   CHECK(d.num_classes() == 6);
   CHECK(d.classes().empty());
 }
@@ -234,7 +237,7 @@ TEST_CASE("dataset list: many lines load in order", "[dataset]") {
   std::string text;
   constexpr int kLines = 20000;
   for (int i = 0; i < kLines; ++i) text += "img/" + std::to_string(i) + ".jpg " + std::to_string(i % 1000) + "\n";
-  const Dataset d = Dataset::from_list(t.write("list.txt", text));
+  const Dataset d = dataset_from_list(t.write("list.txt", text));
   REQUIRE(d.size() == kLines);
   CHECK(d.path(12345) == t.root() / "img/12345.jpg");
   CHECK(d.label(12345) == 345);
@@ -248,7 +251,7 @@ TEST_CASE("dataset list: many lines load in order", "[dataset]") {
   CHECK_THROWS_AS(d.path_view(kLines), std::out_of_range);
 }
 
-// ---- from_folder
+// ---- dataset_from_folder
 
 TEST_CASE("dataset folder: classes sorted in byte order give the labels", "[dataset]") {
   TempDir t;
@@ -257,7 +260,7 @@ TEST_CASE("dataset folder: classes sorted in byte order give the labels", "[data
   t.write("data/a/2.jpg");
   t.write("data/C/1.jpg");
   const fs::path root = t.root() / "data";
-  const Dataset d = Dataset::from_folder(root);
+  const Dataset d = dataset_from_folder(root);
   REQUIRE(d.classes() == std::vector<std::string>{"C", "a", "b"});
   CHECK(d.num_classes() == 3);
   CHECK(d.source() == root);
@@ -278,7 +281,7 @@ TEST_CASE("dataset folder: nested files come in torchvision's walk order", "[dat
   t.write("data/k/a-b/y.jpg");
   t.write("data/k/b.jpg");
   const fs::path root = t.root() / "data";
-  const Dataset d = Dataset::from_folder(root);
+  const Dataset d = dataset_from_folder(root);
   CHECK(strings(d) == std::vector<std::string>{(root / "k/b.jpg").string(), (root / "k/top.jpg").string(),
                                                (root / "k/a/x.jpg").string(), (root / "k/a-b/y.jpg").string(),
                                                (root / "k/a/b/z.jpg").string()});
@@ -292,13 +295,13 @@ TEST_CASE("dataset folder: the extension filter is case-insensitive", "[dataset]
     t.write(std::string("data/cls/") + name);
   }
   const fs::path root = t.root() / "data";
-  const Dataset d = Dataset::from_folder(root);
+  const Dataset d = dataset_from_folder(root);
   std::vector<std::string> expected;
   for (const char* name : {"a.JPEG", "b.Png", "f.webp", "g.TIFF", "h.tga", "k.pbm"}) {
     expected.push_back((root / "cls" / name).string());
   }
   CHECK(strings(d) == expected);
-  CHECK(Dataset::image_extensions().size() == 13);
+  CHECK(kImageExtensions.size() == 13);
 }
 
 TEST_CASE("dataset folder: hidden files and directories are skipped", "[dataset]") {
@@ -309,7 +312,7 @@ TEST_CASE("dataset folder: hidden files and directories are skipped", "[dataset]
   t.write("data/cls/seen.jpg");
   t.write("data/.ipynb_checkpoints/z.jpg");  // a hidden class dir is not a class
   const fs::path root = t.root() / "data";
-  const Dataset d = Dataset::from_folder(root);
+  const Dataset d = dataset_from_folder(root);
   CHECK(d.classes() == std::vector<std::string>{"cls"});
   CHECK(strings(d) == std::vector<std::string>{(root / "cls/seen.jpg").string()});
 }
@@ -320,7 +323,7 @@ TEST_CASE("dataset folder: files directly in root are ignored", "[dataset]") {
   t.write("data/README.txt");
   t.write("data/dog/1.png");
   const fs::path root = t.root() / "data";
-  const Dataset d = Dataset::from_folder(root);
+  const Dataset d = dataset_from_folder(root);
   CHECK(d.classes() == std::vector<std::string>{"dog"});
   CHECK(strings(d) == std::vector<std::string>{(root / "dog/1.png").string()});
 }
@@ -331,7 +334,7 @@ TEST_CASE("dataset folder: a class without image files throws naming it", "[data
   t.write("data/b/readme.txt");
   t.mkdir("data/c/empty_sub");
   const fs::path root = t.root() / "data";
-  const std::string msg = dataset_error([&] { Dataset::from_folder(root); });
+  const std::string msg = dataset_error([&] { dataset_from_folder(root); });
   const std::string head = root.string() + ": found no valid file for the classes 'b', 'c'; image files have one of the extensions";
   CHECK(msg.substr(0, head.size()) == head);
   CHECK(msg.find(".jpeg") != std::string::npos);
@@ -341,13 +344,13 @@ TEST_CASE("dataset folder: a class without image files throws naming it", "[data
 TEST_CASE("dataset folder: a missing root, a file as root and a root without classes throw", "[dataset]") {
   TempDir t;
   const fs::path missing = t.root() / "missing";
-  CHECK(dataset_error([&] { Dataset::from_folder(missing); }) == missing.string() + ": image folder not found");
+  CHECK(dataset_error([&] { dataset_from_folder(missing); }) == missing.string() + ": image folder not found");
   const fs::path file = t.write("file.jpg");
-  CHECK(dataset_error([&] { Dataset::from_folder(file); }) == file.string() + ": image folder is not a directory");
+  CHECK(dataset_error([&] { dataset_from_folder(file); }) == file.string() + ": image folder is not a directory");
   t.write("flat/1.jpg");
   t.mkdir("flat/.hidden");
   const fs::path flat = t.root() / "flat";
-  const std::string msg = dataset_error([&] { Dataset::from_folder(flat); });
+  const std::string msg = dataset_error([&] { dataset_from_folder(flat); });
   CHECK(msg.substr(0, flat.string().size() + 25) == flat.string() + ": no class directories (e");
 }
 
@@ -363,7 +366,7 @@ TEST_CASE("dataset folder: symlinks are followed and a link loop is entered once
   fs::create_symlink(t.root() / "target.jpg", root / "dogs/link.jpg");            // a linked file
   fs::create_directory_symlink(root / "dogs", root / "dogs/loop");                // back to an ancestor
   fs::create_directory_symlink(root, root / "dogs/up");                           // back to the root
-  const Dataset d = Dataset::from_folder(root);
+  const Dataset d = dataset_from_folder(root);
   CHECK(d.classes() == std::vector<std::string>{"cats", "dogs"});
   CHECK(strings(d) == std::vector<std::string>{(root / "cats/1.jpg").string(), (root / "dogs/1.jpg").string(),
                                                (root / "dogs/link.jpg").string(), (root / "dogs/more/2.jpg").string()});
@@ -446,8 +449,8 @@ TEST_CASE("dataset list: a list that is not a regular file, and a NUL byte, are 
   // A FIFO would block the open until a writer came; a device never ends.
   const fs::path fifo = t.root() / "fifo.txt";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
-  CHECK(dataset_error([&] { Dataset::from_list(fifo); }) == fifo.string() + ": list file is not a regular file");
-  CHECK(dataset_error([&] { Dataset::from_list("/dev/null"); }) == "/dev/null: list file is not a regular file");
+  CHECK(dataset_error([&] { dataset_from_list(fifo); }) == fifo.string() + ": list file is not a regular file");
+  CHECK(dataset_error([&] { dataset_from_list("/dev/null"); }) == "/dev/null: list file is not a regular file");
   const fs::path nul = t.write("nul.txt", std::string("/d/a.jpg 0\n/d/b\0c.jpg 1\n", 24));
-  CHECK(dataset_error([&] { Dataset::from_list(nul); }) == nul.string() + ":2: the line holds a NUL byte");
+  CHECK(dataset_error([&] { dataset_from_list(nul); }) == nul.string() + ":2: the line holds a NUL byte");
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/files/image_folder.h"
 #include "image/decode.h"
 #include "image/default_dataset.h"
 
@@ -28,7 +29,7 @@ TEST_CASE("the default dataset is an ImageFolder of decodable JPEGs, the same by
   write_default_dataset(root / "a", o);
   write_default_dataset(root / "b", o);
   REQUIRE(fs::exists(root / "a" / ".complete"));
-  const Dataset ds = Dataset::from_folder(root / "a");
+  const Dataset ds = dataset_from_folder(root / "a");
   REQUIRE(ds.size() == 40);
   REQUIRE(ds.classes() == default_dataset_classes());
   ImageDecoder decoder;
@@ -57,7 +58,7 @@ TEST_CASE("ensure_default_dataset makes the set once, in the cache folder", "[de
   const fs::path dir = ensure_default_dataset(o, &made);
   REQUIRE(made);
   REQUIRE(dir.parent_path() == cache);
-  REQUIRE(Dataset::from_folder(dir).size() == 20);
+  REQUIRE(dataset_from_folder(dir).size() == 20);
   REQUIRE(ensure_default_dataset(o, &made) == dir);
   REQUIRE_FALSE(made);
   // An interrupted set (no marker) is made again.

@@ -25,6 +25,8 @@
 #include "shards.h"
 #include "data/dataset.h"
 #include "data/file_system.h"
+#include "data/files/list_file.h"
+#include "data/shards/shard_dataset.h"
 #include "image/image_source.h"
 #include "support.h"
 #include "temp_dir.h"
@@ -133,7 +135,7 @@ TEST_CASE("faults: list entries that are a directory or a broken link, and a non
     std::ofstream list(dir.path() / "list.txt", std::ios::binary);
     list << "img0.jpg 0\na directory.jpg 1\nimg1.jpg 0\nbroken link.jpg 1\n" << latin1 << " 2\nimg2.jpg 0\n";
   }
-  const Dataset ds = Dataset::from_list(dir.path() / "list.txt");
+  const Dataset ds = dataset_from_list(dir.path() / "list.txt");
   REQUIRE(ds.size() == 6);
   REQUIRE(ds.path(4) == dir.path() / latin1);  // the bytes, unchanged
 
@@ -163,7 +165,7 @@ TEST_CASE("faults: a megabyte list line is one sample with a long path, refused 
     std::ofstream list(dir.path() / "list.txt", std::ios::binary);
     list << "img0.jpg 0\n" << long_name << " 1\nimg0.jpg 2\n";
   }
-  const Dataset ds = Dataset::from_list(dir.path() / "list.txt");
+  const Dataset ds = dataset_from_list(dir.path() / "list.txt");
   REQUIRE(ds.size() == 3);
   ImageSource skip(ds, small(ErrorPolicy::skip), 1);
   std::vector<SkippedSample> skipped;
@@ -376,7 +378,7 @@ TEST_CASE("faults: a FIFO and a device among the images are refused by kind, wit
     std::ofstream list(dir.path() / "list.txt", std::ios::binary);
     list << "img0.jpg 0\npipe.jpg 1\n/dev/zero 1\nimg1.jpg 0\n";
   }
-  const Dataset ds = Dataset::from_list(dir.path() / "list.txt");
+  const Dataset ds = dataset_from_list(dir.path() / "list.txt");
   ImageSource skip(ds, small(ErrorPolicy::skip), 2);
   std::vector<SkippedSample> skipped;
   std::string error;
@@ -394,7 +396,7 @@ TEST_CASE("faults: shards read through an injected file system: EIO, short reads
   }
   TempDir dir;
   const auto made = t::write_shards(dir.path(), 12, 4);  // shard-000 (0-3), shard-001 (4-7), shard-002 (8-11)
-  const Dataset ds = Dataset::from_shards(made.shards);
+  const Dataset ds = dataset_from_shards(made.shards);
   auto faulty = std::make_shared<FaultyFileSystem>();
   // (Truncation: test_tar's "cut short" case; GNU tar pads a shard to 10 KiB, so a cut at half the file may spare every member.)
   faulty->faults = {{"shard-000.tar", Fault::short_reads}, {"shard-001.tar", Fault::eio}};

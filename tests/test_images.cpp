@@ -17,6 +17,7 @@
 #include "image/image_ops.h"
 #include "image/image_source.h"
 #include "temp_dir.h"
+#include "data/files/image_folder.h"
 
 using namespace conveyor;
 namespace t = conveyor::test;
@@ -454,7 +455,7 @@ struct Folder {
         dir.write(name + ".jpg", t::jpeg(img, {i % 2 ? t::JpegKind::progressive : t::JpegKind::baseline}));
       }
     }
-    dataset = Dataset::from_folder(dir.path());
+    dataset = dataset_from_folder(dir.path());
   }
 };
 

@@ -25,6 +25,7 @@
 #include "device/memory_budget.h"
 #include "image/augment.h"
 #include "data/dataset.h"
+#include "data/files/image_folder.h"
 #include "image/default_dataset.h"
 #include "image/image_source.h"
 #include "temp_dir.h"
@@ -71,7 +72,7 @@ struct Measured {
 Measured measure_here(const std::filesystem::path& folder, const Shape& s) {
   ImageConfig ic;
   ic.transforms = preset_transforms(AugmentPreset::rrc, s.crop);
-  Dataset dataset = Dataset::from_folder(folder);
+  Dataset dataset = dataset_from_folder(folder);
   const std::size_t size = dataset.size();
   DeviceConfig dc;
   dc.backend = BackendChoice::host;

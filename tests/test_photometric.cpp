@@ -21,6 +21,7 @@
 #include "image/image_source.h"
 #include "image/photometric.h"
 #include "temp_dir.h"
+#include "data/files/image_folder.h"
 
 using namespace conveyor;
 namespace t = conveyor::test;
@@ -215,7 +216,7 @@ TEST_CASE("colour transforms through the pipeline: the same bytes for 1 and 3 wo
     const t::Rgb img = t::photo_like(50 + 7 * i, 40 + 5 * i, std::uint64_t(i));
     dir.write("c/" + std::to_string(i) + ".jpg", t::jpeg(img, {i % 3 == 2 ? t::JpegKind::gray : t::JpegKind::baseline}));
   }
-  const Dataset ds = Dataset::from_folder(dir.path());
+  const Dataset ds = dataset_from_folder(dir.path());
   ImageConfig cfg;
   cfg.transforms = {RandomResizedCrop{{24, 24}}, RandomHorizontalFlip{}, color_jitter(0.4, 0.4, 0.4, 0.1),
                     RandomGrayscale{0.2}, GaussianBlur{3, 3}, RandomEqualize{0.3}, TrivialAugmentWide{},

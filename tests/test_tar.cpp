@@ -1,6 +1,6 @@
 // scan_tar (data/shards/tar_index.h) on archives written by GNU tar (gnu and ustar
 // formats) and Python's tarfile (pax), and on corrupt, truncated and hostile ones;
-// Dataset::from_shards over tar shards against the same files read one by one.
+// dataset_from_shards over tar shards against the same files read one by one.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,6 +32,9 @@
 #include "image/image_source.h"
 #include "data/shards/shard_index.h"
 #include "data/shards/tar_index.h"
+#include "data/files/image_folder.h"
+#include "data/files/list_file.h"
+#include "data/shards/shard_dataset.h"
 #include "temp_dir.h"
 
 using namespace conveyor;
@@ -310,8 +313,8 @@ TEST_CASE("shards: the same samples and batches from shards as from the files, f
   }
   TempDir dir;
   const auto made = conveyor::test::write_shards(dir.path(), 23, 10);  // 3 shards, the last one short
-  const Dataset files = Dataset::from_list(made.list);
-  const Dataset shards = Dataset::from_shards(made.shards);
+  const Dataset files = dataset_from_list(made.list);
+  const Dataset shards = dataset_from_shards(made.shards);
   REQUIRE(shards.size() == 23);
   const SampleReader file_reader(files, posix_file_system(), 1 << 20), shard_reader(shards, posix_file_system(), 1 << 20);
   std::vector<unsigned char> a, b;
@@ -388,7 +391,7 @@ TEST_CASE("shards: read-ahead advises each member's byte range through the share
   }
   TempDir dir;
   const auto made = conveyor::test::write_shards(dir.path(), 23, 10);  // 3 shards, the last one short
-  const Dataset shards = Dataset::from_shards(made.shards);
+  const Dataset shards = dataset_from_shards(made.shards);
   const auto advice_for = [&](std::size_t i) {
     return AdviceFiles::Advice{shards.path(i).filename().string(), shards.range(i)->offset, shards.range(i)->size};
   };
@@ -407,7 +410,7 @@ TEST_CASE("shards: read-ahead advises each member's byte range through the share
     REQUIRE(files->take().size() == 3);
   }
   {
-    ImageSource src(Dataset::from_list(made.list), ic, 1);
+    ImageSource src(dataset_from_list(made.list), ic, 1);
     const std::vector<std::uint64_t> some{0, 1};
     src.prefetch(some);
     REQUIRE(files->take().empty());  // a file per sample: advice would cost an open
@@ -433,56 +436,56 @@ TEST_CASE("shards: read-ahead advises each member's byte range through the share
 TEST_CASE("shards: a folder without shards, a sample without image or label, a bad label: refused by name", "[tar][shards]") {
   TempDir dir;
   std::filesystem::create_directories(dir / "empty");
-  REQUIRE_THROWS_WITH(Dataset::from_shards(dir / "empty"), Catch::Contains("no .tar shards"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(dir / "missing"), Catch::Contains("not a directory"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(dir / "empty"), Catch::Contains("no .tar shards"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(dir / "missing"), Catch::Contains("not a directory"));
   const auto shard = [&](const std::string& bytes) {
     std::filesystem::remove_all(dir / "s");
     std::filesystem::create_directories(dir / "s");
     spit(dir / "s" / "a.tar", bytes);
     return dir / "s";
   };
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + kEnd)), Catch::Contains("a.tar:k/1: no label (k/1.cls)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.cls", "1") + kEnd)), Catch::Contains("a.tar:k/1: no image member"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.png", "y") + member("k/1.cls", "1") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + kEnd)), Catch::Contains("a.tar:k/1: no label (k/1.cls)"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.cls", "1") + kEnd)), Catch::Contains("a.tar:k/1: no image member"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.png", "y") + member("k/1.cls", "1") + kEnd)),
                       Catch::Contains("k/1: two images (k/1.jpg, k/1.png)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "cat") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "cat") + kEnd)),
                       Catch::Contains("a.tar:k/1.cls: label 'cat' is not a non-negative decimal integer"));
   for (const std::string big : {"9223372036854775807", "99999999999999999999"}) {  // a number, too large: said so
-    REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", big) + kEnd)),
+    REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", big) + kEnd)),
                         Catch::Contains("a.tar:k/1.cls: label '" + big + "' is out of range (max 9223372036854775806)"));
   }
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", std::string("3\0x", 3)) + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", std::string("3\0x", 3)) + kEnd)),
                       Catch::EndsWith("a.tar:k/1.cls: label '3\\x00x' is not a non-negative decimal integer"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1" + std::string(64, ' ')) + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1" + std::string(64, ' ')) + kEnd)),
                       Catch::Contains("a.tar:k/1.cls: a label of 65 bytes (expected a decimal integer)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-1") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-1") + kEnd)),
                       Catch::Contains("label '-1' is not a non-negative decimal integer"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-0") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "-0") + kEnd)),
                       Catch::Contains("label '-0' is not a non-negative decimal integer"));  // as a list's "-0"
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x").substr(0, 600))), Catch::Contains("a.tar: member k/1.jpg claims"));
-  const Dataset ok = Dataset::from_shards(shard(member("k/1.JPG", "x") + member("k/1.cls", " 4\n") + member("k/1.json", "{}") + kEnd));
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x").substr(0, 600))), Catch::Contains("a.tar: member k/1.jpg claims"));
+  const Dataset ok = dataset_from_shards(shard(member("k/1.JPG", "x") + member("k/1.cls", " 4\n") + member("k/1.json", "{}") + kEnd));
   REQUIRE(ok.size() == 1);
   REQUIRE(ok.label(0) == 4);
   REQUIRE(ok.range(0)->offset == 512);
   REQUIRE(ok.range(0)->size == 1);
   // `tar rf a.tar k/1.cls` appends a second label: which one is meant is not guessed.
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1") + member("k/1.cls", "2") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1") + member("k/1.cls", "2") + kEnd)),
                       Catch::Contains("a.tar:k/1: two labels (k/1.cls, k/1.cls)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard("")), Catch::Contains("a.tar: an empty file (0 bytes)"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard("")), Catch::Contains("a.tar: an empty file (0 bytes)"));
   // A link as the image or the label is refused by name; as an extra member it is skipped, as before.
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(tar_header("k/1.jpg", 0, '1') + member("k/1.cls", "1") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(tar_header("k/1.jpg", 0, '1') + member("k/1.cls", "1") + kEnd)),
                       Catch::Contains("a.tar:k/1.jpg: a hard link"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + tar_header("k/1.cls", 0, '2') + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + tar_header("k/1.cls", 0, '2') + kEnd)),
                       Catch::Contains("a.tar:k/1.cls: a symbolic link"));
-  REQUIRE(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1") + tar_header("k/1.json", 0, '2') + kEnd)).size() == 1);
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1"))),
+  REQUIRE(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1") + tar_header("k/1.json", 0, '2') + kEnd)).size() == 1);
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k/1.jpg", "x") + member("k/1.cls", "1"))),
                       Catch::Contains("a.tar: no end-of-archive marker"));
   // An upper-case .TAR is a shard, as .JPG is an image: not left out.
   std::filesystem::remove_all(dir / "s");
   std::filesystem::create_directories(dir / "s");
   spit(dir / "s" / "a.tar", member("k/1.jpg", "x") + member("k/1.cls", "1") + kEnd);
   spit(dir / "s" / "b.TAR", member("k/2.jpg", "y") + member("k/2.cls", "2") + kEnd);
-  REQUIRE(Dataset::from_shards(dir / "s").size() == 2);
+  REQUIRE(dataset_from_shards(dir / "s").size() == 2);
 }
 
 TEST_CASE("shards: a folder missing a shard its manifest lists, holding other counts or a shard it does not list, is refused by name", "[tar][shards]") {
@@ -511,41 +514,41 @@ TEST_CASE("shards: a folder missing a shard its manifest lists, holding other co
   REQUIRE_THROWS_WITH(parse_manifest("conveyor-shard-manifest 2\n2 a.tar\n", "m"), "m:2: expected 'COUNT SIZE CHECKSUM SHARD'");
   REQUIRE_THROWS_WITH(parse_manifest("conveyor-shard-manifest 2\n2 10 zz a.tar\n", "m"), "m:2: expected 'COUNT SIZE CHECKSUM SHARD'");
   REQUIRE_FALSE(parse_manifest("conveyor-shard-manifest 1\n2 a.tar\n", "m")[0].size.has_value());
-  REQUIRE(Dataset::from_shards(folder).size() == 3);
+  REQUIRE(dataset_from_shards(folder).size() == 3);
   // A shard added by hand (a validation shard copied in) is refused by name,
   // unless asked for; the listed ones must all be there, whole.
   spit(folder / "c.tar", member("k/4.jpg", "w") + member("k/4.cls", "4") + kEnd);
-  REQUIRE_THROWS_WITH(Dataset::from_shards(folder),
+  REQUIRE_THROWS_WITH(dataset_from_shards(folder),
                       Catch::StartsWith((folder / "c.tar").string() + ": not listed in " +
                                         (folder / std::string(kManifestName)).string() +
                                         " (written by conveyor pack: 2 shard(s) of 3 samples)") &&
                           Catch::Contains("--extra-shards"));
-  REQUIRE(Dataset::from_shards(folder, UnlistedShards::read).size() == 4);
+  REQUIRE(dataset_from_shards(folder, UnlistedShards::read).size() == 4);
   std::filesystem::remove(folder / "c.tar");
   std::filesystem::remove(folder / "b.tar");  // lost in a copy: once read as 2 samples, without a word
-  REQUIRE_THROWS_WITH(Dataset::from_shards(folder),
+  REQUIRE_THROWS_WITH(dataset_from_shards(folder),
                       Catch::StartsWith((folder / "b.tar").string() + ": missing (") &&
                           Catch::Contains("lists 2 shard(s) of 3 samples: an incomplete copy?)"));
   spit(folder / "b.tar", member("k/3.jpg", "z") + member("k/3.cls", "3") + member("k/5.jpg", "v") + member("k/5.cls", "5") + kEnd);
-  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains("b.tar: holds 2 samples, not 1"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(folder), Catch::Contains("b.tar: holds 2 samples, not 1"));
   // Not a manifest: refused by file and line, not ignored.
   spit(folder / std::string(kManifestName), "conveyor-shard-manifest 1\n2 a.tar\nx b.tar\n");
-  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains(std::string(kManifestName) + ":3: expected 'COUNT SHARD'; remove "));
+  REQUIRE_THROWS_WITH(dataset_from_shards(folder), Catch::Contains(std::string(kManifestName) + ":3: expected 'COUNT SHARD'; remove "));
   // Edited on Windows, or with a blank line at the end: still read.
   spit(folder / std::string(kManifestName), "conveyor-shard-manifest 1\r\n2 a.tar\r\n2 b.tar \r\n\r\n");
-  REQUIRE(Dataset::from_shards(folder).size() == 4);
+  REQUIRE(dataset_from_shards(folder).size() == 4);
   spit(folder / std::string(kManifestName), "something else\n");
-  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains(":1: not a shard manifest"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(folder), Catch::Contains(":1: not a shard manifest"));
   std::filesystem::remove(folder / std::string(kManifestName));
   spit(folder / "c.tar", member("k/4.jpg", "w") + member("k/4.cls", "4") + kEnd);
-  REQUIRE(Dataset::from_shards(folder).size() == 5);  // no manifest: read as found (shards made by other tools)
+  REQUIRE(dataset_from_shards(folder).size() == 5);  // no manifest: read as found (shards made by other tools)
 }
 
 TEST_CASE("shards: a shard cut short after it was indexed names the member", "[tar][shards]") {
   TempDir dir;
   std::filesystem::create_directories(dir / "s");
   spit(dir / "s" / "a.tar", member("k/1.jpg", std::string(2000, 'x')) + member("k/1.cls", "1") + kEnd);
-  const Dataset d = Dataset::from_shards(dir / "s");
+  const Dataset d = dataset_from_shards(dir / "s");
   std::filesystem::resize_file(dir / "s" / "a.tar", 1000);
   std::vector<unsigned char> out;
   REQUIRE_THROWS_WITH(SampleReader(d, posix_file_system(), 1 << 20).read(0, out), Catch::Contains("cut short: the file is 1000 bytes, the range ends at 2512"));
@@ -570,7 +573,7 @@ TEST_CASE("shards: pack's .conveyor-source and .conveyor-class give sources and 
            (name.empty() ? "" : member(key + ".conveyor-class", name));
   };
   // Labels 0 and 2 named, 1 carried by no sample: "".
-  const Dataset d = Dataset::from_shards(
+  const Dataset d = dataset_from_shards(
       shard(sample("0", "0", "cat/1.jpg", "cat") + sample("1", "2", "dog/7.jpg", "dog") + sample("2", "0", "cat/2.jpg", "cat") + kEnd));
   REQUIRE(d.classes() == std::vector<std::string>{"cat", "", "dog"});
   REQUIRE(d.name(1) == (dir / "s" / "a.tar").string() + ":1.jpg (dog/7.jpg)");
@@ -591,14 +594,14 @@ TEST_CASE("shards: pack's .conveyor-source and .conveyor-class give sources and 
   std::filesystem::create_directories(dir / "data" / "cat");
   std::filesystem::create_directories(dir / "data" / "dog");
   for (const char* f : {"cat/1.jpg", "cat/2.jpg", "dog/7.jpg"}) spit(dir / "data" / f, "x");
-  const Dataset folder = Dataset::from_folder(dir / "data");
+  const Dataset folder = dataset_from_folder(dir / "data");
   REQUIRE(folder.common_folder() == (dir / "data").string().size() + 1);
   std::vector<std::string> names;
   for (std::size_t i = 0; i < folder.size(); ++i) names.push_back(folder.relative_name(i, folder.common_folder()));
   REQUIRE(names == std::vector<std::string>{"cat/1.jpg", "cat/2.jpg", "dog/7.jpg"});
   // Shards without sources: their shard:member, less the folder they share.
   // Another writer's .path and .class (webdataset's integer label) are not read.
-  const Dataset plain = Dataset::from_shards(
+  const Dataset plain = dataset_from_shards(
       shard(member("k.jpg", "x") + member("k.cls", "1") + member("k.path", "a/b.jpg") + member("k.class", "1") + kEnd));
   REQUIRE(plain.classes().empty());
   REQUIRE(plain.name(0) == (dir / "s" / "a.tar").string() + ":k.jpg");
@@ -606,26 +609,26 @@ TEST_CASE("shards: pack's .conveyor-source and .conveyor-class give sources and 
 
   // Refused by name: two of a kind, empty, too long, one label with two names,
   // some samples named and others not.
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "a.jpg", "") + member("k.conveyor-source", "b.jpg") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(sample("k", "1", "a.jpg", "") + member("k.conveyor-source", "b.jpg") + kEnd)),
                       Catch::Contains("a.tar:k: two source paths (k.conveyor-source, k.conveyor-source)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", "", "cat") + member("k.conveyor-class", "dog") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(sample("k", "1", "", "cat") + member("k.conveyor-class", "dog") + kEnd)),
                       Catch::Contains("a.tar:k: two class names (k.conveyor-class, k.conveyor-class)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(member("k.jpg", "x") + member("k.cls", "1") + member("k.conveyor-source", "") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(member("k.jpg", "x") + member("k.cls", "1") + member("k.conveyor-source", "") + kEnd)),
                       Catch::Contains("a.tar:k.conveyor-source: empty"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("k", "1", std::string(4097, 'p'), "") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(sample("k", "1", std::string(4097, 'p'), "") + kEnd)),
                       Catch::Contains("a.tar:k.conveyor-source: 4097 bytes (at most 4096 expected)"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "1", "", "cat") + sample("1", "1", "", "dog") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(sample("0", "1", "", "cat") + sample("1", "1", "", "dog") + kEnd)),
                       Catch::Contains("a.tar:1: class 'dog' for label 1, which " + (dir / "s" / "a.tar").string() + ":0 names 'cat'"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "1", "", "cat") + kEnd, sample("1", "0", "", "") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(sample("0", "1", "", "cat") + kEnd, sample("1", "0", "", "") + kEnd)),
                       Catch::Contains("b.tar:1: no class name (.conveyor-class), but " + (dir / "s" / "a.tar").string() +
                                       ":0 has one: are shards of two datasets in one folder?"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "0", "", "cat") + sample("1", "1", "", "cat") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(sample("0", "0", "", "cat") + sample("1", "1", "", "cat") + kEnd)),
                       Catch::Contains("a.tar:1: class 'cat' for label 1, which " + (dir / "s" / "a.tar").string() +
                                       ":0 gives label 0"));
-  REQUIRE_THROWS_WITH(Dataset::from_shards(shard(sample("0", "999999", "", "cat") + kEnd)),
+  REQUIRE_THROWS_WITH(dataset_from_shards(shard(sample("0", "999999", "", "cat") + kEnd)),
                       Catch::Contains("a.tar:0: label 999999 with a class name, in a dataset of 1 samples"));
   // Members apart (another writer's order): read one by one, the same answer.
-  const Dataset apart = Dataset::from_shards(shard(member("k.conveyor-source", "cat/1.jpg") + member("k.jpg", std::string(20000, 'x')) +
+  const Dataset apart = dataset_from_shards(shard(member("k.conveyor-source", "cat/1.jpg") + member("k.jpg", std::string(20000, 'x')) +
                                                    member("k.cls", "0") + member("k.conveyor-class", "cat") + kEnd));
   REQUIRE(apart.name(0) == (dir / "s" / "a.tar").string() + ":k.jpg (cat/1.jpg)");
   REQUIRE(apart.classes() == std::vector<std::string>{"cat"});
@@ -674,7 +677,7 @@ TEST_CASE("shards: the index is cached beside the shards, or in the user's cache
   spit(folder / "c.tar", member("k/3.jpg", "z") + member("k/3.cls", "1") + kEnd);  // a shard added: stale
   REQUIRE(load_shard_index(folder, &how).samples.size() == 3);
   REQUIRE(how == IndexSource::built_beside);
-  REQUIRE(Dataset::from_shards(folder).size() == 3);
+  REQUIRE(dataset_from_shards(folder).size() == 3);
 
   // Where the folder takes no index (here .conveyor-index is a directory; a
   // read-only folder does the same for a user who is not root): the user's cache.
@@ -764,7 +767,7 @@ TEST_CASE("shards: a shard rewritten with its old size and modification time is 
   REQUIRE(how == IndexSource::built_beside);
   REQUIRE(load_shard_index(folder, &how).samples.at(0).label == 5);
   REQUIRE(how == IndexSource::cached);
-  REQUIRE(Dataset::from_shards(folder).label(0) == 5);
+  REQUIRE(dataset_from_shards(folder).label(0) == 5);
 }
 
 TEST_CASE("shards: a .tar that is a dangling link or a folder is refused by name, not skipped", "[tar][shards]") {
@@ -776,7 +779,7 @@ TEST_CASE("shards: a .tar that is a dangling link or a folder is refused by name
   REQUIRE_THROWS_WITH(list_shards(folder), Catch::Contains("b.tar: cannot stat: No such file or directory"));
   std::filesystem::remove(folder / "b.tar");
   std::filesystem::create_directories(folder / "c.tar");
-  REQUIRE_THROWS_WITH(Dataset::from_shards(folder), Catch::Contains("c.tar: not a regular file"));
+  REQUIRE_THROWS_WITH(dataset_from_shards(folder), Catch::Contains("c.tar: not a regular file"));
 }
 
 TEST_CASE("shards: whole shards per rank, every sample in exactly one rank, counts evened by pad or drop", "[tar][shards]") {
@@ -792,7 +795,7 @@ TEST_CASE("shards: whole shards per rank, every sample in exactly one rank, coun
     }
     spit(folder / ("s" + std::to_string(s) + ".tar"), tar + kEnd);
   }
-  const Dataset all = Dataset::from_shards(folder);
+  const Dataset all = dataset_from_shards(folder);
   REQUIRE(all.size() == 15);
   // 3 ranks: rank 0 has shards 0 and 3 (5 samples), rank 1 shards 1 and 4 (7), rank 2 shard 2 (3).
   std::vector<int> seen(15);
@@ -823,7 +826,7 @@ TEST_CASE("shards: whole shards per rank, every sample in exactly one rank, coun
   // (one rank running zero steps would hang the others' collectives).
   spit(folder / "s5.tar", kEnd);  // 6 shards; rank 2 of 3 gets s2 (3 samples) and s5 (none)
   spit(folder / "s8.tar", kEnd);
-  const Dataset with_empty = Dataset::from_shards(folder);
+  const Dataset with_empty = dataset_from_shards(folder);
   for (std::size_t r = 0; r < 3; ++r) REQUIRE_NOTHROW(with_empty.rank_subset(r, 3, ShardPolicy::pad));
   for (std::size_t r = 0; r < 7; ++r) {  // 7 shards over 7 ranks: s5 and s8 alone on ranks 5 and 6
     REQUIRE_THROWS_WITH(with_empty.rank_subset(r, 7, ShardPolicy::pad),

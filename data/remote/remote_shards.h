@@ -2,12 +2,12 @@
 // http:// or https:// prefix through a local cache. fetch_shards() fetches
 // PREFIX/.conveyor-manifest, downloads each shard it lists whole into the
 // cache (a temporary renamed into place once its size and checksum match the
-// manifest's), and returns the cache folder, which Dataset::from_shards then
+// manifest's), and returns the cache folder, which dataset_from_shards then
 // reads as any local folder: the same bytes in the same order as the shards
 // read where they were packed, for any worker count, with exact resume.
 //
 //   const auto dir = fetch_shards("https://host/data/train/", {});
-//   Dataset d = Dataset::from_shards(dir);
+//   Dataset d = dataset_from_shards(dir);
 //
 // The cache: CACHE_DIR/KEY/VERSION/, KEY = cache_key(prefix) (different
 // prefixes never share a folder: KEY/.conveyor-url holds the prefix and is

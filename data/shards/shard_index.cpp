@@ -27,6 +27,7 @@
 #include "data/atomic_file.h"
 #include "data/dataset.h"
 #include "data/file_system.h"
+#include "data/image_extensions.h"
 #include "data/quote_bytes.h"
 #include "data/shards/tar_index.h"
 
@@ -194,7 +195,7 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
     if (!m.unreadable.empty()) {
       // A link or sparse file as a member read here cannot be read; as any
       // other member (KEY.json) it is not read at all.
-      if (role >= 0 || Dataset::is_image_extension(ext)) throw DatasetError(shard.string() + ":" + m.name + ": " + m.unreadable);
+      if (role >= 0 || is_image_extension(ext)) throw DatasetError(shard.string() + ":" + m.name + ": " + m.unreadable);
       continue;
     }
     if (role >= 0) {
@@ -205,7 +206,7 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
         throw DatasetError(shard.string() + ":" + g.key + ": two " + kWhat[role] + " (" + before->name + ", " + m.name + ")");
       }
       g.small[role] = &m;
-    } else if (Dataset::is_image_extension(ext)) {
+    } else if (is_image_extension(ext)) {
       if (g.image) throw DatasetError(shard.string() + ":" + g.key + ": two images (" + g.image->name + ", " + m.name + ")");
       g.image = &m;
     }
@@ -214,7 +215,7 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
   std::array<std::string, 3> text;
   for (const Grouped& g : samples) {
     const std::string where = shard.string() + ":" + g.key;
-    if (!g.image) throw DatasetError(where + ": no image member (" + std::string(Dataset::image_extensions()[0]) + ", ...)");
+    if (!g.image) throw DatasetError(where + ": no image member (" + std::string(kImageExtensions[0]) + ", ...)");
     if (!g.small[cls]) throw DatasetError(where + ": no label (" + g.key + ".cls)");
     if (!file) {
       try {

@@ -1,4 +1,4 @@
-// ShardIndex: what Dataset::from_shards needs to know about a folder of tar
+// ShardIndex: what dataset_from_shards needs to know about a folder of tar
 // shards (each shard's name, size, times and inode; each sample's shard,
 // member, byte range, label and, for shards `conveyor pack` wrote, its source
 // name; the class names), scanned once and cached, so later opens read one
@@ -76,13 +76,18 @@ inline constexpr std::string_view kPartialPrefix = ".partial-";
 // just moved up, while another pack's claim on the folder is being withdrawn).
 enum class PartialFolders { refuse, ignore };
 
+// What a reader does with a .tar the folder's manifest does not list (a
+// validation shard copied into a training folder): refuse it by name, or read
+// it with the listed ones (--extra-shards, extra_shards=True).
+enum class UnlistedShards { refuse, read };
+
 // The folder's shards as they are now (name, size, times, inode), sorted by name.
 // Throws DatasetError: not a directory, no .tar in it, cannot be listed, or a
 // pack's unfinished kPartialPrefix folder in it (unless `partials` is ignore).
 std::vector<ShardIndex::Shard> list_shards(const std::filesystem::path& dir,
                                            PartialFolders partials = PartialFolders::refuse);
 
-// Scans every shard (Dataset::from_shards's rules for keys, images, .cls,
+// Scans every shard (dataset_from_shards's rules for keys, images, .cls,
 // .conveyor-source and .conveyor-class). Throws DatasetError naming the shard and member.
 ShardIndex build_shard_index(const std::filesystem::path& dir);
 
