@@ -1,6 +1,5 @@
 #include "apps/checkpoint.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -74,16 +73,8 @@ Sums Sums::parse(const std::string& text) {
   return x;
 }
 
-namespace {
-std::string hex(std::uint64_t v) {
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", (unsigned long long)v);
-  return out;
-}
-}  // namespace
-
 std::string dataset_digest(const Dataset& d) {
-  return "r" + hex(d.name_digest());  // "r": not an old path_digest
+  return "r" + hex16(d.name_digest());  // "r": not an old path_digest
 }
 
 std::string path_digest(const Dataset& d) {
@@ -93,7 +84,7 @@ std::string path_digest(const Dataset& d) {
     h.add(path.data(), path.size());
     h.add_value(d.label(i));
   }
-  return hex(h.value);
+  return hex16(h.value);
 }
 
 std::string differences(const std::string& there, const std::string& here) {
