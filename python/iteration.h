@@ -108,7 +108,7 @@ struct PyLoader {
   // slot_timeout=: how long next() waits for another thread to give a slot
   // back when every one is held; nullopt: for ever.
   std::optional<std::chrono::milliseconds> slot_timeout = std::chrono::seconds(60);
-  py::dict given;  // the constructor's keywords as checked (not arrays=), read back by the properties
+  py::dict given;  // the constructor's keywords as checked, by name: what the properties read back
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;

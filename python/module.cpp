@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
@@ -23,7 +24,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -244,36 +244,100 @@ std::vector<Transform> parse_transform_list(const std::string& text) {
   }
 }
 
-// The Loader's keywords as given, before any is checked.
+// The Loader's keywords, in the constructor's order, each with its default: the
+// one list behind the constructor's signature (what help() shows; the stub
+// _conveyor.pyi repeats it, and test_stubs.py holds the two together), the
+// check that names an unknown keyword, and the read-only properties. A default
+// is made when the constructor is bound (a Python object needs the interpreter).
+struct LoaderKeyword {
+  const char* name;
+  py::object (*fallback)();
+};
+
+py::object none() { return py::none(); }
+
+constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
+    {"folder", none},
+    {"list", none},
+    {"shards", none},
+    {"arrays", none},
+    {"batch_size", [] { return py::cast(Config{}.batch_size); }},
+    {"workers", [] { return py::cast(Config{}.workers); }},
+    {"crop", none},
+    {"augment", none},
+    {"transforms", none},
+    {"seed", [] { return py::cast(Config{}.seed); }},
+    {"shuffle", [] { return py::cast(Config{}.shuffle); }},
+    {"drop_last", [] { return py::cast(Config{}.drop_last); }},
+    {"epochs", [] { return py::cast(Config{}.epochs); }},
+    {"device", [] { return py::cast(name_of(DeviceConfig{}.backend, kDevices)); }},
+    {"normalize", none},
+    {"host_queue", [] { return py::cast(Config{}.host_queue_depth); }},
+    {"device_queue", [] { return py::cast(Config{}.device_queue_depth); }},
+    {"device_buffers", [] { return py::cast(Config{}.device_buffers); }},
+    {"on_error", [] { return py::cast(name_of(ImageConfig{}.on_error, kErrorPolicies)); }},
+    {"rank", none},  // rank and world_size None: Config's 0 of 1, a warning where WORLD_SIZE says otherwise
+    {"world_size", none},
+    {"rank_by_shard", [] { return py::cast(false); }},
+    {"extra_shards", [] { return py::cast(false); }},
+    {"cache_dir", none},
+    {"gpu_decode", [] { return py::cast("off"); }},
+    {"max_memory_mb", [] { return py::cast(0.0); }},  // 0: a quarter of physical memory
+    {"slot_timeout", [] { return py::cast(60.0); }},
+});
+
+bool is_loader_keyword(std::string_view name) {
+  return std::any_of(kLoaderKeywords.begin(), kLoaderKeywords.end(),
+                     [name](const LoaderKeyword& k) { return name == k.name; });
+}
+
+// Whether a keyword reads back from a property of its name as given (checked):
+// all but arrays= (x is held apart) and the two with properties of their own
+// (batch_size, device: "cuda:0").
+bool reads_back_as_given(std::string_view name) { return name != "arrays" && name != "batch_size" && name != "device"; }
+
+// A keyword's place in kLoaderKeywords, found by the compiler: k["folder"]
+// builds, a name that is not in the table does not.
+struct KeywordAt {
+  consteval KeywordAt(const char* name) {  // implicit, for k["name"]
+    for (; at < kLoaderKeywords.size(); ++at) {
+      if (std::string_view(kLoaderKeywords[at].name) == name) return;
+    }
+    throw "not a Loader keyword";  // in a consteval function: a build error here
+  }
+  std::size_t at = 0;
+};
+
+// The Loader's keywords as given, before any is checked, by name.
 struct Keywords {
-  py::object folder, list, shards, arrays, batch_size, workers, crop, augment, transforms, seed, shuffle, drop_last, epochs, device,
-      normalize, host_queue, device_queue, device_buffers, on_error, rank, world_size, rank_by_shard, extra_shards,
-      cache_dir, gpu_decode, max_memory_mb, slot_timeout;
+  std::array<py::object, kLoaderKeywords.size()> values;
+  const py::object& operator[](KeywordAt k) const { return values[k.at]; }
+  py::object& operator[](KeywordAt k) { return values[k.at]; }
 };
 
 // Loader(**keywords): every argument checked here, so that a wrong one gets a
 // one-line error naming it, not pybind11's signature dump.
 std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
-  py::object rank = k.rank, world_size = k.world_size;  // None: from the environment, below
-  const auto folder = path("folder", k.folder), list = path("list", k.list), shards = path("shards", k.shards);
-  const auto arrays = pair("arrays", k.arrays);
-  const auto augment = text("augment", k.augment, true), normalize = text("normalize", k.normalize, true);
-  const std::string device = device_name(k.device), on_error = *text("on_error", k.on_error);
-  const bool shuffle = flag("shuffle", k.shuffle), drop_last = flag("drop_last", k.drop_last);
-  const bool rank_by_shard = flag("rank_by_shard", k.rank_by_shard);
-  const bool extra_shards = flag("extra_shards", k.extra_shards);
-  if (extra_shards && k.shards.is_none()) throw py::value_error("extra_shards=True: needs shards=");
-  const auto cache_dir = path("cache_dir", k.cache_dir);
+  py::object rank = k["rank"], world_size = k["world_size"];  // None: from the environment, below
+  const auto folder = path("folder", k["folder"]), list = path("list", k["list"]), shards = path("shards", k["shards"]);
+  const auto arrays = pair("arrays", k["arrays"]);
+  const auto augment = text("augment", k["augment"], true), normalize = text("normalize", k["normalize"], true);
+  const std::string device = device_name(k["device"]), on_error = *text("on_error", k["on_error"]);
+  const bool shuffle = flag("shuffle", k["shuffle"]), drop_last = flag("drop_last", k["drop_last"]);
+  const bool rank_by_shard = flag("rank_by_shard", k["rank_by_shard"]);
+  const bool extra_shards = flag("extra_shards", k["extra_shards"]);
+  if (extra_shards && k["shards"].is_none()) throw py::value_error("extra_shards=True: needs shards=");
+  const auto cache_dir = path("cache_dir", k["cache_dir"]);
   if (cache_dir && !(shards && is_remote_location(*shards))) throw py::value_error("cache_dir=: needs shards= an http(s):// URL");
   ImageConfig ic;
-  const std::optional<std::string> transforms = transform_text(k.transforms);
-  if (arrays && (!k.crop.is_none() || augment || transforms)) {
+  const std::optional<std::string> transforms = transform_text(k["transforms"]);
+  if (arrays && (!k["crop"].is_none() || augment || transforms)) {
     throw py::value_error("crop=, augment=, transforms=: not for arrays= (its rows are copied as they are)");
   }
-  if (transforms && (!k.crop.is_none() || augment)) {
+  if (transforms && (!k["crop"].is_none() || augment)) {
     throw py::value_error("transforms=: not with crop= or augment= (the list's first transforms set the size and the augmentation)");
   }
-  const int side = k.crop.is_none() ? kDefaultCrop : int(whole("crop", k.crop, 1, kMaxCrop));
+  const int side = k["crop"].is_none() ? kDefaultCrop : int(whole("crop", k["crop"], 1, kMaxCrop));
   if (!arrays) ic.transforms = transforms ? parse_transform_list(*transforms) : preset_transforms(pick_preset(augment), side);
   ic.on_error = pick("on_error", on_error, kErrorPolicies);
   // rank=/world_size= not given: 0 of 1, with a warning when a launcher
@@ -291,30 +355,41 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
     world_size = py::int_(Config{}.world_size);
   }
   if (rank.is_none()) rank = py::int_(Config{}.rank);
-  LoaderSettings s = settings({k.batch_size, k.workers, k.seed, k.epochs, k.host_queue, k.device_queue, k.device_buffers,
-                               rank, world_size},
+  LoaderSettings s = settings({k["batch_size"], k["workers"], k["seed"], k["epochs"], k["host_queue"], k["device_queue"],
+                               k["device_buffers"], rank, world_size},
                               shuffle, drop_last, device, normalize);
-  s.gpu_decode = gpu_decode_share(k.gpu_decode);
-  s.max_memory_mb = non_negative("max_memory_mb", k.max_memory_mb);  // 0: a quarter of physical memory
+  s.gpu_decode = gpu_decode_share(k["gpu_decode"]);
+  s.max_memory_mb = non_negative("max_memory_mb", k["max_memory_mb"]);  // 0: a quarter of physical memory
   if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
   std::optional<std::chrono::milliseconds> wait;  // None: for ever
-  if (!k.slot_timeout.is_none()) {
-    const double seconds = non_negative("slot_timeout", k.slot_timeout);
-    if (seconds <= 0 || seconds > 1e9) throw py::value_error("slot_timeout=" + std::string(py::repr(k.slot_timeout)) +
+  if (!k["slot_timeout"].is_none()) {
+    const double seconds = non_negative("slot_timeout", k["slot_timeout"]);
+    if (seconds <= 0 || seconds > 1e9) throw py::value_error("slot_timeout=" + std::string(py::repr(k["slot_timeout"])) +
                                                              ": expected seconds > 0 (or None: wait for ever)");
     wait = std::chrono::milliseconds(std::max<std::int64_t>(1, std::int64_t(std::ceil(seconds * 1000))));
   }
   const Config& c = s.config;
-  // What each keyword was given, checked (arrays= left out: x is held apart).
-  py::dict given("folder"_a = k.folder, "list"_a = k.list, "shards"_a = k.shards,
-                 "batch_size"_a = c.batch_size, "workers"_a = c.workers, "crop"_a = k.crop,
-                 "augment"_a = k.augment, "transforms"_a = k.transforms, "seed"_a = c.seed, "shuffle"_a = c.shuffle,
-                 "drop_last"_a = c.drop_last, "epochs"_a = c.epochs, "normalize"_a = k.normalize,
-                 "host_queue"_a = c.host_queue_depth, "device_queue"_a = c.device_queue_depth,
-                 "device_buffers"_a = c.device_buffers, "on_error"_a = on_error, "rank"_a = c.rank,
-                 "world_size"_a = c.world_size, "rank_by_shard"_a = rank_by_shard, "extra_shards"_a = extra_shards,
-                 "cache_dir"_a = k.cache_dir, "gpu_decode"_a = k.gpu_decode,
-                 "max_memory_mb"_a = s.max_memory_mb, "slot_timeout"_a = k.slot_timeout);
+  // What each property reads back (def_settings): the keyword as given, or as
+  // checked where it was converted.
+  Keywords read_back = k;
+  read_back["workers"] = py::cast(c.workers);
+  read_back["seed"] = py::cast(c.seed);
+  read_back["shuffle"] = py::cast(c.shuffle);
+  read_back["drop_last"] = py::cast(c.drop_last);
+  read_back["epochs"] = py::cast(c.epochs);
+  read_back["host_queue"] = py::cast(c.host_queue_depth);
+  read_back["device_queue"] = py::cast(c.device_queue_depth);
+  read_back["device_buffers"] = py::cast(c.device_buffers);
+  read_back["on_error"] = py::cast(on_error);
+  read_back["rank"] = py::cast(c.rank);
+  read_back["world_size"] = py::cast(c.world_size);
+  read_back["rank_by_shard"] = py::cast(rank_by_shard);
+  read_back["extra_shards"] = py::cast(extra_shards);
+  read_back["max_memory_mb"] = py::cast(s.max_memory_mb);
+  py::dict given;
+  for (std::size_t i = 0; i < kLoaderKeywords.size(); ++i) {
+    if (reads_back_as_given(kLoaderKeywords[i].name)) given[kLoaderKeywords[i].name] = read_back.values[i];
+  }
   auto loader = make_loader(folder, list, shards, rank_by_shard,
                             extra_shards ? UnlistedShards::read : UnlistedShards::refuse, cache_dir, arrays, std::move(ic),
                             std::move(s));
@@ -323,43 +398,26 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   return loader;
 }
 
-// The Loader's keywords, in the constructor's order.
-const std::set<std::string> kLoaderKeywords = {
-    "folder", "list", "shards", "arrays", "batch_size", "workers", "crop", "augment", "transforms", "seed", "shuffle", "drop_last",
-    "epochs", "device", "normalize", "host_queue", "device_queue", "device_buffers", "on_error", "rank", "world_size",
-    "rank_by_shard", "extra_shards", "cache_dir", "gpu_decode", "max_memory_mb", "slot_timeout"};
+// Loader(folder=..., ...): one py::object per keyword of kLoaderKeywords, in its
+// order, with its default, so that pybind11 writes every keyword into the
+// signature help() shows. Each is checked in new_loader, so that a wrong one
+// gets a one-line error naming it, not pybind11's signature dump.
+template <std::size_t>
+struct AnObject {
+  using type = py::object;
+};
+
+template <std::size_t... I>
+void def_keyword_constructor(py::class_<PyLoader>& loader_class, std::index_sequence<I...>) {
+  loader_class.def(py::init([](const typename AnObject<I>::type&... values) { return new_loader(Keywords{{values...}}); }),
+                   py::kw_only(), py::arg_v(kLoaderKeywords[I].name, kLoaderKeywords[I].fallback())...);
+}
 
 // Loader(**keywords), and the error for anything else (positional arguments,
 // an unknown keyword: DataLoader's named with this Loader's word for it).
 void def_constructors(py::class_<PyLoader>& loader_class) {
-  const Config config;
-  const ImageConfig image;
+  def_keyword_constructor(loader_class, std::make_index_sequence<kLoaderKeywords.size()>());
   loader_class
-      // Every argument is taken as a Python object and checked here, so that a
-      // wrong one gets a one-line error naming it, not pybind11's signature dump.
-      .def(py::init([](const py::object& folder, const py::object& list, const py::object& shards, const py::object& arrays,
-                       const py::object& batch_size, const py::object& workers, const py::object& crop,
-                       const py::object& augment, const py::object& transforms, const py::object& seed,
-                       const py::object& shuffle,
-                       const py::object& drop_last, const py::object& epochs, const py::object& device,
-                       const py::object& normalize, const py::object& host_queue, const py::object& device_queue,
-                       const py::object& device_buffers, const py::object& on_error, const py::object& rank,
-                       const py::object& world_size, const py::object& rank_by_shard, const py::object& extra_shards,
-                       const py::object& cache_dir, const py::object& gpu_decode, const py::object& max_memory_mb, const py::object& slot_timeout) {
-             return new_loader({folder, list, shards, arrays, batch_size, workers, crop, augment, transforms, seed, shuffle, drop_last,
-                                epochs, device, normalize, host_queue, device_queue, device_buffers, on_error, rank,
-                                world_size, rank_by_shard, extra_shards, cache_dir, gpu_decode, max_memory_mb, slot_timeout});
-           }),
-           py::kw_only(), "folder"_a = py::none(), "list"_a = py::none(), "shards"_a = py::none(), "arrays"_a = py::none(),
-           "batch_size"_a = config.batch_size, "workers"_a = config.workers, "crop"_a = py::none(),
-           "augment"_a = py::none(), "transforms"_a = py::none(), "seed"_a = config.seed, "shuffle"_a = config.shuffle,
-           "drop_last"_a = config.drop_last, "epochs"_a = config.epochs,
-           "device"_a = name_of(DeviceConfig{}.backend, kDevices), "normalize"_a = py::none(),
-           "host_queue"_a = config.host_queue_depth, "device_queue"_a = config.device_queue_depth,
-           "device_buffers"_a = config.device_buffers, "on_error"_a = name_of(image.on_error, kErrorPolicies),
-           "rank"_a = py::none(), "world_size"_a = py::none(), "rank_by_shard"_a = false, "extra_shards"_a = false,
-           "cache_dir"_a = py::none(),
-           "gpu_decode"_a = "off", "max_memory_mb"_a = 0.0, "slot_timeout"_a = 60.0)
       // Tried only when the one above does not match: a positional argument or
       // an unknown keyword. pybind11 would print every overload's signature
       // (and the repr of arrays=, thousands of lines); this names the argument,
@@ -380,7 +438,7 @@ void def_constructors(py::class_<PyLoader>& loader_class) {
         };
         for (const auto& [key, value] : kwargs) {
           const std::string name = py::str(key);
-          if (kLoaderKeywords.count(name)) continue;
+          if (is_loader_keyword(name)) continue;
           std::string hint;
           for (const auto& [theirs, ours] : kDataLoader) {
             if (name == theirs) hint = " (DataLoader's " + name + "; here: " + std::string(ours) + ")";
@@ -482,19 +540,18 @@ void def_settings(py::class_<PyLoader>& loader_class) {
       .def("__setattr__", [loader_class](const py::handle& self, const py::str& name, const py::object& value) {
         const std::string n = name;
         const py::object own = py::getattr(loader_class, name, py::none());
-        if (kLoaderKeywords.count(n) || py::isinstance(own, py::module_::import("builtins").attr("property"))) {
+        if (is_loader_keyword(n) || py::isinstance(own, py::module_::import("builtins").attr("property"))) {
           throw py::attribute_error("Loader." + n + " is read-only" +
-                                    (kLoaderKeywords.count(n) ? ": a loader's settings are fixed when it is made; make a "
-                                                                "new one: conveyor.Loader(..., " + n + "=...)"
-                                                              : std::string()));
+                                    (is_loader_keyword(n) ? ": a loader's settings are fixed when it is made; make a "
+                                                            "new one: conveyor.Loader(..., " + n + "=...)"
+                                                          : std::string()));
         }
         if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0) throw py::error_already_set();
       });
-  // Every keyword reads back as given, but arrays= (x is held apart) and the
-  // two with properties of their own above (batch_size, device: "cuda:0").
-  for (const std::string& name : kLoaderKeywords) {
-    if (name == "arrays" || name == "batch_size" || name == "device") continue;
-    loader_class.def_property_readonly(name.c_str(), [name](PyLoader& L) { return L.given[name.c_str()]; },
+  for (const LoaderKeyword& keyword : kLoaderKeywords) {
+    if (!reads_back_as_given(keyword.name)) continue;
+    const std::string name = keyword.name;
+    loader_class.def_property_readonly(keyword.name, [name](PyLoader& L) { return L.given[name.c_str()]; },
                                        "as given to the constructor");
   }
 }
