@@ -19,7 +19,6 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -31,6 +30,7 @@
 #include <vector>
 
 #include "conveyor/version.h"
+#include "pipeline/fnv1a.h"
 #include "pipeline/pipeline.h"
 #include "python/arguments.h"
 #include "python/array_input.h"
@@ -70,9 +70,8 @@ py::str file_name(const std::string& name) {
 
 // A dataset digest as state_dict() keeps it: "fnv1a:" and 16 hex digits.
 std::string digest_text(std::uint64_t digest) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-  return std::string("fnv1a:") + hex;
+  std::string out = "fnv1a:";
+  return out += hex16(digest);
 }
 
 constexpr std::array<std::pair<const char*, BackendChoice>, 3> kDevices{
