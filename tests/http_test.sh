@@ -8,7 +8,8 @@
 # processes on one cold cache fetch each shard once; 503 and 429 retried and a
 # body broken off half-way resumed with a Range request; a 404, a closed port, a
 # host name that does not resolve, a shard damaged on the server and one cut
-# short each fail with one line naming the URL (credentials hidden); a
+# short each fail with one line naming the URL (credentials hidden); the
+# shards listed by URL with braces, no manifest, read as the folder; a
 # build without libcurl says so in one line.
 # Usage: http_test.sh CONVEYOR [PYTHONPATH PYTHON]  (the built module and the
 # interpreter it is for; exit 77, skipped, without lighttpd)
@@ -197,4 +198,37 @@ head -c 1000 "$work/good.tar" >"$first"
 one_line_error "a shard cut short" "$url$name: " --shards "$url" --cache-dir "$work/cbad"
 cp "$work/good.tar" "$first"
 "$conveyor" inspect --shards "$url" --cache-dir "$work/cbad" >"$work/out" 2>&1 || fail "the shard mended: $(tail -3 "$work/out")"
-echo "http: $shards shards over $url: same samples as the folder, warm cache without shard GETs, 3 processes fetched each once, errors in one line"
+# Shards listed by URL (WebDataset's brace form), no manifest: the same epochs
+# as the folder, each shard fetched once, cold then warm; a body cut short
+# resumes with a Range request though no size was known beforehand; a listed
+# URL that is missing, and a pattern that does not expand, fail in one line.
+last=$(printf %06d $((shards - 1)))
+listed="http://127.0.0.1:$port/ds/shard-{000000..$last}.tar"
+count_gets
+before=$gets
+run listed --shards "$listed" --cache-dir "$work/clist"
+run listed-warm --shards "$listed" --cache-dir "$work/clist"
+count_gets
+[ $((gets - before)) -eq "$shards" ] || fail "listed URLs: $((gets - before)) shard GETs for $shards shards, cold and warm"
+compgen -G "$work/clist/*/shards/.conveyor-index" >/dev/null || fail "listed URLs: no index cached beside the shards"
+cut_port=$(free_port)
+python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$cut_port" "$work/log/cutlist.log" &
+cut_pid=$!
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$cut_port") 2>/dev/null && break; sleep 0.1; done
+run listed-cut --shards "http://127.0.0.1:$cut_port/ds/shard-{000000..$last}.tar" --cache-dir "$work/clistcut"
+kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+cut_pid=
+[ "$(grep -c ' cut$' "$work/log/cutlist.log")" -eq "$shards" ] || fail "listed URLs: the server cut $(grep -c ' cut$' "$work/log/cutlist.log") bodies, not $shards"
+[ "$(grep -c 'bytes=[1-9][0-9]*- 206$' "$work/log/cutlist.log")" -eq "$shards" ] || fail "listed URLs: no Range resume per shard: $(cat "$work/log/cutlist.log")"
+python3 - "$work/local.json" "$work/listed.json" "$work/listed-warm.json" "$work/listed-cut.json" <<'PY' || fail "the listed URLs' epochs differ from the folder's"
+import json, sys
+runs = [json.load(open(f)) for f in sys.argv[1:]]
+assert all(r["epoch_digest"] == runs[0]["epoch_digest"] and r["epoch_images"] == runs[0]["epoch_images"] for r in runs), runs
+PY
+missing=$(printf %06d "$shards")
+one_line_error "a listed URL that is missing" "http://127.0.0.1:$port/ds/shard-$missing.tar: HTTP 404" \
+  --shards "http://127.0.0.1:$port/ds/shard-{000000..$missing}.tar" --cache-dir "$work/clist404"
+one_line_error "a pattern that does not expand" "http://***@127.0.0.1:$port/ds/shard-{0..2.tar: a '{' that is never closed" \
+  --shards "http://u:s3cret@127.0.0.1:$port/ds/shard-{0..2.tar" --cache-dir "$work/clistbad"
+grep -q s3cret "$work/err" && fail "the password was printed"
+echo "http: $shards shards over $url: same samples as the folder, warm cache without shard GETs, 3 processes fetched each once, listed URLs (cut bodies resumed), errors in one line"

@@ -1,15 +1,18 @@
 // The pure parts of reading shards over HTTP: URL parsing, what a message may
-// show, the cache's folder names, and the retry policy. The fetching itself is
+// show, the cache's folder names, URL lists, and the retry policy. The fetching itself is
 // tests/http_test.sh's, against a real server.
 #include <chrono>
 #include <cstdint>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "catch_compat.h"
 #include "data/remote/retry.h"
+#include "data/remote/remote_shards.h"
 #include "data/remote/url.h"
+#include "data/remote/url_list.h"
 
 using namespace conveyor;
 using std::chrono::milliseconds;
@@ -85,4 +88,39 @@ TEST_CASE("retry policy: 408, 429 and 5xx are retried, other statuses and unreso
   for (long s : {400L, 401L, 403L, 404L, 410L, 416L, 600L}) REQUIRE(after_status(s) == Outcome::fail);
   for (auto e : {TransportError::timeout, TransportError::refused, TransportError::reset}) REQUIRE(after_transport(e) == Outcome::retry);
   for (auto e : {TransportError::resolve, TransportError::other}) REQUIRE(after_transport(e) == Outcome::fail);
+}
+
+TEST_CASE("url list: brace groups expand as braceexpand does, left groups varying slowest", "[remote]") {
+  using V = std::vector<std::string>;
+  CHECK(expand_url_list("https://h/a.tar") == V{"https://h/a.tar"});
+  CHECK(expand_url_list("h/train-{000000..000002}.tar") == V{"h/train-000000.tar", "h/train-000001.tar", "h/train-000002.tar"});
+  CHECK(expand_url_list("{8..11}") == V{"8", "9", "10", "11"});
+  CHECK(expand_url_list("{08..10}") == V{"08", "09", "10"});
+  CHECK(expand_url_list("{3..1}") == V{"3", "2", "1"});
+  CHECK(expand_url_list("{1..7..3}") == V{"1", "4", "7"});
+  CHECK(expand_url_list("{-1..1}") == V{"-1", "0", "1"});
+  CHECK(expand_url_list("{a..c}") == V{"a", "b", "c"});
+  CHECK(expand_url_list("s/{a,b}-{1..3..2}.tar") == V{"s/a-1.tar", "s/a-3.tar", "s/b-1.tar", "s/b-3.tar"});
+  CHECK(expand_url_list("{x{1..2},y}") == V{"x1", "x2", "y"});
+  CHECK(expand_url_list("{,b}c") == V{"c", "bc"});
+  CHECK(expand_url_list("{0..999999}").size() == 1'000'000);
+}
+
+TEST_CASE("url list: a pattern that does not expand is refused with the reason, never the pattern", "[remote]") {
+  CHECK_THROWS_WITH(expand_url_list("https://u:secret@h/{1..2.tar"), "a '{' that is never closed");
+  CHECK_THROWS_WITH(expand_url_list("h/1..2}.tar"), "a '}' with no '{' before it");
+  CHECK_THROWS_WITH(expand_url_list("h/{1}.tar"), "the group {1} has neither ',' nor '..'");
+  CHECK_THROWS_WITH(expand_url_list("h/{1..b}.tar"), "the range {1..b} is neither of integers nor of letters");
+  CHECK_THROWS_WITH(expand_url_list("h/{1..5..0}.tar"), "the step of {1..5..0} is 0");
+  CHECK_THROWS_WITH(expand_url_list("{0..9}{0..9}", 50), "more than 50 URLs");
+  CHECK_THROWS_WITH(expand_url_list("{0..1000}", 1000), "more than 1000 URLs");
+}
+
+TEST_CASE("url list: a listed location is told from a prefix with a manifest", "[remote]") {
+  CHECK(is_listed_location("https://h/train-{0..3}.tar"));
+  CHECK(is_listed_location("http://h/d/shard-000000.tar"));
+  CHECK(is_listed_location("https://h/d/S.TAR"));
+  CHECK_FALSE(is_listed_location("https://h/d/"));
+  CHECK_FALSE(is_listed_location("https://h/d"));
+  CHECK_FALSE(is_listed_location("/local/train-{0..3}.tar"));
 }

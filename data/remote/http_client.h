@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -58,10 +59,12 @@ class HttpClient {
   // HttpError: a status of 400 or more, a transport error (after the retries
   // the policy allows), a body over max_bytes.
   std::string get(const RemoteUrl& url, std::uint64_t max_bytes);
-  // GETs a body of exactly `size` bytes into `file` (created or truncated).
-  // Blocks. Throws HttpError as get() does, and when the body, whole, is not
-  // `size` bytes, or `file` cannot be written.
-  void get_to_file(const RemoteUrl& url, const std::filesystem::path& file, std::uint64_t size);
+  // GETs a body of exactly `size` bytes into `file` (created or truncated);
+  // with no size, a body of the length the server announces (a transfer
+  // that ends short of it resumes as any cut body does). Blocks. Throws
+  // HttpError as get() does, and when the body, whole, is not `size` bytes,
+  // or `file` cannot be written.
+  void get_to_file(const RemoteUrl& url, const std::filesystem::path& file, std::optional<std::uint64_t> size);
   // Requests retried since this client was made. Throws nothing.
   std::uint64_t retries() const;
 

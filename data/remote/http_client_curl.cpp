@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <string>
@@ -170,12 +171,12 @@ std::string HttpClient::get(const RemoteUrl& url, std::uint64_t max_bytes) {
   return text;
 }
 
-void HttpClient::get_to_file(const RemoteUrl& url, const std::filesystem::path& file, std::uint64_t size) {
+void HttpClient::get_to_file(const RemoteUrl& url, const std::filesystem::path& file, std::optional<std::uint64_t> size) {
   std::FILE* out = std::fopen(file.c_str(), "wb");
   if (!out) throw HttpError(url.shown() + ": cannot write " + file.string() + ": " + std::strerror(errno));
-  Body body{.easy = impl_->easy, .file = out, .limit = size};
+  Body body{.easy = impl_->easy, .file = out, .limit = size.value_or(std::numeric_limits<std::uint64_t>::max())};
   try {
-    impl_->run(url, body, size);
+    impl_->run(url, body, size.value_or(0));
   } catch (...) {
     std::fclose(out);
     throw;

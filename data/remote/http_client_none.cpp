@@ -17,7 +17,7 @@ HttpClient::~HttpClient() = default;
 
 std::string HttpClient::get(const RemoteUrl&, std::uint64_t) { return {}; }
 
-void HttpClient::get_to_file(const RemoteUrl&, const std::filesystem::path&, std::uint64_t) {}
+void HttpClient::get_to_file(const RemoteUrl&, const std::filesystem::path&, std::optional<std::uint64_t>) {}
 
 std::uint64_t HttpClient::retries() const { return 0; }
 

@@ -13,6 +13,7 @@
 #include <exception>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -24,6 +25,7 @@
 #include "data/atomic_file.h"
 #include "data/dataset.h"
 #include "data/file_system.h"
+#include "data/remote/url_list.h"
 #include "data/shards/shard_index.h"
 #include "pipeline/fnv1a.h"
 
@@ -32,6 +34,8 @@ namespace conveyor {
 namespace fs = std::filesystem;
 
 namespace {
+
+bool is_shard_name(std::string_view name);
 
 fs::path cache_root(const RemoteOptions& options) {
   if (!options.cache_dir.empty()) return options.cache_dir;
@@ -68,9 +72,7 @@ void check_entries(const std::vector<ManifestEntry>& entries, const std::string&
       throw DatasetError(where + ": a version 1 manifest, which records no shard sizes or checksums to check downloads "
                                  "against; pack the folder again with this conveyor");
     }
-    std::string ext = fs::path(e.file).extension().string();
-    for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
-    if (e.file.find('/') != std::string::npos || e.file.starts_with('.') || ext != ".tar") {
+    if (!is_shard_name(e.file)) {
       throw DatasetError(where + ": lists '" + e.file + "', not a shard's file name (NAME.tar)");
     }
   }
@@ -96,41 +98,50 @@ class ShardLock {
   int fd_;
 };
 
-bool in_place(const fs::path& file, std::uint64_t size) {
+// One shard to fetch: its URL, its file name in the cache folder, and what
+// the manifest says of it (nothing for a shard listed by URL alone).
+struct Wanted {
+  RemoteUrl url;
+  std::string file;
+  std::optional<std::uint64_t> size, checksum;
+};
+
+// A regular file of the size wanted (of any size when none is known).
+bool in_place(const fs::path& file, std::optional<std::uint64_t> size) {
   struct stat st {};
-  return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && std::uint64_t(st.st_size) == size;
+  return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (!size || std::uint64_t(st.st_size) == *size);
 }
 
 // Downloads one shard into dir unless it is there; under its lock, so that
 // one process downloads it and the others find it in place.
-void fetch_one(HttpClient& http, const RemoteUrl& prefix, const fs::path& dir, const ManifestEntry& e) {
-  const fs::path file = dir / e.file;
-  if (in_place(file, *e.size)) return;
-  const ShardLock lock(dir / (e.file + ".lock"));
-  if (in_place(file, *e.size)) return;
-  const fs::path part = dir / (e.file + ".part");
-  const RemoteUrl url = child(prefix, e.file);
+void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w) {
+  const fs::path file = dir / w.file;
+  if (in_place(file, w.size)) return;
+  const ShardLock lock(dir / (w.file + ".lock"));
+  if (in_place(file, w.size)) return;
+  const fs::path part = dir / (w.file + ".part");
   std::error_code ec;
   try {
-    http.get_to_file(url, part, *e.size);
+    http.get_to_file(w.url, part, w.size);
   } catch (const HttpError& error) {
     fs::remove(part, ec);
     throw DatasetError(error.what());
   }
-  const std::uint64_t sum = file_checksum(part);
-  if (sum != *e.checksum) {
-    fs::remove(part, ec);
-    throw DatasetError(url.shown() + ": checksum " + hex16(sum) + ", not the " + hex16(*e.checksum) +
-                       " its manifest lists (the shard was changed or damaged on the server, or on the way)");
+  if (w.checksum) {
+    const std::uint64_t sum = file_checksum(part);
+    if (sum != *w.checksum) {
+      fs::remove(part, ec);
+      throw DatasetError(w.url.shown() + ": checksum " + hex16(sum) + ", not the " + hex16(*w.checksum) +
+                         " its manifest lists (the shard was changed or damaged on the server, or on the way)");
+    }
   }
   fs::rename(part, file, ec);
   if (ec) throw DatasetError(file.string() + ": cannot move the download into place: " + ec.message());
 }
 
-// Every entry fetched by up to options.parallel threads, each with its own
+// Every shard fetched by up to options.parallel threads, each with its own
 // client; the first error stops the others and is rethrown here.
-void fetch_all(const RemoteUrl& prefix, const fs::path& dir, const std::vector<ManifestEntry>& entries,
-               const RemoteOptions& options) {
+void fetch_all(const fs::path& dir, const std::vector<Wanted>& wanted, const RemoteOptions& options) {
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mutex;
@@ -138,7 +149,7 @@ void fetch_all(const RemoteUrl& prefix, const fs::path& dir, const std::vector<M
   const auto work = [&] {
     try {
       HttpClient http(options.http);
-      for (std::size_t i; !failed.load() && (i = next.fetch_add(1)) < entries.size();) fetch_one(http, prefix, dir, entries[i]);
+      for (std::size_t i; !failed.load() && (i = next.fetch_add(1)) < wanted.size();) fetch_one(http, dir, wanted[i]);
     } catch (...) {
       const std::lock_guard<std::mutex> hold(mutex);
       if (!first) first = std::current_exception();
@@ -147,21 +158,39 @@ void fetch_all(const RemoteUrl& prefix, const fs::path& dir, const std::vector<M
   };
   {
     std::vector<std::jthread> threads;  // joined when this scope ends, a failed spawn included
-    const std::size_t n = std::clamp<std::size_t>(options.parallel, 1, entries.size());
+    const std::size_t n = std::clamp<std::size_t>(options.parallel, 1, wanted.size());
     for (std::size_t k = 0; k < n; ++k) threads.emplace_back(work);
   }
   if (first) std::rethrow_exception(first);
 }
 
-}  // namespace
-
-fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
-  RemoteUrl prefix;
+RemoteUrl parse(std::string_view location) {
   try {
-    prefix = parse_remote_url(location);
+    return parse_remote_url(location);
   } catch (const std::invalid_argument& e) {
     throw DatasetError(e.what());
   }
+}
+
+// A shard's file name, the URL's last segment: a plain NAME.tar (it becomes a
+// file in the cache folder).
+bool is_shard_name(std::string_view name) {
+  std::string ext = fs::path(name).extension().string();
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return !name.empty() && name.find('/') == std::string_view::npos && !name.starts_with('.') && ext == ".tar";
+}
+
+}  // namespace
+
+bool is_listed_location(std::string_view location) {
+  if (!is_remote_location(location)) return false;
+  const std::string_view last = location.substr(location.find_last_of('/') + 1);
+  return location.find('{') != std::string_view::npos || (!last.empty() && is_shard_name(last));
+}
+
+fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
+  if (is_listed_location(location)) return fetch_listed_shards(location, options);
+  const RemoteUrl prefix = parse(location);
   const RemoteUrl manifest_url = child(prefix, kManifestName);
   std::string text;
   try {
@@ -178,7 +207,46 @@ fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
   const fs::path dir = base / hex16(fnv1a(text));
   make_folder(dir);
   claim(dir / kManifestName, text);
-  fetch_all(prefix, dir, entries, options);
+  std::vector<Wanted> wanted;
+  for (const ManifestEntry& e : entries) wanted.push_back({child(prefix, e.file), e.file, e.size, e.checksum});
+  fetch_all(dir, wanted, options);
+  return dir;
+}
+
+fs::path fetch_listed_shards(std::string_view pattern, const RemoteOptions& options) {
+  const RemoteUrl whole = parse(pattern);  // checks the scheme and host, and hides the credentials from here on
+  std::vector<std::string> urls;
+  try {
+    urls = expand_url_list(pattern);
+  } catch (const std::invalid_argument& e) {
+    throw DatasetError(whole.shown() + ": " + e.what());
+  }
+  if (!http_available()) {
+    try {
+      const HttpClient probe(options.http);  // throws the line saying this build has no libcurl
+    } catch (const HttpError& e) {
+      throw DatasetError(whole.shown() + ": " + e.what());
+    }
+  }
+  std::vector<Wanted> wanted;
+  std::map<std::string, std::string> seen;  // file name -> the URL that gave it
+  for (const std::string& u : urls) {
+    RemoteUrl url = parse(u);
+    const std::string shown = url.shown();
+    const std::string name = shown.substr(shown.find_last_of('/') + 1);
+    if (!is_shard_name(name)) throw DatasetError(shown + ": not a shard's URL (it should end in NAME.tar)");
+    if (const auto [at, fresh] = seen.emplace(name, shown); !fresh) {
+      throw DatasetError(whole.shown() + ": " + at->second + " and " + shown +
+                         " have one file name; the shards of one list need names of their own");
+    }
+    wanted.push_back({std::move(url), name, std::nullopt, std::nullopt});
+  }
+  const fs::path base = cache_root(options) / cache_key(whole);
+  make_folder(base);
+  claim(base / ".conveyor-url", whole.shown() + "\n");
+  const fs::path dir = base / "shards";
+  make_folder(dir);
+  fetch_all(dir, wanted, options);
   return dir;
 }
 

@@ -21,6 +21,16 @@
 // the others wait on the lock, then find it in place. None sees a part of a
 // shard: a download goes to SHARD.part, which the reader's listing skips.
 //
+// Shards listed by URL instead (WebDataset's way, no manifest):
+// "https://host/train-{000000..000127}.tar" (data/remote/url_list.h) or one
+// ".../NAME.tar". Each is downloaded whole into CACHE_DIR/KEY/shards/, KEY
+// the pattern's cache_key, and dataset_from_shards then indexes the folder
+// once (one pass over each shard's headers) and caches the index there. With
+// no manifest there is no size or checksum to hold a body to but the length
+// the server announces, and a shard in the cache is not asked for again: after
+// the shards change on the server, remove the cache folder. The samples come
+// in the byte order of the shards' file names, as from a local folder.
+//
 // Thread safety: fetch_shards may run in several threads and processes at
 // once over one cache.
 #pragma once
@@ -52,6 +62,20 @@ inline constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;
 // retries (HttpError's text), a manifest that does not parse or records no
 // sizes and checksums (version 1), a shard whose body or checksum does not
 // match the manifest, a cache folder that cannot be made or written.
+// A location that is_listed_location() goes to fetch_listed_shards instead.
 std::filesystem::path fetch_shards(std::string_view prefix, const RemoteOptions& options = {});
+
+// Whether an http(s) location lists its shards by URL: it holds a brace
+// group, or its last segment is NAME.tar. Throws nothing but bad_alloc.
+bool is_listed_location(std::string_view location);
+
+// The local folder holding every shard `pattern` lists (expand_url_list),
+// downloaded. Blocks until the last is in place. Throws DatasetError, one
+// line naming the pattern or the URL (credentials hidden): a pattern that
+// does not expand, a URL that is not NAME.tar, two URLs with one file name,
+// the build has no libcurl, HTTP or transport errors after the retries, a
+// body shorter than the server announced, a cache folder that cannot be made
+// or written.
+std::filesystem::path fetch_listed_shards(std::string_view pattern, const RemoteOptions& options = {});
 
 }  // namespace conveyor
