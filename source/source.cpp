@@ -10,13 +10,28 @@ namespace conveyor {
 
 Dataset open_dataset(const DatasetSpec& spec, Config& config) {
   const auto named = [&spec](const std::string& what) { return DatasetError(spec.setting + what); };
+  const bool remote = spec.kind == DatasetSpec::Kind::shards && is_remote_location(spec.path);
+  // One rank's whole shards; the pipeline then runs over them as rank 0 of 1.
+  const auto as_rank = [&](const auto& subset) {
+    Dataset d = [&] {
+      try {
+        return subset();
+      } catch (const std::invalid_argument& e) {
+        throw DatasetError(spec.rank_by_shard_setting + e.what());
+      }
+    }();
+    config.rank = 0;
+    config.world_size = 1;
+    return d;
+  };
+  if (remote && spec.rank_by_shard) {  // only the rank's shards are downloaded
+    return as_rank([&] { return fetch_rank_shards(spec.path, spec.remote, config.rank, config.world_size, config.shard_policy); });
+  }
   Dataset d = [&] {
     switch (spec.kind) {
-      case DatasetSpec::Kind::shards: {
-        const std::filesystem::path dir = is_remote_location(spec.path) ? fetch_shards(spec.path, spec.remote)
-                                                                          : std::filesystem::path(spec.path);
-        return dataset_from_shards(dir, spec.unlisted);
-      }
+      case DatasetSpec::Kind::shards:
+        return dataset_from_shards(remote ? fetch_shards(spec.path, spec.remote) : std::filesystem::path(spec.path),
+                                   spec.unlisted);
       case DatasetSpec::Kind::list: return dataset_from_list(spec.path);
       case DatasetSpec::Kind::folder: break;
     }
@@ -24,14 +39,7 @@ Dataset open_dataset(const DatasetSpec& spec, Config& config) {
   }();
   if (spec.kind == DatasetSpec::Kind::list && d.size() == 0) throw named(spec.path + ": no samples (an empty list)");
   if (!spec.rank_by_shard) return d;
-  try {
-    d = d.rank_subset(config.rank, config.world_size, config.shard_policy);
-  } catch (const std::invalid_argument& e) {
-    throw DatasetError(spec.rank_by_shard_setting + e.what());
-  }
-  config.rank = 0;
-  config.world_size = 1;
-  return d;
+  return as_rank([&] { return d.rank_subset(config.rank, config.world_size, config.shard_policy); });
 }
 
 ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::size_t workers,

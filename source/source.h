@@ -55,7 +55,8 @@ struct DatasetSpec {
 
 // The dataset `spec` names, for config's rank of config's world_size (shards
 // at an http(s):// URL: fetch_shards() into the cache first, then the cache
-// folder read as a local one). With
+// folder read as a local one; with rank_by_shard, fetch_rank_shards(): the
+// rank's shards alone). With
 // rank_by_shard: that rank's whole shards, and config's rank and world_size
 // become 0 and 1, since the pipeline then runs over them alone. Throws
 // DatasetError naming the setting and the path: a list with no samples

@@ -9,7 +9,8 @@
 # body broken off half-way resumed with a Range request; a 404, a closed port, a
 # host name that does not resolve, a shard damaged on the server and one cut
 # short each fail with one line naming the URL (credentials hidden); the
-# shards listed by URL with braces, no manifest, read as the folder; a
+# shards listed by URL with braces, no manifest, read as the folder; 4 ranks
+# by shard each fetching its own shards alone; a
 # build without libcurl says so in one line.
 # Usage: http_test.sh CONVEYOR [PYTHONPATH PYTHON]  (the built module and the
 # interpreter it is for; exit 77, skipped, without lighttpd)
@@ -153,6 +154,28 @@ count_gets
 [ $((gets - before)) -eq "$shards" ] || fail "3 processes on one cache: $((gets - before)) shard GETs for $shards shards"
 ls "$work/shared"/*/*/ | grep -q '\.part$' && fail "a partial download left in the cache"
 
+# --rank-by-shard over the URL: each of 4 ranks fetches its own shards alone
+# (the folder's index, served beside them, tells which) and reads the samples
+# the local folder gives that rank.
+count_gets
+before=$gets
+rank_run() { "$conveyor" run --epochs 1 --workers 2 --batch 5 --json "$work/$1.json" "${@:2}" >"$work/$1.out" 2>&1 ||
+               fail "run $*: $(tail -3 "$work/$1.out")"; }
+for r in 0 1 2 3; do
+  rank_run "rank$r-local" --shards "$work/www/ds" --rank-by-shard --rank "$r" --world-size 4
+  rank_run "rank$r-url" --shards "$url" --rank-by-shard --rank "$r" --world-size 4 --cache-dir "$work/crank$r"
+  python3 - "$work/rank$r-local.json" "$work/rank$r-url.json" <<'PY' || fail "rank $r of 4 by shard: the URL's epochs differ from the folder's"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["epoch_digest"] == b["epoch_digest"] and a["epoch_images"] == b["epoch_images"], (a, b)
+PY
+  want=$(( (shards - r + 3) / 4 ))  # shards r, r + 4, ...
+  got=$(ls "$work/crank$r"/*/*/ | grep -c '\.tar$' || true)
+  [ "$got" -eq "$want" ] || fail "rank $r of 4 by shard fetched $got shards, not its $want"
+done
+count_gets
+[ $((gets - before)) -eq "$shards" ] || fail "4 ranks by shard: $((gets - before)) shard GETs for $shards shards"
+
 # 503 and 429 are retried, and a body broken off half-way resumes with a Range
 # request from the byte it reached (a server that answers so once each).
 cut_port=$(free_port)
@@ -231,4 +254,4 @@ one_line_error "a listed URL that is missing" "http://127.0.0.1:$port/ds/shard-$
 one_line_error "a pattern that does not expand" "http://***@127.0.0.1:$port/ds/shard-{0..2.tar: a '{' that is never closed" \
   --shards "http://u:s3cret@127.0.0.1:$port/ds/shard-{0..2.tar" --cache-dir "$work/clistbad"
 grep -q s3cret "$work/err" && fail "the password was printed"
-echo "http: $shards shards over $url: same samples as the folder, warm cache without shard GETs, 3 processes fetched each once, listed URLs (cut bodies resumed), errors in one line"
+echo "http: $shards shards over $url: same samples as the folder, warm cache without shard GETs, 3 processes fetched each once, listed URLs (cut bodies resumed), ranks by shard fetched their own, errors in one line"

@@ -32,7 +32,13 @@ namespace conveyor {
 // One line: the URL (credentials hidden) and what went wrong.
 class HttpError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit HttpError(const std::string& what, long status = 0) : std::runtime_error(what), status_(status) {}
+  // The HTTP status that ended the request (404, 503, ...); 0 for a
+  // transport error or anything else.
+  long status() const noexcept { return status_; }
+
+ private:
+  long status_;
 };
 
 struct HttpOptions {

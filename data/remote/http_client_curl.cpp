@@ -146,7 +146,8 @@ void HttpClient::Impl::run(const RemoteUrl& url, Body& body, std::uint64_t exact
       why = error[0] ? error : curl_easy_strerror(rc);
     }
     if (outcome == Outcome::fail || attempt >= options.retry.attempts) {
-      throw HttpError(shown + ": " + why + (attempt > 1 ? " (after " + std::to_string(attempt) + " tries)" : ""));
+      throw HttpError(shown + ": " + why + (attempt > 1 ? " (after " + std::to_string(attempt) + " tries)" : ""),
+                      rc == CURLE_HTTP_RETURNED_ERROR ? status : 0);
     }
     ++retries;
     std::this_thread::sleep_for(options.retry.delay(attempt, random()));

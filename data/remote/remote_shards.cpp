@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -26,6 +27,7 @@
 #include "data/dataset.h"
 #include "data/file_system.h"
 #include "data/remote/url_list.h"
+#include "data/shards/shard_dataset.h"
 #include "data/shards/shard_index.h"
 #include "pipeline/fnv1a.h"
 
@@ -188,29 +190,116 @@ bool is_listed_location(std::string_view location) {
   return location.find('{') != std::string_view::npos || (!last.empty() && is_shard_name(last));
 }
 
-fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
-  if (is_listed_location(location)) return fetch_listed_shards(location, options);
-  const RemoteUrl prefix = parse(location);
-  const RemoteUrl manifest_url = child(prefix, kManifestName);
+namespace {
+
+// A prefix's manifest, fetched, checked, and its cache folder claimed.
+struct Prefix {
+  RemoteUrl url;
+  std::vector<ManifestEntry> entries;
+  fs::path dir;  // CACHE/KEY/VERSION
+};
+
+Prefix open_prefix(std::string_view location, const RemoteOptions& options, HttpClient& http) {
+  Prefix p{parse(location), {}, {}};
+  const RemoteUrl manifest_url = child(p.url, kManifestName);
   std::string text;
   try {
-    HttpClient http(options.http);
     text = http.get(manifest_url, kMaxManifestBytes);
   } catch (const HttpError& e) {
-    throw DatasetError(http_available() ? e.what() : prefix.shown() + ": " + e.what());
+    throw DatasetError(e.what());
   }
-  const std::vector<ManifestEntry> entries = parse_manifest(text, manifest_url.shown());
-  check_entries(entries, manifest_url.shown());
-  const fs::path base = cache_root(options) / cache_key(prefix);
+  p.entries = parse_manifest(text, manifest_url.shown());
+  check_entries(p.entries, manifest_url.shown());
+  const fs::path base = cache_root(options) / cache_key(p.url);
   make_folder(base);
-  claim(base / ".conveyor-url", prefix.shown() + "\n");
-  const fs::path dir = base / hex16(fnv1a(text));
-  make_folder(dir);
-  claim(dir / kManifestName, text);
-  std::vector<Wanted> wanted;
-  for (const ManifestEntry& e : entries) wanted.push_back({child(prefix, e.file), e.file, e.size, e.checksum});
-  fetch_all(dir, wanted, options);
-  return dir;
+  claim(base / ".conveyor-url", p.url.shown() + "\n");
+  p.dir = base / hex16(fnv1a(text));
+  make_folder(p.dir);
+  claim(p.dir / kManifestName, text);
+  return p;
+}
+
+Wanted to_fetch(const Prefix& p, const ManifestEntry& e) { return {child(p.url, e.file), e.file, e.size, e.checksum}; }
+
+// A client, or the one line saying this build has none, naming `location`.
+HttpClient client(std::string_view location, const RemoteOptions& options) {
+  try {
+    return HttpClient(options.http);
+  } catch (const HttpError& e) {
+    RemoteUrl url;
+    try {
+      url = parse_remote_url(location);
+    } catch (const std::invalid_argument&) {
+      throw DatasetError(e.what());
+    }
+    throw DatasetError(url.shown() + ": " + e.what());
+  }
+}
+
+// The folder's index as `conveyor pack` wrote it beside the shards, held to
+// the manifest (the same shards, sizes and sample counts); kept in the cache
+// folder once checked. Null when the server has none (404).
+std::optional<ShardIndex> served_index(const Prefix& p, HttpClient& http) {
+  const fs::path kept = p.dir / ".conveyor-served-index";
+  const RemoteUrl url = child(p.url, ".conveyor-index");
+  std::string text;
+  if (std::ifstream in{kept, std::ios::binary}) {
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  } else {
+    try {
+      text = http.get(url, kMaxManifestBytes * 64);
+    } catch (const HttpError& e) {
+      if (e.status() == 404) return std::nullopt;
+      throw DatasetError(e.what());
+    }
+  }
+  ShardIndex index = ShardIndex::parse(text, url.shown());
+  std::vector<std::uint64_t> counts(index.shards.size());
+  for (const auto& sample : index.samples) ++counts.at(sample.shard);
+  bool same = index.shards.size() == p.entries.size();
+  for (std::size_t s = 0; same && s < index.shards.size(); ++s) {
+    same = index.shards[s].file == p.entries[s].file && index.shards[s].size == p.entries[s].size &&
+           counts[s] == p.entries[s].count;
+  }
+  if (!same) {
+    throw DatasetError(url.shown() + ": does not describe the shards its manifest lists (copied from another "
+                                     "packing?); copy the folder from one `conveyor pack` again");
+  }
+  const int err = write_file_atomically(kept, {reinterpret_cast<const unsigned char*>(text.data()), text.size()});
+  if (err != 0) throw DatasetError(kept.string() + ": cannot write: " + std::strerror(err));
+  return index;
+}
+
+}  // namespace
+
+fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
+  if (is_listed_location(location)) return fetch_listed_shards(location, options);
+  HttpClient http = client(location, options);
+  const Prefix p = open_prefix(location, options, http);
+  std::vector<Wanted> all;
+  for (const ManifestEntry& e : p.entries) all.push_back(to_fetch(p, e));
+  fetch_all(p.dir, all, options);
+  return p.dir;
+}
+
+Dataset fetch_rank_shards(std::string_view location, const RemoteOptions& options, std::size_t rank,
+                          std::size_t world_size, ShardPolicy policy) {
+  if (is_listed_location(location)) {
+    return dataset_from_shards(fetch_listed_shards(location, options)).rank_subset(rank, world_size, policy);
+  }
+  HttpClient http = client(location, options);
+  const Prefix p = open_prefix(location, options, http);
+  const std::optional<ShardIndex> index = served_index(p, http);
+  if (!index) return dataset_from_shards(fetch_shards(location, options)).rank_subset(rank, world_size, policy);
+  Dataset mine = dataset_from_index(p.dir, *index).rank_subset(rank, world_size, policy);
+  std::set<std::string> needed;
+  for (std::size_t i = 0; i < mine.size(); ++i) needed.insert(mine.path(i).filename().string());
+  std::vector<Wanted> some;
+  for (const ManifestEntry& e : p.entries) {
+    if (needed.count(e.file)) some.push_back(to_fetch(p, e));
+  }
+  if (!some.empty()) fetch_all(p.dir, some, options);
+  return mine;
 }
 
 fs::path fetch_listed_shards(std::string_view pattern, const RemoteOptions& options) {

@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "data/dataset.h"
 #include "data/remote/http_client.h"
 
 namespace conveyor {
@@ -64,6 +65,20 @@ inline constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;
 // match the manifest, a cache folder that cannot be made or written.
 // A location that is_listed_location() goes to fetch_listed_shards instead.
 std::filesystem::path fetch_shards(std::string_view prefix, const RemoteOptions& options = {});
+
+// One rank's whole shards (Dataset::rank_subset's rule and `policy`), with
+// only those shards downloaded: the folder's index (.conveyor-index, which
+// `conveyor pack` writes beside its shards; kept in the cache folder once
+// held to the manifest's shard names, sizes and sample counts) gives the
+// whole dataset before any shard is fetched, the rank's samples are picked
+// from it, and the shards they lie in are fetched as fetch_shards fetches
+// them. The same samples, in the same order, as rank_subset of the folder read
+// locally. Where the server has no index (a 404), or the location lists its
+// shards by URL, every shard is fetched first. Throws what fetch_shards
+// throws, DatasetError for an index that does not match the manifest, and
+// std::invalid_argument as rank_subset does.
+Dataset fetch_rank_shards(std::string_view prefix, const RemoteOptions& options, std::size_t rank,
+                          std::size_t world_size, ShardPolicy policy);
 
 // Whether an http(s) location lists its shards by URL: it holds a brace
 // group, or its last segment is NAME.tar. Throws nothing but bad_alloc.

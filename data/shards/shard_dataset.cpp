@@ -3,7 +3,10 @@
 namespace conveyor {
 
 Dataset dataset_from_shards(const std::filesystem::path& dir, UnlistedShards unlisted) {
-  const ShardIndex index = load_shard_index(dir, nullptr, PartialFolders::refuse, unlisted);
+  return dataset_from_index(dir, load_shard_index(dir, nullptr, PartialFolders::refuse, unlisted));
+}
+
+Dataset dataset_from_index(const std::filesystem::path& dir, const ShardIndex& index) {
   DatasetBuilder b;
   for (const auto& shard : index.shards) b.add_container(dir / shard.file);
   for (const auto& sample : index.samples) {

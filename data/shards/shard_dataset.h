@@ -35,4 +35,10 @@ namespace conveyor {
 // refused by name unless `unlisted` is read (check_manifest).
 Dataset dataset_from_shards(const std::filesystem::path& dir, UnlistedShards unlisted = UnlistedShards::refuse);
 
+// The dataset `index` describes, its shards at dir / index.shards[s].file:
+// what dataset_from_shards makes of a folder once it has its index. Opens
+// nothing (the shards need not be there yet). Throws std::invalid_argument for
+// labels the index could not hold (negative, over kMaxLabel, outside classes).
+Dataset dataset_from_index(const std::filesystem::path& dir, const ShardIndex& index);
+
 }  // namespace conveyor
