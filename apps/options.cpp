@@ -9,7 +9,7 @@
 
 #include "data/dataset.h"
 #include "data/remote/url.h"
-#include "device/gpu_share.h"
+#include "gpu_decode/share.h"
 #include "image/decode.h"
 #include "image/transform_spec.h"
 
