@@ -2,10 +2,10 @@
 // worker threads, normalized on the device, consumed epoch by epoch.
 #include <cstdio>
 
+#include "data/files/image_folder.h"
 #include "device/device_pipeline.h"
 #include "image/default_dataset.h"
 #include "image/image_source.h"
-#include "data/files/image_folder.h"
 
 int main() {
   auto dataset = conveyor::dataset_from_folder(conveyor::ensure_default_dataset());  // or your train/ folder

@@ -10,7 +10,7 @@
 #include "data/dataset.h"
 #include "data/remote/url.h"
 #include "data/files/list_file.h"
-#include "device/gpu_share.h"
+#include "gpu_decode/share.h"
 #include "image/decode.h"
 #include "image/transform_spec.h"
 

@@ -22,7 +22,7 @@ struct RunResult {
   std::vector<SkippedSample> skipped;  // each distinct (sample, reason) once (pipeline/skip_log.h)
   int interrupted = 0;  // SIGINT or SIGTERM ended the run early (the last epoch is partial)
   double gpu_share = 0;                 // --gpu-decode: the share used (0: CPU workers alone)
-  std::uint64_t gpu_decoded = 0, gpu_cpu_fallbacks = 0;  // DevicePipeline::gpu_decode_counts()
+  std::uint64_t gpu_decoded = 0, gpu_cpu_fallbacks = 0;  // gpu_decode_counts(pipeline) (gpu_decode/step.h)
 
   // Images, batches, skipped samples and seconds over every epoch.
   EpochFigures total() const;

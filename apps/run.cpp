@@ -10,7 +10,8 @@
 
 #include "apps/cli.h"
 #include "apps/trace.h"
-#include "device/gpu_share.h"
+#include "gpu_decode/share.h"
+#include "gpu_decode/step.h"
 #include "source/source.h"
 #include "image/image_source.h"
 
@@ -113,7 +114,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
       });
   result.stats = pipeline.stats();
   result.skipped = pipeline.skipped();
-  const auto gpu = pipeline.gpu_decode_counts();
+  const auto gpu = gpu_decode_counts(pipeline);
   result.gpu_decoded = gpu.decoded;
   result.gpu_cpu_fallbacks = gpu.cpu_fallbacks;
   if (trace) {

@@ -14,7 +14,7 @@ set(CONVEYOR_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Conveyor)
 # ---- the libraries and their headers. LibTorch's layer is an export set of its
 # own, loaded only for COMPONENTS torch, so finding Conveyor never loads LibTorch
 # unless asked to.
-install(TARGETS conveyor_pipeline conveyor_data conveyor_image conveyor_device conveyor_source EXPORT ConveyorTargets
+install(TARGETS conveyor_pipeline conveyor_data conveyor_image conveyor_device conveyor_gpu_decode conveyor_source EXPORT ConveyorTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   FILE_SET HEADERS DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/conveyor COMPONENT dev

@@ -1,7 +1,7 @@
 // The CUDA backend of Device: thin wrappers over the RAII handles of
 // device/cuda_handles.h, every call through CONVEYOR_CUDA_CHECK, and the
-// kernels (normalize, gather, busy); the GPU decoder is in
-// device/cuda_jpeg_decoder.cu. The ordering logic lives above, in device/device_pipeline.cpp, shared
+// kernels (normalize, gather, busy); the GPU decode path's nvJPEG decoder
+// builds on these handles from gpu_decode/cuda_jpeg_decoder.cu. The ordering logic lives above, in device/device_pipeline.cpp, shared
 // with the host backend. The numbers below are the protocol points of
 // docs/cuda.md ("One slot's life"); its last section is the review.
 //
@@ -32,7 +32,6 @@
 #include "device/cuda_check.h"
 #include "device/cuda_handles.h"
 #include "device/dtype.h"
-#include "device/nvjpeg_library.h"
 
 namespace conveyor {
 namespace cuda_detail {
@@ -189,28 +188,6 @@ class CudaDevice final : public Device {
     const ScopedDevice on(ordinal_);
     return std::make_unique<CudaEvent>(kind, ordinal_);
   }
-  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits&, std::string& why) override {
-    const ScopedDevice on(ordinal_);
-    try {
-      std::shared_ptr<NvJpegHandle> handle;
-      {
-        // One handle per device while any decoder holds it: the decoders of a
-        // GPU decode feed share it, each with its own state.
-        std::lock_guard lk(jpeg_mu_);
-        handle = jpeg_handle_.lock();
-        if (!handle) {
-          auto library = NvJpegLibrary::load(nvjpeg_candidates(), why);
-          if (!library) return nullptr;
-          handle = std::make_shared<NvJpegHandle>(std::move(library));
-          jpeg_handle_ = handle;
-        }
-      }
-      return make_cuda_jpeg_decoder(std::move(handle), ordinal_);
-    } catch (const std::exception& e) {
-      why = std::string("nvJPEG: ") + e.what();
-      return nullptr;
-    }
-  }
   std::unique_ptr<Stream> wrap_stream(void* s) override {
     // cudaStreamPerThread names the calling thread's own stream, a different
     // one on each thread: a release (a deleter on another thread, a garbage
@@ -343,8 +320,6 @@ class CudaDevice final : public Device {
   int ordinal_;
   bool poison_;
   std::string name_;
-  std::mutex jpeg_mu_;
-  std::weak_ptr<NvJpegHandle> jpeg_handle_;  // the decoders' shared handle, while one lives
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
-// The CUDA backend's RAII handles and helpers, shared by its translation
-// units (device/cuda_device.cu: the Device; device/cuda_jpeg_decoder.cu: the
-// GPU decode path's nvJPEG decoder). Private: includes CUDA's headers, so
-// nothing public includes it. Every handle frees its object in its destructor
+// The CUDA backend's RAII handles and helpers: the Device's own
+// (device/cuda_device.cu), and the raw handles code above device/ needs to run
+// CUDA work of its own on the device's streams (gpu_decode/cuda_jpeg_decoder.cu:
+// native(stream), ScopedDevice, CudaBuffer). Not installed: includes CUDA's
+// headers, so no public header includes it, and only .cu files built with the
+// CUDA backend do. Every handle frees its object in its destructor
 // under a ScopedDevice (protocol point 3, docs/cuda.md).
 #pragma once
 
@@ -17,7 +19,6 @@
 
 #include "device/cuda_check.h"
 #include "device/device.h"
-#include "device/nvjpeg_library.h"
 
 namespace conveyor::cuda_detail {
 
@@ -208,9 +209,5 @@ class PinnedBytes {
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
-
-// The GPU decode path's decoder on device `ordinal` (device/cuda_jpeg_decoder.cu),
-// with the device's shared nvJPEG handle. Call it under a ScopedDevice on `ordinal`.
-std::unique_ptr<JpegBatchDecoder> make_cuda_jpeg_decoder(std::shared_ptr<NvJpegHandle> handle, int ordinal);
 
 }  // namespace conveyor::cuda_detail

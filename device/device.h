@@ -8,6 +8,10 @@
 //         same ordering semantics, an optional simulated link (link_gbps) and,
 //         for tests, random delays before every operation.
 //
+// A hardware layer: memory, streams, events, copies, record/wait/synchronize,
+// and its own kernels (normalize, gather, busy). It knows nothing of images or
+// their decoders: the GPU decode path builds on it from gpu_decode/.
+//
 // The semantics are CUDA's, so the ordering logic above this interface exists
 // once (device/device_pipeline.cpp) and the host backend's tests exercise it:
 // operations on one Stream run in order and asynchronously to the caller;
@@ -28,15 +32,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "device/dtype.h"
-#include "image/augment.h"
-#include "image/decode.h"
 #include "pipeline/batch.h"
 
 namespace conveyor {
@@ -110,7 +110,10 @@ class Buffer {
 class Stream {
  public:
   virtual ~Stream() = default;
-  // cudaStream_t on CUDA; the HostStream* on the host backend (nullptr: the caller's thread).
+  // cudaStream_t on CUDA; the HostStream* on the host backend (nullptr: the
+  // caller's thread). Code above device/ that runs work of its own on a stream
+  // (gpu_decode/'s decoders) reaches it through this: device/cuda_handles.h on
+  // CUDA, device/host_stream.h on the host backend.
   virtual void* native() const = 0;
 };
 
@@ -137,35 +140,6 @@ struct GatherJob {
   std::byte* dst = nullptr;
   const std::uint64_t* indices = nullptr;
   std::size_t rows = 0, row_bytes = 0;
-};
-
-// One JPEG for the GPU decode path: the whole file is decoded,
-// then its geometry's box rendered into dst as uint8 HWC (geometry.out) with
-// resize_math.h's arithmetic.
-struct JpegItem {
-  std::span<const unsigned char> file;
-  int width = 0, height = 0;  // the image's, from its header
-  Geometry geometry;          // a gpu_decodable() box
-  std::uint8_t* dst = nullptr;  // device memory: the sample's place in its slot (set before render())
-};
-
-// The transfer stage's JPEG decoder: nvJPEG on CUDA; on the host backend the
-// host twin (libjpeg-turbo's full decode, then the same resize), so the stage's
-// logic runs and is tested without a GPU. Used by one thread. Its working
-// memory grows to the largest batch seen and is reused after that.
-class JpegBatchDecoder {
- public:
-  virtual ~JpegBatchDecoder() = default;
-  // One line: what decodes, e.g. "nvJPEG 12.3.4 (hardware backend)".
-  virtual std::string describe() const = 0;
-  // Decodes every item's file whole into the decoder's own memory, ordered on
-  // `stream`. Returns one entry per item: empty, or the decoder's reason for
-  // refusing that file. Call it only once the previous render()'s work is done
-  // (it reuses that memory), and keep the files alive until this render()'s is.
-  virtual std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) = 0;
-  // Renders each item whose `refused` entry is empty into its dst, on `stream`
-  // after the work already there.
-  virtual void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) = 0;
 };
 
 enum class EventKind {
@@ -218,10 +192,6 @@ class Device {
   // CUDA 12.8 or later (cudaStreamGetDevice), for a stream of another device,
   // naming both devices (before 12.8 such a stream fails at its first record).
   virtual std::unique_ptr<Stream> wrap_stream(void* native) = 0;
-  // The GPU decode path's decoder, or null with `why` set to one line saying
-  // why there is none (on CUDA: no nvJPEG library, see device/nvjpeg_library.h).
-  // `limits`: the source's (ImageConfig::limits), for decoders that check them.
-  virtual std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits& limits, std::string& why) = 0;
 
   // ---- steady state: enqueue on `stream` and return; never allocate
   virtual void copy_to_device(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;

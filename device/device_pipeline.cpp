@@ -10,7 +10,6 @@
 #include <string>
 #include <type_traits>
 
-#include "device/gpu_decode_feed.h"
 #include "device/nvtx.h"
 
 namespace conveyor {
@@ -68,9 +67,6 @@ struct DeviceSlot {
   // made on first use and reused by later generations (an event's wait binds
   // to the record before it, so re-recording is safe).
   std::vector<std::unique_ptr<Event>> side_done;
-  // The GPU decode path: the job of the batch in this slot, from transfer()
-  // until finish() saw its render complete; the delivery thread's alone.
-  GpuDecodeFeed::Job* job = nullptr;
 };
 
 struct TransferCore {
@@ -107,14 +103,9 @@ struct TransferCore {
     }
   }
 
-  // The GPU decode path (TransferConfig::gpu_decode): its feed threads, and
-  // the CPU fall-back for files their decoder refuses, the delivery thread's alone.
-  std::unique_ptr<GpuDecodeFeed> feed;
-  struct Fallback {
-    std::unique_ptr<ImageDecoder> cpu;
-    std::vector<unsigned char> scratch;  // one rendered sample
-  } fallback;
-  std::atomic<std::uint64_t> gpu_decoded{0}, gpu_fallbacks{0};
+  // TransferConfig::batch_step's, if any (the GPU decode path's feed threads
+  // and CPU fall-back).
+  std::unique_ptr<BatchStep> step;
 
   TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
   ~TransferCore() {
@@ -130,7 +121,7 @@ struct TransferCore {
     } catch (...) {
       // A device in error: there is nothing left to wait for.
     }
-    feed.reset();  // joins its threads and waits for its decodes, before the slots and streams go
+    step.reset();  // joins its threads and waits for its work, before the slots and streams go
   }
 
   // Keeps the first consumer-side error and closes the free slots, so the
@@ -173,7 +164,7 @@ struct TransferCore {
     }
     Stream& copy = *copy_stream;
     try {
-      if (feed) s.job = take_decoded(batch);  // before the labels are placed: a skip shortens the batch
+      if (step) step->prepare(batch, s.id);  // before the labels are placed: a skip shortens the batch
       device->wait(copy, *s.consumed);  // 4: D[i]/O[i] are free on the device's timeline
       const std::size_t at = label_offset(batch.size(), sample_bytes);
       std::memcpy(batch.data + at, batch.labels.data(), batch.size() * sizeof(std::int64_t));
@@ -184,14 +175,7 @@ struct TransferCore {
         s.source = static_cast<std::byte*>(s.raw->data());
         device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
       }
-      if (GpuDecodeFeed::Job* job = s.job) {  // 13: the GPU path's samples, into the slot after the copy
-        for (std::size_t k = 0; k < job->items.size(); ++k) {
-          if (!job->refused[k].empty()) continue;  // decoded on the CPU (in the copy), or dropped
-          job->items[k].dst = reinterpret_cast<std::uint8_t*>(s.source) + job->slot[k] * sample_bytes;
-        }
-        device->wait(copy, *job->decoded);  // 13: rendered after the feed's decode on the device's timeline
-        job->decoder->render(job->items, job->refused, copy);
-      }
+      if (step) step->complete(s.id, s.source, copy);  // 13: into the slot after the copy, before copied
       if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
         device->record(*s.staged, copy);
         device->wait(*normalize_stream, *s.staged);
@@ -208,7 +192,7 @@ struct TransferCore {
       // throws, while the copy enqueued above may still be reading it: wait for
       // the streams first, whatever they report.
       drain_streams();
-      release_job(s);  // the render, if enqueued, is done: the decoder may decode again
+      if (step) step->release(s.id);  // its work, if enqueued, is done
       throw;
     }
     s.started = start;
@@ -230,10 +214,10 @@ struct TransferCore {
       device->synchronize(*s.copied);
     } catch (...) {
       drain_streams();  // as in transfer(): H must outlive the DMA that reads it
-      release_job(s);
+      if (step) step->release(s.id);
       throw;
     }
-    release_job(s);  // 13: its render is complete (before copied), so its decoder is free
+    if (step) step->release(s.id);  // 13: its work is complete (before copied)
     if (observer) {
       const auto end = std::chrono::steady_clock::now();
       observer->on_transferred(batch, std::max(s.started, last_finished), end);  // spans that follow each other
@@ -242,90 +226,10 @@ struct TransferCore {
   }
 
   // True when transfer() would block for a free slot (the batch in flight may
-  // hold the last one), and always on a GPU decode path with one decoder: the
-  // next batch's decode needs the decoder the batch in flight renders from,
-  // freed only when it is finished.
-  bool transfer_would_wait() const { return (feed && feed->decoders() < 2) || free_slots.size() == 0; }
-
-  // The batch's decoded job from the feed (null when it has no deferred
-  // sample); its wait counts as the delivery stage starved. A file the
-  // decoder refused is rendered here on the CPU into the host buffer, which
-  // the copy then carries; one the CPU refuses too is an error or, skipping,
-  // removed from the batch.
-  GpuDecodeFeed::Job* take_decoded(Batch& batch) {
-    GpuDecodeFeed::Job* job = feed->take(batch, batch.transfer_starved_ns);
-    if (!job) return nullptr;
-    std::vector<std::size_t> drop;  // positions in the batch of samples neither decoder took
-    try {
-      for (std::size_t k = 0; k < job->items.size(); ++k) {
-        if (job->refused[k].empty()) continue;
-        if (!render_on_cpu(batch, *job, k)) drop.push_back(job->slot[k]);
-      }
-    } catch (...) {
-      feed->release(job);  // nothing of it was enqueued on the copy stream
-      throw;
-    }
-    // render() gets the very list decode() saw, since a decoder keeps its images
-    // by position there; it skips the refused ones (the CPU's or dropped). The
-    // accepted ones' positions move down past the dropped samples.
-    std::size_t accepted = 0;
-    for (std::size_t k = 0; k < job->items.size(); ++k) {
-      if (!job->refused[k].empty()) continue;
-      ++accepted;
-      job->slot[k] -= std::size_t(std::lower_bound(drop.begin(), drop.end(), job->slot[k]) - drop.begin());
-    }
-    gpu_decoded += accepted;
-    if (!drop.empty()) remove_samples(batch, drop);
-    return job;
-  }
-
-  // The CPU fall-back for item k of `job`, which the device's decoder refused:
-  // rendered into its place in the host buffer. False when the CPU refuses it
-  // too and the policy skips it (listed in batch.skipped); throws when it fails.
-  bool render_on_cpu(Batch& batch, const GpuDecodeFeed::Job& job, std::size_t k) {
-    const DeferredDecode& e = job.taken[k];
-    try {
-      Fallback& f = fallback;
-      if (!f.cpu) f.cpu = std::make_unique<ImageDecoder>(config.gpu_decode->limits, std::vector<int>{8});
-      const ImageInfo info = f.cpu->open(e.file);
-      const DecodedView v = f.cpu->decode({0, 0, info.width, info.height}, 1.0);
-      f.scratch.resize(sample_bytes);
-      render_gpu_twin(v.pixels, v.width, v.height, v.stride, e.geometry, f.scratch);
-      std::memcpy(batch.data + job.slot[k] * sample_bytes, f.scratch.data(), sample_bytes);
-      ++gpu_fallbacks;
-      return true;
-    } catch (const std::exception& cpu_error) {
-      const std::string reason = e.name + ": " + cpu_error.what() + " (the GPU decoder: " + job.refused[k] + ")";
-      if (config.gpu_decode->on_error == ErrorPolicy::fail) throw std::runtime_error(reason);
-      batch.skipped.push_back({batch.epoch, batch.indices[job.slot[k]], reason});
-      return false;
-    }
-  }
-
-  // The slot's job back to the feed (its decoder free, its entries recycled).
-  void release_job(DeviceSlot& s) noexcept {
-    if (feed && s.job) feed->release(s.job);
-    s.job = nullptr;
-  }
-
-  // Removes the samples at `positions` (ascending) from the host batch; later ones move down.
-  void remove_samples(Batch& batch, const std::vector<std::size_t>& positions) {
-    std::size_t out = 0, p = 0;
-    for (std::size_t j = 0; j < batch.indices.size(); ++j) {
-      if (p < positions.size() && positions[p] == j) {
-        ++p;
-        continue;
-      }
-      if (out != j) {
-        batch.indices[out] = batch.indices[j];
-        batch.labels[out] = batch.labels[j];
-        std::memmove(batch.data + out * sample_bytes, batch.data + j * sample_bytes, sample_bytes);
-      }
-      ++out;
-    }
-    batch.indices.resize(out);
-    batch.labels.resize(out);
-  }
+  // hold the last one), or the step's prepare() for the release of the batch
+  // in flight (the GPU decode path with one decoder: the next batch's decode
+  // needs the decoder the batch in flight renders from).
+  bool transfer_would_wait() const { return (step && step->next_waits_for_release()) || free_slots.size() == 0; }
 
   // Waits for everything enqueued on the transfer's streams; never throws (a
   // device in error has nothing left to run, and the caller is already failing).
@@ -382,16 +286,16 @@ struct TransferCore {
 
 PipelineStats DevicePipeline::stats() const {
   PipelineStats s = pipeline_->stats();
-  if (core_->feed) {
-    const auto at = std::min<std::size_t>(1, s.stages.size());  // after the workers
-    s.stages.insert(s.stages.begin() + std::ptrdiff_t(at), core_->feed->stats(s.wall_s, Clock::now()));
+  if (core_->step) {
+    if (auto stage = core_->step->stage(s.wall_s, Clock::now())) {
+      const auto at = std::min<std::size_t>(1, s.stages.size());  // after the workers
+      s.stages.insert(s.stages.begin() + std::ptrdiff_t(at), std::move(*stage));
+    }
   }
   return s;
 }
 
-DevicePipeline::GpuDecodeCounts DevicePipeline::gpu_decode_counts() const {
-  return {core_->gpu_decoded.load(), core_->gpu_fallbacks.load()};
-}
+const BatchStep* DevicePipeline::batch_step() const { return core_->step.get(); }
 
 NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* dst, std::size_t samples,
                                                 const std::uint64_t* indices) const {
@@ -535,9 +439,8 @@ std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConf
   core->copy_stream = device->create_stream();  // 2: its own non-blocking stream
   if (transfer.normalize) core->normalize_stream = device->create_stream();  // 10: and normalize's
   core->consumer_stream = device->wrap_stream(transfer.consumer_stream);
-  if (const auto& g = transfer.gpu_decode) {
-    const std::size_t threads = g->threads ? std::min(g->threads, g->decoders.size()) : (g->decoders.size() + 1) / 2;
-    core->feed = std::make_unique<GpuDecodeFeed>(device, g->deferred, g->decoders, threads);
+  if (transfer.batch_step) {
+    core->step = transfer.batch_step(BatchStepSetup{device, config.sample_bytes, config.batch_size, core->slots.size()});
   }
   return core;
 }
@@ -554,11 +457,11 @@ StageFunctions stage_functions(TransferCore* core, Filler fill, std::size_t batc
   stages.transfer = [core](Batch& b) { core->transfer(b); };
   stages.finish = [core](Batch& b) { core->finish(b); };
   stages.transfer_would_wait = [core] { return core->transfer_would_wait(); };
-  stages.on_stop = [core] {  // wakes a delivery thread waiting for a slot, or for the GPU decode feed
+  stages.on_stop = [core] {  // wakes a delivery thread waiting for a slot, or for the batch step
     core->free_slots.close();
-    if (core->feed) core->feed->stop();
+    if (core->step) core->step->stop();
   };
-  if (core->feed) stages.filled = [core](const Batch& b) noexcept { core->feed->filled(b); };
+  if (core->step) stages.filled = [core](const Batch& b) noexcept { core->step->filled(b); };
   // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
   stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
   const std::size_t tail = label_tail_bytes(batch_size);  // room for the labels after the pixels
@@ -580,19 +483,6 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   if (!fill) throw std::invalid_argument("pipeline: stages.fill is required");
   config.validate();
   if (transfer.normalize) validate_normalization(*transfer.normalize, config.sample_bytes);
-  if (transfer.gpu_decode) {
-    if (!transfer.gpu_decode->deferred) throw ConfigError("gpu_decode.deferred", "is required (ImageSource::deferred_decodes())");
-    const auto& decoders = transfer.gpu_decode->decoders;
-    if (decoders.empty() || std::find(decoders.begin(), decoders.end(), nullptr) != decoders.end()) {
-      throw ConfigError("gpu_decode.decoders", "must be one or more decoders (Device::create_jpeg_decoder)");
-    }
-    // One pipeline at a time per source: entries an earlier one left are dropped,
-    // and the source defers only while this pipeline is there to decode.
-    auto store = transfer.gpu_decode->deferred;
-    store->attach();
-    gpu_attachment_ = std::shared_ptr<void>(nullptr, [store](void*) { store->detach(); });
-  }
-
   core_ = make_core(config, transfer, device);
   // The stages hold a plain pointer: core_ outlives pipeline_ (declared before it).
   StageFunctions stages = stage_functions(core_.get(), std::move(fill), config.batch_size, transfer.interrupted);
@@ -602,7 +492,10 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   max_held_ = std::min(core_->slots.size(), config.host_buffer_count());
 }
 
-DevicePipeline::~DevicePipeline() { stop(); }
+DevicePipeline::~DevicePipeline() {
+  stop();  // joins the workers: the step hears of no batch after this
+  if (core_->step) core_->step->pipeline_ended();
+}
 
 // The core marks itself stopping and then calls on_stop, which closes the free
 // slots: a delivery thread woken there is seen as stopping, not failing.

@@ -49,11 +49,71 @@
 
 #include "device/device.h"
 #include "pipeline/pipeline.h"
-#include "image/gpu_decode_plan.h"
-#include "image/image_source.h"
+#include "pipeline/stats.h"
 #include "image/normalize.h"
 
 namespace conveyor {
+
+// What a BatchStep is made with: the pipeline's device and the shape of its
+// batches and slots.
+struct BatchStepSetup {
+  std::shared_ptr<Device> device;
+  std::size_t sample_bytes = 0;  // Config::sample_bytes
+  std::size_t batch_size = 0;    // Config::batch_size
+  std::size_t slots = 0;         // device slots, numbered 0 .. slots-1
+};
+
+// BatchStep: work a layer above adds to the transfer stage for each batch, with
+// threads of its own if it needs them (the GPU decode path, gpu_decode/step.h,
+// which renders samples the workers left undecoded into the slot). The stage
+// calls it at fixed points of the slot protocol, so the consumer's protocol is
+// unchanged by it:
+//   a worker completes batch b -> filled(b)
+//   delivery thread, transfer of b into slot i: take slot i -> prepare(b, i)
+//     -> place the labels, copy H -> D[i] on the copy stream ->
+//     complete(i, D[i], copy) -> (normalize) -> record copied[i]: what
+//     complete() enqueues is in the slot before the slot counts as copied
+//   delivery thread, once the host saw copied[i] complete, or the transfer of
+//     b failed after prepare(): release(i)
+// Thread safety: filled() is called by any worker thread; prepare(), complete()
+// and release() by the delivery thread; stop() by any thread; stage() from any
+// thread. Lifetime: made after the slots and streams, destroyed once the
+// transfer's streams and the consumer's last release are done, before the
+// slots; it may outlive its DevicePipeline while the consumer holds batches.
+class BatchStep {
+ public:
+  virtual ~BatchStep() = default;
+  // A worker completed batch b (StageFunctions::filled). Never throws: an
+  // error sticks to the batch and prepare() throws it.
+  virtual void filled(const Batch& b) noexcept = 0;
+  // Before b's labels are placed and its copy is enqueued, into slot `slot`:
+  // may write samples into b.data and remove samples from b (listing them in
+  // b.skipped). Time it waits for its own threads goes to
+  // b.transfer_starved_ns. Throws to fail the batch (the pipeline stops),
+  // keeping nothing for release().
+  virtual void prepare(Batch& b, std::size_t slot) = 0;
+  // After the batch's copy into slot `slot` (`samples`: its first sample, in
+  // device memory, or the host buffer when the device hands over) is enqueued
+  // on `copy`: enqueues there what completes the slot.
+  virtual void complete(std::size_t slot, std::byte* samples, Stream& copy) = 0;
+  // The slot's work is done on the device, or will never run: what prepare()
+  // kept for it may be reused. Idempotent.
+  virtual void release(std::size_t slot) noexcept = 0;
+  // Wakes its threads and a prepare() waiting, for good; idempotent.
+  virtual void stop() noexcept = 0;
+  // The DevicePipeline is going and its workers are joined: no filled()
+  // follows (later calls release what batches still held).
+  virtual void pipeline_ended() noexcept {}
+  // True when prepare() for the next batch may wait for release() of the
+  // batch in flight (the delivery thread must then finish that one first).
+  virtual bool next_waits_for_release() const = 0;
+  // Its threads as a stage for DevicePipeline::stats(), after the workers; none by default.
+  virtual std::optional<StageStats> stage(double wall_s, Clock::time_point now) const {
+    (void)wall_s;
+    (void)now;
+    return std::nullopt;
+  }
+};
 
 struct TransferConfig {
   // Normalize on the device: each sample is uint8 HWC of height x width x
@@ -98,30 +158,11 @@ struct TransferConfig {
   // during a start-up of hundreds of MB. Default: none.
   Interrupt interrupted;
 
-  // The GPU decode path: the samples an ImageSource with gpu_share left
-  // undecoded (its deferred_decodes()) are decoded by a GpuDecodeFeed
-  // (device/gpu_decode_feed.h): `threads` threads of its own take each batch
-  // as the workers complete it and decode it on one of `decoders`
-  // (Device::create_jpeg_decoder) on that decoder's stream, ahead of the
-  // delivery thread, which renders the decoded images into the batch's slot
-  // after its copy and before its copied event, so the consumer's protocol is
-  // unchanged. Samples must be the uint8 HWC of the geometry's output. A file
-  // the decoder refuses is decoded again on the CPU (the host twin, on the
-  // delivery thread) alone; one that fails there too follows on_error: fail
-  // stops the pipeline with the file's name, skip leaves it out of its batch
-  // (Batch::skipped).
-  struct GpuDecode {
-    std::shared_ptr<DeferredDecodes> deferred;
-    // One or more; a decoder holds a batch from its decode until its render is
-    // done, so with two or more the next batch decodes while one renders.
-    std::vector<std::shared_ptr<JpegBatchDecoder>> decoders;
-    ErrorPolicy on_error = ErrorPolicy::fail;
-    DecodeLimits limits;  // the CPU fall-back's: the source's ImageConfig::limits
-    // The feed's threads, 1 .. decoders.size(). Default: 0, one per two decoders.
-    std::size_t threads = 0;
-  };
-  // Default: none (every sample was decoded by the workers).
-  std::optional<GpuDecode> gpu_decode;
+  // Optional: makes the pipeline's BatchStep (below) at start-up, once per
+  // DevicePipeline, after its slots and streams; what it throws, the
+  // constructor throws. The GPU decode path is one (gpu_decode/step.h's
+  // GpuDecode, assigned here). Default: none.
+  std::function<std::unique_ptr<BatchStep>(const BatchStepSetup&)> batch_step;
   // Optional: told of each sample's fill, each batch's transfer and finish,
   // each whole copy (on_transferred) and each next() (pipeline/observer.h).
   // NVTX ranges, where built in, are an observer of their own beside it.
@@ -150,8 +191,9 @@ class DeviceBatch {
 
   explicit operator bool() const { return static_cast<bool>(host_); }
   // Identity, dataset indices, labels and skipped samples; host().data is the
-  // host copy (do not write it). With TransferConfig::gpu_decode, the samples
-  // the GPU decoded exist only in data(): their host slots were never written.
+  // host copy (do not write it). With a TransferConfig::batch_step, samples it
+  // renders on the device (the GPU decode path's) exist only in data(): their
+  // host slots were never written.
   const Batch& host() const { return *host_; }
   std::size_t size() const { return host_->size(); }
 
@@ -245,17 +287,14 @@ class DevicePipeline {
   // As Pipeline::consumer_away.
   void consumer_away() { pipeline_->consumer_away(); }
   PipelineState state() const { return pipeline_->state(); }
-  // As Pipeline::stats, with the GPU decode feed's threads as the stage "gpu
-  // decode" after the workers when TransferConfig::gpu_decode is set.
+  // As Pipeline::stats, with the batch step's stage after the workers when it
+  // has one (the GPU decode feed's threads: "gpu decode").
   PipelineStats stats() const;
   Clock::time_point started_at() const { return pipeline_->started_at(); }
   std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }
-  // The GPU decode path so far (TransferConfig::gpu_decode): samples its decoder
-  // rendered, and those it refused that the CPU then decoded.
-  struct GpuDecodeCounts {
-    std::uint64_t decoded = 0, cpu_fallbacks = 0;
-  };
-  GpuDecodeCounts gpu_decode_counts() const;
+  // The step TransferConfig::batch_step made; null without one. For its own
+  // layer's accessors (gpu_decode/step.h, gpu_decode_counts).
+  const BatchStep* batch_step() const;
   std::size_t batches_per_epoch() const { return pipeline_->batches_per_epoch(); }
   // Stops and joins every thread. Idempotent.
   void stop();
@@ -274,9 +313,6 @@ class DevicePipeline {
 
  private:
   std::shared_ptr<TransferCore> core_;
-  // With TransferConfig::gpu_decode: detaches the deferred store when it goes,
-  // after pipeline_ (its workers) is joined. Holds no object of its own.
-  std::shared_ptr<void> gpu_attachment_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
   std::atomic<bool> stopped_{false};    // stop() was called
   std::size_t max_held_ = 0;

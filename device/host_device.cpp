@@ -27,9 +27,8 @@
 #include <unordered_set>
 
 #include "device/backends.h"
+#include "device/host_stream.h"
 #include "pipeline/rng.h"
-#include "image/decode.h"
-#include "image/gpu_decode_plan.h"
 
 namespace conveyor {
 namespace {
@@ -266,63 +265,6 @@ void normalize_on_host(const NormalizeJob& job) {
   }
 }
 
-// The GPU decode path's host twin: libjpeg-turbo decodes each file whole (as
-// nvJPEG does), and render() runs the kernel's resize arithmetic on the stream
-// (image/gpu_decode_plan.h, render_gpu_twin).
-class HostJpegDecoder final : public JpegBatchDecoder {
- public:
-  explicit HostJpegDecoder(const DecodeLimits& limits) : decoder_(limits, {8}) {}
-  std::string describe() const override { return "host twin of the GPU decoder (libjpeg-turbo, full-size decode)"; }
-
-  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
-    host_stream(stream).drain();  // the previous render() may still read the images
-    if (images_.size() < items.size()) images_.resize(items.size());
-    std::vector<std::string> refused(items.size());
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      try {
-        const ImageInfo info = decoder_.open(items[i].file);
-        if (info.width != items[i].width || info.height != items[i].height) {
-          throw DecodeError("the header says " + std::to_string(info.width) + "x" + std::to_string(info.height) +
-                            ", the item " + std::to_string(items[i].width) + "x" + std::to_string(items[i].height));
-        }
-        const DecodedView v = decoder_.decode({0, 0, info.width, info.height}, 1.0);
-        Image& img = images_[i];
-        img.width = v.width;
-        img.height = v.height;
-        img.pixels.resize(std::size_t(v.width) * std::size_t(v.height) * 3);
-        for (int y = 0; y < v.height; ++y) {
-          std::memcpy(img.pixels.data() + std::size_t(y) * std::size_t(v.width) * 3, v.pixels + y * v.stride,
-                      std::size_t(v.width) * 3);
-        }
-      } catch (const std::exception& e) {
-        refused[i] = e.what();
-      }
-    }
-    return refused;
-  }
-
-  void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (!refused.at(i).empty()) continue;
-      const Image* img = &images_.at(i);
-      const JpegItem item = items[i];
-      host_stream(stream).enqueue([img, item] {
-        const Size out = item.geometry.out;
-        render_gpu_twin(img->pixels.data(), img->width, img->height, std::ptrdiff_t(img->width) * 3, item.geometry,
-                        {item.dst, std::size_t(out.width) * std::size_t(out.height) * 3});
-      });
-    }
-  }
-
- private:
-  struct Image {
-    std::vector<unsigned char> pixels;
-    int width = 0, height = 0;
-  };
-  ImageDecoder decoder_;  // full size only, as nvJPEG
-  std::vector<Image> images_;  // grows to the largest batch; reused
-};
-
 class HostDevice final : public Device {
  public:
   HostDevice(const DeviceConfig& config, std::string why) : config_(config), why_(std::move(why)) {}
@@ -362,9 +304,7 @@ class HostDevice final : public Device {
     return std::make_unique<HostStream>(true, config_.max_delay_us, config_.delay_seed, next_id());
   }
   std::unique_ptr<Event> create_event(EventKind kind) override { return std::make_unique<HostEvent>(kind); }
-  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits& limits, std::string&) override {
-    return std::make_unique<HostJpegDecoder>(limits);
-  }
+
   // As CUDA's: null (and cudaStreamLegacy, 0x1) is the caller's own timeline,
   // here inline on the calling thread; cudaStreamPerThread (0x2) is refused.
   // Anything else must be a live stream of this backend (create_stream()'s
@@ -476,6 +416,9 @@ class HostDevice final : public Device {
 };
 
 }  // namespace
+
+void host_stream_enqueue(Stream& stream, std::function<void()> op) { host_stream(stream).enqueue(std::move(op)); }
+void host_stream_drain(Stream& stream) { host_stream(stream).drain(); }
 
 std::shared_ptr<Device> open_host_device(const DeviceConfig& config, std::string why) {
   return std::make_shared<HostDevice>(config, std::move(why));

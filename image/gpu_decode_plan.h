@@ -80,7 +80,7 @@ class DeferredDecodes {
   // Entries put and not yet taken (batches in flight, or left by a stopped pipeline).
   std::size_t pending() const;
   // A pipeline that decodes these entries (DevicePipeline with
-  // TransferConfig::gpu_decode) attaches for its lifetime: attach() drops what
+  // gpu_decode/step.h's GpuDecode step) attaches for its lifetime: attach() drops what
   // an earlier one left; an ImageSource defers only while one is attached,
   // since otherwise nothing would ever write the sample's slot.
   void attach();

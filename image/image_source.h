@@ -79,7 +79,7 @@ struct ImageConfig {
   // The GPU decode path: the share of samples (by gpu_decodes(),
   // among those gpu_decodable()) the workers do not decode but leave, read and
   // planned, in deferred_decodes() for the transfer stage to decode
-  // (TransferConfig::gpu_decode). Incompatible with `normalize` (the device
+  // (gpu_decode/step.h, GpuDecode). Incompatible with `normalize` (the device
   // normalizes). Default: 0, every sample on the CPU.
   double gpu_share = 0;
   // Where files are read from. Default: null, meaning posix_file_system();

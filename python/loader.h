@@ -40,7 +40,7 @@
 #include "device/device.h"
 #include "device/device_pipeline.h"
 #include "device/dtype.h"
-#include "device/gpu_share.h"
+#include "gpu_decode/share.h"
 #include "pipeline/config.h"
 #include "pipeline/skip_log.h"
 #include "pipeline/state.h"
@@ -76,7 +76,7 @@ struct LoaderSettings {
   DeviceConfig device;             // the loader sets handover_if_host: a CPU consumer reads in place
   std::optional<DType> normalize;  // on the device, for uint8 HWC samples of 1..3 channels
   // Images only: the share of JPEGs the device's decoder takes:
-  // 0 off, a share in (0, 1], nullopt auto (device/gpu_share.h). Default: off.
+  // 0 off, a share in (0, 1], nullopt auto (gpu_decode/share.h). Default: off.
   std::optional<double> gpu_decode = 0.0;
   // The most the batch pools (host and device) may take, in MiB; checked
   // before anything is allocated. Default: 0, default_pool_budget_bytes() (a

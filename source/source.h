@@ -28,7 +28,7 @@
 #include "data/shards/shard_index.h"
 #include "device/device.h"
 #include "device/device_pipeline.h"
-#include "device/gpu_share.h"
+#include "gpu_decode/share.h"
 #include "image/image_source.h"
 #include "pipeline/config.h"
 
@@ -74,7 +74,7 @@ struct ImageSourceParts {
 // (`gpu_decode`: 0 off, a share in (0, 1], nullopt auto, measured on `device`;
 // choose_gpu_decode, with `gpu_decode_threads` feed threads, 0 for the
 // default). With a share above 0 the source is rebuilt to leave that share to
-// the transfer stage, and transfer.gpu_decode is set for it; the rest of
+// the transfer stage, and transfer.batch_step is set for it (a GpuDecode); the rest of
 // `transfer` is left as it was. Throws what ImageSource's constructor and
 // choose_gpu_decode throw.
 ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::size_t workers,

@@ -85,9 +85,6 @@ class FaultyDevice final : public Device {
   std::unique_ptr<Stream> create_stream() override { return inner_->create_stream(); }
   std::unique_ptr<Event> create_event(EventKind k) override { return inner_->create_event(k); }
   std::unique_ptr<Stream> wrap_stream(void* s) override { return inner_->wrap_stream(s); }
-  std::unique_ptr<JpegBatchDecoder> create_jpeg_decoder(const DecodeLimits& limits, std::string& why) override {
-    return inner_->create_jpeg_decoder(limits, why);
-  }
   void copy_to_device(void* d, const void* s, std::size_t n, Stream& st) override {
     if (copies_before_error-- == 0) throw DeviceError("cudaMemcpyAsync(...) at cuda/fake.cu:1: injected failure");
     std::this_thread::sleep_for(std::chrono::milliseconds(enqueue_delay_ms.load()));

@@ -7,7 +7,14 @@
 #               shards over http(s) through a local cache (data/remote/):
 #               where a sample's bytes come from, never what they decode to
 #   image/      decode, augment, resize, normalize, the image filler (images enter here)
-#   device/     the device interface, its CUDA and host backends, the copy stage
+#   device/     the device: memory, streams, events, copies, record/wait/sync
+#               and its kernels, with CUDA and host backends; the copy stage,
+#               with a generic per-batch step (BatchStep) for layers above.
+#               It knows nothing of images' decoders: only the normalize
+#               kernel's math comes from image/ (image/normalize.h)
+#   gpu_decode/ the GPU decode path: nvJPEG (opened at run time) and its host
+#               twin behind one batch decoder, the feed threads, the copy
+#               stage's decode step with its CPU fall-back, the measured share
 #   source/     the one builder from a dataset spec to what a pipeline runs
 #   libtorch/   tensors and models
 #   python/     the Python module (pybind11): beside libtorch/, never over it:
@@ -21,7 +28,7 @@
 # Usage: layering_test.sh SOURCE_ROOT
 set -euo pipefail
 cd "$1"
-layers=(pipeline data image device source libtorch python apps)
+layers=(pipeline data image device gpu_decode source libtorch python apps)
 bad=0
 for ((i = 0; i < ${#layers[@]}; i++)); do
   layer=${layers[i]}
@@ -40,7 +47,7 @@ if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cuda
   bad=1
 fi
 if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]curl/' --include='*.h' --include='*.cpp' --include='*.cu' \
-             pipeline data image device source libtorch python apps | grep -v '^data/remote/'); then
+             pipeline data image device gpu_decode source libtorch python apps | grep -v '^data/remote/'); then
   echo "libcurl is included outside data/remote/:"
   echo "$hits"
   bad=1

@@ -23,6 +23,8 @@
 #include "device/device.h"
 #include "device/device_pipeline.h"
 #include "device/resident.h"
+#include "gpu_decode/jpeg_batch_decoder.h"
+#include "gpu_decode/step.h"
 #include "image_writers.h"
 #include "image/gpu_decode_plan.h"
 #include "image/image_ops.h"
@@ -520,7 +522,7 @@ Agreement compare_with_cpu(const Photos& p, const std::vector<std::vector<unsign
 // The device's nvJPEG decoder, or null after a WARN saying why there is none.
 std::unique_ptr<JpegBatchDecoder> gpu_decoder(Device& device) {
   std::string why;
-  auto decoder = device.create_jpeg_decoder(DecodeLimits{}, why);
+  auto decoder = create_jpeg_decoder(device, DecodeLimits{}, why);
   if (!decoder) WARN("gpu decode not checked: " << why);
   return decoder;
 }
@@ -571,9 +573,9 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
     c.epochs = 2;
     std::string w;
     TransferConfig tc;
-    tc.gpu_decode = TransferConfig::GpuDecode{
+    tc.batch_step = GpuDecode{
         src.deferred_decodes(),
-        {device->create_jpeg_decoder(DecodeLimits{}, w), device->create_jpeg_decoder(DecodeLimits{}, w)},
+        {create_jpeg_decoder(*device, DecodeLimits{}, w), create_jpeg_decoder(*device, DecodeLimits{}, w)},
         ErrorPolicy::fail};
     DevicePipeline p(c, d.size(), src.filler(), tc, device);
     std::vector<std::uint64_t> out;
@@ -587,8 +589,8 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
       for (unsigned char v : host) h = (h ^ v) * 1099511628211ULL;
       out.push_back(h);
     }
-    REQUIRE(p.gpu_decode_counts().decoded > 0);
-    REQUIRE(p.gpu_decode_counts().cpu_fallbacks == 0);
+    REQUIRE(gpu_decode_counts(p).decoded > 0);
+    REQUIRE(gpu_decode_counts(p).cpu_fallbacks == 0);
     return out;
   };
   const auto one = digests(1);
@@ -597,7 +599,7 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
 }
 
 // Last but one: an odd output width with make_resize_taps' odd tap counts once
-// put each item's y tables off 4-byte alignment (device/taps_layout.h), and the
+// put each item's y tables off 4-byte alignment (gpu_decode/taps_layout.h), and the
 // kernel's misaligned loads end the CUDA context, failing every later case.
 TEST_CASE("gpu decode on CUDA: odd output sizes (63x61) render as the twin does", "[cuda][gpu-decode]") {
   auto device = gpu();

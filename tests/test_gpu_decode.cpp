@@ -13,7 +13,8 @@
 #include "catch_compat.h"
 
 #include "device/device_pipeline.h"
-#include "device/gpu_share.h"
+#include "gpu_decode/share.h"
+#include "gpu_decode/step.h"
 #include "image_writers.h"
 #include "image/gpu_decode_plan.h"
 #include "image/image_source.h"
@@ -69,7 +70,7 @@ struct Run {
   std::vector<std::uint64_t> digests;              // per batch, in delivery order
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<unsigned char>> sample;  // (epoch, index) -> bytes
   std::vector<SkippedSample> skipped;
-  DevicePipeline::GpuDecodeCounts counts;
+  GpuDecodeCounts counts;
 };
 
 // The host twin, refusing every other item it is given (every one with
@@ -120,12 +121,12 @@ Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_erro
     std::string why;
     std::vector<std::shared_ptr<JpegBatchDecoder>> list;
     for (std::size_t k = 0; k < decoders; ++k) {
-      std::shared_ptr<JpegBatchDecoder> decoder = device->create_jpeg_decoder(DecodeLimits{}, why);
+      std::shared_ptr<JpegBatchDecoder> decoder = create_jpeg_decoder(*device, DecodeLimits{}, why);
       REQUIRE(decoder);
-      if (refuse_some) decoder = std::make_shared<RefusingDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why));
+      if (refuse_some) decoder = std::make_shared<RefusingDecoder>(create_jpeg_decoder(*device, DecodeLimits{}, why));
       list.push_back(std::move(decoder));
     }
-    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), list, on_error};
+    tc.batch_step = GpuDecode{src.deferred_decodes(), list, on_error};
   }
   DevicePipeline p(c, d.size(), src.filler(), tc, device);
   Run r;
@@ -142,7 +143,7 @@ Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_erro
     r.digests.push_back(digest);
   }
   r.skipped = p.skipped();
-  r.counts = p.gpu_decode_counts();
+  r.counts = gpu_decode_counts(p);
   REQUIRE(src.deferred_decodes()->pending() == 0);  // every deferred sample was taken
   return r;
 }
@@ -249,8 +250,8 @@ TEST_CASE("gpu decode: auto's share balances the rates measured on each side", "
   ImageSource src(d, ic, 1);
   auto device = host_device();
   std::string why;
-  const std::vector<std::shared_ptr<JpegBatchDecoder>> decoders{device->create_jpeg_decoder(DecodeLimits{}, why),
-                                                                 device->create_jpeg_decoder(DecodeLimits{}, why)};
+  const std::vector<std::shared_ptr<JpegBatchDecoder>> decoders{create_jpeg_decoder(*device, DecodeLimits{}, why),
+                                                                 create_jpeg_decoder(*device, DecodeLimits{}, why)};
   const GpuShare m = measure_gpu_share(src, decoders, *device, 3);
   REQUIRE(m.samples == candidates);  // the dataset is smaller than 4 x 64: every decodable file
   REQUIRE(m.cpu_per_worker > 0);
@@ -275,7 +276,7 @@ TEST_CASE("gpu decode: auto counts only the samples the decoder takes, and takin
   auto device = host_device();
   std::string why;
   const std::vector<std::shared_ptr<JpegBatchDecoder>> none{
-      std::make_shared<RefusingDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why), 1)};
+      std::make_shared<RefusingDecoder>(create_jpeg_decoder(*device, DecodeLimits{}, why), 1)};
   const GpuShare m = measure_gpu_share(src, none, *device, 3);
   REQUIRE(m.samples > 0);  // it measured them, and took none: they would all go to the CPU
   REQUIRE(m.gpu == 0);
@@ -371,9 +372,9 @@ TEST_CASE("gpu decode feed: its threads are a stage, named the bottleneck when t
     std::string why;
     std::vector<std::shared_ptr<JpegBatchDecoder>> list;
     for (std::size_t k = 0; k < decoders; ++k) {
-      list.push_back(std::make_shared<SlowDecoder>(device->create_jpeg_decoder(DecodeLimits{}, why), 20));
+      list.push_back(std::make_shared<SlowDecoder>(create_jpeg_decoder(*device, DecodeLimits{}, why), 20));
     }
-    tc.gpu_decode = TransferConfig::GpuDecode{src.deferred_decodes(), list, ErrorPolicy::fail, {}, 1};
+    tc.batch_step = GpuDecode{src.deferred_decodes(), list, ErrorPolicy::fail, {}, 1};
     {
       DevicePipeline p(c, d.size(), src.filler(), tc, device);
       std::size_t samples = 0;
@@ -387,7 +388,7 @@ TEST_CASE("gpu decode feed: its threads are a stage, named the bottleneck when t
       REQUIRE(s.stages[1].busy_fraction() > 0.5);
       REQUIRE(s.bottleneck()->name == "gpu decode");
       REQUIRE(s.bottleneck_summary().find("the GPU decode feed limits") != std::string::npos);
-      REQUIRE(p.gpu_decode_counts().decoded == 48);
+      REQUIRE(gpu_decode_counts(p).decoded == 48);
     }
     // Stopped after two batches, with the feed decoding ahead: stop() returns and the pipeline goes.
     DevicePipeline p(c, d.size(), src.filler(), tc, device);

@@ -7,7 +7,7 @@
 
 #include "catch_compat.h"
 
-#include "device/nvjpeg_library.h"
+#include "gpu_decode/nvjpeg_library.h"
 
 using namespace conveyor;
 

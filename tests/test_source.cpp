@@ -79,7 +79,7 @@ TEST_CASE("source: a GPU decode share reaches the image source and the transfer 
     const ImageSourceParts parts = build_image_source(d, ic, 2, 0.0, *device, tc);
     REQUIRE(parts.gpu.share == 0);
     REQUIRE(parts.images->config().gpu_share == 0);
-    REQUIRE(!tc.gpu_decode);
+    REQUIRE(!tc.batch_step);
     REQUIRE(parts.images->sample_bytes() == 16 * 16 * 3);
   }
   SECTION("a share, on the host backend's twin") {
@@ -87,9 +87,9 @@ TEST_CASE("source: a GPU decode share reaches the image source and the transfer 
     const ImageSourceParts parts = build_image_source(d, ic, 2, 0.5, *device, tc);
     REQUIRE(parts.gpu.share == 0.5);
     REQUIRE(parts.images->config().gpu_share == 0.5);
-    REQUIRE(tc.gpu_decode);
-    REQUIRE(tc.gpu_decode->deferred == parts.images->deferred_decodes());
-    REQUIRE(tc.gpu_decode->decoders.size() == 2 * kDefaultGpuDecodeThreads);  // two per feed thread
-    REQUIRE(tc.gpu_decode->threads == kDefaultGpuDecodeThreads);
+    REQUIRE(gpu_decode_of(tc));
+    REQUIRE(gpu_decode_of(tc)->deferred == parts.images->deferred_decodes());
+    REQUIRE(gpu_decode_of(tc)->decoders.size() == 2 * kDefaultGpuDecodeThreads);  // two per feed thread
+    REQUIRE(gpu_decode_of(tc)->threads == kDefaultGpuDecodeThreads);
   }
 }

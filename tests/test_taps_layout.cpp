@@ -1,4 +1,4 @@
-// The GPU decode render's tap table layout (device/taps_layout.h), checked
+// The GPU decode render's tap table layout (gpu_decode/taps_layout.h), checked
 // without a GPU: every int32 array 4-aligned, every axis block 16-aligned, no
 // two arrays overlapping, and the buffer's size covering them all, for odd and
 // even output sizes and tap counts. An odd output width with make_resize_taps'
@@ -12,7 +12,7 @@
 
 #include "catch_compat.h"
 
-#include "device/taps_layout.h"
+#include "gpu_decode/taps_layout.h"
 #include "image/resize_math.h"
 
 using namespace conveyor;

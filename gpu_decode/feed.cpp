@@ -1,4 +1,4 @@
-#include "device/gpu_decode_feed.h"
+#include "gpu_decode/feed.h"
 
 #include <stdexcept>
 #include <utility>

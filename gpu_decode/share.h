@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "device/device.h"
-#include "device/device_pipeline.h"
+#include "gpu_decode/jpeg_batch_decoder.h"
+#include "gpu_decode/step.h"
 #include "image/image_source.h"
 
 namespace conveyor {
@@ -48,7 +49,7 @@ struct GpuDecodeChoice {
   // The transfer stage's settings for `source`, the run's ImageSource built
   // with ImageConfig::gpu_share = share: its deferred store, these decoders and
   // threads, and the source's error policy and limits for the CPU fall-back.
-  TransferConfig::GpuDecode transfer_for(const ImageSource& source) const {
+  GpuDecode transfer_for(const ImageSource& source) const {
     return {source.deferred_decodes(), decoders, source.config().on_error, source.config().limits, threads};
   }
 };

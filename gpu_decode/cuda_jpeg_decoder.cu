@@ -1,14 +1,17 @@
 // The GPU decode path on CUDA: nvJPEG's batched decode and resize_kernel,
-// the render into each sample's place in its slot (device/device.h,
-// JpegBatchDecoder). The ordering around them is device/device_pipeline.cpp's
-// and device/gpu_decode_feed.cpp's (protocol point 13, docs/cuda.md).
+// the render into each sample's place in its slot (gpu_decode/jpeg_batch_decoder.h,
+// JpegBatchDecoder), on the CUDA device's raw handles (device/cuda_handles.h).
+// The ordering around them is gpu_decode/feed.cpp's and gpu_decode/step.cpp's
+// (protocol point 13, docs/cuda.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -16,8 +19,9 @@
 
 #include "device/cuda_check.h"
 #include "device/cuda_handles.h"
-#include "device/nvjpeg_library.h"
-#include "device/taps_layout.h"
+#include "gpu_decode/decoders.h"
+#include "gpu_decode/nvjpeg_library.h"
+#include "gpu_decode/taps_layout.h"
 #include "image/resize_math.h"
 
 namespace conveyor::cuda_detail {
@@ -42,13 +46,13 @@ __global__ void resize_kernel(const std::uint8_t* __restrict__ src, std::ptrdiff
 // The GPU decode path on CUDA: nvJPEG's batched decode of whole
 // files into device images it keeps (grown to the largest batch and image
 // seen), then resize_kernel into each sample's place in the slot. nvJPEG is
-// opened at run time (device/nvjpeg_library.h). The decoders of one device
+// opened at run time (gpu_decode/nvjpeg_library.h). The decoders of one device
 // share its nvJPEG handle, and each has its own decode state, as nvJPEG's
 // thread-safety rules ask of decoders used by several threads at once (the
 // GPU decode feed's).
 class CudaJpegDecoder final : public JpegBatchDecoder {
  public:
-  // Called under the caller's ScopedDevice on `ordinal` (create_jpeg_decoder).
+  // Called under the caller's ScopedDevice on `ordinal` (make_cuda_jpeg_decoder).
   CudaJpegDecoder(std::shared_ptr<NvJpegHandle> handle, int ordinal)
       : ordinal_(ordinal), handle_(std::move(handle)), taps_staging_(ordinal),
         taps_copied_(EventKind::sync, ordinal) {
@@ -233,10 +237,40 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
   std::unique_ptr<CudaBuffer> taps_device_;
 };
 
-}  // namespace
-
-std::unique_ptr<JpegBatchDecoder> make_cuda_jpeg_decoder(std::shared_ptr<NvJpegHandle> handle, int ordinal) {
-  return std::make_unique<CudaJpegDecoder>(std::move(handle), ordinal);
+// The nvJPEG handle of device `ordinal`, shared by its decoders while any
+// lives (the feed's decoders share it, each with its own state); a new one when
+// none does. Keyed by ordinal: a handle belongs to the device's primary
+// context, which every Device opened on that ordinal uses. Null with `why` set
+// when the library cannot be loaded. Call it under a ScopedDevice on `ordinal`.
+std::shared_ptr<NvJpegHandle> shared_handle(int ordinal, std::string& why) {
+  static std::mutex& mu = *new std::mutex;  // leaked: a decoder may die during static destruction
+  static auto& handles = *new std::map<int, std::weak_ptr<NvJpegHandle>>;
+  std::lock_guard lk(mu);
+  std::shared_ptr<NvJpegHandle> handle = handles[ordinal].lock();
+  if (handle) return handle;
+  auto library = NvJpegLibrary::load(nvjpeg_candidates(), why);
+  if (!library) return nullptr;
+  handle = std::make_shared<NvJpegHandle>(std::move(library));
+  handles[ordinal] = handle;
+  return handle;
 }
 
+}  // namespace
 }  // namespace conveyor::cuda_detail
+
+namespace conveyor {
+
+std::unique_ptr<JpegBatchDecoder> make_cuda_jpeg_decoder(int ordinal, std::string& why) {
+  using namespace cuda_detail;
+  const ScopedDevice on(ordinal);
+  try {
+    std::shared_ptr<NvJpegHandle> handle = shared_handle(ordinal, why);
+    if (!handle) return nullptr;
+    return std::make_unique<CudaJpegDecoder>(std::move(handle), ordinal);
+  } catch (const std::exception& e) {
+    why = std::string("nvJPEG: ") + e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace conveyor

@@ -1,4 +1,4 @@
-#include "device/nvjpeg_library.h"
+#include "gpu_decode/nvjpeg_library.h"
 
 #include <dlfcn.h>
 

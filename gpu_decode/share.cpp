@@ -1,4 +1,4 @@
-#include "device/gpu_share.h"
+#include "gpu_decode/share.h"
 
 #include <algorithm>
 #include <chrono>
@@ -44,7 +44,7 @@ std::vector<std::shared_ptr<JpegBatchDecoder>> make_decoders(Device& device, con
   std::vector<std::shared_ptr<JpegBatchDecoder>> decoders;
   for (std::size_t k = 0; k < 2 * threads; ++k) {
     std::string later;
-    std::shared_ptr<JpegBatchDecoder> d = device.create_jpeg_decoder(limits, decoders.empty() ? why : later);
+    std::shared_ptr<JpegBatchDecoder> d = create_jpeg_decoder(device, limits, decoders.empty() ? why : later);
     if (!d) break;
     decoders.push_back(std::move(d));
   }

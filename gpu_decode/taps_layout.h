@@ -1,4 +1,4 @@
-// Where the GPU decode render (device/cuda_device.cu, CudaJpegDecoder::render)
+// Where the GPU decode render (gpu_decode/cuda_jpeg_decoder.cu, CudaJpegDecoder::render)
 // puts each sample's resize tap tables in the one buffer it copies to the
 // device: per item, its x axis block then its y axis block, each block the
 // arrays first (int32 x outputs), count (int32 x outputs) and weights (int16 x

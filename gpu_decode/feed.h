@@ -13,7 +13,8 @@
 //       decoded ─▶ copy ─▶ render(job s) into the slot ─▶ record copied
 //       ─▶ (finish) copied complete ─▶ release(s): the decoder is free again
 //
-// Order (docs/cuda.md, "One slot's life", point 13): a slot's copied event is
+// Order (docs/cuda.md, "One slot's life", point 13; the delivery thread's
+// side is gpu_decode/step.cpp, a BatchStep of the transfer stage): a slot's copied event is
 // recorded after the render of its decoded samples on the copy stream, and
 // that render runs after the decode on the device's timeline (the copy stream
 // waits for the decoder's decoded event). A decoder is reused only after the
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "gpu_decode/jpeg_batch_decoder.h"
 #include "image/gpu_decode_plan.h"
 #include "pipeline/batch.h"
 #include "pipeline/stats.h"
