@@ -25,6 +25,7 @@
 #include "image/reencode.h"
 #include "data/file_system.h"
 #include "data/reader.h"
+#include "data/shards/manifest.h"
 #include "data/shards/shard_index.h"
 #include "data/shards/tar_index.h"
 #include "data/image_extensions.h"

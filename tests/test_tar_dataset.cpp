@@ -19,6 +19,7 @@
 #include "data/file_system.h"
 #include "data/files/list_file.h"
 #include "data/shards/shard_dataset.h"
+#include "data/shards/manifest.h"
 #include "data/shards/shard_index.h"
 #include "image/image_source.h"
 #include "pipeline/fnv1a.h"

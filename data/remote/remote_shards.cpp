@@ -28,6 +28,7 @@
 #include "data/file_system.h"
 #include "data/remote/url_list.h"
 #include "data/shards/shard_dataset.h"
+#include "data/shards/manifest.h"
 #include "data/shards/shard_index.h"
 #include "pipeline/fnv1a.h"
 

@@ -1,6 +1,5 @@
 #include "data/shards/shard_index.h"
 
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,17 +9,11 @@
 #include <array>
 #include <cctype>
 #include <charconv>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
-#include <set>
 #include <system_error>
 
 #include "pipeline/fnv1a.h"
@@ -29,7 +22,9 @@
 #include "data/file_system.h"
 #include "data/image_extensions.h"
 #include "data/quote_bytes.h"
+#include "data/shards/manifest.h"
 #include "data/shards/tar_index.h"
+#include "data/shards/text.h"
 
 namespace conveyor {
 
@@ -42,35 +37,6 @@ namespace {
 // from .conveyor-source and .conveyor-class: an older index fails the first
 // line's check and is rebuilt.
 constexpr std::string_view kMagic = "conveyor-shard-index 4";
-
-// Names go at the end of their line: '%', CR and LF escaped so any name fits.
-std::string escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '%') out += "%25";
-    else if (c == '\n') out += "%0A";
-    else if (c == '\r') out += "%0D";
-    else out += c;
-  }
-  return out;
-}
-
-std::optional<std::string> unescape(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    const auto code = s.substr(i + 1, 2);
-    if (code == "25") out += '%';
-    else if (code == "0A") out += '\n';
-    else if (code == "0D") out += '\r';
-    else return std::nullopt;
-    i += 2;
-  }
-  return out;
-}
 
 // Reads `count` space-separated integers then the rest of the line as a name.
 template <typename... Ints>
@@ -86,7 +52,7 @@ bool fields(std::string_view line, std::string& name, Ints&... ints) {
   };
   (take(ints), ...);
   if (!ok) return false;
-  const auto n = unescape(line);
+  const auto n = shard_text::unescape(line);
   if (!n || n->empty()) return false;
   name = *n;
   return true;
@@ -235,62 +201,21 @@ void scan_shard(const fs::path& shard, std::uint32_t s, std::vector<ShardIndex::
   }
 }
 
-// The file's bytes, or nothing when it is missing, not a regular file or unreadable.
-std::optional<std::string> slurp(const fs::path& p) {
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::nullopt;
-  try {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) return std::nullopt;
-    std::string s{std::istreambuf_iterator<char>(f), {}};
-    if (f.bad()) return std::nullopt;
-    return s;
-  } catch (const std::exception&) {  // libstdc++ throws from underflow on a read error
-    return std::nullopt;
-  }
-}
-
-// Removes the temporaries of `file` that a killed writer left (FILE.tmpPID-N
-// whose process is gone): Ctrl-C, SIGKILL or the OOM killer between write and
-// rename. A PID alive here keeps its file; one of another PID namespace that
-// reads as gone loses it, and its rename then fails: its index goes unwritten,
-// never wrong.
-void remove_stale_temporaries(const fs::path& file) {
-  const std::string prefix = file.filename().string() + ".tmp";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(file.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.starts_with(prefix)) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
-    if (pid > 0 && *end == '-' && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
-  }
-}
-
-// Writes text to `file` whole or not at all (an AtomicFile). False when
-// anything fails.
-bool write_atomically(const fs::path& file, const std::string& text) {
-  std::error_code ec;
-  fs::create_directories(file.parent_path(), ec);
-  remove_stale_temporaries(file);
-  return write_file_atomically(file, {reinterpret_cast<const unsigned char*>(text.data()), text.size()}) == 0;
-}
-
 }  // namespace
 
 std::string ShardIndex::serialize() const {
   std::string body = std::string(kMagic) + "\n";
   for (const auto& s : shards) {
     body += "shard " + std::to_string(s.size) + " " + std::to_string(s.mtime_ns) + " " + std::to_string(s.ctime_ns) + " " +
-            std::to_string(s.inode) + " " + escape(s.file) + "\n";
+            std::to_string(s.inode) + " " + shard_text::escape(s.file) + "\n";
   }
   for (const auto& s : samples) {
     body += "sample " + std::to_string(s.shard) + " " + std::to_string(s.offset) + " " + std::to_string(s.size) + " " +
-            std::to_string(s.label) + " " + escape(s.member) + "\n";
-    if (!s.source.empty()) body += "source " + escape(s.source) + "\n";  // the sample above's
+            std::to_string(s.label) + " " + shard_text::escape(s.member) + "\n";
+    if (!s.source.empty()) body += "source " + shard_text::escape(s.source) + "\n";  // the sample above's
   }
   for (std::size_t label = 0; label < classes.size(); ++label) {
-    if (!classes[label].empty()) body += "class " + std::to_string(label) + " " + escape(classes[label]) + "\n";
+    if (!classes[label].empty()) body += "class " + std::to_string(label) + " " + shard_text::escape(classes[label]) + "\n";
   }
   return body + "checksum " + hex16(fnv1a(body)) + "\n";
 }
@@ -324,7 +249,7 @@ ShardIndex ShardIndex::parse(std::string_view text, const std::string& where) {
       }
       index.samples.push_back(std::move(s));
     } else if (line.starts_with("source ")) {
-      const auto source = unescape(line.substr(7));
+      const auto source = shard_text::unescape(line.substr(7));
       if (index.samples.empty() || !index.samples.back().source.empty() || !source || source->empty()) {
         throw bad("line " + std::to_string(line_no));
       }
@@ -443,15 +368,12 @@ fs::path index_in_cache(const fs::path& dir) {
 
 namespace {
 
-// Version 2 added each shard's size and checksum; version 1 is still read.
-constexpr std::string_view kManifestMagic = "conveyor-shard-manifest 2", kManifestMagic1 = "conveyor-shard-manifest 1";
-
 ShardIndex current_index(const fs::path& dir, IndexSource* source, PartialFolders partials) {
   const auto now = list_shards(dir, partials);
   const fs::path cache = index_in_cache(dir);
   for (const fs::path& file : {index_beside(dir), cache}) {
     if (file.empty()) continue;
-    const auto text = slurp(file);
+    const auto text = shard_text::slurp(file);
     if (!text) continue;
     try {
       ShardIndex cached = ShardIndex::parse(*text, file.string());
@@ -465,9 +387,9 @@ ShardIndex current_index(const fs::path& dir, IndexSource* source, PartialFolder
   ShardIndex index = scan_shards(dir, now);  // the listing just compared: the folder is read once
   const std::string text = index.serialize();
   IndexSource how = IndexSource::built;
-  if (write_atomically(index_beside(dir), text)) {
+  if (shard_text::write_atomically(index_beside(dir), text)) {
     how = IndexSource::built_beside;
-  } else if (!cache.empty() && write_atomically(cache, text)) {
+  } else if (!cache.empty() && shard_text::write_atomically(cache, text)) {
     how = IndexSource::built_cached;
   }
   if (source) *source = how;
@@ -480,131 +402,6 @@ ShardIndex load_shard_index(const fs::path& dir, IndexSource* source, PartialFol
   ShardIndex index = current_index(dir, source, partials);
   check_manifest(dir, index, unlisted);
   return index;
-}
-
-std::uint64_t file_checksum(const fs::path& file) {
-  std::unique_ptr<File> f;
-  Fnv1a h;
-  try {
-    f = posix_file_system()->open(file);
-    std::vector<unsigned char> buf(1 << 20);
-    for (std::uint64_t at = 0;;) {
-      const std::size_t n = f->read_at(at, buf.data(), buf.size());
-      if (n == 0) break;
-      h.add(buf.data(), n);
-      at += n;
-    }
-  } catch (const std::exception& e) {
-    throw DatasetError(file.string() + ": " + e.what());
-  }
-  return h.value;
-}
-
-std::string manifest_text(const ShardIndex& index, const std::vector<std::uint64_t>& checksums) {
-  std::vector<std::uint64_t> counts(index.shards.size(), 0);
-  for (const auto& s : index.samples) ++counts.at(s.shard);
-  std::string out = std::string(kManifestMagic) + "\n";
-  for (std::size_t i = 0; i < index.shards.size(); ++i) {
-    out += std::to_string(counts[i]) + " " + std::to_string(index.shards[i].size) + " " + hex16(checksums.at(i)) + " " +
-           escape(index.shards[i].file) + "\n";
-  }
-  return out;
-}
-
-bool write_manifest(const fs::path& dir, const ShardIndex& index) {
-  std::vector<std::uint64_t> checksums;
-  try {
-    for (const auto& s : index.shards) checksums.push_back(file_checksum(dir / s.file));
-  } catch (const DatasetError&) {
-    return false;
-  }
-  return write_atomically(dir / kManifestName, manifest_text(index, checksums));
-}
-
-namespace {
-// One "COUNT [SIZE CHECKSUM] NAME" line (the bracketed part in version 2).
-std::optional<ManifestEntry> manifest_line(std::string_view line, bool sized) {
-  ManifestEntry e;
-  const auto number = [&line](std::uint64_t& v, int base) {
-    const std::size_t space = line.find(' ');
-    if (space == std::string_view::npos) return false;
-    const auto [ptr, err] = std::from_chars(line.data(), line.data() + space, v, base);
-    line.remove_prefix(space + 1);
-    return err == std::errc{} && ptr == line.data() - 1;
-  };
-  std::uint64_t size = 0, sum = 0;
-  if (!number(e.count, 10) || (sized && (!number(size, 10) || !number(sum, 16)))) return std::nullopt;
-  if (sized) e.size = size, e.checksum = sum;
-  const auto name = unescape(line);
-  if (!name || name->empty()) return std::nullopt;
-  e.file = *name;
-  return e;
-}
-}  // namespace
-
-std::vector<ManifestEntry> parse_manifest(std::string_view text, const std::string& where, const std::string& remedy) {
-  std::vector<ManifestEntry> out;
-  std::size_t line_no = 0, begin = 0;
-  bool sized = true;
-  while (begin < text.size()) {
-    const std::size_t end = std::min(text.find('\n', begin), text.size());
-    std::string_view line = text.substr(begin, end - begin);
-    begin = end + 1;
-    const std::string at = where + ":" + std::to_string(++line_no);
-    // CRLF (edited on Windows) and trailing blanks: no shard name ends in one (it ends in .tar).
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
-    if (line_no == 1) {
-      if (line != kManifestMagic && line != kManifestMagic1) {
-        throw DatasetError(at + ": not a shard manifest (its first line is not '" + std::string(kManifestMagic) + "')" + remedy);
-      }
-      sized = line == kManifestMagic;
-      continue;
-    }
-    if (line.empty()) continue;
-    auto entry = manifest_line(line, sized);
-    if (!entry) throw DatasetError(at + ": expected '" + (sized ? "COUNT SIZE CHECKSUM SHARD" : "COUNT SHARD") + "'" + remedy);
-    out.push_back(std::move(*entry));
-  }
-  if (line_no == 0) throw DatasetError(where + ": empty (not a shard manifest)");
-  return out;
-}
-
-void check_manifest(const fs::path& dir, const ShardIndex& index, UnlistedShards unlisted) {
-  const fs::path file = dir / kManifestName;
-  const auto text = slurp(file);
-  std::error_code ec;
-  if (!text) {
-    if (fs::exists(file, ec)) throw DatasetError(file.string() + ": cannot be read (not a regular file, or not readable)");
-    return;
-  }
-  const std::string remove_it = "; remove " + file.string() + " to read the folder as it is";
-  const std::vector<ManifestEntry> wanted = parse_manifest(*text, file.string(), remove_it);
-  std::map<std::string, std::uint64_t> have;  // shard name -> samples in it now
-  for (const auto& s : index.samples) ++have[index.shards.at(s.shard).file];
-  for (const auto& s : index.shards) have.try_emplace(s.file, 0);
-  const std::size_t listed = wanted.size();
-  std::uint64_t total = 0;
-  for (const auto& w : wanted) total += w.count;
-  for (const auto& w : wanted) {
-    const auto it = have.find(w.file);
-    const std::string said = " (" + file.string() + ", written by conveyor pack, lists " + std::to_string(listed) +
-                             " shard(s) of " + std::to_string(total) + " samples: an incomplete copy?)" + remove_it;
-    if (it == have.end()) throw DatasetError((dir / w.file).string() + ": missing" + said);
-    if (it->second != w.count) {
-      throw DatasetError((dir / w.file).string() + ": holds " + std::to_string(it->second) + " samples, not " +
-                         std::to_string(w.count) + said);
-    }
-  }
-  if (unlisted == UnlistedShards::read) return;
-  std::set<std::string> named;
-  for (const auto& w : wanted) named.insert(w.file);
-  for (const auto& s : index.shards) {
-    if (named.count(s.file)) continue;
-    throw DatasetError((dir / s.file).string() + ": not listed in " + file.string() + " (written by conveyor pack: " +
-                       std::to_string(listed) + " shard(s) of " + std::to_string(total) +
-                       " samples); a shard copied in later? Remove it, or read it too with --extra-shards "
-                       "(Python: extra_shards=True)");
-  }
 }
 
 }  // namespace conveyor
