@@ -4,14 +4,14 @@
 
 #include <torch/torch.h>
 
+#include "data/files/image_folder.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
 #include "image/default_dataset.h"
 #include "image/image_source.h"
-#include "data/files/image_folder.h"
 
 int main() {
-  auto dataset = conveyor::dataset_from_folder(conveyor::ensure_default_dataset());  // or from_list("train.txt")
+  auto dataset = conveyor::dataset_from_folder(conveyor::ensure_default_dataset());  // or dataset_from_list("train.txt")
   conveyor::Config config;
   config.batch_size = 64;
   config.workers = 2;
