@@ -200,13 +200,12 @@ void DatasetBuilder::add_member(std::uint32_t container, std::string_view member
   d_.shard_of_.push_back(container);
   d_.ranges_.push_back(range);
   d_.add_source(source);
-  sources_ = sources_ || !source.empty();
 }
 
 Dataset DatasetBuilder::build(fs::path source) {
   Dataset d = std::move(d_);
   d_ = Dataset();
-  if (!std::exchange(sources_, false)) {  // no member has one: source(i) is "" for all without the table
+  if (d.source_chars_.empty()) {  // no member has a source: source(i) is "" for all without the table
     d.source_chars_.clear();
     d.source_ends_.clear();
     d.source_ends_.shrink_to_fit();

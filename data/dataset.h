@@ -186,7 +186,6 @@ class DatasetBuilder {
 
  private:
   Dataset d_;
-  bool sources_ = false;  // some member has a source
 };
 
 }  // namespace conveyor

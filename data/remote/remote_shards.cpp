@@ -220,7 +220,15 @@ Prefix open_prefix(std::string_view location, const RemoteOptions& options, Http
   return p;
 }
 
-Wanted to_fetch(const Prefix& p, const ManifestEntry& e) { return {child(p.url, e.file), e.file, e.size, e.checksum}; }
+// The manifest's shards for which `keep(file name)` holds, as fetch_all takes them.
+template <typename Keep>
+std::vector<Wanted> shards_of(const Prefix& p, Keep keep) {
+  std::vector<Wanted> out;
+  for (const ManifestEntry& e : p.entries) {
+    if (keep(e.file)) out.push_back({child(p.url, e.file), e.file, e.size, e.checksum});
+  }
+  return out;
+}
 
 // A client, or the one line saying this build has none, naming `location`.
 HttpClient client(std::string_view location, const RemoteOptions& options) {
@@ -277,9 +285,7 @@ fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
   if (is_listed_location(location)) return fetch_listed_shards(location, options);
   HttpClient http = client(location, options);
   const Prefix p = open_prefix(location, options, http);
-  std::vector<Wanted> all;
-  for (const ManifestEntry& e : p.entries) all.push_back(to_fetch(p, e));
-  fetch_all(p.dir, all, options);
+  fetch_all(p.dir, shards_of(p, [](const std::string&) { return true; }), options);
   return p.dir;
 }
 
@@ -291,14 +297,14 @@ Dataset fetch_rank_shards(std::string_view location, const RemoteOptions& option
   HttpClient http = client(location, options);
   const Prefix p = open_prefix(location, options, http);
   const std::optional<ShardIndex> index = served_index(p, http);
-  if (!index) return dataset_from_shards(fetch_shards(location, options)).rank_subset(rank, world_size, policy);
+  if (!index) {  // no index on the server: every shard, then the folder as a local one
+    fetch_all(p.dir, shards_of(p, [](const std::string&) { return true; }), options);
+    return dataset_from_shards(p.dir).rank_subset(rank, world_size, policy);
+  }
   Dataset mine = dataset_from_index(p.dir, *index).rank_subset(rank, world_size, policy);
   std::set<std::string> needed;
   for (std::size_t i = 0; i < mine.size(); ++i) needed.insert(mine.path(i).filename().string());
-  std::vector<Wanted> some;
-  for (const ManifestEntry& e : p.entries) {
-    if (needed.count(e.file)) some.push_back(to_fetch(p, e));
-  }
+  const std::vector<Wanted> some = shards_of(p, [&](const std::string& file) { return needed.count(file) > 0; });
   if (!some.empty()) fetch_all(p.dir, some, options);
   return mine;
 }
@@ -311,13 +317,7 @@ fs::path fetch_listed_shards(std::string_view pattern, const RemoteOptions& opti
   } catch (const std::invalid_argument& e) {
     throw DatasetError(whole.shown() + ": " + e.what());
   }
-  if (!http_available()) {
-    try {
-      const HttpClient probe(options.http);  // throws the line saying this build has no libcurl
-    } catch (const HttpError& e) {
-      throw DatasetError(whole.shown() + ": " + e.what());
-    }
-  }
+  if (!http_available()) (void)client(pattern, options);  // throws the line saying this build has no libcurl
   std::vector<Wanted> wanted;
   std::map<std::string, std::string> seen;  // file name -> the URL that gave it
   for (const std::string& u : urls) {
