@@ -27,6 +27,7 @@
 #include "apps/synthetic.h"
 #include "device/device.h"
 #include "device/device_pipeline.h"
+#include "device/kernels/busy.h"
 
 using namespace conveyor;
 
@@ -128,7 +129,7 @@ int pipeline(std::shared_ptr<Device> device, Config cfg, std::size_t batches, do
         return 1;
       }
       device->record(*start[i], *stream);
-      device->busy(step_us, *stream);  // the training step, reading b's memory
+      kernels::busy(*device, step_us, *stream);  // the training step, reading b's memory
       device->record(*end[i], *stream);
     }  // b released at each iteration's end: consumed recorded after the step
     device->synchronize(*stream);
@@ -178,7 +179,7 @@ double run_serial(Device& device, const Config& cfg, std::size_t batches, Overla
       fill(s);
     }
     device.copy_to_device(dev->data(), host.data(), host.size(), *inline_stream);
-    device.busy(k.step_us, *inline_stream);
+    kernels::busy(device, k.step_us, *inline_stream);
   }
   return seconds(t0);
 }
@@ -198,7 +199,7 @@ double run_copy_in_consumer(Device& device, const Config& cfg, std::size_t batch
     if (b == kWarmup) t0 = Clock::now();
     auto h = p.next();
     device.copy_to_device(dev->data(), (*h)->data, (*h)->bytes().size(), *inline_stream);
-    device.busy(k.step_us, *inline_stream);
+    kernels::busy(device, k.step_us, *inline_stream);
   }
   return seconds(t0);
 }
@@ -213,7 +214,7 @@ double run_device_pipeline(std::shared_ptr<Device> device, const Config& cfg, st
   for (std::size_t b = 0; b < batches + kWarmup; ++b) {
     if (b == kWarmup) t0 = Clock::now();
     auto batch = dp.next();
-    device->busy(k.step_us, *inline_stream);
+    kernels::busy(*device, k.step_us, *inline_stream);
   }
   return seconds(t0);
 }
@@ -239,7 +240,7 @@ Measured calibrate(Device& device, const Config& cfg, OverlapCosts k) {
     device.copy_to_device(dev->data(), host.data(), host.size(), *s);
     c.push_back(1000 * seconds(t0));
     t0 = Clock::now();
-    device.busy(k.step_us, *s);
+    kernels::busy(device, k.step_us, *s);
     t.push_back(1000 * seconds(t0));
   }
   f.erase(f.begin());  // the first round touches fresh pages

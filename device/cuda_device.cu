@@ -1,16 +1,19 @@
 // The CUDA backend of Device: thin wrappers over the RAII handles of
-// device/cuda_handles.h, every call through CONVEYOR_CUDA_CHECK, and the
-// kernels (normalize, gather, busy); the GPU decode path's nvJPEG decoder
-// builds on these handles from gpu_decode/cuda_jpeg_decoder.cu. The ordering logic lives above, in device/device_pipeline.cpp, shared
-// with the host backend. The numbers below are the protocol points of
-// docs/cuda.md ("One slot's life"); its last section is the review.
+// device/cuda_handles.h, every call through CONVEYOR_CUDA_CHECK. The kernels
+// (device/kernels/*.cu) and the GPU decode path's nvJPEG decoder
+// (gpu_decode/cuda_jpeg_decoder.cu) build on these handles. The ordering logic
+// lives above, in device/device_pipeline.cpp, shared with the host backend.
+// The numbers below are the protocol points of docs/cuda.md ("One slot's
+// life"); its last section is the review.
 //
 // Protocol points this file holds: streams are created cudaStreamNonBlocking
 // and nothing is issued on stream 0 by us (2); every call and every handle's
 // destructor runs under a ScopedDevice, so it reaches the configured GPU from
-// any thread and leaves the thread's current device as it found it (3); sync events are cudaEventDisableTiming | cudaEventBlockingSync, so a
-// waiting host thread sleeps instead of spinning (8); every call is checked and
-// every launch goes through CONVEYOR_CUDA_LAUNCH, which checks cudaGetLastError (9).
+// any thread and leaves the thread's current device as it found it (3); sync
+// events are cudaEventDisableTiming | cudaEventBlockingSync, so a waiting host
+// thread sleeps instead of spinning (8); every call is checked (9). It
+// launches no kernel: the kernels' launches go through CONVEYOR_CUDA_LAUNCH,
+// which checks cudaGetLastError (device/kernels/*.cu).
 #include <cuda.h>  // the driver's types only: its functions are reached through the runtime
 #include <cuda_runtime.h>
 
@@ -31,7 +34,6 @@
 #include "device/backends.h"
 #include "device/cuda_check.h"
 #include "device/cuda_handles.h"
-#include "device/dtype.h"
 
 namespace conveyor {
 namespace cuda_detail {
@@ -89,60 +91,6 @@ CUcontext primary_context(int ordinal) {
 namespace {
 
 using namespace cuda_detail;
-
-
-struct Affines {
-  ChannelAffine a[4];
-};
-
-// One thread per output pixel (n, p): reads its channels' bytes (NHWC), writes
-// one element per channel plane (NCHW). Writes are coalesced along p.
-template <DType T>
-__global__ void normalize_kernel(const std::uint8_t* __restrict__ src, void* __restrict__ dst,
-                                 const std::uint64_t* __restrict__ indices, std::size_t samples, std::size_t hw,
-                                 unsigned channels, Affines affines) {
-  const std::size_t total = samples * hw;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t n = i / hw, p = i - n * hw;
-    const std::size_t in_n = indices ? indices[n] : n;
-    const std::uint8_t* px = src + (in_n * hw + p) * channels;
-    for (unsigned c = 0; c < channels; ++c) store_normalized<T>(dst, (n * channels + c) * hw + p, px[c], affines.a[c]);
-  }
-}
-
-// dst row n = src row indices[n], copied in Word units (16, 4 or 1 bytes, as alignment allows).
-template <typename Word>
-__global__ void gather_kernel(const Word* __restrict__ src, Word* __restrict__ dst,
-                              const std::uint64_t* __restrict__ indices, std::size_t rows, std::size_t row_words) {
-  const std::size_t total = rows * row_words;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t n = i / row_words, w = i - n * row_words;
-    dst[i] = src[indices[n] * row_words + w];
-  }
-}
-
-
-// Keeps one SM busy for `ns` nanoseconds of the GPU's global timer: a stand-in
-// for a training step of known length in the benchmarks.
-__global__ void busy_kernel(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
-
-
-
-
-
-
-
-
-
-
 
 class CudaDevice final : public Device {
  public:
@@ -242,43 +190,6 @@ class CudaDevice final : public Device {
     CONVEYOR_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native(s)));
   }
 
-  void normalize(const NormalizeJob& job, Stream& s) override {
-    const std::size_t hw = job.height * job.width;
-    if (job.samples * hw == 0) return;
-    Affines affines{};
-    for (int c = 0; c < 4; ++c) affines.a[c] = job.affine[c];
-    const ScopedDevice on(ordinal_);
-    switch (job.out_type) {
-      case DType::float32: return launch_normalize<DType::float32>(job, hw, affines, s);
-      case DType::float16: return launch_normalize<DType::float16>(job, hw, affines, s);
-      case DType::bfloat16: return launch_normalize<DType::bfloat16>(job, hw, affines, s);
-      case DType::uint8: return launch_normalize<DType::uint8>(job, hw, affines, s);
-    }
-  }
-
-  void gather(const GatherJob& job, Stream& s) override {
-    if (job.rows == 0 || job.row_bytes == 0) return;
-    const auto aligned = [&](std::size_t a) {
-      return job.row_bytes % a == 0 && reinterpret_cast<std::uintptr_t>(job.src) % a == 0 &&
-             reinterpret_cast<std::uintptr_t>(job.dst) % a == 0;
-    };
-    const ScopedDevice on(ordinal_);
-    if (aligned(16)) {
-      launch_gather<uint4>(job, s);
-    } else if (aligned(4)) {
-      launch_gather<std::uint32_t>(job, s);
-    } else {
-      launch_gather<std::uint8_t>(job, s);
-    }
-  }
-
-  void busy(double microseconds, Stream& s) override {
-    if (!(microseconds > 0)) return;  // NaN and negatives included
-    const ScopedDevice on(ordinal_);
-    CONVEYOR_CUDA_LAUNCH("busy_kernel",
-                         busy_kernel<<<1, 1, 0, native(s)>>>(static_cast<unsigned long long>(microseconds * 1000.0)));
-  }
-
   void record(Event& e, Stream& s) override {
     const ScopedDevice on(ordinal_);
     CONVEYOR_CUDA_CHECK(cudaEventRecord(native(e), native(s)));
@@ -303,20 +214,6 @@ class CudaDevice final : public Device {
   }
 
  private:
-  template <DType T>
-  void launch_normalize(const NormalizeJob& job, std::size_t hw, const Affines& affines, Stream& s) {
-    CONVEYOR_CUDA_LAUNCH("normalize_kernel",
-                         normalize_kernel<T><<<grid_for(job.samples * hw), kBlock, 0, native(s)>>>(
-                             job.src, job.dst, job.indices, job.samples, hw, static_cast<unsigned>(job.channels), affines));
-  }
-  template <typename Word>
-  void launch_gather(const GatherJob& job, Stream& s) {
-    const std::size_t row_words = job.row_bytes / sizeof(Word);
-    CONVEYOR_CUDA_LAUNCH("gather_kernel", gather_kernel<Word><<<grid_for(job.rows * row_words), kBlock, 0, native(s)>>>(
-                                              reinterpret_cast<const Word*>(job.src), reinterpret_cast<Word*>(job.dst),
-                                              job.indices, job.rows, row_words));
-  }
-
   int ordinal_;
   bool poison_;
   std::string name_;

@@ -1,7 +1,7 @@
 // The CUDA backend's RAII handles and helpers: the Device's own
-// (device/cuda_device.cu), and the raw handles code above device/ needs to run
-// CUDA work of its own on the device's streams (gpu_decode/cuda_jpeg_decoder.cu:
-// native(stream), ScopedDevice, CudaBuffer). Not installed: includes CUDA's
+// (device/cuda_device.cu), and the raw handles code above the Device needs to
+// run CUDA work of its own on the device's streams (device/kernels/*.cu,
+// gpu_decode/cuda_jpeg_decoder.cu: native(stream), ScopedDevice, CudaBuffer). Not installed: includes CUDA's
 // headers, so no public header includes it, and only .cu files built with the
 // CUDA backend do. Every handle frees its object in its destructor
 // under a ScopedDevice (protocol point 3, docs/cuda.md).

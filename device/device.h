@@ -2,15 +2,17 @@
 // reach "the device", with two backends chosen once at start (open_device):
 //
 //   cuda  a CUDA GPU: pinned host memory from cudaHostAlloc, device memory,
-//         non-blocking streams, events, kernels (device/cuda_device.cu);
+//         non-blocking streams, events (device/cuda_device.cu);
 //   host  no GPU: "device" memory is host memory and each stream is a thread
 //         that runs its operations in order (device/host_device.cpp), with the
 //         same ordering semantics, an optional simulated link (link_gbps) and,
 //         for tests, random delays before every operation.
 //
-// A hardware layer: memory, streams, events, copies, record/wait/synchronize,
-// and its own kernels (normalize, gather, busy). It knows nothing of images or
-// their decoders: the GPU decode path builds on it from gpu_decode/.
+// The hardware alone: memory, streams, events, copies, record/wait/synchronize.
+// Kernels are not its methods: each is a header of device/kernels/ with a host
+// twin and a CUDA twin that run on a Stream of this interface, so a new one is
+// new files there, never a change here. It knows nothing of images or their
+// decoders: the GPU decode path builds on it from gpu_decode/.
 //
 // The semantics are CUDA's, so the ordering logic above this interface exists
 // once (device/device_pipeline.cpp) and the host backend's tests exercise it:
@@ -36,7 +38,6 @@
 #include <string>
 #include <string_view>
 
-#include "device/dtype.h"
 #include "pipeline/batch.h"
 
 namespace conveyor {
@@ -122,26 +123,6 @@ class Event {
   virtual ~Event() = default;
 };
 
-// uint8 NHWC samples -> NCHW in `out_type`, each element store_normalized()
-// with its channel's affine. With `indices`, output sample n reads input sample
-// indices[n] (a gather fused into the normalize); `indices` is device memory.
-struct NormalizeJob {
-  const std::uint8_t* src = nullptr;
-  void* dst = nullptr;
-  const std::uint64_t* indices = nullptr;
-  std::size_t samples = 0, height = 0, width = 0, channels = 0;  // channels 1..4
-  ChannelAffine affine[4];
-  DType out_type = DType::float32;
-};
-
-// dst row n = src row indices[n], each row_bytes long; `indices` is device memory.
-struct GatherJob {
-  const std::byte* src = nullptr;
-  std::byte* dst = nullptr;
-  const std::uint64_t* indices = nullptr;
-  std::size_t rows = 0, row_bytes = 0;
-};
-
 enum class EventKind {
   sync,    // cudaEventDisableTiming | cudaEventBlockingSync: ordering only
   timing,  // cudaEventBlockingSync with timing, for benchmarks
@@ -198,10 +179,6 @@ class Device {
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
   // A memset on the stream: bytes of dst set to value.
   virtual void set_bytes(void* dst, unsigned char value, std::size_t bytes, Stream& stream) = 0;
-  virtual void normalize(const NormalizeJob& job, Stream& stream) = 0;
-  virtual void gather(const GatherJob& job, Stream& stream) = 0;
-  // A kernel that keeps the device busy for `microseconds` (benchmarks: a fixed training step).
-  virtual void busy(double microseconds, Stream& stream) = 0;
 
   virtual void record(Event& event, Stream& stream) = 0;
   virtual void wait(Stream& stream, Event& event) = 0;  // the stream waits; the caller does not

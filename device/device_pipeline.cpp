@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "device/kernels/normalize.h"
 #include "device/nvtx.h"
 
 namespace conveyor {
@@ -179,9 +180,9 @@ struct TransferCore {
       if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
         device->record(*s.staged, copy);
         device->wait(*normalize_stream, *s.staged);
-        device->normalize(
-            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size()),
-            *normalize_stream);
+        const NormalizeJob job =
+            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size());
+        kernels::normalize(*device, job, *normalize_stream);
         device->record(*s.copied, *normalize_stream);  // 4: recorded before the slot is published
       } else {
         device->record(*s.copied, copy);  // 4: recorded before the slot is published

@@ -48,6 +48,8 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/dtype.h"
+#include "device/kernels/normalize.h"  // NormalizeJob
 #include "pipeline/pipeline.h"
 #include "pipeline/stats.h"
 #include "image/normalize.h"

@@ -97,7 +97,7 @@ CONVEYOR_HD inline std::uint16_t float_to_bfloat16_bits(float f) {
 }
 
 // One normalized element in the output type: (v/255 - mean)/std, converted.
-// The normalize kernel and the host backend both store through this.
+// The normalize kernel and its host twin (device/kernels/) both store through this.
 template <DType T>
 CONVEYOR_HD inline void store_normalized(void* out, std::size_t i, unsigned char v, ChannelAffine a) {
   const float x = normalize_value(v, a);

@@ -23,7 +23,6 @@
 #include <new>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <unordered_set>
 
 #include "device/backends.h"
@@ -232,39 +231,6 @@ HostStream& host_stream(Stream& s) {
 }
 HostEvent& host_event(Event& e) { return static_cast<HostEvent&>(e); }
 
-// The CPU's normalize. Each channel has only 256 possible outputs, so they are
-// computed once per job by the shared store_normalized (the GPU's math, fmaf
-// included) and each element is a table lookup: the same bits, several times
-// faster than an fmaf per element, which is a libm call where the compiler may
-// not assume an FMA instruction. One pass over the pixels reads each sample once.
-template <DType T>
-void normalize_on_host(const NormalizeJob& job) {
-  using Out = std::conditional_t<T == DType::float32, float, std::conditional_t<T == DType::uint8, std::uint8_t, std::uint16_t>>;
-  const std::size_t hw = job.height * job.width, c_n = job.channels;
-  Out lut[4][256];
-  for (std::size_t c = 0; c < c_n; ++c) {
-    for (unsigned v = 0; v < 256; ++v) store_normalized<T>(lut[c], v, static_cast<unsigned char>(v), job.affine[c]);
-  }
-  Out* dst = static_cast<Out*>(job.dst);
-  for (std::size_t n = 0; n < job.samples; ++n) {
-    const std::size_t in_n = job.indices ? job.indices[n] : n;
-    const std::uint8_t* in = job.src + in_n * hw * c_n;
-    Out* planes = dst + n * c_n * hw;
-    if (c_n == 3) {
-      Out *r = planes, *g = planes + hw, *b = planes + 2 * hw;
-      for (std::size_t p = 0; p < hw; ++p, in += 3) {
-        r[p] = lut[0][in[0]];
-        g[p] = lut[1][in[1]];
-        b[p] = lut[2][in[2]];
-      }
-    } else {
-      for (std::size_t p = 0; p < hw; ++p) {
-        for (std::size_t c = 0; c < c_n; ++c) planes[c * hw + p] = lut[c][in[p * c_n + c]];
-      }
-    }
-  }
-}
-
 class HostDevice final : public Device {
  public:
   HostDevice(const DeviceConfig& config, std::string why) : config_(config), why_(std::move(why)) {}
@@ -348,31 +314,6 @@ class HostDevice final : public Device {
       if (bytes) std::memset(dst, value, bytes);
     });
   }
-  void normalize(const NormalizeJob& job, Stream& s) override {
-    host_stream(s).enqueue([job] {
-      switch (job.out_type) {
-        case DType::float32: return normalize_on_host<DType::float32>(job);
-        case DType::float16: return normalize_on_host<DType::float16>(job);
-        case DType::bfloat16: return normalize_on_host<DType::bfloat16>(job);
-        case DType::uint8: return normalize_on_host<DType::uint8>(job);
-      }
-    });
-  }
-  void gather(const GatherJob& job, Stream& s) override {
-    host_stream(s).enqueue([job] {
-      for (std::size_t n = 0; n < job.rows; ++n) {
-        std::memcpy(job.dst + n * job.row_bytes, job.src + job.indices[n] * job.row_bytes, job.row_bytes);
-      }
-    });
-  }
-  void busy(double microseconds, Stream& s) override {
-    // A GPU kernel occupies the GPU, not a CPU core: sleep, leaving the cores to the workers.
-    if (!(microseconds > 0)) return;
-    host_stream(s).enqueue([microseconds] {
-      std::this_thread::sleep_for(std::chrono::nanoseconds(std::int64_t(microseconds * 1000)));
-    });
-  }
-
   void record(Event& e, Stream& s) override {
     HostEvent& ev = host_event(e);
     const std::uint64_t n = ev.issue();

@@ -1,7 +1,8 @@
-// The host backend's streams, for code above device/ that runs work of its own
-// on them: the GPU decode path's host twin (gpu_decode/host_jpeg_decoder.cpp)
-// renders on a stream as the CUDA decoder launches a kernel there. The CUDA
-// backend's counterpart is device/cuda_handles.h.
+// The host backend's streams, for code above the Device that runs work of its
+// own on them: the kernels' host twins (device/kernels/*_host.cpp) and the GPU
+// decode path's (gpu_decode/host_jpeg_decoder.cpp) run on a stream as their
+// CUDA twins launch a kernel there. The CUDA backend's counterpart is
+// device/cuda_handles.h.
 //
 // `stream` must come from the host backend (its create_stream() or
 // wrap_stream()); anything else is undefined. Thread safety: as the stream's,

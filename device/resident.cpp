@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "device/kernels/gather.h"
+#include "device/kernels/normalize.h"
 #include "device/nvtx.h"
 
 namespace conveyor {
@@ -165,13 +167,16 @@ std::optional<ResidentBatch> ResidentDataset::next() {
   device_->wait(*stream_, *s.consumed);  // the slot's last batch was released on the stream
   if (const auto& n = resident_.normalize) {
     // Gather and normalize in one pass.
-    device_->normalize(n->job(static_cast<const std::uint8_t*>(samples_->data()), s.out->data(), count, idx), *stream_);
+    kernels::normalize(*device_, n->job(static_cast<const std::uint8_t*>(samples_->data()), s.out->data(), count, idx),
+                       *stream_);
   } else {
-    device_->gather(GatherJob{static_cast<const std::byte*>(samples_->data()), static_cast<std::byte*>(s.out->data()),
+    kernels::gather(*device_,
+                    GatherJob{static_cast<const std::byte*>(samples_->data()), static_cast<std::byte*>(s.out->data()),
                               idx, count, layout_.row_bytes()},
                     *stream_);
   }
-  device_->gather(GatherJob{static_cast<const std::byte*>(labels_->data()), static_cast<std::byte*>(s.labels->data()),
+  kernels::gather(*device_,
+                  GatherJob{static_cast<const std::byte*>(labels_->data()), static_cast<std::byte*>(s.labels->data()),
                             idx, count, sizeof(std::int64_t)},
                   *stream_);
 

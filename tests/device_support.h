@@ -21,6 +21,7 @@
 #include "device/backends.h"
 #include "device/device.h"
 #include "device/device_pipeline.h"
+#include "device/kernels/busy.h"
 #include "device/resident.h"
 #include "support.h"
 
@@ -53,7 +54,8 @@ class FaultyDevice final : public Device {
   std::atomic<bool> fail_cpu_waits{false};    // wait on the CPU consumer's stream throws
   std::atomic<bool> skip_waits{false};
   std::atomic<int> waits_on_cpu_stream{0};  // wait() calls on the CPU consumer's (inline) stream
-  // A transfer step that fails after its copy was enqueued: this call throws, once.
+  // A transfer step that fails after its copy was enqueued: this call throws, once
+  // (normalize: the normalize stream's wait for the copy, just before the kernel).
   enum class AfterCopy { none, normalize, record, synchronize };
   std::atomic<AfterCopy> fail_after_copy{AfterCopy::none};
   // Each copy first waits this long on its stream: a slow DMA, still reading its source.
@@ -65,7 +67,10 @@ class FaultyDevice final : public Device {
   void* copy_dst = nullptr;
   std::vector<std::byte> copy_source;
   Stream* copy_stream = nullptr;       // under sync_mu while the pipeline runs
-  Stream* normalize_stream = nullptr;  // the last normalize's (delivery thread); likewise
+  // The normalize stream: the one the delivery thread makes wait for the copy
+  // stream (normalize is a kernel, not a Device call to observe); likewise.
+  Stream* normalize_stream = nullptr;
+  std::atomic<std::thread::id> delivery_thread{};  // copy_to_device's caller
   // For each synchronize(Event&) on an event last recorded on the copy or the
   // normalize stream (a slot's "copied"), how many copies had been enqueued by then.
   std::atomic<std::size_t> copies{0};
@@ -88,7 +93,7 @@ class FaultyDevice final : public Device {
   void copy_to_device(void* d, const void* s, std::size_t n, Stream& st) override {
     if (copies_before_error-- == 0) throw DeviceError("cudaMemcpyAsync(...) at cuda/fake.cu:1: injected failure");
     std::this_thread::sleep_for(std::chrono::milliseconds(enqueue_delay_ms.load()));
-    inner_->busy(copy_delay_us, st);
+    kernels::busy(*inner_, copy_delay_us, st);
     inner_->copy_to_device(d, s, n, st);
     copy_dst = d;
     copy_source.assign(static_cast<const std::byte*>(s), static_cast<const std::byte*>(s) + n);
@@ -96,18 +101,11 @@ class FaultyDevice final : public Device {
       std::lock_guard lk(sync_mu);  // record() reads it on the consumer's thread
       copy_stream = &st;
     }
+    delivery_thread = std::this_thread::get_id();
     ++copies;
   }
   void copy_to_host(void* d, const void* s, std::size_t n, Stream& st) override { inner_->copy_to_host(d, s, n, st); }
   void set_bytes(void* d, unsigned char v, std::size_t n, Stream& st) override { inner_->set_bytes(d, v, n, st); }
-  void normalize(const NormalizeJob& j, Stream& st) override {
-    fail_once(AfterCopy::normalize, "normalize_kernel launch");
-    inner_->normalize(j, st);
-    std::lock_guard lk(sync_mu);
-    normalize_stream = &st;
-  }
-  void gather(const GatherJob& j, Stream& st) override { inner_->gather(j, st); }
-  void busy(double us, Stream& st) override { inner_->busy(us, st); }
   void record(Event& e, Stream& st) override {
     if (fail_cpu_records && st.native() == nullptr) throw DeviceError("cudaEventRecord(...) at cuda/fake.cu:2: injected failure");
     if (st.native() != nullptr) fail_once(AfterCopy::record, "cudaEventRecord(...)");
@@ -119,6 +117,15 @@ class FaultyDevice final : public Device {
   void wait(Stream& st, Event& e) override {
     if (st.native() == nullptr) ++waits_on_cpu_stream;
     if (fail_cpu_waits && st.native() == nullptr) throw DeviceError("cudaStreamWaitEvent(...) at cuda/fake.cu:4: injected failure");
+    if (std::this_thread::get_id() == delivery_thread.load()) {
+      bool normalizing = false;
+      {
+        std::lock_guard lk(sync_mu);
+        normalizing = &st != copy_stream;  // the transfer's other wait is the copy stream's, for consumed
+        if (normalizing) normalize_stream = &st;
+      }
+      if (normalizing) fail_once(AfterCopy::normalize, "cudaStreamWaitEvent(normalize, staged)");
+    }
     if (!skip_waits) inner_->wait(st, e);
   }
   void synchronize(Event& e) override {
@@ -173,7 +180,7 @@ inline void read_on(Device& device, Stream& stream, const DeviceBatch& b, double
   r->indices = b.host().indices;
   r->bytes.resize(b.bytes());
   r->labels.resize(b.size());
-  device.busy(step_us, stream);  // the step takes a while on the device
+  kernels::busy(device, step_us, stream);  // the step takes a while on the device
   device.copy_to_host(r->bytes.data(), b.data(), b.bytes(), stream);
   device.copy_to_host(r->labels.data(), b.labels(), b.size() * sizeof(std::int64_t), stream);  // with the pixels
   reads.push_back(std::move(r));

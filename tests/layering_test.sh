@@ -7,9 +7,16 @@
 #               shards over http(s) through a local cache (data/remote/):
 #               where a sample's bytes come from, never what they decode to
 #   image/      decode, augment, resize, normalize, the image filler (images enter here)
-#   device/     the device: memory, streams, events, copies, record/wait/sync
-#               and its kernels, with CUDA and host backends; the copy stage,
-#               with a generic per-batch step (BatchStep) for layers above.
+#   device/     three tiers, checked below as layers of their own:
+#                 core     Device, the hardware alone (memory, streams, events,
+#                          copies, record/wait/sync), with CUDA and host backends:
+#                          every file of device/ but the stages' below
+#                 kernels/ normalize, gather, busy: each a header, a host twin
+#                          and a .cu, run on the core's streams; a new batch op
+#                          is new files here, never a change to Device
+#                 stages   the copy stage (device_pipeline), with a generic
+#                          per-batch step (BatchStep) for layers above, the
+#                          resident dataset, the memory budget: they call the kernels
 #               It knows nothing of images' decoders: only the normalize
 #               kernel's math comes from image/ (image/normalize.h)
 #   gpu_decode/ the GPU decode path: nvJPEG (opened at run time) and its host
@@ -41,6 +48,22 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
     bad=1
   fi
 done
+# device/'s tiers: the core includes neither the kernels nor the stages; the
+# kernels include the core, never the stages.
+stages='device/(device_pipeline|resident|memory_budget)\.h'
+core=$(find device -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' \) |
+       grep -vE '^device/(device_pipeline|resident|memory_budget)\.' | sort)
+if hits=$(grep -nE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<](device/kernels/|$stages)" $core /dev/null); then
+  echo "device/'s core (Device and its backends) includes the kernels or the stages above it:"
+  echo "$hits"
+  bad=1
+fi
+if hits=$(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]$stages" device/kernels \
+             --include='*.h' --include='*.cpp' --include='*.cu'); then
+  echo "device/kernels/ includes device/'s stages above it:"
+  echo "$hits"
+  bad=1
+fi
 if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](cuda|cuda_runtime|cuda_runtime_api|nvtx3/[^>"]*|turbojpeg|jpeglib|stb_image[^>"]*|stb/[^>"]*|torch/[^>"]*)(\.h)?[>"]' pipeline data); then
   echo "pipeline/ or data/ includes an image or CUDA library:"
   echo "$hits"
@@ -58,4 +81,4 @@ if hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](libtorch|
   bad=1
 fi
 if ((bad)); then exit 1; fi
-echo "layering: ${layers[*]}: every include points down"
+echo "layering: ${layers[*]} (device/: core, kernels/, stages): every include points down"

@@ -22,6 +22,9 @@
 
 #include "device/device.h"
 #include "device/device_pipeline.h"
+#include "device/kernels/busy.h"
+#include "device/kernels/gather.h"
+#include "device/kernels/normalize.h"
 #include "device/resident.h"
 #include "gpu_decode/jpeg_batch_decoder.h"
 #include "gpu_decode/step.h"
@@ -58,7 +61,7 @@ std::vector<std::byte> run_normalize(Device& device, const std::vector<std::uint
   job.src = static_cast<const std::uint8_t*>(d_src->data());
   job.dst = d_out->data();
   job.indices = indices.empty() ? nullptr : static_cast<const std::uint64_t*>(d_idx->data());
-  device.normalize(job, *stream);
+  kernels::normalize(device, job, *stream);
   std::vector<std::byte> out(out_bytes);
   device.copy_to_host(out.data(), d_out->data(), out_bytes, *stream);
   device.synchronize(*stream);
@@ -113,9 +116,10 @@ TEST_CASE("the gather kernel equals direct indexing for every word size", "[cuda
     auto d_idx = g->allocate(idx.size() * 8);
     g->copy_to_device(d_src->data(), src.data(), src.size(), *stream);
     g->copy_to_device(d_idx->data(), idx.data(), idx.size() * 8, *stream);
-    g->gather(GatherJob{static_cast<const std::byte*>(d_src->data()), static_cast<std::byte*>(d_dst->data()),
-                        static_cast<const std::uint64_t*>(d_idx->data()), idx.size(), row_bytes},
-              *stream);
+    kernels::gather(*g,
+                    GatherJob{static_cast<const std::byte*>(d_src->data()), static_cast<std::byte*>(d_dst->data()),
+                              static_cast<const std::uint64_t*>(d_idx->data()), idx.size(), row_bytes},
+                    *stream);
     std::vector<std::byte> out(idx.size() * row_bytes);
     g->copy_to_host(out.data(), d_dst->data(), out.size(), *stream);
     g->synchronize(*stream);
@@ -152,7 +156,7 @@ TEST_CASE("the slot protocol on a GPU: a consumer stream that reads after a busy
       REQUIRE(reads.size() < batches);
       reads.push_back(pinned + reads.size() * batch_bytes);
       ids.emplace_back(b->host().epoch, b->host().indices);
-      g->busy(200, *consumer);  // the training step holds the slot for a while
+      kernels::busy(*g, 200, *consumer);  // the training step holds the slot for a while
       g->copy_to_host(reads.back(), b->data(), b->bytes(), *consumer);
       b->reset();  // consumed is recorded after the read above, on the same stream
     }
@@ -223,7 +227,7 @@ TEST_CASE("the busy kernel lasts as long as asked, by timing events", "[cuda][bu
   auto stream = g->create_stream();
   auto t0 = g->create_event(EventKind::timing), t1 = g->create_event(EventKind::timing);
   g->record(*t0, *stream);
-  g->busy(2000, *stream);
+  kernels::busy(*g, 2000, *stream);
   g->record(*t1, *stream);
   g->synchronize(*t1);
   REQUIRE(g->elapsed_ms(*t0, *t1) >= 2.0);
@@ -243,7 +247,7 @@ TEST_CASE("an error already reported, or left by the caller, is not reported aga
   }
 #endif
   // Either way the error was not sticky: this launch is fine and must say so.
-  REQUIRE_NOTHROW(g->busy(10, *stream));
+  REQUIRE_NOTHROW(kernels::busy(*g, 10, *stream));
   REQUIRE_NOTHROW(g->synchronize(*stream));
 }
 

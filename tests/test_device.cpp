@@ -22,6 +22,9 @@
 #include "device/backends.h"
 #include "device/device.h"
 #include "device/device_pipeline.h"
+#include "device/kernels/busy.h"
+#include "device/kernels/gather.h"
+#include "device/kernels/normalize.h"
 #include "device/resident.h"
 #include "support.h"
 #include "device_support.h"
@@ -163,7 +166,7 @@ TEST_CASE("normalize on the host backend matches a plain reference for all three
     job.channels = c;
     job.out_type = t;
     for (std::size_t ch = 0; ch < c; ++ch) job.affine[ch] = channel_affine(stats.mean[ch], stats.std[ch]);
-    device->normalize(job, *stream);
+    kernels::normalize(*device, job, *stream);
     device->synchronize(*stream);
     for (std::size_t s = 0; s < n; ++s) {
       for (std::size_t y = 0; y < h; ++y) {
@@ -203,7 +206,7 @@ TEST_CASE("gather on the host backend equals direct indexing", "[device][gather]
   std::vector<std::uint64_t> idx{49, 0, 7, 7, 23, 1};
   std::vector<std::byte> dst(idx.size() * row_bytes);
   auto stream = device->create_stream();
-  device->gather(GatherJob{src.data(), dst.data(), idx.data(), idx.size(), row_bytes}, *stream);
+  kernels::gather(*device, GatherJob{src.data(), dst.data(), idx.data(), idx.size(), row_bytes}, *stream);
   device->synchronize(*stream);
   for (std::size_t n = 0; n < idx.size(); ++n) {
     REQUIRE(std::memcmp(dst.data() + n * row_bytes, src.data() + idx[n] * row_bytes, row_bytes) == 0);
@@ -225,7 +228,7 @@ TEST_CASE("host streams keep CUDA event semantics", "[device][events]") {
     auto buf = device->allocate(64);
     std::vector<unsigned char> seen(64);
     for (int round = 1; round <= 40; ++round) {
-      device->busy(100, *a);
+      kernels::busy(*device, 100, *a);
       device->set_bytes(buf->data(), static_cast<unsigned char>(round), 64, *a);
       device->record(*e, *a);
       device->wait(*b, *e);
@@ -237,7 +240,7 @@ TEST_CASE("host streams keep CUDA event semantics", "[device][events]") {
   SECTION("synchronize(e) returns after the recorded work, and timing events measure it") {
     auto t0 = device->create_event(EventKind::timing), t1 = device->create_event(EventKind::timing);
     device->record(*t0, *a);
-    device->busy(5000, *a);
+    kernels::busy(*device, 5000, *a);
     device->record(*t1, *a);
     device->synchronize(*t1);
     REQUIRE(device->elapsed_ms(*t0, *t1) >= 5.0);

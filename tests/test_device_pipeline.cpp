@@ -20,6 +20,7 @@
 #include "device/backends.h"
 #include "device/device.h"
 #include "device/device_pipeline.h"
+#include "device/kernels/busy.h"
 #include "device/resident.h"
 #include "support.h"
 #include "device_support.h"
@@ -192,7 +193,7 @@ TEST_CASE("normalize through the pipeline with a delayed consumer stream keeps e
           std::vector<std::unique_ptr<Read>> reads;
           while (auto b = dp.next()) {
             auto r = std::make_unique<Read>(Read{b->host().epoch, b->host().indices, std::vector<float>(b->bytes() / 4)});
-            device->busy(100, *consumer);
+            kernels::busy(*device, 100, *consumer);
             device->copy_to_host(r->values.data(), b->data(), b->bytes(), *consumer);
             reads.push_back(std::move(r));
           }  // each batch released right after its read was enqueued

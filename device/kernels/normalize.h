@@ -1,0 +1,39 @@
+// The normalize kernel: uint8 NHWC samples -> NCHW in an element type, each
+// element store_normalized() (device/dtype.h) with its channel's affine, so the
+// host twin and the CUDA kernel compute the same bits from one definition.
+// With `indices`, a gather fused into it: output sample n reads input sample
+// indices[n].
+//
+// Enqueued on a Stream of `device` like any of its operations: asynchronous to
+// the caller, in order with the stream's other work. On the host backend it
+// runs on the stream's thread (normalize_host.cpp); on CUDA it is a kernel
+// launched on the stream (normalize.cu). Thread safety: as the stream's, one
+// thread at a time. Never allocates device memory; the host backend allocates
+// the queued operation. Throws DeviceError (CUDA: the launch's, with file:line)
+// or the host stream's earlier error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "device/device.h"
+#include "device/dtype.h"
+
+namespace conveyor {
+
+// src, dst and indices are memory of the device the job runs on.
+struct NormalizeJob {
+  const std::uint8_t* src = nullptr;
+  void* dst = nullptr;
+  const std::uint64_t* indices = nullptr;
+  std::size_t samples = 0, height = 0, width = 0, channels = 0;  // channels 1..4
+  ChannelAffine affine[4];
+  DType out_type = DType::float32;
+};
+
+namespace kernels {
+
+void normalize(Device& device, const NormalizeJob& job, Stream& stream);
+
+}  // namespace kernels
+}  // namespace conveyor
