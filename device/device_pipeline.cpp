@@ -104,9 +104,15 @@ struct TransferCore {
     }
   }
 
-  // TransferConfig::batch_step's, if any (the GPU decode path's feed threads
-  // and CPU fall-back).
-  std::unique_ptr<BatchStep> step;
+  // TransferConfig::batch_steps', in order (the GPU decode path's feed
+  // threads and CPU fall-back).
+  std::vector<std::unique_ptr<BatchStep>> steps;
+
+  // Every step's release(id): each is idempotent, and a no-op for a slot it
+  // holds nothing for, so a batch failed in any step's prepare() releases all.
+  void release_steps(std::size_t id) noexcept {
+    for (auto& step : steps) step->release(id);
+  }
 
   TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
   ~TransferCore() {
@@ -122,7 +128,9 @@ struct TransferCore {
     } catch (...) {
       // A device in error: there is nothing left to wait for.
     }
-    step.reset();  // joins its threads and waits for its work, before the slots and streams go
+    // Each joins its threads and waits for its work, before the slots and
+    // streams go; the last made goes first.
+    while (!steps.empty()) steps.pop_back();
   }
 
   // Keeps the first consumer-side error and closes the free slots, so the
@@ -165,7 +173,7 @@ struct TransferCore {
     }
     Stream& copy = *copy_stream;
     try {
-      if (step) step->prepare(batch, s.id);  // before the labels are placed: a skip shortens the batch
+      for (auto& step : steps) step->prepare(batch, s.id);  // before the labels are placed: a skip shortens the batch
       device->wait(copy, *s.consumed);  // 4: D[i]/O[i] are free on the device's timeline
       const std::size_t at = label_offset(batch.size(), sample_bytes);
       std::memcpy(batch.data + at, batch.labels.data(), batch.size() * sizeof(std::int64_t));
@@ -176,7 +184,7 @@ struct TransferCore {
         s.source = static_cast<std::byte*>(s.raw->data());
         device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
       }
-      if (step) step->complete(s.id, s.source, copy);  // 13: into the slot after the copy, before copied
+      for (auto& step : steps) step->complete(s.id, s.source, copy);  // 13: into the slot after the copy, before copied
       if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
         device->record(*s.staged, copy);
         device->wait(*normalize_stream, *s.staged);
@@ -193,7 +201,7 @@ struct TransferCore {
       // throws, while the copy enqueued above may still be reading it: wait for
       // the streams first, whatever they report.
       drain_streams();
-      if (step) step->release(s.id);  // its work, if enqueued, is done
+      release_steps(s.id);  // their work, if enqueued, is done
       throw;
     }
     s.started = start;
@@ -215,10 +223,10 @@ struct TransferCore {
       device->synchronize(*s.copied);
     } catch (...) {
       drain_streams();  // as in transfer(): H must outlive the DMA that reads it
-      if (step) step->release(s.id);
+      release_steps(s.id);
       throw;
     }
-    if (step) step->release(s.id);  // 13: its work is complete (before copied)
+    release_steps(s.id);  // 13: their work is complete (before copied)
     if (observer) {
       const auto end = std::chrono::steady_clock::now();
       observer->on_transferred(batch, std::max(s.started, last_finished), end);  // spans that follow each other
@@ -227,10 +235,13 @@ struct TransferCore {
   }
 
   // True when transfer() would block for a free slot (the batch in flight may
-  // hold the last one), or the step's prepare() for the release of the batch
+  // hold the last one), or a step's prepare() for the release of the batch
   // in flight (the GPU decode path with one decoder: the next batch's decode
   // needs the decoder the batch in flight renders from).
-  bool transfer_would_wait() const { return (step && step->next_waits_for_release()) || free_slots.size() == 0; }
+  bool transfer_would_wait() const {
+    const auto waits = [](const auto& step) { return step->next_waits_for_release(); };
+    return std::any_of(steps.begin(), steps.end(), waits) || free_slots.size() == 0;
+  }
 
   // Waits for everything enqueued on the transfer's streams; never throws (a
   // device in error has nothing left to run, and the caller is already failing).
@@ -287,16 +298,20 @@ struct TransferCore {
 
 PipelineStats DevicePipeline::stats() const {
   PipelineStats s = pipeline_->stats();
-  if (core_->step) {
-    if (auto stage = core_->step->stage(s.wall_s, Clock::now())) {
-      const auto at = std::min<std::size_t>(1, s.stages.size());  // after the workers
-      s.stages.insert(s.stages.begin() + std::ptrdiff_t(at), std::move(*stage));
+  auto at = std::min<std::size_t>(1, s.stages.size());  // after the workers, in the steps' order
+  for (const auto& step : core_->steps) {
+    if (auto stage = step->stage(s.wall_s, Clock::now())) {
+      s.stages.insert(s.stages.begin() + std::ptrdiff_t(at++), std::move(*stage));
     }
   }
   return s;
 }
 
-const BatchStep* DevicePipeline::batch_step() const { return core_->step.get(); }
+std::vector<const BatchStep*> DevicePipeline::batch_steps() const {
+  std::vector<const BatchStep*> steps;
+  for (const auto& step : core_->steps) steps.push_back(step.get());
+  return steps;
+}
 
 NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* dst, std::size_t samples,
                                                 const std::uint64_t* indices) const {
@@ -440,8 +455,11 @@ std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConf
   core->copy_stream = device->create_stream();  // 2: its own non-blocking stream
   if (transfer.normalize) core->normalize_stream = device->create_stream();  // 10: and normalize's
   core->consumer_stream = device->wrap_stream(transfer.consumer_stream);
-  if (transfer.batch_step) {
-    core->step = transfer.batch_step(BatchStepSetup{device, config.sample_bytes, config.batch_size, core->slots.size()});
+  const BatchStepSetup setup{device, config.sample_bytes, config.batch_size, core->slots.size()};
+  for (const auto& make : transfer.batch_steps) {
+    if (!make) throw std::invalid_argument("device pipeline: transfer.batch_steps holds an empty maker");
+    core->steps.push_back(make(setup));
+    if (!core->steps.back()) throw std::invalid_argument("device pipeline: a batch step maker returned null");
   }
   return core;
 }
@@ -458,11 +476,15 @@ StageFunctions stage_functions(TransferCore* core, Filler fill, std::size_t batc
   stages.transfer = [core](Batch& b) { core->transfer(b); };
   stages.finish = [core](Batch& b) { core->finish(b); };
   stages.transfer_would_wait = [core] { return core->transfer_would_wait(); };
-  stages.on_stop = [core] {  // wakes a delivery thread waiting for a slot, or for the batch step
+  stages.on_stop = [core] {  // wakes a delivery thread waiting for a slot, or for a batch step
     core->free_slots.close();
-    if (core->step) core->step->stop();
+    for (auto& step : core->steps) step->stop();
   };
-  if (core->step) stages.filled = [core](const Batch& b) noexcept { core->step->filled(b); };
+  if (!core->steps.empty()) {
+    stages.filled = [core](const Batch& b) noexcept {
+      for (auto& step : core->steps) step->filled(b);
+    };
+  }
   // Host buffers from the device: pinned on CUDA, so the copy is a true async DMA.
   stages.allocator.name = device->backend() == Backend::cuda ? "cuda pinned" : "host";
   const std::size_t tail = label_tail_bytes(batch_size);  // room for the labels after the pixels
@@ -494,8 +516,8 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
 }
 
 DevicePipeline::~DevicePipeline() {
-  stop();  // joins the workers: the step hears of no batch after this
-  if (core_->step) core_->step->pipeline_ended();
+  stop();  // joins the workers: the steps hear of no batch after this
+  for (auto& step : core_->steps) step->pipeline_ended();
 }
 
 // The core marks itself stopping and then calls on_stop, which closes the free

@@ -68,20 +68,22 @@ struct BatchStepSetup {
 // BatchStep: work a layer above adds to the transfer stage for each batch, with
 // threads of its own if it needs them (the GPU decode path, gpu_decode/step.h,
 // which renders samples the workers left undecoded into the slot). The stage
-// calls it at fixed points of the slot protocol, so the consumer's protocol is
-// unchanged by it:
-//   a worker completes batch b -> filled(b)
-//   delivery thread, transfer of b into slot i: take slot i -> prepare(b, i)
-//     -> place the labels, copy H -> D[i] on the copy stream ->
-//     complete(i, D[i], copy) -> (normalize) -> record copied[i]: what
-//     complete() enqueues is in the slot before the slot counts as copied
+// runs TransferConfig::batch_steps in their order at fixed points of the slot
+// protocol, so the consumer's protocol is unchanged by them:
+//   a worker completes batch b -> filled(b), each step
+//   delivery thread, transfer of b into slot i: take slot i -> prepare(b, i),
+//     each step in order -> place the labels, copy H -> D[i] on the copy
+//     stream -> complete(i, D[i], copy), each step in order -> (normalize) ->
+//     record copied[i]: what the steps enqueue is in the slot, in their order,
+//     before the slot counts as copied
 //   delivery thread, once the host saw copied[i] complete, or the transfer of
-//     b failed after prepare(): release(i)
+//     b failed (in any step's prepare() or after): release(i), each step
 // Thread safety: filled() is called by any worker thread; prepare(), complete()
 // and release() by the delivery thread; stop() by any thread; stage() from any
-// thread. Lifetime: made after the slots and streams, destroyed once the
-// transfer's streams and the consumer's last release are done, before the
-// slots; it may outlive its DevicePipeline while the consumer holds batches.
+// thread. Lifetime: made after the slots and streams, in order; destroyed in
+// reverse order once the transfer's streams and the consumer's last release
+// are done, before the slots; they may outlive their DevicePipeline while the
+// consumer holds batches.
 class BatchStep {
  public:
   virtual ~BatchStep() = default;
@@ -92,14 +94,15 @@ class BatchStep {
   // may write samples into b.data and remove samples from b (listing them in
   // b.skipped). Time it waits for its own threads goes to
   // b.transfer_starved_ns. Throws to fail the batch (the pipeline stops),
-  // keeping nothing for release().
+  // keeping nothing for release(). The steps after it do not run for b.
   virtual void prepare(Batch& b, std::size_t slot) = 0;
   // After the batch's copy into slot `slot` (`samples`: its first sample, in
   // device memory, or the host buffer when the device hands over) is enqueued
   // on `copy`: enqueues there what completes the slot.
   virtual void complete(std::size_t slot, std::byte* samples, Stream& copy) = 0;
   // The slot's work is done on the device, or will never run: what prepare()
-  // kept for it may be reused. Idempotent.
+  // kept for it may be reused. Idempotent, and a no-op for a slot it holds
+  // nothing for (its prepare() did not run or threw).
   virtual void release(std::size_t slot) noexcept = 0;
   // Wakes its threads and a prepare() waiting, for good; idempotent.
   virtual void stop() noexcept = 0;
@@ -107,15 +110,20 @@ class BatchStep {
   // follows (later calls release what batches still held).
   virtual void pipeline_ended() noexcept {}
   // True when prepare() for the next batch may wait for release() of the
-  // batch in flight (the delivery thread must then finish that one first).
+  // batch in flight (the delivery thread must then finish that one first,
+  // whichever step says so).
   virtual bool next_waits_for_release() const = 0;
-  // Its threads as a stage for DevicePipeline::stats(), after the workers; none by default.
+  // Its threads as a stage for DevicePipeline::stats(), after the workers in
+  // the steps' order; none by default.
   virtual std::optional<StageStats> stage(double wall_s, Clock::time_point now) const {
     (void)wall_s;
     (void)now;
     return std::nullopt;
   }
 };
+
+// Makes one BatchStep for a DevicePipeline being built.
+using BatchStepMaker = std::function<std::unique_ptr<BatchStep>(const BatchStepSetup&)>;
 
 struct TransferConfig {
   // Normalize on the device: each sample is uint8 HWC of height x width x
@@ -160,11 +168,11 @@ struct TransferConfig {
   // during a start-up of hundreds of MB. Default: none.
   Interrupt interrupted;
 
-  // Optional: makes the pipeline's BatchStep (below) at start-up, once per
-  // DevicePipeline, after its slots and streams; what it throws, the
-  // constructor throws. The GPU decode path is one (gpu_decode/step.h's
-  // GpuDecode, assigned here). Default: none.
-  std::function<std::unique_ptr<BatchStep>(const BatchStepSetup&)> batch_step;
+  // Makes the pipeline's BatchSteps (above) at start-up, once per
+  // DevicePipeline, after its slots and streams, in this order, which is the
+  // order they run in; what one throws, the constructor throws. The GPU
+  // decode path is one (gpu_decode/step.h's GpuDecode). Default: none.
+  std::vector<BatchStepMaker> batch_steps;
   // Optional: told of each sample's fill, each batch's transfer and finish,
   // each whole copy (on_transferred) and each next() (pipeline/observer.h).
   // NVTX ranges, where built in, are an observer of their own beside it.
@@ -193,8 +201,8 @@ class DeviceBatch {
 
   explicit operator bool() const { return static_cast<bool>(host_); }
   // Identity, dataset indices, labels and skipped samples; host().data is the
-  // host copy (do not write it). With a TransferConfig::batch_step, samples it
-  // renders on the device (the GPU decode path's) exist only in data(): their
+  // host copy (do not write it). With TransferConfig::batch_steps, samples
+  // they render on the device (the GPU decode path's) exist only in data(): their
   // host slots were never written.
   const Batch& host() const { return *host_; }
   std::size_t size() const { return host_->size(); }
@@ -289,14 +297,14 @@ class DevicePipeline {
   // As Pipeline::consumer_away.
   void consumer_away() { pipeline_->consumer_away(); }
   PipelineState state() const { return pipeline_->state(); }
-  // As Pipeline::stats, with the batch step's stage after the workers when it
-  // has one (the GPU decode feed's threads: "gpu decode").
+  // As Pipeline::stats, with the batch steps' stages after the workers, for
+  // those that have one (the GPU decode feed's threads: "gpu decode").
   PipelineStats stats() const;
   Clock::time_point started_at() const { return pipeline_->started_at(); }
   std::vector<SkippedSample> skipped() const { return pipeline_->skipped(); }
-  // The step TransferConfig::batch_step made; null without one. For its own
-  // layer's accessors (gpu_decode/step.h, gpu_decode_counts).
-  const BatchStep* batch_step() const;
+  // The steps TransferConfig::batch_steps made, in order; empty without any.
+  // For their own layer's accessors (gpu_decode/step.h, gpu_decode_counts).
+  std::vector<const BatchStep*> batch_steps() const;
   std::size_t batches_per_epoch() const { return pipeline_->batches_per_epoch(); }
   // Stops and joins every thread. Idempotent.
   void stop();

@@ -172,11 +172,23 @@ std::unique_ptr<BatchStep> GpuDecode::operator()(const BatchStepSetup& setup) co
   return std::make_unique<GpuDecodeStep>(*this, setup);
 }
 
-const GpuDecode* gpu_decode_of(const TransferConfig& transfer) { return transfer.batch_step.target<GpuDecode>(); }
+const GpuDecode* gpu_decode_of(const TransferConfig& transfer) {
+  for (const auto& make : transfer.batch_steps) {
+    if (const auto* gpu = make.target<GpuDecode>()) return gpu;
+  }
+  return nullptr;
+}
 
 GpuDecodeCounts gpu_decode_counts(const DevicePipeline& pipeline) {
-  const auto* step = dynamic_cast<const GpuDecodeStep*>(pipeline.batch_step());
-  return step ? step->counts() : GpuDecodeCounts{};
+  GpuDecodeCounts counts;
+  for (const BatchStep* step : pipeline.batch_steps()) {
+    if (const auto* gpu = dynamic_cast<const GpuDecodeStep*>(step)) {
+      const GpuDecodeCounts c = gpu->counts();
+      counts.decoded += c.decoded;
+      counts.cpu_fallbacks += c.cpu_fallbacks;
+    }
+  }
+  return counts;
 }
 
 }  // namespace conveyor

@@ -12,7 +12,7 @@
 // it out of its batch (Batch::skipped).
 //
 //   TransferConfig tc;
-//   tc.batch_step = GpuDecode{source.deferred_decodes(), decoders, ErrorPolicy::fail};
+//   tc.batch_steps.push_back(GpuDecode{source.deferred_decodes(), decoders, ErrorPolicy::fail});
 //   DevicePipeline p(config, n, fill, tc, device);
 //   ... gpu_decode_counts(p).decoded
 //
@@ -33,8 +33,8 @@
 
 namespace conveyor {
 
-// The GPU decode path's settings, and the maker of its step: assign one to
-// TransferConfig::batch_step. Copyable; each DevicePipeline makes a step of
+// The GPU decode path's settings, and the maker of its step: add one to
+// TransferConfig::batch_steps. Copyable; each DevicePipeline makes a step of
 // its own from it.
 struct GpuDecode {
   std::shared_ptr<DeferredDecodes> deferred;  // required: the source's deferred_decodes()
@@ -46,15 +46,15 @@ struct GpuDecode {
   // The feed's threads, 1 .. decoders.size(). Default: 0, one per two decoders.
   std::size_t threads = 0;
 
-  // The step for one pipeline (TransferConfig::batch_step calls it at
+  // The step for one pipeline (TransferConfig::batch_steps calls it at
   // start-up): attaches `deferred`, starts the feed. Throws ConfigError naming
   // gpu_decode.deferred or gpu_decode.decoders when one is missing,
   // DeviceError from the device.
   std::unique_ptr<BatchStep> operator()(const BatchStepSetup& setup) const;
 };
 
-// The GPU decode settings `transfer` carries; null when its batch_step is not
-// a GpuDecode.
+// The GPU decode settings `transfer` carries (its first GpuDecode among
+// batch_steps); null when it has none.
 const GpuDecode* gpu_decode_of(const TransferConfig& transfer);
 
 // The GPU decode path so far: samples its decoder rendered, and those it

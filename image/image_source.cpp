@@ -202,7 +202,7 @@ void ImageSource::fill(Sample& s) {
   }
   if (config_.gpu_share > 0 && !deferred_->attached()) {  // not the sample's fault: no skip policy applies
     throw std::logic_error("image source: gpu_share is set but no pipeline decodes for it "
-                           "(a DevicePipeline whose TransferConfig::batch_step is a GpuDecode over deferred_decodes())");
+                           "(a DevicePipeline whose TransferConfig::batch_steps hold a GpuDecode over deferred_decodes())");
   }
   try {
     const auto defer = config_.gpu_share > 0 ? std::optional<std::uint64_t>(s.epoch) : std::nullopt;

@@ -52,7 +52,7 @@ ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::siz
     image.gpu_share = parts.gpu.share;
     Dataset same = parts.images->dataset();
     parts.images = std::make_unique<ImageSource>(std::move(same), std::move(image), workers);
-    transfer.batch_step = parts.gpu.transfer_for(*parts.images);
+    transfer.batch_steps.push_back(parts.gpu.transfer_for(*parts.images));
   }
   return parts;
 }

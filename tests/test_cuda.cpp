@@ -579,10 +579,10 @@ TEST_CASE("gpu decode on CUDA through the pipeline: the same batches for 1 and 4
     c.epochs = 2;
     std::string w;
     TransferConfig tc;
-    tc.batch_step = GpuDecode{
+    tc.batch_steps.push_back(GpuDecode{
         src.deferred_decodes(),
         {create_jpeg_decoder(*device, DecodeLimits{}, w), create_jpeg_decoder(*device, DecodeLimits{}, w)},
-        ErrorPolicy::fail};
+        ErrorPolicy::fail});
     DevicePipeline p(c, d.size(), src.filler(), tc, device);
     std::vector<std::uint64_t> out;
     std::vector<unsigned char> host;

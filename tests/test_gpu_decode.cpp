@@ -126,7 +126,7 @@ Run run(const Dataset& d, double share, std::size_t workers, ErrorPolicy on_erro
       if (refuse_some) decoder = std::make_shared<RefusingDecoder>(create_jpeg_decoder(*device, DecodeLimits{}, why));
       list.push_back(std::move(decoder));
     }
-    tc.batch_step = GpuDecode{src.deferred_decodes(), list, on_error};
+    tc.batch_steps = {GpuDecode{src.deferred_decodes(), list, on_error}};
   }
   DevicePipeline p(c, d.size(), src.filler(), tc, device);
   Run r;
@@ -374,7 +374,7 @@ TEST_CASE("gpu decode feed: its threads are a stage, named the bottleneck when t
     for (std::size_t k = 0; k < decoders; ++k) {
       list.push_back(std::make_shared<SlowDecoder>(create_jpeg_decoder(*device, DecodeLimits{}, why), 20));
     }
-    tc.batch_step = GpuDecode{src.deferred_decodes(), list, ErrorPolicy::fail, {}, 1};
+    tc.batch_steps = {GpuDecode{src.deferred_decodes(), list, ErrorPolicy::fail, {}, 1}};
     {
       DevicePipeline p(c, d.size(), src.filler(), tc, device);
       std::size_t samples = 0;

@@ -79,7 +79,7 @@ TEST_CASE("source: a GPU decode share reaches the image source and the transfer 
     const ImageSourceParts parts = build_image_source(d, ic, 2, 0.0, *device, tc);
     REQUIRE(parts.gpu.share == 0);
     REQUIRE(parts.images->config().gpu_share == 0);
-    REQUIRE(!tc.batch_step);
+    REQUIRE(tc.batch_steps.empty());
     REQUIRE(parts.images->sample_bytes() == 16 * 16 * 3);
   }
   SECTION("a share, on the host backend's twin") {
