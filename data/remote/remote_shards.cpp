@@ -11,8 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -30,6 +28,7 @@
 #include "data/shards/shard_dataset.h"
 #include "data/shards/manifest.h"
 #include "data/shards/shard_index.h"
+#include "data/shards/text.h"
 #include "pipeline/fnv1a.h"
 
 namespace conveyor {
@@ -53,17 +52,20 @@ void make_folder(const fs::path& dir) {
   if (ec) throw DatasetError(dir.string() + ": cannot make the cache folder: " + ec.message());
 }
 
+// `text` replaces `file` whole (a file the cache keeps), or a DatasetError naming it.
+void keep(const fs::path& file, const std::string& text) {
+  const int err = write_file_atomically(file, {reinterpret_cast<const unsigned char*>(text.data()), text.size()});
+  if (err != 0) throw DatasetError(file.string() + ": cannot write: " + std::strerror(err));
+}
+
 // `file` holds `text` (the prefix a cache folder is for, or its manifest):
 // written when absent; another text there is another location's folder.
 void claim(const fs::path& file, const std::string& text) {
-  std::ifstream in(file, std::ios::binary);
-  if (in) {
-    const std::string there{std::istreambuf_iterator<char>(in), {}};
-    if (there == text) return;
+  if (const std::optional<std::string> there = shard_text::slurp(file)) {
+    if (*there == text) return;
     throw DatasetError(file.string() + ": this cache folder holds another location's shards (remove the folder)");
   }
-  const int err = write_file_atomically(file, {reinterpret_cast<const unsigned char*>(text.data()), text.size()});
-  if (err != 0) throw DatasetError(file.string() + ": cannot write: " + std::strerror(err));
+  keep(file, text);
 }
 
 // A manifest read over HTTP names files made in the cache: each must be a
@@ -252,8 +254,8 @@ std::optional<ShardIndex> served_index(const Prefix& p, HttpClient& http) {
   const fs::path kept = p.dir / ".conveyor-served-index";
   const RemoteUrl url = child(p.url, ".conveyor-index");
   std::string text;
-  if (std::ifstream in{kept, std::ios::binary}) {
-    text.assign(std::istreambuf_iterator<char>(in), {});
+  if (std::optional<std::string> there = shard_text::slurp(kept)) {
+    text = std::move(*there);
   } else {
     try {
       text = http.get(url, kMaxManifestBytes * 64);
@@ -274,8 +276,7 @@ std::optional<ShardIndex> served_index(const Prefix& p, HttpClient& http) {
     throw DatasetError(url.shown() + ": does not describe the shards its manifest lists (copied from another "
                                      "packing?); copy the folder from one `conveyor pack` again");
   }
-  const int err = write_file_atomically(kept, {reinterpret_cast<const unsigned char*>(text.data()), text.size()});
-  if (err != 0) throw DatasetError(kept.string() + ": cannot write: " + std::strerror(err));
+  keep(kept, text);
   return index;
 }
 

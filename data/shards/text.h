@@ -1,6 +1,7 @@
 // The text files of a shard folder (the index, the manifest): how a name is
 // written at the end of a line, and how a file is read whole or replaced whole.
-// Shared by shard_index.cpp and manifest.cpp; not installed.
+// Shared by shard_index.cpp, manifest.cpp and the remote cache
+// (data/remote/remote_shards.cpp); not installed.
 // Thread safety: functions without shared state.
 #pragma once
 
