@@ -191,8 +191,10 @@ struct TransferCore {
         const NormalizeJob job =
             config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size());
         kernels::normalize(*device, job, *normalize_stream);
+        for (auto& step : steps) step->complete_output(batch, s.id, s.out->data(), *normalize_stream);
         device->record(*s.copied, *normalize_stream);  // 4: recorded before the slot is published
       } else {
+        for (auto& step : steps) step->complete_output(batch, s.id, s.source, copy);
         device->record(*s.copied, copy);  // 4: recorded before the slot is published
       }
       ++s.copied_generation;
@@ -455,7 +457,7 @@ std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConf
   core->copy_stream = device->create_stream();  // 2: its own non-blocking stream
   if (transfer.normalize) core->normalize_stream = device->create_stream();  // 10: and normalize's
   core->consumer_stream = device->wrap_stream(transfer.consumer_stream);
-  const BatchStepSetup setup{device, config.sample_bytes, config.batch_size, core->slots.size()};
+  const BatchStepSetup setup{device, config.sample_bytes, config.batch_size, core->slots.size(), transfer.normalize};
   for (const auto& make : transfer.batch_steps) {
     if (!make) throw std::invalid_argument("device pipeline: transfer.batch_steps holds an empty maker");
     core->steps.push_back(make(setup));

@@ -56,15 +56,6 @@
 
 namespace conveyor {
 
-// What a BatchStep is made with: the pipeline's device and the shape of its
-// batches and slots.
-struct BatchStepSetup {
-  std::shared_ptr<Device> device;
-  std::size_t sample_bytes = 0;  // Config::sample_bytes
-  std::size_t batch_size = 0;    // Config::batch_size
-  std::size_t slots = 0;         // device slots, numbered 0 .. slots-1
-};
-
 // BatchStep: work a layer above adds to the transfer stage for each batch, with
 // threads of its own if it needs them (the GPU decode path, gpu_decode/step.h,
 // which renders samples the workers left undecoded into the slot). The stage
@@ -73,9 +64,10 @@ struct BatchStepSetup {
 //   a worker completes batch b -> filled(b), each step
 //   delivery thread, transfer of b into slot i: take slot i -> prepare(b, i),
 //     each step in order -> place the labels, copy H -> D[i] on the copy
-//     stream -> complete(i, D[i], copy), each step in order -> (normalize) ->
-//     record copied[i]: what the steps enqueue is in the slot, in their order,
-//     before the slot counts as copied
+//     stream -> complete(i, D[i], copy), each step in order -> (normalize
+//     D[i] -> O[i]) -> complete_output(b, i, O[i] or D[i], that stream), each
+//     step in order -> record copied[i]: what the steps enqueue is in the
+//     slot, in their order, before the slot counts as copied
 //   delivery thread, once the host saw copied[i] complete, or the transfer of
 //     b failed (in any step's prepare() or after): release(i), each step
 // Thread safety: filled() is called by any worker thread; prepare(), complete()
@@ -100,6 +92,18 @@ class BatchStep {
   // device memory, or the host buffer when the device hands over) is enqueued
   // on `copy`: enqueues there what completes the slot.
   virtual void complete(std::size_t slot, std::byte* samples, Stream& copy) = 0;
+  // After complete() and normalize, on the stream that made the samples the
+  // consumer gets (`out`: the normalized tensor, out_type [b.size(), C, H, W],
+  // on the normalize stream; without normalize the uint8 samples, D[i], on the
+  // copy stream): enqueues there what works on them, before copied. `b` is
+  // the batch as it is delivered. For ops that follow normalize (RandomErasing,
+  // device/erase_step.h). Default: nothing.
+  virtual void complete_output(const Batch& b, std::size_t slot, void* out, Stream& stream) {
+    (void)b;
+    (void)slot;
+    (void)out;
+    (void)stream;
+  }
   // The slot's work is done on the device, or will never run: what prepare()
   // kept for it may be reused. Idempotent, and a no-op for a slot it holds
   // nothing for (its prepare() did not run or threw).
@@ -122,7 +126,8 @@ class BatchStep {
   }
 };
 
-// Makes one BatchStep for a DevicePipeline being built.
+// Makes one BatchStep for a DevicePipeline being built (BatchStepSetup: below).
+struct BatchStepSetup;
 using BatchStepMaker = std::function<std::unique_ptr<BatchStep>(const BatchStepSetup&)>;
 
 struct TransferConfig {
@@ -178,6 +183,18 @@ struct TransferConfig {
   // NVTX ranges, where built in, are an observer of their own beside it.
   // Default: none.
   std::shared_ptr<Observer> observer;
+};
+
+// What a BatchStep is made with: the pipeline's device and the shape of its
+// batches and slots.
+struct BatchStepSetup {
+  std::shared_ptr<Device> device;
+  std::size_t sample_bytes = 0;  // Config::sample_bytes
+  std::size_t batch_size = 0;    // Config::batch_size
+  std::size_t slots = 0;         // device slots, numbered 0 .. slots-1
+  // TransferConfig::normalize: the layout of the tensor complete_output() is
+  // given; none when the consumer gets the uint8 samples.
+  std::optional<TransferConfig::Normalization> normalize;
 };
 
 // Throws ConfigError naming the field unless n describes sample_bytes-byte

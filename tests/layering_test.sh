@@ -11,14 +11,15 @@
 #                 core     Device, the hardware alone (memory, streams, events,
 #                          copies, record/wait/sync), with CUDA and host backends:
 #                          every file of device/ but the stages' below
-#                 kernels/ normalize, gather, busy: each a header, a host twin
+#                 kernels/ normalize, gather, erase, busy: each a header, a host twin
 #                          and a .cu, run on the core's streams; a new batch op
 #                          is new files here, never a change to Device
 #                 stages   the copy stage (device_pipeline), with a generic
 #                          per-batch step (BatchStep) for layers above, the
+#                          erase step (RandomErasing after normalize), the
 #                          resident dataset, the memory budget: they call the kernels
-#               It knows nothing of images' decoders: only the normalize
-#               kernel's math comes from image/ (image/normalize.h)
+#               It knows nothing of images' decoders: only the kernels' math
+#               and parameters come from image/ (normalize.h, random_erasing.h)
 #   gpu_decode/ the GPU decode path: nvJPEG (opened at run time) and its host
 #               twin behind one batch decoder, the feed threads, the copy
 #               stage's decode step with its CPU fall-back, the measured share
@@ -50,9 +51,9 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
 done
 # device/'s tiers: the core includes neither the kernels nor the stages; the
 # kernels include the core, never the stages.
-stages='device/(device_pipeline|resident|memory_budget)\.h'
+stages='device/(device_pipeline|erase_step|resident|memory_budget)\.h'
 core=$(find device -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' \) |
-       grep -vE '^device/(device_pipeline|resident|memory_budget)\.' | sort)
+       grep -vE '^device/(device_pipeline|erase_step|resident|memory_budget)\.' | sort)
 if hits=$(grep -nE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<](device/kernels/|$stages)" $core /dev/null); then
   echo "device/'s core (Device and its backends) includes the kernels or the stages above it:"
   echo "$hits"

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "device/kernels/busy.h"
+#include "device/kernels/erase.h"
 #include "device/kernels/gather.h"
 #include "device/kernels/normalize.h"
 
@@ -14,6 +15,7 @@ namespace conveyor::kernels {
 void normalize_cuda(int ordinal, const NormalizeJob& job, Stream& stream);
 void gather_cuda(int ordinal, const GatherJob& job, Stream& stream);
 void busy_cuda(int ordinal, double microseconds, Stream& stream);
+void erase_cuda(int ordinal, const EraseJob& job, Stream& stream);
 #endif
 
 // The cuda backend in a build without CUDA: cannot happen through open_device;
