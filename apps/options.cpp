@@ -169,6 +169,15 @@ void check_normalize(const Options& o) {
   if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
 }
 
+void check_erasing(const Options& o) {
+  if (o.transforms.empty() || !Augment(transforms_of(o)).erasing()) return;
+  if (!o.normalize || o.normalize_in == NormalizeIn::workers) {
+    throw UsageError("--transforms: RandomErasing follows Normalize, on the device: give --normalize float32, float16 "
+                     "or bfloat16 (not --normalize-in workers)");
+  }
+  if (o.serial) throw UsageError("--transforms: RandomErasing runs in the device stage, which --serial does not have");
+}
+
 void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {
   namespace fs = std::filesystem;
   // Links resolved where the path exists, and ".." after them (so lk/.. is

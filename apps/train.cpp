@@ -52,6 +52,7 @@
 #include "libtorch/determinism.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
+#include "source/source.h"
 
 using namespace conveyor;
 using namespace conveyor::apps;
@@ -163,14 +164,16 @@ void Trainer::resume() {
               (unsigned long long)resume_state_->epoch + 1, resume_state_->delivered.size());  // from 1
 }
 
-// The training pipeline (normalizing to float32 on the device) and the validation split's.
+// The training pipeline (normalizing to float32 on the device; a RandomErasing
+// of --transforms after it) and the validation split's.
 void Trainer::start_pipelines() {
-  images_ = std::make_unique<ImageSource>(train_set_, image_config(o_, o_.augment, crop_), o_.workers);
-  Config cfg = pipeline_config(o_);
-  cfg.sample_bytes = images_->sample_bytes();
   TransferConfig tc;
   tc.normalize = TransferConfig::Normalization{std::size_t(crop_), std::size_t(crop_), 3, Normalize{}, DType::float32};
   tc.current_consumer_stream = torch_current_stream(*device_);  // LibTorch's current stream, asked at each next()
+  TransferConfig val_tc = tc;  // validation erases nothing
+  images_ = build_image_source(train_set_, image_config(o_, o_.augment, crop_), o_.workers, 0.0, *device_, tc).images;
+  Config cfg = pipeline_config(o_);
+  cfg.sample_bytes = images_->sample_bytes();
   try {
     cfg.validate();
   } catch (const ConfigError& e) {
@@ -178,7 +181,7 @@ void Trainer::start_pipelines() {
   }
   pipeline_ = std::make_unique<DevicePipeline>(cfg, train_set_.size(), images_->filler(), tc, device_, resume_state_);
   const std::uint64_t first_epoch = resume_state_ ? resume_state_->epoch : 0;
-  if (val_set_.size()) validation_.emplace(val_set_, o_, crop_, o_.epochs - first_epoch, device_, tc);
+  if (val_set_.size()) validation_.emplace(val_set_, o_, crop_, o_.epochs - first_epoch, device_, val_tc);
 }
 
 void Trainer::print_header() const {

@@ -457,7 +457,8 @@ std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConf
   core->copy_stream = device->create_stream();  // 2: its own non-blocking stream
   if (transfer.normalize) core->normalize_stream = device->create_stream();  // 10: and normalize's
   core->consumer_stream = device->wrap_stream(transfer.consumer_stream);
-  const BatchStepSetup setup{device, config.sample_bytes, config.batch_size, core->slots.size(), transfer.normalize};
+  const BatchStepSetup setup{device,      config.sample_bytes, config.batch_size, core->slots.size(),
+                             config.seed, transfer.normalize};
   for (const auto& make : transfer.batch_steps) {
     if (!make) throw std::invalid_argument("device pipeline: transfer.batch_steps holds an empty maker");
     core->steps.push_back(make(setup));

@@ -192,6 +192,7 @@ struct BatchStepSetup {
   std::size_t sample_bytes = 0;  // Config::sample_bytes
   std::size_t batch_size = 0;    // Config::batch_size
   std::size_t slots = 0;         // device slots, numbered 0 .. slots-1
+  std::uint64_t seed = 0;        // Config::seed: for a step's own draws per (seed, epoch, index)
   // TransferConfig::normalize: the layout of the tensor complete_output() is
   // given; none when the consumer gets the uint8 samples.
   std::optional<TransferConfig::Normalization> normalize;

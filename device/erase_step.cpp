@@ -12,7 +12,7 @@ namespace {
 class EraseStep final : public BatchStep {
  public:
   EraseStep(const Erase& settings, const BatchStepSetup& setup)
-      : device_(setup.device), settings_(settings), layout_(*setup.normalize) {
+      : device_(setup.device), erasing_(settings.erasing), seed_(setup.seed), layout_(*setup.normalize) {
     const std::size_t bytes = setup.batch_size * sizeof(EraseBox);
     for (std::size_t i = 0; i < setup.slots; ++i) {
       host_.push_back(Pinned(static_cast<EraseBox*>(device_->allocate_host(bytes)), PinnedFree{device_.get()}));
@@ -29,8 +29,8 @@ class EraseStep final : public BatchStep {
   void complete_output(const Batch& b, std::size_t slot, void* out, Stream& stream) override {
     EraseBox* boxes = host_.at(slot).get();
     for (std::size_t j = 0; j < b.size(); ++j) {
-      Rng rng(settings_.seed ^ kEraseSeedSalt, b.epoch, b.indices[j]);
-      boxes[j] = draw_erase_box(settings_.erasing, layout_.height, layout_.width, rng).value_or(EraseBox{});
+      Rng rng(seed_ ^ kEraseSeedSalt, b.epoch, b.indices[j]);
+      boxes[j] = draw_erase_box(erasing_, layout_.height, layout_.width, rng).value_or(EraseBox{});
     }
     void* on_device = device_boxes_.at(slot)->data();
     device_->copy_to_device(on_device, boxes, b.size() * sizeof(EraseBox), stream);
@@ -42,7 +42,7 @@ class EraseStep final : public BatchStep {
     job.height = layout_.height;
     job.width = layout_.width;
     job.type = layout_.out_type;
-    for (std::size_t c = 0; c < 3; ++c) job.value[c] = settings_.erasing.value[c];
+    for (std::size_t c = 0; c < 3; ++c) job.value[c] = erasing_.value[c];
     kernels::erase(*device_, job, stream);
   }
 
@@ -58,7 +58,8 @@ class EraseStep final : public BatchStep {
   using Pinned = std::unique_ptr<EraseBox, PinnedFree>;
 
   std::shared_ptr<Device> device_;
-  Erase settings_;
+  RandomErasing erasing_;
+  std::uint64_t seed_;
   TransferConfig::Normalization layout_;
   std::vector<Pinned> host_;                         // per slot: the rectangles drawn, pinned
   std::vector<std::unique_ptr<Buffer>> device_boxes_;  // per slot: their copy on the device
@@ -68,7 +69,8 @@ class EraseStep final : public BatchStep {
 
 std::unique_ptr<BatchStep> Erase::operator()(const BatchStepSetup& setup) const {
   if (!setup.normalize) {
-    throw ConfigError("erase", "needs normalize on the device (TransferConfig::normalize): RandomErasing follows Normalize");
+    throw ConfigError("RandomErasing", "needs normalize on the device (the command's --normalize, Python's normalize=, "
+                                       "TransferConfig::normalize): it follows Normalize");
   }
   erasing.validate();
   return std::make_unique<EraseStep>(*this, setup);

@@ -5,10 +5,11 @@
 //
 //   TransferConfig tc;
 //   tc.normalize = TransferConfig::Normalization{224, 224, 3, {}, DType::float16};
-//   tc.batch_steps.push_back(Erase{RandomErasing{0.25}, config.seed});
+//   tc.batch_steps.push_back(Erase{RandomErasing{0.25}});
 //
 // Each sample's rectangle is drawn on the delivery thread from its own stream,
-// Rng(seed ^ kEraseSeedSalt, epoch, index), so the bytes depend on (seed,
+// Rng(seed ^ kEraseSeedSalt, epoch, index) with the pipeline's Config::seed
+// (BatchStepSetup::seed), so the bytes depend on (seed,
 // epoch, index) alone: the same for any worker count, and a resume repeats
 // them. The rectangles cross to the device in one small copy per batch on the
 // normalize stream, from a pinned buffer per slot, then the erase kernel
@@ -29,13 +30,12 @@ inline constexpr std::uint64_t kEraseSeedSalt = 0x9e3779b97f4a7c15ULL;
 // Copyable settings; each DevicePipeline makes a step of its own from them.
 struct Erase {
   RandomErasing erasing;
-  std::uint64_t seed = 0;  // Config::seed
 
   // The step for one pipeline (TransferConfig::batch_steps calls it at
   // start-up): allocates a pinned and a device buffer of batch_size
-  // rectangles per slot. Throws ConfigError naming "erase" without a
-  // TransferConfig::normalize (it erases normalized samples) and what
-  // RandomErasing::validate throws; DeviceError from the device.
+  // rectangles per slot. Throws ConfigError naming RandomErasing without a
+  // TransferConfig::normalize (it erases normalized samples), what
+  // RandomErasing::validate throws, DeviceError from the device.
   std::unique_ptr<BatchStep> operator()(const BatchStepSetup& setup) const;
 };
 

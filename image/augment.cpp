@@ -141,6 +141,7 @@ template <> constexpr const char* kName<RandomEqualize> = "RandomEqualize";
 template <> constexpr const char* kName<RandomInvert> = "RandomInvert";
 template <> constexpr const char* kName<TrivialAugmentWide> = "TrivialAugmentWide";
 template <> constexpr const char* kName<RandAugment> = "RandAugment";
+template <> constexpr const char* kName<RandomErasing> = "RandomErasing";
 
 std::string transform_name(const Transform& t) {
   return std::visit([](const auto& r) { return std::string(kName<std::decay_t<decltype(r)>>); }, t);
@@ -311,6 +312,13 @@ void check_transform(const Transform& t) {
                  },
                  [](const RandomHorizontalFlip& r) { check_p(r.p, "RandomHorizontalFlip"); },
                  [](const RandomVerticalFlip& r) { check_p(r.p, "RandomVerticalFlip"); },
+                 [](const RandomErasing& r) {
+                   try {
+                     r.validate();
+                   } catch (const std::invalid_argument& e) {
+                     throw AugmentError(e.what());
+                   }
+                 },
                  [](const auto& r) { check_pixel_transform(r); },
              },
              t);
@@ -321,6 +329,14 @@ Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
   std::optional<Size> size;  // the canvas size once it no longer depends on the image
   for (const Transform& t : chain_) {
     check_transform(t);
+    if (erasing_) {
+      throw AugmentError(transform_name(t) + ": after RandomErasing, which follows Normalize on the device: "
+                         "RandomErasing comes last, once");
+    }
+    if (const auto* e = std::get_if<RandomErasing>(&t)) {
+      erasing_ = *e;
+      continue;
+    }
     std::visit(Overload{
                    [&](const RandomResizedCrop& r) { size = r.size; },
                    [&](const Resize& r) {
@@ -415,7 +431,7 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
                        c.by = -c.by;
                      }
                    },
-                   [](const auto&) {},  // colour transforms: plan_pixels()
+                   [](const auto&) {},  // colour transforms: plan_pixels(); RandomErasing: the device
                },
                t);
   }
@@ -458,6 +474,19 @@ std::string Augment::describe() const {
             },
             [](const RandomHorizontalFlip& r) { return "RandomHorizontalFlip(" + num(r.p) + ")"; },
             [](const RandomVerticalFlip& r) { return "RandomVerticalFlip(" + num(r.p) + ")"; },
+            [](const RandomErasing& r) {
+              // Appended piece by piece: GCC 12 at -O3 flags "lit" + std::string&& as a false -Wrestrict.
+              std::string s = "RandomErasing(p=";
+              s.append(num(r.p)).append(", scale=(").append(num(r.scale[0])).append(", ").append(num(r.scale[1]));
+              s.append("), ratio=(").append(num(r.ratio[0])).append(", ").append(num(r.ratio[1])).append("), value=");
+              if (r.value[1] != r.value[0] || r.value[2] != r.value[0]) {
+                s.append("(").append(num(r.value[0])).append(", ").append(num(r.value[1]));
+                s.append(", ").append(num(r.value[2])).append(")");
+              } else {
+                s.append(num(r.value[0]));
+              }
+              return s.append("; after normalize, on the device)");
+            },
             [](const auto& r) { return describe_pixel_transform(r); },
         },
         t);
@@ -518,7 +547,7 @@ void Augment::plan_pixels(Rng& rng, std::vector<PixelOp>& ops) const {
             },
             [&](const TrivialAugmentWide& r) { plan_trivial_augment(r, out_, rng, ops); },
             [&](const RandAugment& r) { plan_rand_augment(r, out_, rng, ops); },
-            [](const auto&) {},  // geometric: plan()
+            [](const auto&) {},  // geometric: plan(); RandomErasing: the device
         },
         t);
   }

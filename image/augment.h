@@ -12,7 +12,9 @@
 // RandomVerticalFlip(p). Colour transforms (ColorJitter, RandomGrayscale,
 // GaussianBlur, ...) and the policies (TrivialAugmentWide, RandAugment) follow
 // the geometric ones: plan_pixels() draws their parameters, apply_pixel_ops()
-// runs them on the output.
+// runs them on the output. RandomErasing may end the chain: it follows
+// Normalize, so it is not run here but on the device after normalize
+// (erasing(); device/erase_step.h).
 //
 // Random parameters come from the sample's Rng, so results do not depend on the
 // worker count. Thread safety: an Augment is immutable; plan() is const and
@@ -27,7 +29,10 @@
 #include <variant>
 #include <vector>
 
+#include <optional>
+
 #include "pipeline/rng.h"
+#include "image/random_erasing.h"
 #include "image/resize_math.h"  // ResizeWindow
 
 namespace conveyor {
@@ -142,7 +147,7 @@ struct RandAugment {
 using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip,
                                ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize,
                                RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert,
-                               TrivialAugmentWide, RandAugment>;
+                               TrivialAugmentWide, RandAugment, RandomErasing>;
 
 // One colour op with its parameters drawn (Augment::plan_pixels), applied by
 // apply_pixel_ops() in the order drawn.
@@ -229,6 +234,10 @@ class Augment {
   // geometry only, so such samples stay on the CPU).
   bool has_pixel_ops() const { return pixel_ops_; }
 
+  // The chain's RandomErasing (its last transform), which the workers do not
+  // run: the device does, after normalize (device/erase_step.h). None without.
+  std::optional<RandomErasing> erasing() const { return erasing_; }
+
   // A one-line description, e.g. "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5)".
   std::string describe() const;
 
@@ -236,6 +245,7 @@ class Augment {
   std::vector<Transform> chain_;
   Size out_;
   bool pixel_ops_ = false;
+  std::optional<RandomErasing> erasing_;
 };
 
 struct RgbView;

@@ -2,16 +2,20 @@
 
 #include <cmath>
 
-#include "pipeline/config.h"
+#include <stdexcept>
 
 namespace conveyor {
 
 void RandomErasing::validate() const {
-  if (!(p >= 0 && p <= 1)) throw ConfigError("RandomErasing.p", "must be between 0 and 1");
-  if (!(scale[0] >= 0 && scale[1] <= 1)) throw ConfigError("RandomErasing.scale", "must be between 0 and 1");
-  if (!(scale[0] <= scale[1])) throw ConfigError("RandomErasing.scale", "must be (min, max), min <= max");
-  if (!(ratio[0] > 0)) throw ConfigError("RandomErasing.ratio", "must be above 0");
-  if (!(ratio[0] <= ratio[1])) throw ConfigError("RandomErasing.ratio", "must be (min, max), min <= max");
+  const auto check = [](bool ok, const char* what) {
+    if (!ok) throw std::invalid_argument(std::string("RandomErasing: ") + what);
+  };
+  check(p >= 0 && p <= 1, "p must be in [0, 1]");
+  check(scale[0] >= 0 && scale[1] <= 1, "scale must be between 0 and 1");
+  check(scale[0] <= scale[1], "scale must be (min, max) with min <= max");
+  check(ratio[0] > 0 && std::isfinite(ratio[1]), "ratio must be above 0 and finite");
+  check(ratio[0] <= ratio[1], "ratio must be (min, max) with min <= max");
+  check(std::isfinite(value[0]) && std::isfinite(value[1]) && std::isfinite(value[2]), "value must be finite");
 }
 
 std::optional<EraseBox> draw_erase_box(const RandomErasing& e, std::size_t height, std::size_t width, Rng& rng) {

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "pipeline/rng.h"
 
@@ -35,7 +36,7 @@ struct RandomErasing {
   std::array<double, 2> ratio{0.3, 3.3};     // its aspect ratio (height / width), 0 < min <= max
   std::array<float, 3> value{0.f, 0.f, 0.f};  // per channel, normalized units (one value: all three)
 
-  // Throws ConfigError naming "RandomErasing.p", ".scale" or ".ratio" for
+  // Throws std::invalid_argument, "RandomErasing: <parameter> must ...", for
   // parameters torchvision refuses, and for a min above its max (torchvision
   // only warns, then draws from an empty range).
   void validate() const;

@@ -291,6 +291,28 @@ RandAugment make_rand_augment(const Args& a, const std::string& shown) {
   return t;
 }
 
+// inplace is accepted and has no effect: it says whether torchvision writes
+// into its input, and the output is the same either way.
+RandomErasing make_random_erasing(const Args& a) {
+  RandomErasing t;
+  t.p = a.probability(0.5);
+  if (a.has("scale")) {
+    const auto s = a.numbers("scale", {2});
+    t.scale = {s[0], s[1]};
+  }
+  if (a.has("ratio")) {
+    const auto r = a.numbers("ratio", {2});
+    t.ratio = {r[0], r[1]};
+  }
+  if (a.has("value")) {
+    const auto v = a.numbers("value", {1, 3});
+    t.value = v.size() == 1 ? std::array<float, 3>{float(v[0]), float(v[0]), float(v[0])}
+                            : std::array<float, 3>{float(v[0]), float(v[1]), float(v[2])};
+  }
+  (void)a.flag("inplace", false);
+  return t;
+}
+
 // One transform from its name (lower case, `key`; as written, `shown`) and the text between its parentheses.
 Transform make(const std::string& key, const std::string& shown, std::string_view inner) {
   const auto args = [&](std::vector<const char*> names) { return Args(shown, std::move(names), inner); };
@@ -329,10 +351,11 @@ Transform make(const std::string& key, const std::string& shown, std::string_vie
   if (key == "randaugment") {
     return make_rand_augment(args({"num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill"}), shown);
   }
+  if (key == "randomerasing" || key == "erase") return make_random_erasing(args({"p", "scale", "ratio", "value", "inplace"}));
   fail("unknown transform '" + shown +
        "' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, "
        "RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, "
-       "RandomEqualize, RandomInvert, TrivialAugmentWide, RandAugment, or their short names)");
+       "RandomEqualize, RandomInvert, TrivialAugmentWide, RandAugment, RandomErasing, or their short names)");
 }
 
 }  // namespace

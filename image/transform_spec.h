@@ -28,6 +28,9 @@
 //   RandomInvert      invert   p=0.5
 //   TrivialAugmentWide trivialaugment num_magnitude_bins=31, fill=None (v or (r, g, b))
 //   RandAugment       randaugment num_ops=2, magnitude=9, num_magnitude_bins=31, fill=None
+//   RandomErasing     erase    p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0 (v or (r, g, b)),
+//                              inplace=False (no effect); last in the list: it runs on the device
+//                              after normalize, so it needs normalize there (value in normalized units)
 //
 // ColorJitter's and GaussianBlur's p is RandomApply's (torchvision wraps them
 // in it). The policies take torchvision's interpolation only as its default,

@@ -77,6 +77,10 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
   gpu_ = std::move(parts.gpu);
   settings_.config.sample_bytes = images_->sample_bytes();
   const Size out = images_->output();
+  if (images_->augment().erasing() && !settings_.normalize) {
+    throw std::invalid_argument("transforms=: RandomErasing follows Normalize, on the device: give normalize= "
+                                "(float32, float16 or bfloat16)");
+  }
   if (settings_.normalize) {
     transfer_.normalize = TransferConfig::Normalization{std::size_t(out.height), std::size_t(out.width), 3, Normalize{},
                                                         *settings_.normalize};

@@ -2,6 +2,7 @@
 #include "data/files/image_folder.h"
 #include "data/files/list_file.h"
 #include "data/shards/shard_dataset.h"
+#include "device/erase_step.h"
 
 #include <stdexcept>
 #include <utility>
@@ -54,6 +55,8 @@ ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::siz
     parts.images = std::make_unique<ImageSource>(std::move(same), std::move(image), workers);
     transfer.batch_steps.push_back(parts.gpu.transfer_for(*parts.images));
   }
+  // The list's RandomErasing follows Normalize: on the device, after it.
+  if (const auto erasing = parts.images->augment().erasing()) transfer.batch_steps.push_back(Erase{*erasing});
   return parts;
 }
 

@@ -74,8 +74,10 @@ struct ImageSourceParts {
 // (`gpu_decode`: 0 off, a share in (0, 1], nullopt auto, measured on `device`;
 // choose_gpu_decode, with `gpu_decode_threads` feed threads, 0 for the
 // default). With a share above 0 the source is rebuilt to leave that share to
-// the transfer stage, and a GpuDecode for it is added to transfer.batch_steps;
-// the rest of `transfer` is left as it was. Throws what ImageSource's constructor and
+// the transfer stage, and a GpuDecode for it is added to transfer.batch_steps.
+// A RandomErasing ending the image's transforms is added there after it (an
+// Erase step: it needs transfer.normalize by the time the pipeline is made).
+// The rest of `transfer` is left as it was. Throws what ImageSource's constructor and
 // choose_gpu_decode throw.
 ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::size_t workers,
                                     std::optional<double> gpu_decode, Device& device, TransferConfig& transfer,

@@ -133,6 +133,18 @@ grep -qF "transforms: CenterCrop(32) + TrivialAugmentWide(num_magnitude_bins=31,
   fail "[[transforms]] TrivialAugmentWide read as: $(grep "^transforms" "$work/out")"
 expect_usage_error "--transforms: RandAugment magnitude" run --folder "$work/ds" --transforms "rrc(48), RandAugment(magnitude=31)"
 grep -qF "RandAugment: magnitude must be in [0, num_magnitude_bins - 1]" "$work/err" || fail "RandAugment(magnitude=31): $(cat "$work/err")"
+# RandomErasing ends the list and runs on the device after normalize: it needs
+# --normalize there, and not --serial (which has no device stage).
+"$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --normalize float16 \
+  --transforms "rrc(40), flip, RandomErasing(0.5)" >"$work/out" 2>&1 || fail "run --transforms with RandomErasing: $(tail -3 "$work/out")"
+grep -qF "RandomHorizontalFlip(0.5) + RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0; after normalize, on the device)" \
+  "$work/out" || fail "run --transforms with RandomErasing: $(grep "^transforms" "$work/out")"
+[ "$(grep -c "^delivered: .* 30 samples, 0 skipped" "$work/out")" -eq 1 ] || fail "run with RandomErasing: $(tail -3 "$work/out")"
+expect_usage_error "--transforms: RandomErasing without --normalize" run --folder "$work/ds" --transforms "rrc(40), RandomErasing()"
+grep -qF "RandomErasing follows Normalize, on the device: give --normalize" "$work/err" || fail "RandomErasing without --normalize: $(cat "$work/err")"
+expect_usage_error "--transforms: RandomErasing with --serial" run --folder "$work/ds" --normalize float32 --serial \
+  --transforms "rrc(40), RandomErasing()"
+grep -qF "which --serial does not have" "$work/err" || fail "RandomErasing with --serial: $(cat "$work/err")"
 
 # [[transforms]] tables: the same list as the text, key by key; each mistake one
 # line naming the file, the table's index and the key.

@@ -16,6 +16,11 @@
 //   photometric_ref --draws SPACE SAMPLES SEED BINS [NUM_OPS MAGNITUDE]
 // prints "OP BIN NEGATIVE" for each op drawn for samples 0 .. SAMPLES-1 from
 // Rng(SEED, 0, sample), as Augment::plan_pixels draws them.
+//
+//   photometric_ref --erase SAMPLES SEED HEIGHT WIDTH P SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX
+// prints "TOP LEFT H W" for RandomErasing's rectangle of each sample 0 ..
+// SAMPLES-1 drawn from Rng(SEED, 0, sample) (image/random_erasing.h), or
+// "none" where it erases nothing.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -28,6 +33,7 @@
 #include "image/affine.h"
 #include "image/auto_augment.h"
 #include "image/photometric.h"
+#include "image/random_erasing.h"
 
 using namespace conveyor;
 
@@ -103,6 +109,27 @@ int draws(int argc, char** argv) {
   return 0;
 }
 
+int erase_boxes(int argc, char** argv) {
+  if (argc != 11) return 2;
+  const long samples = std::atol(argv[2]);
+  const auto seed = std::strtoull(argv[3], nullptr, 10);
+  const auto height = std::size_t(std::atol(argv[4])), width = std::size_t(std::atol(argv[5]));
+  RandomErasing e;
+  e.p = std::atof(argv[6]);
+  e.scale = {std::atof(argv[7]), std::atof(argv[8])};
+  e.ratio = {std::atof(argv[9]), std::atof(argv[10])};
+  e.validate();
+  for (long i = 0; i < samples; ++i) {
+    Rng rng(seed, 0, std::uint64_t(i));
+    if (const auto b = draw_erase_box(e, height, width, rng)) {
+      std::printf("%u %u %u %u\n", b->top, b->left, b->height, b->width);
+    } else {
+      std::printf("none\n");
+    }
+  }
+  return 0;
+}
+
 int records(const char* in_path, const char* out_path) {
   std::ifstream in(in_path, std::ios::binary);
   std::ofstream out(out_path, std::ios::binary);
@@ -146,7 +173,9 @@ int main(int argc, char** argv) {
   int rc = 2;
   if (argc >= 2 && std::string(argv[1]) == "--space") rc = space(argc, argv);
   else if (argc >= 2 && std::string(argv[1]) == "--draws") rc = draws(argc, argv);
+  else if (argc >= 2 && std::string(argv[1]) == "--erase") rc = erase_boxes(argc, argv);
   else if (argc == 3) rc = records(argv[1], argv[2]);
-  if (rc == 2) std::fprintf(stderr, "usage: photometric_ref IN OUT | --space SPACE BINS W H | --draws SPACE N SEED BINS [OPS M]\n");
+  if (rc == 2) std::fprintf(stderr, "usage: photometric_ref IN OUT | --space SPACE BINS W H | --draws SPACE N SEED BINS [OPS M] | "
+                                "--erase N SEED H W P SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX\n");
   return rc;
 }

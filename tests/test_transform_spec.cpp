@@ -51,7 +51,7 @@ TEST_CASE("transform lists: each mistake is one line naming the transform and pa
           "transforms: unknown transform 'Flipp' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
           "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, "
           "RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, "
-          "TrivialAugmentWide, RandAugment, or their short names)");
+          "TrivialAugmentWide, RandAugment, RandomErasing, or their short names)");
   REQUIRE(error("RandomResizedCrop(224, scal=(0.1, 1))") ==
           "transforms: RandomResizedCrop: unknown parameter 'scal' (it takes size, scale, ratio)");
   REQUIRE(error("RandomResizedCrop(224, scale=0.5)") == "transforms: RandomResizedCrop: scale must be 2 number(s)");
@@ -113,4 +113,33 @@ TEST_CASE("transform lists: a policy's mistake names the policy and the paramete
   REQUIRE(error("TrivialAugmentWide(), rrc(32)") ==
           "RandomResizedCrop: geometric transforms must come before the colour transforms (Conveyor applies those to "
           "the cropped output)");
+}
+
+TEST_CASE("transform lists: RandomErasing ends the list, with torchvision's parameters, and the workers leave it out",
+          "[transforms][erase]") {
+  // torchvision's ResNet-50 recipe's tail, and timm's.
+  const Augment a(parse_transforms("RandomResizedCrop(176), RandomHorizontalFlip(), TrivialAugmentWide(), "
+                                   "RandomErasing(0.1)"));
+  REQUIRE(a.erasing());
+  REQUIRE(a.erasing()->p == 0.1);
+  REQUIRE(a.erasing()->scale == std::array<double, 2>{0.02, 0.33});
+  REQUIRE(a.erasing()->ratio == std::array<double, 2>{0.3, 3.3});
+  REQUIRE(a.erasing()->value == std::array<float, 3>{0, 0, 0});
+  REQUIRE(a.output().width == 176);
+  REQUIRE(a.describe().find("RandomErasing(p=0.1, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0; after normalize") !=
+          std::string::npos);
+  const Augment b(parse_transforms("rrc(224), erase(p=0.25, scale=(0.05, 0.5), ratio=(0.5, 2), value=(1, -1, 0.5), "
+                                   "inplace=True)"));
+  REQUIRE(b.erasing()->value == std::array<float, 3>{1, -1, 0.5});
+  REQUIRE(b.erasing()->scale == std::array<double, 2>{0.05, 0.5});
+  REQUIRE(!b.has_pixel_ops());  // not one of the workers' colour ops
+  REQUIRE(!Augment(parse_transforms("rrc(224)")).erasing());
+  // Each mistake in one line naming it.
+  REQUIRE(error("rrc(224), erase(p=2)") == "RandomErasing: p must be in [0, 1]");
+  REQUIRE(error("rrc(224), erase(scale=(0.5, 0.1))") == "RandomErasing: scale must be (min, max) with min <= max");
+  REQUIRE(error("rrc(224), erase(ratio=(0, 1))") == "RandomErasing: ratio must be above 0 and finite");
+  REQUIRE(error("rrc(224), erase(value=(1, 2))").find("value must be 1 or 3 number(s)") != std::string::npos);
+  REQUIRE(error("rrc(224), erase, flip") ==
+          "RandomHorizontalFlip: after RandomErasing, which follows Normalize on the device: RandomErasing comes last, once");
+  REQUIRE(error("rrc(224), erase, erase").find("RandomErasing: after RandomErasing") == 0);
 }

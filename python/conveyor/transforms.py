@@ -22,6 +22,9 @@ the transform and the parameter. ColorJitter's and GaussianBlur's ``p`` is the
 probability torchvision's RandomApply around them would give (default 1).
 TrivialAugmentWide and RandAugment come among the colour ones (they act on the
 output); their interpolation is torchvision's default, NEAREST, the only one.
+RandomErasing, as in torchvision, follows Normalize: it comes last and needs
+``normalize=``; it runs on the device after normalize, so ``value`` is in
+normalized units (0, the default, is the channel's mean).
 """
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "RandomInvert",
     "TrivialAugmentWide",
     "RandAugment",
+    "RandomErasing",
 ]
 
 _REQUIRED = object()
@@ -185,3 +189,12 @@ class TrivialAugmentWide(Transform):
 class RandAugment(Transform):
     """num_ops ops drawn from the same 14, each at bin `magnitude` of num_magnitude_bins; fill as TrivialAugmentWide's."""
     _params = (("num_ops", 2), ("magnitude", 9), ("num_magnitude_bins", 31), ("interpolation", None), ("fill", None))
+
+
+class RandomErasing(Transform):
+    """With probability p, one rectangle (area share in scale, aspect ratio in ratio) set to value, after normalize.
+
+    value: a number or (r, g, b) in normalized units; 'random' is not supported. inplace has no effect.
+    Last in the list, and only with the Loader's normalize=.
+    """
+    _params = (("p", 0.5), ("scale", (0.02, 0.33)), ("ratio", (0.3, 3.3)), ("value", 0), ("inplace", False))

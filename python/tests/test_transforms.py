@@ -189,3 +189,34 @@ def test_each_policy_sample_is_torchvision_apply_op_of_one_draw(tmp_path):
                         want = want.permute(1, 2, 0).numpy().astype(np.int16)
                         found = found or int(np.abs(want - drawn[i].astype(np.int16)).max()) <= 1
             assert found, f"{text}: sample {i} is no op of torchvision's space"
+
+
+def test_random_erasing_follows_normalize_on_the_device_the_same_for_any_worker_count(folder):
+    recipe = [T.RandomResizedCrop(20), T.RandomHorizontalFlip(), T.RandomErasing(p=1, value=(7, 8, 9))]
+    common = dict(folder=str(folder), batch_size=4, seed=3, device="cpu", normalize="float32")
+    runs = [batches(conveyor.Loader(workers=w, transforms=recipe, **common)) for w in (1, 3)]
+    assert runs[0] == runs[1]
+    erased = 0
+    with_erasing = conveyor.Loader(workers=2, transforms=recipe, **common)
+    without = conveyor.Loader(workers=2, transforms=recipe[:2], **common)
+    for (images, _), (plain, _) in zip(with_erasing, without):
+        for x, p in zip(np.asarray(images), np.asarray(plain)):  # [3, 20, 20] each
+            mask = x[0] == 7
+            assert (mask == (x[1] == 8)).all() and (mask == (x[2] == 9)).all()  # every channel, one rectangle
+            assert (x[:, ~mask] == p[:, ~mask]).all()  # the rest as normalized
+            if mask.any():
+                erased += 1
+                rows, cols = np.nonzero(mask)
+                assert mask.sum() == (rows.max() - rows.min() + 1) * (cols.max() - cols.min() + 1)
+    with_erasing.close()
+    without.close()
+    assert erased > 10
+    assert str(T.RandomErasing(0.25)) == "RandomErasing(p=0.25)"
+    f = str(folder)
+    with pytest.raises(ValueError, match=r"transforms=: RandomErasing follows Normalize, on the device: give normalize="):
+        conveyor.Loader(folder=f, transforms=[T.RandomResizedCrop(24), T.RandomErasing()])
+    with pytest.raises(ValueError, match=r"RandomHorizontalFlip: after RandomErasing"):
+        conveyor.Loader(folder=f, normalize="float32", transforms=[T.RandomResizedCrop(24), T.RandomErasing(),
+                                                                   T.RandomHorizontalFlip()])
+    with pytest.raises(ValueError, match=r"RandomErasing: p must be in \[0, 1\]"):
+        conveyor.Loader(folder=f, normalize="float32", transforms="rrc(24), RandomErasing(p=1.5)")
