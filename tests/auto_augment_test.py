@@ -17,7 +17,8 @@ Exits 77 (CTest's skip) without torchvision, 1 on a difference.
 import math
 import subprocess
 import sys
-from collections import Counter
+
+from chi_square import chi_square, critical
 
 try:
     import numpy as np
@@ -98,22 +99,6 @@ def torchvision_draws(kind, samples, seed, bins, height, width, num_ops=2, magni
     finally:
         autoaugment._apply_op = real
     return drawn
-
-
-def chi_square(a, b):
-    """Two-sample chi-square statistic and degrees of freedom over the union of categories."""
-    ca, cb = Counter(a), Counter(b)
-    na, nb = len(a), len(b)
-    stat = 0.0
-    for k in set(ca) | set(cb):
-        x, y = ca[k], cb[k]
-        stat += (x * math.sqrt(nb / na) - y * math.sqrt(na / nb)) ** 2 / (x + y)
-    return stat, len(set(ca) | set(cb)) - 1
-
-
-def critical(df, z=3.719):
-    """The chi-square quantile at p = 1e-4 (z), by Wilson and Hilferty's approximation."""
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
 def all_keys(kind, bins, height, width, magnitude=None):

@@ -14,10 +14,10 @@ could not fail. (The write itself, F.erase's img[..., i:i+h, j:j+w] = v, is
 the erase kernel's, held in tests/test_erase.cpp.)
 Exits 77 (CTest's skip) without torchvision, 1 on a difference.
 """
-import math
 import subprocess
 import sys
-from collections import Counter
+
+from chi_square import chi_square, critical
 
 try:
     import torch
@@ -44,22 +44,6 @@ def torchvision_boxes(n, seed, height, width, p, scale, ratio):
         i, j, h, w, _ = T.RandomErasing.get_params(img, scale=scale, ratio=ratio, value=[0])
         boxes.append(None if (i, j, h, w) == (0, 0, height, width) else (i, j, h, w))  # the fallback erases nothing
     return boxes
-
-
-def chi_square(a, b):
-    """Two-sample chi-square statistic and degrees of freedom over the union of categories."""
-    ca, cb = Counter(a), Counter(b)
-    na, nb = len(a), len(b)
-    stat = 0.0
-    for k in set(ca) | set(cb):
-        x, y = ca[k], cb[k]
-        stat += (x * math.sqrt(nb / na) - y * math.sqrt(na / nb)) ** 2 / (x + y)
-    return stat, max(1, len(set(ca) | set(cb)) - 1)
-
-
-def critical(df, z=3.719):
-    """The chi-square quantile at p = 1e-4 (z), by Wilson and Hilferty's approximation."""
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
 def compare(label, mine, theirs):
