@@ -70,9 +70,9 @@ namespace conveyor {
 //     slot, in their order, before the slot counts as copied
 //   delivery thread, once the host saw copied[i] complete, or the transfer of
 //     b failed (in any step's prepare() or after): release(i), each step
-// Thread safety: filled() is called by any worker thread; prepare(), complete()
-// and release() by the delivery thread; stop() by any thread; stage() from any
-// thread. Lifetime: made after the slots and streams, in order; destroyed in
+// Thread safety: filled() is called by any worker thread; prepare(), complete(),
+// complete_output() and release() by the delivery thread; stop() by any thread;
+// stage() from any thread. Lifetime: made after the slots and streams, in order; destroyed in
 // reverse order once the transfer's streams and the consumer's last release
 // are done, before the slots; they may outlive their DevicePipeline while the
 // consumer holds batches.
