@@ -224,7 +224,7 @@ int dispatch(const Subcommands& s, const Options& o) {
   check_writable("--plot", o.plot);
   check_normalize(o);  // one usage error, not a failed row per sweep point
   (void)transforms_of(o);
-  check_erasing(o);
+  check_device_transforms(o);
   for (const CLI::App* sub : {s.run, s.bench, s.sweep}) {
     if (sub->parsed()) check_resident(o, *sub);
   }

@@ -169,13 +169,17 @@ void check_normalize(const Options& o) {
   if (o.resident) throw UsageError("--normalize-in workers: not with --resident, which normalizes in its gather on the device");
 }
 
-void check_erasing(const Options& o) {
-  if (o.transforms.empty() || !Augment(transforms_of(o)).erasing()) return;
+void check_device_transforms(const Options& o) {
+  if (o.transforms.empty()) return;
+  const Augment a(transforms_of(o));
+  const auto mixing = a.mixing();
+  if (!a.erasing() && !mixing) return;
+  const std::string op = a.erasing() ? "RandomErasing" : mixing->mixup ? "MixUp" : "CutMix";
   if (!o.normalize || o.normalize_in == NormalizeIn::workers) {
-    throw UsageError("--transforms: RandomErasing follows Normalize, on the device: give --normalize float32, float16 "
+    throw UsageError("--transforms: " + op + " follows Normalize, on the device: give --normalize float32, float16 " +
                      "or bfloat16 (not --normalize-in workers)");
   }
-  if (o.serial) throw UsageError("--transforms: RandomErasing runs in the device stage, which --serial does not have");
+  if (o.serial) throw UsageError("--transforms: " + op + " runs in the device stage, which --serial does not have");
 }
 
 void check_outputs(const Options& o, const std::vector<OutputFile>& outputs) {

@@ -182,9 +182,9 @@ void shard_from_environment(Options& o);
 void check_shard(const Options& o);
 // --normalize-in workers: with --normalize float32, and not with --resident.
 void check_normalize(const Options& o);
-// --transforms ending with RandomErasing: needs --normalize on the device, and
-// not --serial (it runs in the device stage).
-void check_erasing(const Options& o);
+// --transforms ending with RandomErasing, MixUp or CutMix: needs --normalize
+// on the device, and not --serial (they run in the device stage).
+void check_device_transforms(const Options& o);
 // A file or folder a subcommand writes, for check_outputs.
 struct OutputFile {
   const char* flag;  // "--trace"

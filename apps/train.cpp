@@ -271,7 +271,9 @@ void Trainer::train_batch(DeviceBatch batch) {
   const torch::Tensor& labels = tb.labels;  // on where_ already: they crossed with the images
   optimizer_->zero_grad();
   const torch::Tensor out = model_->forward(tb.images);
-  const torch::Tensor loss = torch::nll_loss(out, labels);
+  // MixUp and CutMix give soft targets: cross-entropy against them (the
+  // model's output is log-probabilities).
+  const torch::Tensor loss = tb.soft_labels.defined() ? -(tb.soft_labels * out).sum(1).mean() : torch::nll_loss(out, labels);
   loss.backward();
   optimizer_->step();
   const auto n = labels.size(0);

@@ -46,6 +46,20 @@ auto wait_for_consumer(Batch& batch, Wait&& wait) {
 }
 }  // namespace
 
+const BatchTensor* BatchExtras::tensor(std::string_view name) const {
+  for (const BatchTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+std::optional<double> BatchExtras::value(std::string_view name) const {
+  for (const auto& [n, v] : values) {
+    if (n == name) return v;
+  }
+  return std::nullopt;
+}
+
 std::size_t label_tail_bytes(std::size_t batch_size) {
   return saturating_add(alignof(std::int64_t) - 1, saturating_mul(batch_size, sizeof(std::int64_t)));
 }
@@ -185,16 +199,17 @@ struct TransferCore {
         device->copy_to_device(s.source, batch.data, bytes, copy);  // 11: one contiguous copy per batch
       }
       for (auto& step : steps) step->complete(s.id, s.source, copy);  // 13: into the slot after the copy, before copied
+      const auto* labels_on_device = reinterpret_cast<const std::int64_t*>(s.source + at);
       if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
         device->record(*s.staged, copy);
         device->wait(*normalize_stream, *s.staged);
         const NormalizeJob job =
             config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size());
         kernels::normalize(*device, job, *normalize_stream);
-        for (auto& step : steps) step->complete_output(batch, s.id, s.out->data(), *normalize_stream);
+        for (auto& step : steps) step->complete_output(batch, s.id, s.out->data(), labels_on_device, *normalize_stream);
         device->record(*s.copied, *normalize_stream);  // 4: recorded before the slot is published
       } else {
-        for (auto& step : steps) step->complete_output(batch, s.id, s.source, copy);
+        for (auto& step : steps) step->complete_output(batch, s.id, s.source, labels_on_device, copy);
         device->record(*s.copied, copy);  // 4: recorded before the slot is published
       }
       ++s.copied_generation;
@@ -339,6 +354,7 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
     generation_ = other.generation_;
     data_ = std::exchange(other.data_, nullptr);
     labels_ = std::exchange(other.labels_, nullptr);
+    extras_ = std::exchange(other.extras_, {});
     stream_ = std::move(other.stream_);
     also_used_on_ = std::move(other.also_used_on_);
     dtype_ = other.dtype_;
@@ -373,6 +389,8 @@ void DeviceBatch::reset() noexcept {
   slot_ = nullptr;
   data_ = nullptr;
   labels_ = nullptr;
+  extras_.tensors.clear();  // they point into the slot
+  extras_.values.clear();
   core_.reset();
 }
 
@@ -581,6 +599,7 @@ std::optional<DeviceBatch> DevicePipeline::next() {
     batch.data_ = slot->source;
   }
   batch.labels_ = reinterpret_cast<const std::int64_t*>(slot->source + label_offset(batch.size(), core_->sample_bytes));
+  for (const auto& step : core_->steps) step->extras(slot->id, batch.host(), batch.extras_);
   try {
     // The stream the consumer computes on now, when it says so at each call (LibTorch's current stream).
     if (core_->config.current_consumer_stream) {

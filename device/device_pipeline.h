@@ -45,6 +45,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "device/device.h"
@@ -65,17 +68,41 @@ namespace conveyor {
 //   delivery thread, transfer of b into slot i: take slot i -> prepare(b, i),
 //     each step in order -> place the labels, copy H -> D[i] on the copy
 //     stream -> complete(i, D[i], copy), each step in order -> (normalize
-//     D[i] -> O[i]) -> complete_output(b, i, O[i] or D[i], that stream), each
-//     step in order -> record copied[i]: what the steps enqueue is in the
-//     slot, in their order, before the slot counts as copied
+//     D[i] -> O[i]) -> complete_output(b, i, O[i] or D[i], labels, that
+//     stream), each step in order -> record copied[i]: what the steps enqueue
+//     is in the slot, in their order, before the slot counts as copied
+//   consumer, next() taking b from slot i: extras(i, b, ...), each step in
+//     order: what they add to the DeviceBatch (DeviceBatch::extras)
 //   delivery thread, once the host saw copied[i] complete, or the transfer of
 //     b failed (in any step's prepare() or after): release(i), each step
 // Thread safety: filled() is called by any worker thread; prepare(), complete(),
-// complete_output() and release() by the delivery thread; stop() by any thread;
-// stage() from any thread. Lifetime: made after the slots and streams, in order; destroyed in
+// complete_output() and release() by the delivery thread; extras() by the
+// consumer's thread (after the slot's complete_output, before its release);
+// stop() by any thread; stage() from any thread. Lifetime: made after the slots and streams, in order; destroyed in
 // reverse order once the transfer's streams and the consumer's last release
 // are done, before the slots; they may outlive their DevicePipeline while the
 // consumer holds batches.
+// A tensor a BatchStep adds to each batch it delivers, beside the samples and
+// labels (MixUp's soft labels): in the pipeline's device memory (host memory
+// on the host backend), C-contiguous, ready with DeviceBatch::data() on the
+// consumer stream, valid while the DeviceBatch is held.
+struct BatchTensor {
+  std::string name;  // e.g. "soft_labels"
+  void* data = nullptr;
+  DType dtype = DType::float32;
+  std::vector<std::int64_t> shape;
+};
+// What the steps add to a batch: tensors, and numbers on the host (MixUp's
+// lambda).
+struct BatchExtras {
+  std::vector<BatchTensor> tensors;
+  std::vector<std::pair<std::string, double>> values;
+
+  // The tensor or value named so; null or none when no step added it.
+  const BatchTensor* tensor(std::string_view name) const;
+  std::optional<double> value(std::string_view name) const;
+};
+
 class BatchStep {
  public:
   virtual ~BatchStep() = default;
@@ -95,14 +122,26 @@ class BatchStep {
   // After complete() and normalize, on the stream that made the samples the
   // consumer gets (`out`: the normalized tensor, out_type [b.size(), C, H, W],
   // on the normalize stream; without normalize the uint8 samples, D[i], on the
-  // copy stream): enqueues there what works on them, before copied. `b` is
-  // the batch as it is delivered. For ops that follow normalize (RandomErasing,
-  // device/erase_step.h). Default: nothing.
-  virtual void complete_output(const Batch& b, std::size_t slot, void* out, Stream& stream) {
+  // copy stream): enqueues there what works on them, before copied. `labels`:
+  // the batch's labels on the device, int64 [b.size()], ready on that stream.
+  // `b` is the batch as it is delivered. For ops that follow normalize
+  // (RandomErasing, device/erase_step.h; MixUp and CutMix, device/mix_step.h).
+  // Default: nothing.
+  virtual void complete_output(const Batch& b, std::size_t slot, void* out, const std::int64_t* labels,
+                               Stream& stream) {
     (void)b;
     (void)slot;
     (void)out;
+    (void)labels;
     (void)stream;
+  }
+  // What the step adds to batch b, from slot `slot`, as the consumer takes it
+  // (DeviceBatch::extras): tensors its complete_output() wrote into its own
+  // per-slot memory, values it drew. Default: nothing.
+  virtual void extras(std::size_t slot, const Batch& b, BatchExtras& out) const {
+    (void)slot;
+    (void)b;
+    (void)out;
   }
   // The slot's work is done on the device, or will never run: what prepare()
   // kept for it may be reused. Idempotent, and a no-op for a slot it holds
@@ -232,6 +271,9 @@ class DeviceBatch {
   // on the consumer stream: they crossed the bus in the batch's one copy (host
   // memory on the host backend). host().labels holds the same values on the host.
   const std::int64_t* labels() const { return labels_; }
+  // What the TransferConfig::batch_steps added (BatchStep::extras): the Mix
+  // step's soft labels and lambda (device/mix_step.h). Empty without.
+  const BatchExtras& extras() const { return extras_; }
   DType dtype() const { return dtype_; }
   std::vector<std::int64_t> shape() const;
   std::size_t bytes() const;
@@ -268,6 +310,7 @@ class DeviceBatch {
   std::uint64_t generation_ = 0;
   void* data_ = nullptr;
   const std::int64_t* labels_ = nullptr;
+  BatchExtras extras_;
   DType dtype_ = DType::uint8;
   std::unique_ptr<Stream> stream_;                    // TransferConfig::current_consumer_stream's, if any
   std::vector<std::unique_ptr<Stream>> also_used_on_;  // record_stream's

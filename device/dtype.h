@@ -96,6 +96,24 @@ CONVEYOR_HD inline std::uint16_t float_to_bfloat16_bits(float f) {
   return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// float of IEEE binary16 bits, exact for every half (subnormals, infinities
+// and NaN included): Fabian Giesen's half_to_float, the reverse of the above.
+CONVEYOR_HD inline float half_bits_to_float(std::uint16_t h) {
+  constexpr std::uint32_t kShiftedExp = 0x7c00u << 13;  // the exponent mask after the shift
+  std::uint32_t u = (std::uint32_t(h) & 0x7fffu) << 13;
+  const std::uint32_t exp = kShiftedExp & u;
+  u += (127u - 15u) << 23;  // rebias the exponent
+  if (exp == kShiftedExp) {
+    u += (128u - 16u) << 23;  // infinity or NaN: the extra rebias
+  } else if (exp == 0) {
+    u += 1u << 23;  // zero or subnormal: renormalize through a float subtraction
+    u = float_bits(bits_float(u) - bits_float(113u << 23));
+  }
+  return bits_float(u | ((std::uint32_t(h) & 0x8000u) << 16));
+}
+// float of bfloat16 bits: exact (the float's top half).
+CONVEYOR_HD inline float bfloat16_bits_to_float(std::uint16_t b) { return bits_float(std::uint32_t(b) << 16); }
+
 // One normalized element in the output type: (v/255 - mean)/std, converted.
 // The normalize kernel and its host twin (device/kernels/) both store through this.
 template <DType T>

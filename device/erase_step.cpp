@@ -26,7 +26,7 @@ class EraseStep final : public BatchStep {
 
   // The slot's pinned rectangles are rewritten only here, for its next batch:
   // by then the host saw the slot's last copied, recorded after this copy.
-  void complete_output(const Batch& b, std::size_t slot, void* out, Stream& stream) override {
+  void complete_output(const Batch& b, std::size_t slot, void* out, const std::int64_t*, Stream& stream) override {
     EraseBox* boxes = host_.at(slot).get();
     for (std::size_t j = 0; j < b.size(); ++j) {
       Rng rng(seed_ ^ kEraseSeedSalt, b.epoch, b.indices[j]);

@@ -142,9 +142,27 @@ template <> constexpr const char* kName<RandomInvert> = "RandomInvert";
 template <> constexpr const char* kName<TrivialAugmentWide> = "TrivialAugmentWide";
 template <> constexpr const char* kName<RandAugment> = "RandAugment";
 template <> constexpr const char* kName<RandomErasing> = "RandomErasing";
+template <> constexpr const char* kName<MixUp> = "MixUp";
+template <> constexpr const char* kName<CutMix> = "CutMix";
 
 std::string transform_name(const Transform& t) {
   return std::visit([](const auto& r) { return std::string(kName<std::decay_t<decltype(r)>>); }, t);
+}
+
+void check_mixing(const BatchMixing& m) {
+  try {
+    m.validate();
+  } catch (const std::invalid_argument& e) {
+    throw AugmentError(e.what());
+  }
+}
+
+// Appended piece by piece: GCC 12 at -O3 flags "lit" + std::string&& as a false -Wrestrict.
+std::string describe_mixing(const char* name, double alpha, std::int64_t num_classes) {
+  std::string s = name;
+  s.append("(alpha=").append(num(alpha));
+  if (num_classes) s.append(", num_classes=").append(std::to_string(num_classes));
+  return s.append("; per batch, after normalize, on the device)");
 }
 
 void check_p(double p, const char* transform) { check(p >= 0 && p <= 1, transform, "p must be in [0, 1]"); }
@@ -319,6 +337,8 @@ void check_transform(const Transform& t) {
                      throw AugmentError(e.what());
                    }
                  },
+                 [](const MixUp& r) { check_mixing(BatchMixing{r, std::nullopt}); },
+                 [](const CutMix& r) { check_mixing(BatchMixing{std::nullopt, r}); },
                  [](const auto& r) { check_pixel_transform(r); },
              },
              t);
@@ -329,9 +349,25 @@ Augment::Augment(std::vector<Transform> chain) : chain_(std::move(chain)) {
   std::optional<Size> size;  // the canvas size once it no longer depends on the image
   for (const Transform& t : chain_) {
     check_transform(t);
+    const auto* mixup = std::get_if<MixUp>(&t);
+    const auto* cutmix = std::get_if<CutMix>(&t);
+    if (mixup || cutmix) {  // batch ops: last, once each
+      if (!mixing_) mixing_.emplace();
+      if ((mixup && mixing_->mixup) || (cutmix && mixing_->cutmix)) {
+        throw AugmentError(transform_name(t) + ": given twice (MixUp and CutMix come once each, last)");
+      }
+      if (mixup) mixing_->mixup = *mixup;
+      if (cutmix) mixing_->cutmix = *cutmix;
+      check_mixing(*mixing_);
+      continue;
+    }
+    if (mixing_) {
+      throw AugmentError(transform_name(t) + ": after MixUp or CutMix, which mix whole batches on the device: "
+                         "they come last");
+    }
     if (erasing_) {
       throw AugmentError(transform_name(t) + ": after RandomErasing, which follows Normalize on the device: "
-                         "RandomErasing comes last, once");
+                         "RandomErasing comes last, once (before MixUp and CutMix)");
     }
     if (const auto* e = std::get_if<RandomErasing>(&t)) {
       erasing_ = *e;
@@ -431,7 +467,7 @@ Geometry Augment::plan(int width, int height, Rng& rng) const {
                        c.by = -c.by;
                      }
                    },
-                   [](const auto&) {},  // colour transforms: plan_pixels(); RandomErasing: the device
+                   [](const auto&) {},  // colour transforms: plan_pixels(); RandomErasing, MixUp, CutMix: the device
                },
                t);
   }
@@ -487,6 +523,8 @@ std::string Augment::describe() const {
               }
               return s.append("; after normalize, on the device)");
             },
+            [](const MixUp& r) { return describe_mixing("MixUp", r.alpha, r.num_classes); },
+            [](const CutMix& r) { return describe_mixing("CutMix", r.alpha, r.num_classes); },
             [](const auto& r) { return describe_pixel_transform(r); },
         },
         t);
@@ -547,7 +585,7 @@ void Augment::plan_pixels(Rng& rng, std::vector<PixelOp>& ops) const {
             },
             [&](const TrivialAugmentWide& r) { plan_trivial_augment(r, out_, rng, ops); },
             [&](const RandAugment& r) { plan_rand_augment(r, out_, rng, ops); },
-            [](const auto&) {},  // geometric: plan(); RandomErasing: the device
+            [](const auto&) {},  // geometric: plan(); RandomErasing, MixUp, CutMix: the device
         },
         t);
   }

@@ -14,7 +14,8 @@
 // the geometric ones: plan_pixels() draws their parameters, apply_pixel_ops()
 // runs them on the output. RandomErasing may end the chain: it follows
 // Normalize, so it is not run here but on the device after normalize
-// (erasing(); device/erase_step.h).
+// (erasing(); device/erase_step.h). MixUp and CutMix, batch ops, come after
+// everything else and run on the device too (mixing(); device/mix_step.h).
 //
 // Random parameters come from the sample's Rng, so results do not depend on the
 // worker count. Thread safety: an Augment is immutable; plan() is const and
@@ -32,6 +33,7 @@
 #include <optional>
 
 #include "pipeline/rng.h"
+#include "image/mixing.h"
 #include "image/random_erasing.h"
 #include "image/resize_math.h"  // ResizeWindow
 
@@ -147,7 +149,7 @@ struct RandAugment {
 using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip,
                                ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize,
                                RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert,
-                               TrivialAugmentWide, RandAugment, RandomErasing>;
+                               TrivialAugmentWide, RandAugment, RandomErasing, MixUp, CutMix>;
 
 // One colour op with its parameters drawn (Augment::plan_pixels), applied by
 // apply_pixel_ops() in the order drawn.
@@ -237,6 +239,10 @@ class Augment {
   // The chain's RandomErasing (its last transform), which the workers do not
   // run: the device does, after normalize (device/erase_step.h). None without.
   std::optional<RandomErasing> erasing() const { return erasing_; }
+  // The chain's MixUp and CutMix (last, after RandomErasing if any, each at
+  // most once), which the device runs on each batch after normalize
+  // (device/mix_step.h); num_classes is the ops' own or 0. None without.
+  std::optional<BatchMixing> mixing() const { return mixing_; }
 
   // A one-line description, e.g. "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5)".
   std::string describe() const;
@@ -246,6 +252,7 @@ class Augment {
   Size out_;
   bool pixel_ops_ = false;
   std::optional<RandomErasing> erasing_;
+  std::optional<BatchMixing> mixing_;
 };
 
 struct RgbView;

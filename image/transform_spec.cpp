@@ -352,10 +352,20 @@ Transform make(const std::string& key, const std::string& shown, std::string_vie
     return make_rand_augment(args({"num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill"}), shown);
   }
   if (key == "randomerasing" || key == "erase") return make_random_erasing(args({"p", "scale", "ratio", "value", "inplace"}));
+  // torchvision.transforms.v2's MixUp and CutMix: alpha=1.0, num_classes=None (the dataset's here).
+  if (key == "mixup") {
+    const Args a = args({"alpha", "num_classes"});
+    return MixUp{a.number("alpha", 1.0), a.integer("num_classes", 0)};
+  }
+  if (key == "cutmix") {
+    const Args a = args({"alpha", "num_classes"});
+    return CutMix{a.number("alpha", 1.0), a.integer("num_classes", 0)};
+  }
   fail("unknown transform '" + shown +
        "' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, "
        "RandomGrayscale, GaussianBlur, RandomSolarize, RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, "
-       "RandomEqualize, RandomInvert, TrivialAugmentWide, RandAugment, RandomErasing, or their short names)");
+       "RandomEqualize, RandomInvert, TrivialAugmentWide, RandAugment, RandomErasing, MixUp, CutMix, or their short "
+       "names)");
 }
 
 }  // namespace

@@ -31,6 +31,10 @@
 //   RandomErasing     erase    p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0 (v or (r, g, b)),
 //                              inplace=False (no effect); last in the list: it runs on the device
 //                              after normalize, so it needs normalize there (value in normalized units)
+//   MixUp             mixup    alpha=1, num_classes=None (the dataset's number of classes)
+//   CutMix            cutmix   alpha=1, num_classes=None; MixUp and CutMix come after everything else
+//                              and mix each batch on the device after normalize (the labels become
+//                              soft); with both, each batch takes one of them, with equal chance
 //
 // ColorJitter's and GaussianBlur's p is RandomApply's (torchvision wraps them
 // in it). The policies take torchvision's interpolation only as its default,

@@ -7,6 +7,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
+#include "device/mix_step.h"
+
 namespace conveyor {
 
 namespace {
@@ -127,6 +129,11 @@ TensorBatch to_tensors(DeviceBatch batch, ImageShape shape) {
   auto release = [owner](void*) mutable { owner.reset(); };
   t.images = torch::from_blob(images, sizes, release, torch::TensorOptions().dtype(type).device(where));
   t.labels = torch::from_blob(labels, {n}, release, torch::TensorOptions().dtype(torch::kInt64).device(where));
+  if (const BatchTensor* soft = owner->extras().tensor(kSoftLabels)) {
+    t.soft_labels = torch::from_blob(soft->data, soft->shape, release,
+                                     torch::TensorOptions().dtype(scalar_type(soft->dtype)).device(where));
+  }
+  if (const auto lambda = owner->extras().value(kMixLambda)) t.mix_lambda = *lambda;
   return t;
 }
 

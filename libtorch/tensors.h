@@ -53,6 +53,13 @@ namespace conveyor {
 struct TensorBatch {
   torch::Tensor images;  // see Layout above
   torch::Tensor labels;  // int64 [N], on the images' device
+  // With MixUp or CutMix (device/mix_step.h): the mixed targets, float32
+  // [N, classes], on the images' device and sharing the batch as they do
+  // (loss: -(soft_labels * log_probs).sum(1).mean()); undefined without.
+  torch::Tensor soft_labels;
+  // With MixUp or CutMix: the weight of each sample's own label in them (the
+  // paired sample, labels.roll(1, 0), has 1 - mix_lambda); 1 without.
+  double mix_lambda = 1.0;
   std::uint64_t epoch = 0, index = 0;  // the batch's identity (Batch::epoch, Batch::index)
   std::size_t skipped = 0;             // samples of this batch the workers skipped
   bool last_in_epoch = false;

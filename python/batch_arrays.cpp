@@ -139,11 +139,11 @@ py::buffer_info to_buffer(const Array& a) {
 
 }  // namespace
 
-py::object wrap(std::shared_ptr<Held> held, bool labels) {
+py::object wrap(std::shared_ptr<Held> held, Part part) {
   const bool cuda = held->batch.device().backend() == Backend::cuda;
-  const Element el = labels ? Element{'i', 64} : held->element;
-  if (!cuda && !buffer_format(el).empty()) return py::cast(HostArray{{std::move(held), labels}});
-  return py::cast(Array{std::move(held), labels});
+  Array a{std::move(held), part};
+  if (!cuda && !buffer_format(a.element()).empty()) return py::cast(HostArray{std::move(a)});
+  return py::cast(std::move(a));
 }
 
 namespace {

@@ -1,5 +1,5 @@
 // The batches Python holds: one Held per batch taken, shared by its two
-// Arrays (images, labels), the NumPy views and the DLPack exports over them;
+// Arrays (images, labels or soft labels), the NumPy views and the DLPack exports over them;
 // the batch goes back to its pipeline when the last of those dies, on
 // whichever thread that is. bind_arrays() makes conveyor.Array and
 // conveyor.HostArray: DLPack (__dlpack__ as the array API standard 2023.12
@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "device/mix_step.h"
 #include "python/holders.h"
 #include "python/loader.h"
 
@@ -69,16 +70,40 @@ struct Held {
   }
 };
 
-// images or labels of one batch.
+// Which tensor of a batch an Array is.
+enum class Part : std::uint8_t {
+  images,
+  labels,       // int64 [N]
+  soft_labels,  // float32 [N, classes]: MixUp's and CutMix's (device/mix_step.h)
+};
+
+// images, labels or soft labels of one batch.
 struct Array {
   std::shared_ptr<Held> held;
-  bool labels = false;
+  Part part = Part::images;
 
-  void* data() const { return labels ? const_cast<std::int64_t*>(held->batch.labels()) : held->batch.data(); }
-  Element element() const { return labels ? Element{'i', 64} : held->element; }
+  // The batch's soft labels (the Mix step's); null without.
+  const BatchTensor* soft() const { return held->batch.extras().tensor(kSoftLabels); }
+  void* data() const {
+    switch (part) {
+      case Part::labels: return const_cast<std::int64_t*>(held->batch.labels());
+      case Part::soft_labels: return soft()->data;
+      case Part::images: break;
+    }
+    return held->batch.data();
+  }
+  Element element() const {
+    switch (part) {
+      case Part::labels: return Element{'i', 64};
+      case Part::soft_labels: return Element{'f', 32};
+      case Part::images: break;
+    }
+    return held->element;
+  }
   std::vector<std::int64_t> shape() const {
+    if (part == Part::soft_labels) return soft()->shape;
     std::vector<std::int64_t> s{std::int64_t(held->batch.size())};
-    if (!labels) s.insert(s.end(), held->sample_shape.begin(), held->sample_shape.end());
+    if (part == Part::images) s.insert(s.end(), held->sample_shape.begin(), held->sample_shape.end());
     return s;
   }
   bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }
@@ -87,9 +112,9 @@ struct Array {
 // An Array on the host whose dtype has a buffer format: NumPy views it in place.
 struct HostArray : Array {};
 
-// images (labels = false) or labels of `held` as a Python object: a
-// HostArray where NumPy can view it, else an Array.
-py::object wrap(std::shared_ptr<Held> held, bool labels);
+// One part of `held` as a Python object: a HostArray where NumPy can view
+// it, else an Array. Part::soft_labels only for a batch that has them.
+py::object wrap(std::shared_ptr<Held> held, Part part);
 
 // Adds conveyor.Array and conveyor.HostArray to m.
 void bind_arrays(py::module_& m);

@@ -179,7 +179,14 @@ py::object next_batch(EpochIter& it) {
   held->sample_shape = L.loader->sample_shape();
   held->element = L.loader->element();
   held->ready_on = stream;
-  return py::make_tuple(wrap(held, false), wrap(held, true));
+  // MixUp and CutMix: (images, soft labels), or with mix_labels="pair"
+  // (images, labels, lambda), the labels paired as labels.roll(1, 0).
+  if (L.mix_pair) {
+    const double lambda = held->batch.extras().value(kMixLambda).value_or(1.0);
+    return py::make_tuple(wrap(held, Part::images), wrap(held, Part::labels), py::float_(lambda));
+  }
+  if (held->batch.extras().tensor(kSoftLabels)) return py::make_tuple(wrap(held, Part::images), wrap(held, Part::soft_labels));
+  return py::make_tuple(wrap(held, Part::images), wrap(held, Part::labels));
 }
 
 bool sigint_pending() {

@@ -109,6 +109,9 @@ struct PyLoader {
   // back when every one is held; nullopt: for ever.
   std::optional<std::chrono::milliseconds> slot_timeout = std::chrono::seconds(60);
   py::dict given;  // the constructor's keywords as checked, by name: what the properties read back
+  // mix_labels="pair": batches are (images, labels, lambda) rather than
+  // (images, soft labels) when the transforms end with MixUp or CutMix.
+  bool mix_pair = false;
 
   PyLoader() = default;
   PyLoader(const PyLoader&) = delete;

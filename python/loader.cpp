@@ -77,8 +77,10 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
   gpu_ = std::move(parts.gpu);
   settings_.config.sample_bytes = images_->sample_bytes();
   const Size out = images_->output();
-  if (images_->augment().erasing() && !settings_.normalize) {
-    throw std::invalid_argument("transforms=: RandomErasing follows Normalize, on the device: give normalize= "
+  const auto mixing = images_->augment().mixing();
+  if ((images_->augment().erasing() || mixing) && !settings_.normalize) {
+    const std::string op = images_->augment().erasing() ? "RandomErasing" : mixing->mixup ? "MixUp" : "CutMix";
+    throw std::invalid_argument("transforms=: " + op + " follows Normalize, on the device: give normalize= " +
                                 "(float32, float16 or bfloat16)");
   }
   if (settings_.normalize) {

@@ -118,6 +118,8 @@ class Loader {
   // says why (empty when it was not asked for).
   double gpu_share() const { return gpu_.share; }
   const std::string& gpu_decode_note() const { return gpu_.line; }
+  // Whether the transforms end with MixUp or CutMix (batches carry soft labels).
+  bool mixes() const { return images_ && images_->augment().mixing(); }
   // What tells this dataset from another of the same size, for a state taken
   // on it (FNV-1a): image files, every name (relative to the folder, or to
   // the list's folder) and label; arrays, the row shape,

@@ -281,6 +281,7 @@ constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
     {"extra_shards", [] { return py::cast(false); }},
     {"cache_dir", none},
     {"gpu_decode", [] { return py::cast("off"); }},
+    {"mix_labels", [] { return py::cast("soft"); }},
     {"max_memory_mb", [] { return py::cast(0.0); }},  // 0: a quarter of physical memory
     {"slot_timeout", [] { return py::cast(60.0); }},
 });
@@ -324,6 +325,10 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   const std::string device = device_name(k["device"]), on_error = *text("on_error", k["on_error"]);
   const bool shuffle = flag("shuffle", k["shuffle"]), drop_last = flag("drop_last", k["drop_last"]);
   const bool rank_by_shard = flag("rank_by_shard", k["rank_by_shard"]);
+  const std::string mix_labels = *text("mix_labels", k["mix_labels"]);
+  if (mix_labels != "soft" && mix_labels != "pair") {
+    throw py::value_error("mix_labels=" + std::string(py::repr(k["mix_labels"])) + ": expected 'soft' or 'pair'");
+  }
   const bool extra_shards = flag("extra_shards", k["extra_shards"]);
   if (extra_shards && k["shards"].is_none()) throw py::value_error("extra_shards=True: needs shards=");
   const auto cache_dir = path("cache_dir", k["cache_dir"]);
@@ -394,6 +399,10 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
                             std::move(s));
   loader->slot_timeout = wait;
   loader->given = std::move(given);
+  loader->mix_pair = mix_labels == "pair";
+  if (loader->mix_pair && !loader->loader->mixes()) {
+    throw py::value_error("mix_labels='pair': needs MixUp or CutMix at the end of transforms=");
+  }
   return loader;
 }
 

@@ -3,8 +3,10 @@
 #include "data/files/list_file.h"
 #include "data/shards/shard_dataset.h"
 #include "device/erase_step.h"
+#include "device/mix_step.h"
 
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace conveyor {
@@ -57,6 +59,16 @@ ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::siz
   }
   // The list's RandomErasing follows Normalize: on the device, after it.
   if (const auto erasing = parts.images->augment().erasing()) transfer.batch_steps.push_back(Erase{*erasing});
+  // MixUp and CutMix mix whole batches after that: the last step.
+  if (auto mixing = parts.images->augment().mixing()) {
+    const std::int64_t classes = parts.images->dataset().num_classes(), stated = mixing->stated_classes();
+    if (stated && stated < classes) {
+      throw DatasetError(std::string(mixing->mixup ? "MixUp" : "CutMix") + ": num_classes=" + std::to_string(stated) +
+                         ", but the dataset's labels go up to " + std::to_string(classes - 1));
+    }
+    mixing->num_classes = stated ? stated : classes;
+    transfer.batch_steps.push_back(Mix{*mixing});
+  }
   return parts;
 }
 

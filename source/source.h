@@ -76,7 +76,10 @@ struct ImageSourceParts {
 // default). With a share above 0 the source is rebuilt to leave that share to
 // the transfer stage, and a GpuDecode for it is added to transfer.batch_steps.
 // A RandomErasing ending the image's transforms is added there after it (an
-// Erase step: it needs transfer.normalize by the time the pipeline is made).
+// Erase step: it needs transfer.normalize by the time the pipeline is made),
+// and MixUp and CutMix ending them last (a Mix step with soft labels, its
+// num_classes the transforms' or the dataset's; DatasetError when the
+// transforms' is below the dataset's).
 // The rest of `transfer` is left as it was. Throws what ImageSource's constructor and
 // choose_gpu_decode throw.
 ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::size_t workers,

@@ -145,6 +145,19 @@ grep -qF "RandomErasing follows Normalize, on the device: give --normalize" "$wo
 expect_usage_error "--transforms: RandomErasing with --serial" run --folder "$work/ds" --normalize float32 --serial \
   --transforms "rrc(40), RandomErasing()"
 grep -qF "which --serial does not have" "$work/err" || fail "RandomErasing with --serial: $(cat "$work/err")"
+# MixUp and CutMix come after it and mix whole batches on the device, with
+# soft labels over the dataset's classes (or their num_classes, if not fewer).
+"$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --normalize bfloat16 \
+  --transforms "rrc(40), erase(0.25), mixup(0.2), cutmix" >"$work/out" 2>&1 || fail "run with MixUp and CutMix: $(tail -3 "$work/out")"
+grep -qF "MixUp(alpha=0.2; per batch, after normalize, on the device) + CutMix(alpha=1; per batch, after normalize, on the device)" \
+  "$work/out" || fail "run with MixUp and CutMix: $(grep "^transforms" "$work/out")"
+[ "$(grep -c "^delivered: .* 30 samples, 0 skipped" "$work/out")" -eq 1 ] || fail "run with MixUp and CutMix: $(tail -3 "$work/out")"
+expect_usage_error "--transforms: CutMix without --normalize" run --folder "$work/ds" --transforms "rrc(40), CutMix()"
+grep -qF "CutMix follows Normalize, on the device: give --normalize" "$work/err" || fail "CutMix without --normalize: $(cat "$work/err")"
+if "$bin" run --folder "$work/ds" --epochs 1 --normalize float32 --transforms "rrc(40), mixup(num_classes=1)" >"$work/out" 2>&1; then
+  fail "MixUp with fewer classes than the dataset's ran"
+fi
+grep -qF "MixUp: num_classes=1, but the dataset's labels go up to" "$work/out" || fail "MixUp(num_classes=1): $(tail -3 "$work/out")"
 
 # [[transforms]] tables: the same list as the text, key by key; each mistake one
 # line naming the file, the table's index and the key.

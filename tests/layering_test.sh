@@ -51,9 +51,9 @@ for ((i = 0; i < ${#layers[@]}; i++)); do
 done
 # device/'s tiers: the core includes neither the kernels nor the stages; the
 # kernels include the core, never the stages.
-stages='device/(device_pipeline|erase_step|resident|memory_budget)\.h'
+stages='device/(device_pipeline|erase_step|mix_step|resident|memory_budget)\.h'
 core=$(find device -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' \) |
-       grep -vE '^device/(device_pipeline|erase_step|resident|memory_budget)\.' | sort)
+       grep -vE '^device/(device_pipeline|erase_step|mix_step|resident|memory_budget)\.' | sort)
 if hits=$(grep -nE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<](device/kernels/|$stages)" $core /dev/null); then
   echo "device/'s core (Device and its backends) includes the kernels or the stages above it:"
   echo "$hits"

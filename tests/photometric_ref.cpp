@@ -21,6 +21,11 @@
 // prints "TOP LEFT H W" for RandomErasing's rectangle of each sample 0 ..
 // SAMPLES-1 drawn from Rng(SEED, 0, sample) (image/random_erasing.h), or
 // "none" where it erases nothing.
+//
+//   photometric_ref --mix BATCHES SEED HEIGHT WIDTH MIXUP_ALPHA CUTMIX_ALPHA
+// prints "mixup LAMBDA" or "cutmix LAMBDA X1 Y1 X2 Y2" for each batch 0 ..
+// BATCHES-1 drawn from Rng(SEED, 0, batch) (image/mixing.h); an alpha of 0
+// leaves that op out.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -33,6 +38,7 @@
 #include "image/affine.h"
 #include "image/auto_augment.h"
 #include "image/photometric.h"
+#include "image/mixing.h"
 #include "image/random_erasing.h"
 
 using namespace conveyor;
@@ -130,6 +136,29 @@ int erase_boxes(int argc, char** argv) {
   return 0;
 }
 
+// N batches' mixing draws: "mixup LAMBDA" or "cutmix LAMBDA X1 Y1 X2 Y2".
+// MIXUP_ALPHA or CUTMIX_ALPHA 0 leaves that op out.
+int mix_draws(int argc, char** argv) {
+  if (argc != 8) return 2;
+  const long batches = std::atol(argv[2]);
+  const auto seed = std::strtoull(argv[3], nullptr, 10);
+  const auto height = std::size_t(std::atol(argv[4])), width = std::size_t(std::atol(argv[5]));
+  BatchMixing m;
+  if (const double a = std::atof(argv[6]); a > 0) m.mixup = MixUp{a};
+  if (const double a = std::atof(argv[7]); a > 0) m.cutmix = CutMix{a};
+  m.validate();
+  for (long i = 0; i < batches; ++i) {
+    Rng rng(seed, 0, std::uint64_t(i));
+    const MixDraw d = draw_mix(m, height, width, rng);
+    if (d.cutmix) {
+      std::printf("cutmix %.17g %u %u %u %u\n", d.lambda, d.x1, d.y1, d.x2, d.y2);
+    } else {
+      std::printf("mixup %.17g\n", d.lambda);
+    }
+  }
+  return 0;
+}
+
 int records(const char* in_path, const char* out_path) {
   std::ifstream in(in_path, std::ios::binary);
   std::ofstream out(out_path, std::ios::binary);
@@ -174,8 +203,10 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--space") rc = space(argc, argv);
   else if (argc >= 2 && std::string(argv[1]) == "--draws") rc = draws(argc, argv);
   else if (argc >= 2 && std::string(argv[1]) == "--erase") rc = erase_boxes(argc, argv);
+  else if (argc >= 2 && std::string(argv[1]) == "--mix") rc = mix_draws(argc, argv);
   else if (argc == 3) rc = records(argv[1], argv[2]);
   if (rc == 2) std::fprintf(stderr, "usage: photometric_ref IN OUT | --space SPACE BINS W H | --draws SPACE N SEED BINS [OPS M] | "
-                                "--erase N SEED H W P SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX\n");
+                                "--erase N SEED H W P SCALE_MIN SCALE_MAX RATIO_MIN RATIO_MAX | "
+                                "--mix N SEED H W MIXUP_ALPHA CUTMIX_ALPHA\n");
   return rc;
 }

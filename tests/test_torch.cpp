@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "device/mix_step.h"
 #include "libtorch/determinism.h"
 #include "libtorch/models.h"
 #include "libtorch/tensors.h"
@@ -89,6 +90,37 @@ TEST_CASE("to_tensors wraps a normalized batch without a copy, with the right va
     }
     REQUIRE(seen == 10);
   }
+}
+
+TEST_CASE("to_tensors gives MixUp's soft labels and lambda, sharing the batch", "[torch]") {
+  TransferConfig tc = normalizing();
+  BatchMixing m;
+  m.mixup = MixUp{0.5};
+  m.num_classes = 30;  // fill_pattern's labels are index * 3
+  tc.batch_steps.push_back(Mix{m});
+  DevicePipeline p(config(0), 10, test::fill_pattern, tc, host(HostTransfer::handover, false));
+  std::size_t seen = 0;
+  while (auto b = p.next()) {
+    const BatchTensor* soft = b->extras().tensor(kSoftLabels);
+    REQUIRE(soft);
+    const double lambda = *b->extras().value(kMixLambda);
+    const std::vector<std::int64_t> labels = b->host().labels;
+    TensorBatch t = to_tensors(std::move(*b));
+    REQUIRE(t.soft_labels.defined());
+    REQUIRE(t.soft_labels.data_ptr() == soft->data);  // no copy
+    REQUIRE(t.soft_labels.sizes() == torch::IntArrayRef{std::int64_t(labels.size()), 30});
+    REQUIRE(t.soft_labels.dtype() == torch::kFloat32);
+    REQUIRE(t.mix_lambda == lambda);
+    // torchvision's _mixup_label: one_hot rolled by one, mixed by lambda.
+    const torch::Tensor one_hot = torch::one_hot(t.labels, 30).to(torch::kFloat32);
+    REQUIRE(torch::equal(t.soft_labels, one_hot.roll(1, 0).mul_(1.0 - lambda).add_(one_hot.mul(lambda))));
+    seen += labels.size();
+  }
+  REQUIRE(seen == 10);
+  TensorBatch plain = to_tensors(*DevicePipeline(config(0), 4, test::fill_pattern, normalizing(),
+                                                 host(HostTransfer::handover, false)).next());
+  REQUIRE_FALSE(plain.soft_labels.defined());
+  REQUIRE(plain.mix_lambda == 1.0);
 }
 
 TEST_CASE("to_tensors over a handed-over uint8 batch is the workers' buffer itself", "[torch]") {

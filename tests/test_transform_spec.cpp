@@ -51,7 +51,7 @@ TEST_CASE("transform lists: each mistake is one line naming the transform and pa
           "transforms: unknown transform 'Flipp' (RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
           "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, GaussianBlur, RandomSolarize, "
           "RandomPosterize, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, "
-          "TrivialAugmentWide, RandAugment, RandomErasing, or their short names)");
+          "TrivialAugmentWide, RandAugment, RandomErasing, MixUp, CutMix, or their short names)");
   REQUIRE(error("RandomResizedCrop(224, scal=(0.1, 1))") ==
           "transforms: RandomResizedCrop: unknown parameter 'scal' (it takes size, scale, ratio)");
   REQUIRE(error("RandomResizedCrop(224, scale=0.5)") == "transforms: RandomResizedCrop: scale must be 2 number(s)");
@@ -140,6 +140,7 @@ TEST_CASE("transform lists: RandomErasing ends the list, with torchvision's para
   REQUIRE(error("rrc(224), erase(ratio=(0, 1))") == "RandomErasing: ratio must be above 0 and finite");
   REQUIRE(error("rrc(224), erase(value=(1, 2))").find("value must be 1 or 3 number(s)") != std::string::npos);
   REQUIRE(error("rrc(224), erase, flip") ==
-          "RandomHorizontalFlip: after RandomErasing, which follows Normalize on the device: RandomErasing comes last, once");
+          "RandomHorizontalFlip: after RandomErasing, which follows Normalize on the device: RandomErasing comes last, "
+          "once (before MixUp and CutMix)");
   REQUIRE(error("rrc(224), erase, erase").find("RandomErasing: after RandomErasing") == 0);
 }

@@ -191,6 +191,12 @@ timeout 120 "$bin" train --workers 2 --epochs 1 \
   --transforms "RandomResizedCrop(32, scale=(0.5, 1)), RandomHorizontalFlip(), RandomVerticalFlip(0.1), ColorJitter(0.2)" \
   >"$work/out" 2>"$work/err" || fail "train --transforms: $(cat "$work/err")"
 grep -q "32x32 inputs" "$work/out" || fail "train --transforms: not 32x32 inputs: $(head -3 "$work/out")"
+# MixUp and CutMix: train takes the cross-entropy against the soft labels.
+timeout 120 "$bin" train --workers 2 --epochs 1 \
+  --transforms "RandomResizedCrop(32), RandomHorizontalFlip(), TrivialAugmentWide(), MixUp(alpha=0.2), CutMix(alpha=1.0)" \
+  >"$work/out" 2>"$work/err" || fail "train with MixUp and CutMix: $(cat "$work/err")"
+grep -q "^epoch 1/1: train loss [0-9.]* .*val loss [0-9.]*" "$work/out" ||
+  fail "train with MixUp and CutMix: no epoch line: $(head -5 "$work/out")"
 expect_usage_error "--transforms unknown" --transforms "rrc(32), Flipp" --epochs 1
 grep -q "unknown transform 'Flipp'" "$work/err" || fail "train --transforms Flipp: $(cat "$work/err")"
 expect_usage_error "--transforms with --crop" --transforms "rrc(32)" --crop 32 --epochs 1

@@ -7,6 +7,7 @@
 #include "device/kernels/busy.h"
 #include "device/kernels/erase.h"
 #include "device/kernels/gather.h"
+#include "device/kernels/mix.h"
 #include "device/kernels/normalize.h"
 
 namespace conveyor::kernels {
@@ -16,6 +17,7 @@ void normalize_cuda(int ordinal, const NormalizeJob& job, Stream& stream);
 void gather_cuda(int ordinal, const GatherJob& job, Stream& stream);
 void busy_cuda(int ordinal, double microseconds, Stream& stream);
 void erase_cuda(int ordinal, const EraseJob& job, Stream& stream);
+void mix_cuda(int ordinal, const MixJob& job, Stream& stream);
 #endif
 
 // The cuda backend in a build without CUDA: cannot happen through open_device;

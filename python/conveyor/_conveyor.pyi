@@ -10,6 +10,9 @@ from .transforms import Transform
 __version__: str
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+# (images, labels); with MixUp/CutMix (images, soft labels). With
+# mix_labels="pair" a batch is (images, labels, lam: float), which these stubs
+# do not tell apart: cast it (typing.cast(Tuple[Array, Array, float], batch)).
 _Batch = Tuple["Array", "Array"]
 _Self = TypeVar("_Self", bound="Loader")
 _Transforms = Union[str, Sequence[Union[str, Transform]]]
@@ -92,6 +95,7 @@ class Loader:
         extra_shards: bool = False,
         cache_dir: Optional[_Path] = None,
         gpu_decode: Union[Literal["off", "auto"], float] = "off",
+        mix_labels: Literal["soft", "pair"] = "soft",
         max_memory_mb: float = 0.0,
         slot_timeout: Optional[float] = 60.0,
     ) -> None: ...
@@ -161,6 +165,8 @@ class Loader:
     def cache_dir(self) -> Optional[_Path]: ...
     @property
     def gpu_decode(self) -> Union[str, float]: ...
+    @property
+    def mix_labels(self) -> str: ...
     @property
     def max_memory_mb(self) -> float: ...
     @property

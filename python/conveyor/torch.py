@@ -7,7 +7,9 @@
 Same arguments as conveyor.Loader. The tensors are views of the pipeline's
 memory (torch.from_dlpack: no copy). On CUDA they are device tensors, ready on
 the stream PyTorch computes on when the batch is taken
-(torch.cuda.current_stream()); the labels travelled with the pixels. The batch
+(torch.cuda.current_stream()); the labels travelled with the pixels. With
+MixUp or CutMix in transforms= the labels are soft, float32 [N, classes]:
+F.cross_entropy takes them as they are. The batch
 returns to the pipeline when both tensors (and every view of them) are gone.
 A tensor also used on another stream: see docs/python.md ("Streams").
 """
@@ -29,9 +31,13 @@ def _tensor(array):
 
 
 def to_tensors(batch):
-    """(images, labels) Arrays -> (images, labels) tensors, without a copy."""
-    images, labels = batch
-    return _tensor(images), _torch.from_dlpack(labels)
+    """(images, labels) Arrays -> (images, labels) tensors, without a copy.
+
+    With MixUp or CutMix the labels are the soft labels (float32 [N, classes]);
+    with mix_labels="pair" the batch is (images, labels, lam) and lam stays a float.
+    """
+    images, labels, *lam = batch
+    return (_tensor(images), _torch.from_dlpack(labels), *lam)
 
 
 class _Tensors:

@@ -25,6 +25,15 @@ output); their interpolation is torchvision's default, NEAREST, the only one.
 RandomErasing, as in torchvision, follows Normalize: it comes last and needs
 ``normalize=``; it runs on the device after normalize, so ``value`` is in
 normalized units (0, the default, is the channel's mean).
+
+MixUp and CutMix (torchvision.transforms.v2's) come after everything else and
+also need ``normalize=``: they mix each batch on the device, sample i with
+sample i - 1 (torchvision's roll), and the batches become (images, soft
+labels), float32 [N, num_classes] (num_classes: the dataset's unless given).
+With both, each batch takes one of them with equal chance, as torchvision's
+reference recipe's RandomChoice. ``Loader(mix_labels="pair")`` gives
+(images, labels, lam) instead, for a loss mixed by hand:
+``lam * F.cross_entropy(out, labels) + (1 - lam) * F.cross_entropy(out, labels.roll(1, 0))``.
 """
 
 __all__ = [
@@ -47,6 +56,8 @@ __all__ = [
     "TrivialAugmentWide",
     "RandAugment",
     "RandomErasing",
+    "MixUp",
+    "CutMix",
 ]
 
 _REQUIRED = object()
@@ -198,3 +209,19 @@ class RandomErasing(Transform):
     Last in the list, and only with the Loader's normalize=.
     """
     _params = (("p", 0.5), ("scale", (0.02, 0.33)), ("ratio", (0.3, 3.3)), ("value", 0), ("inplace", False))
+
+
+class MixUp(Transform):
+    """Each batch's samples blended with their neighbours' by lam ~ Beta(alpha, alpha), labels too; after normalize.
+
+    num_classes: None for the dataset's number of classes. Last in the list, and only with the Loader's normalize=.
+    """
+    _params = (("alpha", 1.0), ("num_classes", None))
+
+
+class CutMix(Transform):
+    """A box of each sample (area 1 - lam, lam ~ Beta(alpha, alpha)) from its neighbour, labels by area; after normalize.
+
+    num_classes: None for the dataset's number of classes. Last in the list, and only with the Loader's normalize=.
+    """
+    _params = (("alpha", 1.0), ("num_classes", None))

@@ -18,8 +18,10 @@ from ppm import write_ppm  # python/tests/ppm.py; the `folder` fixture is confte
 from loader_helpers import digest, run, big_slow_folder  # noqa: F401  (python/tests/loader_helpers.py)
 
 
-def test_resume_mid_epoch_is_bit_identical(folder):
-    kw = dict(folder=str(folder), batch_size=4, workers=3, crop=16, seed=11, epochs=3, device="cpu")
+@pytest.mark.parametrize("recipe", [dict(crop=16), dict(transforms="rrc(16), flip, erase(0.5), mixup(0.4), cutmix",
+                                                    normalize="float32")], ids=["crop", "erasing-mixup-cutmix"])
+def test_resume_mid_epoch_is_bit_identical(folder, recipe):
+    kw = dict(folder=str(folder), batch_size=4, workers=3, seed=11, epochs=3, device="cpu", **recipe)
     reference = run(conveyor.Loader(**kw), 3)
     for k in (0, 3, 8, 9, 20):
         first = conveyor.Loader(**kw)

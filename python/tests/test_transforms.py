@@ -220,3 +220,62 @@ def test_random_erasing_follows_normalize_on_the_device_the_same_for_any_worker_
                                                                    T.RandomHorizontalFlip()])
     with pytest.raises(ValueError, match=r"RandomErasing: p must be in \[0, 1\]"):
         conveyor.Loader(folder=f, normalize="float32", transforms="rrc(24), RandomErasing(p=1.5)")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_mixup_and_cutmix_mix_each_batch_as_torchvision_v2s_formula(folder, dtype):
+    """float32: torch's bits. float16: within a unit in the last place of the two terms (2 ** -9 of their size),
+    since torch 1.13 rounds the weight lam to float16 before it multiplies on the CPU, while Conveyor keeps it in
+    float32, as torch's CUDA kernels do."""
+    torch = pytest.importorskip("torch")
+    base = [T.RandomResizedCrop(20), T.RandomHorizontalFlip(), T.RandomErasing(0.3)]
+    mix = [T.MixUp(alpha=0.4), T.CutMix()]
+    common = dict(folder=str(folder), batch_size=6, seed=3, device="cpu", normalize=dtype, epochs=2)
+    ulp = 0 if dtype == "float32" else 2.0 ** -9
+    plain = conveyor.Loader(workers=2, transforms=base, **common)
+    soft = conveyor.Loader(workers=3, transforms=base + mix, **common)
+    paired = conveyor.Loader(workers=1, transforms=base + mix, mix_labels="pair", **common)
+    kinds = {"mixup": 0, "cutmix": 0}
+    for (x, y), (m, s), (m2, y2, lam) in zip(plain, soft, paired):
+        x = torch.from_numpy(np.asarray(x).copy())
+        m = torch.from_numpy(np.asarray(m).copy())
+        y = torch.from_numpy(np.asarray(y).copy())
+        assert torch.equal(m, torch.from_numpy(np.asarray(m2).copy()))  # the same batch for 1 and 3 workers
+        assert torch.equal(y, torch.from_numpy(np.asarray(y2).copy()))  # pair: the integer labels as they were
+        assert isinstance(lam, float) and 0 <= lam <= 1
+        rolled = x.roll(1, 0)
+        # torchvision.transforms.v2.MixUp._transform, on a float16 tensor:
+        terms = rolled.float().abs() * (1.0 - lam) + x.float().abs() * lam
+        if ((m.float() - rolled.mul(1.0 - lam).add_(x.mul(lam)).float()).abs() <= ulp * terms).all():
+            kinds["mixup"] += 1
+        else:  # CutMix._transform: one box, the same for every sample, taken from the rolled batch
+            inside = (m != x).any(0).any(0)  # [H, W]
+            rows, cols = np.nonzero(inside.numpy())
+            y1, y2_, x1, x2 = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
+            want = x.clone()
+            want[..., y1:y2_, x1:x2] = rolled[..., y1:y2_, x1:x2]
+            assert torch.equal(m, want)
+            assert lam == pytest.approx(1.0 - (x2 - x1) * (y2_ - y1) / (20 * 20), abs=1e-12)
+            kinds["cutmix"] += 1
+        # _BaseMixUpCutMix._mixup_label: one-hot labels mixed by the same lambda.
+        one_hot = torch.nn.functional.one_hot(y, num_classes=3).float()
+        assert torch.equal(torch.from_numpy(np.asarray(s).copy()), one_hot.roll(1, 0).mul_(1.0 - lam).add_(one_hot.mul(lam)))
+    assert kinds["mixup"] > 0 and kinds["cutmix"] > 0
+    for loader in (plain, soft, paired):
+        loader.close()
+    assert str(T.MixUp(0.2)) == "MixUp(alpha=0.2)"
+    f = str(folder)
+    with pytest.raises(ValueError, match=r"transforms=: CutMix follows Normalize, on the device: give normalize="):
+        conveyor.Loader(folder=f, transforms=[T.RandomResizedCrop(24), T.CutMix()])
+    with pytest.raises(ValueError, match=r"RandomErasing: after MixUp or CutMix"):
+        conveyor.Loader(folder=f, normalize="float32", transforms=[T.RandomResizedCrop(24), T.MixUp(), T.RandomErasing()])
+    with pytest.raises(ValueError, match=r"MixUp: num_classes=2, but the dataset's labels go up to 2"):
+        conveyor.Loader(folder=f, normalize="float32", transforms=[T.RandomResizedCrop(24), T.MixUp(num_classes=2)])
+    with pytest.raises(ValueError, match=r"mix_labels='pair': needs MixUp or CutMix"):
+        conveyor.Loader(folder=f, normalize="float32", transforms=[T.RandomResizedCrop(24)], mix_labels="pair")
+    with pytest.raises(ValueError, match=r"mix_labels='hard': expected 'soft' or 'pair'"):
+        conveyor.Loader(folder=f, normalize="float32", transforms=[T.RandomResizedCrop(24), T.MixUp()], mix_labels="hard")
+    wider = conveyor.Loader(folder=f, normalize="float32", batch_size=4, transforms=[T.RandomResizedCrop(24), T.MixUp(num_classes=10)])
+    _, s = next(iter(wider))
+    assert np.asarray(s).shape == (4, 10)
+    wider.close()
