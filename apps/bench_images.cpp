@@ -4,8 +4,10 @@
 //   decode DIR    one thread: full-size decode vs RandomResizedCrop(224)+flip, with a time split
 //   resize DIR    stb_image_resize vs a hand-written resize on the same crops
 //   pipeline DIR  the whole pipeline, batch 64, for a list of worker counts
-//   ops DIR       each colour op's cost per 224 x 224 output, one thread, beside the
-//                 decode + RandomResizedCrop(224) + flip it follows
+//   ops DIR       each op's cost per 224 x 224 output, one thread, beside the
+//                 decode + RandomResizedCrop(224) + flip it follows: the colour and
+//                 affine ops, the policies, and the device's ops after normalize
+//                 on the host backend's twins (normalize, RandomErasing, MixUp, CutMix)
 //   full-decode LIST --threads N   full-size decode alone with N threads, the files
 //                 read from disk each epoch: the reference row of apps/peers/compare.py
 //
@@ -28,6 +30,12 @@
 #include "image/image_ops.h"
 #include "image/image_source.h"
 #include "image/photometric.h"
+#include "image/random_erasing.h"
+#include "device/device.h"
+#include "device/device_pipeline.h"
+#include "device/kernels/erase.h"
+#include "device/kernels/mix.h"
+#include "device/kernels/normalize.h"
 #include "data/files/list_file.h"
 
 using namespace conveyor;
@@ -267,6 +275,82 @@ void cmd_full_decode(const std::string& list, std::size_t threads, int epochs) {
 // per image (the median of `runs` passes over every photo), one thread. The
 // outputs are rendered once; each pass first copies them back, untimed, since
 // the ops work in place.
+// The ops that run on the device after normalize, on the host backend's
+// twins (the cost where no GPU is; on a GPU they are kernels on the normalize
+// stream): normalize to float16, RandomErasing (p 1: every sample erased),
+// MixUp (float16 and float32) and CutMix (a box of a quarter of the area),
+// per image of a batch of 256 (the photos' crops repeated).
+void device_ops(const std::vector<unsigned char>& rendered, std::size_t images, int runs, double base) {
+  DeviceConfig dc;
+  dc.backend = BackendChoice::host;
+  const std::shared_ptr<Device> device = open_device(dc);
+  auto stream = device->create_stream();
+  const std::size_t batch = 256, side = 224, sample = side * side * 3;
+  auto raw = device->allocate(batch * sample);
+  auto out = device->allocate(batch * sample * dtype_size(DType::float32));
+  auto boxes = device->allocate(batch * sizeof(EraseBox));
+  auto labels = device->allocate(batch * sizeof(std::int64_t));
+  auto soft = device->allocate(batch * 1000 * sizeof(float));
+  auto* u8 = static_cast<unsigned char*>(raw->data());
+  for (std::size_t n = 0; n < batch; ++n) std::copy_n(rendered.data() + (n % images) * sample, sample, u8 + n * sample);
+  auto* label = static_cast<std::int64_t*>(labels->data());
+  for (std::size_t n = 0; n < batch; ++n) label[n] = std::int64_t(n * 7 % 1000);
+  auto* box = static_cast<EraseBox*>(boxes->data());
+  const RandomErasing erasing{1.0};
+  for (std::size_t n = 0; n < batch; ++n) {
+    Rng rng(3, 0, n);
+    box[n] = draw_erase_box(erasing, side, side, rng).value_or(EraseBox{});
+  }
+  const TransferConfig::Normalization layout{side, side, 3, Normalize{}, DType::float16};
+  const auto timed = [&](auto&& enqueue) {
+    std::vector<double> t;
+    for (int r = 0; r < runs; ++r) {
+      const auto t0 = Clock::now();
+      enqueue();
+      device->synchronize(*stream);
+      t.push_back(seconds_since(t0));
+    }
+    return median(t) / double(batch) * 1e6;
+  };
+  const auto row = [&](const char* name, double us) {
+    std::printf("%-34s %8.1f  (%.0f%% of the decode)\n", name, us, 100 * us / base);
+  };
+  row("normalize to float16 (host twin)", timed([&] {
+        kernels::normalize(*device, layout.job(u8, out->data(), batch), *stream);
+      }));
+  EraseJob erase;
+  erase.data = out->data();
+  erase.boxes = box;
+  erase.samples = batch;
+  erase.channels = 3;
+  erase.height = erase.width = side;
+  erase.type = DType::float16;
+  row("RandomErasing(p=1) (host twin)", timed([&] { kernels::erase(*device, erase, *stream); }));
+  for (const auto& [cut, type] : {std::pair{false, DType::float16}, std::pair{false, DType::float32},
+                                   std::pair{true, DType::float16}}) {
+    MixJob mix;
+    mix.data = out->data();
+    mix.samples = batch;
+    mix.channels = 3;
+    mix.height = mix.width = side;
+    mix.type = type;
+    mix.cut = cut;
+    mix.own = 0.7f;
+    mix.other = 0.3f;
+    mix.x1 = cut ? 56 : 0;  // CutMix: a box of half the sides, a quarter of the area
+    mix.y1 = cut ? 56 : 0;
+    mix.x2 = cut ? 168 : std::uint32_t(side);
+    mix.y2 = cut ? 168 : std::uint32_t(side);
+    mix.labels = label;
+    mix.soft = static_cast<float*>(soft->data());
+    mix.classes = 1000;
+    mix.label_own = 0.7f;
+    mix.label_other = 0.3f;
+    const std::string name = std::string(cut ? "CutMix" : "MixUp") + " " + dtype_name(type) + ", 1000 classes (host)";
+    row(name.c_str(), timed([&] { kernels::mix(*device, mix, *stream); }));
+  }
+}
+
 void cmd_ops(const std::vector<File>& files, int runs) {
   const Augment augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}});
   ImageDecoder decoder;
@@ -322,6 +406,42 @@ void cmd_ops(const std::vector<File>& files, int runs) {
     const double us = each(o.op);
     std::printf("%-34s %8.1f  (%.0f%% of the decode)\n", o.name, us, 100 * us / base);
   }
+  // The affine ops of the policies, one at a time at a mid magnitude, then the
+  // policies themselves: each image its own draw, as in a run.
+  using K = PixelOp::Kind;
+  const std::array<std::uint8_t, 3> fill{0, 0, 0};
+  const struct {
+    const char* name;
+    PixelOp op;
+  } affine_ops[] = {
+      {"rotate(30)", {K::rotate, 30, 0, 0, fill}},
+      {"shear_x(17 degrees)", {K::shear_x, 17, 0, 0, fill}},
+      {"translate_x(50 px)", {K::translate_x, 50, 0, 0, fill}},
+  };
+  for (const auto& o : affine_ops) {
+    const std::vector<PixelOp> one{o.op};
+    const double us = each([&](RgbView v) { apply_pixel_ops(one, v, ps); });
+    std::printf("%-34s %8.1f  (%.0f%% of the decode)\n", o.name, us, 100 * us / base);
+  }
+  const struct {
+    const char* name;
+    Augment augment;
+  } policies[] = {
+      {"TrivialAugmentWide", Augment({CenterCrop{{224, 224}}, TrivialAugmentWide{}})},
+      {"RandAugment(2, 9)", Augment({CenterCrop{{224, 224}}, RandAugment{}})},
+      {"ColorJitter(0.4, 0.4, 0.4, 0.1)", Augment({CenterCrop{{224, 224}}, ColorJitter{0.6, 1.4, 0.6, 1.4, 0.6, 1.4, -0.1, 0.1}})},
+  };
+  for (const auto& p : policies) {
+    std::vector<PixelOp> drawn;
+    std::size_t i = 0;
+    const double us = each([&](RgbView v) {
+      Rng rng(2, 0, i++);
+      p.augment.plan_pixels(rng, drawn);
+      apply_pixel_ops(drawn, v, ps);
+    });
+    std::printf("%-34s %8.1f  (%.0f%% of the decode)\n", p.name, us, 100 * us / base);
+  }
+  device_ops(rendered, files.size(), runs, base);
 }
 
 }  // namespace
@@ -336,7 +456,7 @@ int main(int argc, char** argv) {
   auto* decode = app.add_subcommand("decode", "full-size decode vs RandomResizedCrop(224)+flip, one thread");
   auto* resize = app.add_subcommand("resize", "stb_image_resize vs a hand-written resize");
   auto* pipe = app.add_subcommand("pipeline", "the whole pipeline, batch 64");
-  auto* ops = app.add_subcommand("ops", "each colour op's cost per 224 x 224 output, one thread");
+  auto* ops = app.add_subcommand("ops", "each op's cost per 224 x 224 output, one thread");
   int stb_filter = STBIR_FILTER_MITCHELL;
   resize->add_option("--stb-filter", stb_filter, "stb_image_resize filter number (STBIR_FILTER_*)");
   std::vector<int> jpeg_scales = default_jpeg_scales();
