@@ -18,6 +18,7 @@ def arguments(description):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="rrc", help="the transforms (RECIPES)")
     return ap
 
 
@@ -39,19 +40,31 @@ def read_list(path):
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
+# The recipes every system runs, as Conveyor's transform list (then normalize to
+# float32); train_transform() builds the same with torchvision.
+#   rrc             the 2015 ImageNet recipe
+#   trivialaugment  torchvision's current ResNet-50 recipe at 224, before MixUp/CutMix
+RECIPES = {
+    "rrc": "RandomResizedCrop(224), RandomHorizontalFlip()",
+    "trivialaugment": "RandomResizedCrop(224), RandomHorizontalFlip(), TrivialAugmentWide(), RandomErasing(0.1)",
+}
 
-def train_transform(size=224, normalize=True):
-    """RandomResizedCrop + horizontal flip + float normalize: torchvision's ImageNet training recipe.
-    normalize=False stops at uint8 CHW tensors, for a normalize on the GPU (apex's prefetcher)."""
+
+def train_transform(size=224, normalize=True, recipe="rrc"):
+    """RECIPES[recipe] with torchvision, then float normalize (RandomErasing after it, as torchvision's reference
+    puts it). normalize=False stops at uint8 CHW tensors, for a normalize on the GPU (apex's prefetcher): rrc only."""
     from torchvision import transforms as T
     if not normalize:
+        if recipe != "rrc":
+            raise SystemExit(f"--recipe {recipe}: RandomErasing follows a normalize on the CPU here; use --device cpu")
         return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.PILToTensor()])
-    return T.Compose([
-        T.RandomResizedCrop(size),
-        T.RandomHorizontalFlip(),
-        T.ToTensor(),
-        T.Normalize(mean=MEAN, std=STD),
-    ])
+    ops = [T.RandomResizedCrop(size), T.RandomHorizontalFlip()]
+    if recipe == "trivialaugment":
+        ops.append(T.TrivialAugmentWide())
+    ops += [T.ToTensor(), T.Normalize(mean=MEAN, std=STD)]
+    if recipe == "trivialaugment":
+        ops.append(T.RandomErasing(p=0.1))
+    return T.Compose(ops)
 
 
 def load_rgb(path):

@@ -3,9 +3,10 @@
 
     python3 apps/peers/compare.py --folder ../shared/data/photos-200 --rounds 3
 
-Systems, each given the same list file, the same transforms (RandomResizedCrop
-224 + horizontal flip + normalize to float32, batch 64) and the same number of
-workers:
+Systems, each given the same list file, the same transforms (--recipe: rrc,
+RandomResizedCrop 224 + horizontal flip, or trivialaugment, which adds
+TrivialAugmentWide and RandomErasing(0.1); then normalize to float32; batch
+64) and the same number of workers:
   conveyor            `conveyor bench` (host backend handing the workers' buffers to
                       the consumer, as CPU training does; normalize on the transfer thread)
   conveyor-1          the same with 1 worker (the scaling figure: conveyor / conveyor-1)
@@ -41,6 +42,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from common import RECIPES  # this folder's: the recipes every system runs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -157,6 +160,8 @@ def main():
     src.add_argument("--list", help="a list file, `path label` per line")
     ap.add_argument("--repeat", type=int, default=5, help="--folder: times each image appears per epoch")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="rrc",
+                    help="the transforms every system runs (common.py's RECIPES), then normalize to float32")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=2, help="measured epochs per run, after one warm-up epoch")
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"), help="Conveyor build folder")
@@ -187,10 +192,10 @@ def main():
         gpu = a.device == "cuda"
         def conveyor_bench(workers, normalize_in="device"):
             where = ["--device", "cuda"] if gpu else ["--device", "host", "--host-transfer", "handover"]
-            return ([conveyor, "bench", "--list", listfile, "--workers", workers, "--batch", "64", "--crop", "224",
-                     "--augment", "rrc", "--normalize", "float32", "--normalize-in", normalize_in] + where +
-                    ["--epochs", str(total)], CONVEYOR_EPOCH)
-        peer_device = ["--device", "cuda"] if gpu else []
+            return ([conveyor, "bench", "--list", listfile, "--workers", workers, "--batch", "64",
+                     "--transforms", RECIPES[a.recipe], "--normalize", "float32", "--normalize-in", normalize_in] +
+                    where + ["--epochs", str(total)], CONVEYOR_EPOCH)
+        peer_device = (["--device", "cuda"] if gpu else []) + ["--recipe", a.recipe]
         def dataloader(workers):
             return ([py, "torch_dataloader.py", "--list", listfile, "--workers", workers, "--epochs", str(total)] + peer_device,
                     PEER_EPOCH)
@@ -203,7 +208,8 @@ def main():
             "dataloader-2": dataloader("2"),
             "conveyor-python": ([py, "conveyor_python.py", "--list", listfile, "--workers", w, "--epochs", str(total),
                                  "--module", os.path.join(a.build, "python")] + peer_device, PEER_EPOCH),
-            "two-queue": ([py, "two_queue.py", "--list", listfile, "--workers", w, "--epochs", str(total)], PEER_EPOCH),
+            "two-queue": ([py, "two_queue.py", "--list", listfile, "--workers", w, "--epochs", str(total),
+                           "--recipe", a.recipe], PEER_EPOCH),
             "decode-only-1": ([bench_images, "full-decode", listfile, "--threads", "1", "--epochs", str(total)], PEER_EPOCH),
             "decode-only-2": ([bench_images, "full-decode", listfile, "--threads", "2", "--epochs", str(total)], PEER_EPOCH),
         }

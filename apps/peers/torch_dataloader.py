@@ -32,7 +32,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     cuda = a.device == "cuda"
-    ds = ListDataset(read_list(a.list), train_transform(normalize=not cuda))
+    ds = ListDataset(read_list(a.list), train_transform(normalize=not cuda, recipe=a.recipe))
     loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers, pin_memory=a.pin_memory or cuda,
                         persistent_workers=a.workers > 0)
     if not cuda:

@@ -24,7 +24,7 @@ def main():
     a = arguments(__doc__).parse_args()
     torch.set_num_threads(1)
     samples = read_list(a.list)
-    transform = train_transform()
+    transform = train_transform(recipe=a.recipe)
     for e in range(a.epochs):
         order = list(range(len(samples)))
         random.Random(e).shuffle(order)
