@@ -22,6 +22,25 @@ def arguments(description):
     return ap
 
 
+def copy_photos(folder, repeat, work):
+    """The photos of `folder` copied `repeat` times into work/files (distinct files, as a real dataset has),
+    and a list file over them, labels 0-99: (list path, the copies)."""
+    import shutil
+    photos = sorted(os.path.join(folder, f) for f in os.listdir(folder))
+    os.makedirs(os.path.join(work, "files"), exist_ok=True)
+    files, lines = [], []
+    for r in range(repeat):
+        for i, p in enumerate(photos):
+            dst = os.path.join(work, "files", f"{r}-{i}{os.path.splitext(p)[1].lower()}")
+            shutil.copyfile(p, dst)
+            files.append(dst)
+            lines.append(f"{dst} {i % 100}")
+    listfile = os.path.join(work, "list.txt")
+    with open(listfile, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return listfile, files
+
+
 def read_list(path):
     base = os.path.dirname(os.path.abspath(path))
     samples = []

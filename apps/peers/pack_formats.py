@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from common import copy_photos  # this folder's
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,17 +73,7 @@ def main():
     conveyor = os.path.join(os.path.abspath(a.build), "apps", "conveyor")
     work = tempfile.mkdtemp(prefix="conveyor-pack-formats-")
     try:
-        photos = sorted(os.path.join(a.folder, f) for f in os.listdir(a.folder))
-        os.makedirs(os.path.join(work, "files"))
-        lines = []
-        for r in range(a.repeat):
-            for i, p in enumerate(photos):
-                dst = os.path.join(work, "files", f"{r}-{i}{os.path.splitext(p)[1].lower()}")
-                shutil.copyfile(p, dst)
-                lines.append(f"{dst} {i % 100}")
-        listfile = os.path.join(work, "list.txt")
-        with open(listfile, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        listfile, files = copy_photos(a.folder, a.repeat, work)
         packings = {"as they are": []}
         for side in a.max_side.split(","):
             packings[f"--max-side {side} --quality {a.quality}"] = ["--max-side", side, "--quality", str(a.quality)]
@@ -94,7 +86,7 @@ def main():
             pack_s[n] = time.perf_counter() - t0
             tars = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".tar")]
             dirs[n], sizes[n] = (d, tars), sum(os.path.getsize(p) for p in tars) / 1e6
-        print(f"{len(lines)} samples; {a.rounds} rounds; {a.workers} workers; 1 warm-up + {a.epochs} epochs a run",
+        print(f"{len(files)} samples; {a.rounds} rounds; {a.workers} workers; 1 warm-up + {a.epochs} epochs a run",
               flush=True)
         names = list(packings)
         results = {n: [] for n in names}

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+from common import copy_photos  # this folder's
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -54,18 +56,7 @@ def main():
     conveyor = os.path.join(os.path.abspath(a.build), "apps", "conveyor")
     work = a.work or tempfile.mkdtemp(prefix="conveyor-shards-")
     try:
-        photos = sorted(os.path.join(a.folder, f) for f in os.listdir(a.folder))
-        os.makedirs(os.path.join(work, "files"), exist_ok=True)
-        files, lines = [], []
-        for r in range(a.repeat):
-            for i, p in enumerate(photos):
-                dst = os.path.join(work, "files", f"{r}-{i}{os.path.splitext(p)[1].lower()}")
-                shutil.copyfile(p, dst)
-                files.append(dst)
-                lines.append(f"{dst} {i % 100}")
-        listfile = os.path.join(work, "list.txt")
-        with open(listfile, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        listfile, files = copy_photos(a.folder, a.repeat, work)
         shards_dir = os.path.join(work, "shards")
         if os.path.exists(shards_dir):
             shutil.rmtree(shards_dir)
