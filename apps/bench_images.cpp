@@ -429,7 +429,8 @@ void cmd_ops(const std::vector<File>& files, int runs) {
   } policies[] = {
       {"TrivialAugmentWide", Augment({CenterCrop{{224, 224}}, TrivialAugmentWide{}})},
       {"RandAugment(2, 9)", Augment({CenterCrop{{224, 224}}, RandAugment{}})},
-      {"ColorJitter(0.4, 0.4, 0.4, 0.1)", Augment({CenterCrop{{224, 224}}, ColorJitter{0.6, 1.4, 0.6, 1.4, 0.6, 1.4, -0.1, 0.1}})},
+      {"ColorJitter(0.4, 0.4, 0.4, 0.1)",
+       Augment({CenterCrop{{224, 224}}, ColorJitter{0.6, 1.4, 0.6, 1.4, 0.6, 1.4, -0.1, 0.1}})},
   };
   for (const auto& p : policies) {
     std::vector<PixelOp> drawn;

@@ -273,7 +273,8 @@ void Trainer::train_batch(DeviceBatch batch) {
   const torch::Tensor out = model_->forward(tb.images);
   // MixUp and CutMix give soft targets: cross-entropy against them (the
   // model's output is log-probabilities).
-  const torch::Tensor loss = tb.soft_labels.defined() ? -(tb.soft_labels * out).sum(1).mean() : torch::nll_loss(out, labels);
+  const torch::Tensor loss =
+      tb.soft_labels.defined() ? -(tb.soft_labels * out).sum(1).mean() : torch::nll_loss(out, labels);
   loss.backward();
   optimizer_->step();
   const auto n = labels.size(0);

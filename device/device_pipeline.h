@@ -59,29 +59,6 @@
 
 namespace conveyor {
 
-// BatchStep: work a layer above adds to the transfer stage for each batch, with
-// threads of its own if it needs them (the GPU decode path, gpu_decode/step.h,
-// which renders samples the workers left undecoded into the slot). The stage
-// runs TransferConfig::batch_steps in their order at fixed points of the slot
-// protocol, so the consumer's protocol is unchanged by them:
-//   a worker completes batch b -> filled(b), each step
-//   delivery thread, transfer of b into slot i: take slot i -> prepare(b, i),
-//     each step in order -> place the labels, copy H -> D[i] on the copy
-//     stream -> complete(i, D[i], copy), each step in order -> (normalize
-//     D[i] -> O[i]) -> complete_output(b, i, O[i] or D[i], labels, that
-//     stream), each step in order -> record copied[i]: what the steps enqueue
-//     is in the slot, in their order, before the slot counts as copied
-//   consumer, next() taking b from slot i: extras(i, b, ...), each step in
-//     order: what they add to the DeviceBatch (DeviceBatch::extras)
-//   delivery thread, once the host saw copied[i] complete, or the transfer of
-//     b failed (in any step's prepare() or after): release(i), each step
-// Thread safety: filled() is called by any worker thread; prepare(), complete(),
-// complete_output() and release() by the delivery thread; extras() by the
-// consumer's thread (after the slot's complete_output, before its release);
-// stop() by any thread; stage() from any thread. Lifetime: made after the slots and streams, in order; destroyed in
-// reverse order once the transfer's streams and the consumer's last release
-// are done, before the slots; they may outlive their DevicePipeline while the
-// consumer holds batches.
 // A tensor a BatchStep adds to each batch it delivers, beside the samples and
 // labels (MixUp's soft labels): in the pipeline's device memory (host memory
 // on the host backend), C-contiguous, ready with DeviceBatch::data() on the
@@ -103,6 +80,30 @@ struct BatchExtras {
   std::optional<double> value(std::string_view name) const;
 };
 
+
+// BatchStep: work a layer above adds to the transfer stage for each batch, with
+// threads of its own if it needs them (the GPU decode path, gpu_decode/step.h,
+// which renders samples the workers left undecoded into the slot). The stage
+// runs TransferConfig::batch_steps in their order at fixed points of the slot
+// protocol, so the consumer's protocol is unchanged by them:
+//   a worker completes batch b -> filled(b), each step
+//   delivery thread, transfer of b into slot i: take slot i -> prepare(b, i),
+//     each step in order -> place the labels, copy H -> D[i] on the copy
+//     stream -> complete(i, D[i], copy), each step in order -> (normalize
+//     D[i] -> O[i]) -> complete_output(b, i, O[i] or D[i], labels, that
+//     stream), each step in order -> record copied[i]: what the steps enqueue
+//     is in the slot, in their order, before the slot counts as copied
+//   consumer, next() taking b from slot i: extras(i, b, ...), each step in
+//     order: what they add to the DeviceBatch (DeviceBatch::extras)
+//   delivery thread, once the host saw copied[i] complete, or the transfer of
+//     b failed (in any step's prepare() or after): release(i), each step
+// Thread safety: filled() is called by any worker thread; prepare(), complete(),
+// complete_output() and release() by the delivery thread; extras() by the
+// consumer's thread (after the slot's complete_output, before its release);
+// stop() by any thread; stage() from any thread. Lifetime: made after the
+// slots and streams, in order; destroyed in reverse order once the transfer's
+// streams and the consumer's last release are done, before the slots; they
+// may outlive their DevicePipeline while the consumer holds batches.
 class BatchStep {
  public:
   virtual ~BatchStep() = default;
