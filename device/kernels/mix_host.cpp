@@ -5,6 +5,7 @@
 #include "device/kernels/mix.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -59,13 +60,23 @@ __attribute__((target("avx,f16c"))) void mix_half_row_f16c(std::uint16_t* cur, c
   const float* to_float = half_table();
   for (; i < n; ++i) cur[i] = mix_half(to_float, cur[i], prev[i], own, other);
 }
+// CPUID's AVX and F16C bits, and the OS saving the YMM state (XGETBV), read
+// directly: Clang's __builtin_cpu_supports knows no "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  if (!(ecx & bit_AVX) || !(ecx & bit_F16C) || !(ecx & bit_OSXSAVE)) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 6u) == 6u;
+}
+
 bool has_f16c() {
   static const bool yes = [] {
     // CONVEYOR_MIX_ISA=scalar: the table's path, so that tests hold both (tests/CMakeLists.txt).
     const char* force = std::getenv("CONVEYOR_MIX_ISA");
     if (force && std::strcmp(force, "scalar") == 0) return false;
-    __builtin_cpu_init();  // static initialisers may run before the library's own
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return cpu_has_f16c();
   }();
   return yes;
 }
