@@ -344,8 +344,6 @@ void device_ops(const std::vector<unsigned char>& rendered, std::size_t images, 
     mix.labels = label;
     mix.soft = static_cast<float*>(soft->data());
     mix.classes = 1000;
-    mix.label_own = 0.7f;
-    mix.label_other = 0.3f;
     const std::string name = std::string(cut ? "CutMix" : "MixUp") + " " + dtype_name(type) + ", 1000 classes (host)";
     row(name.c_str(), timed([&] { kernels::mix(*device, mix, *stream); }));
   }

@@ -171,10 +171,9 @@ void check_normalize(const Options& o) {
 
 void check_device_transforms(const Options& o) {
   if (o.transforms.empty()) return;
-  const Augment a(transforms_of(o));
-  const auto mixing = a.mixing();
-  if (!a.erasing() && !mixing) return;
-  const std::string op = a.erasing() ? "RandomErasing" : mixing->mixup ? "MixUp" : "CutMix";
+  const char* device_op = Augment(transforms_of(o)).device_transform();
+  if (!device_op) return;
+  const std::string op = device_op;
   if (!o.normalize || o.normalize_in == NormalizeIn::workers) {
     throw UsageError("--transforms: " + op + " follows Normalize, on the device: give --normalize float32, float16 " +
                      "or bfloat16 (not --normalize-in workers)");

@@ -11,8 +11,6 @@
 namespace conveyor {
 namespace {
 
-const char* op_name(const BatchMixing& m) { return m.mixup ? "MixUp" : "CutMix"; }
-
 class MixStep final : public BatchStep {
  public:
   MixStep(const Mix& settings, const BatchStepSetup& setup)
@@ -35,7 +33,7 @@ class MixStep final : public BatchStep {
     for (std::size_t j = 0; j < b.size(); ++j) {
       const std::int64_t label = b.labels[j];
       if (label < 0 || label >= mixing_.num_classes) {
-        throw std::runtime_error(std::string(op_name(mixing_)) + ": sample " + std::to_string(b.indices[j]) +
+        throw std::runtime_error(std::string(mixing_.name()) + ": sample " + std::to_string(b.indices[j]) +
                                  " has label " + std::to_string(label) + ", outside num_classes=" +
                                  std::to_string(mixing_.num_classes));
       }
@@ -69,8 +67,6 @@ class MixStep final : public BatchStep {
       job.soft = static_cast<float*>(soft_.at(slot)->data());
       job.classes = std::size_t(mixing_.num_classes);
     }
-    job.label_own = float(d.lambda);
-    job.label_other = float(1.0 - d.lambda);
     kernels::mix(*device_, job, stream);
   }
 
@@ -100,7 +96,7 @@ class MixStep final : public BatchStep {
 }  // namespace
 
 std::unique_ptr<BatchStep> Mix::operator()(const BatchStepSetup& setup) const {
-  const char* name = op_name(mixing);
+  const char* name = mixing.name();
   if (!mixing.mixup && !mixing.cutmix) throw ConfigError("Mix", "needs MixUp or CutMix");
   if (!setup.normalize) {
     throw ConfigError(name, "needs normalize on the device (the command's --normalize, Python's normalize=, "

@@ -243,6 +243,10 @@ class Augment {
   // most once), which the device runs on each batch after normalize
   // (device/mix_step.h); num_classes is the ops' own or 0. None without.
   std::optional<BatchMixing> mixing() const { return mixing_; }
+  // The name of the chain's first transform that runs on the device after
+  // normalize (RandomErasing, MixUp, CutMix), for a front end's "needs
+  // normalize" message; null when none does.
+  const char* device_transform() const { return erasing_ ? "RandomErasing" : mixing_ ? mixing_->name() : nullptr; }
 
   // A one-line description, e.g. "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomHorizontalFlip(0.5)".
   std::string describe() const;

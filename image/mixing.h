@@ -45,6 +45,8 @@ struct BatchMixing {
   // The labels' range, [0, num_classes): the ops' own, else the dataset's. 0 until set.
   std::int64_t num_classes = 0;
 
+  // "MixUp" when it has one, else "CutMix": the name its messages give.
+  const char* name() const { return mixup ? "MixUp" : "CutMix"; }
   // The ops' num_classes (0 if neither says; both must agree).
   std::int64_t stated_classes() const;
   // Throws std::invalid_argument, "MixUp: alpha must ..." and so on: alpha not

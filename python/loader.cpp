@@ -77,9 +77,8 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
   gpu_ = std::move(parts.gpu);
   settings_.config.sample_bytes = images_->sample_bytes();
   const Size out = images_->output();
-  const auto mixing = images_->augment().mixing();
-  if ((images_->augment().erasing() || mixing) && !settings_.normalize) {
-    const std::string op = images_->augment().erasing() ? "RandomErasing" : mixing->mixup ? "MixUp" : "CutMix";
+  if (const char* device_op = images_->augment().device_transform(); device_op && !settings_.normalize) {
+    const std::string op = device_op;
     throw std::invalid_argument("transforms=: " + op + " follows Normalize, on the device: give normalize= " +
                                 "(float32, float16 or bfloat16)");
   }

@@ -63,7 +63,7 @@ ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::siz
   if (auto mixing = parts.images->augment().mixing()) {
     const std::int64_t classes = parts.images->dataset().num_classes(), stated = mixing->stated_classes();
     if (stated && stated < classes) {
-      throw DatasetError(std::string(mixing->mixup ? "MixUp" : "CutMix") + ": num_classes=" + std::to_string(stated) +
+      throw DatasetError(std::string(mixing->name()) + ": num_classes=" + std::to_string(stated) +
                          ", but the dataset's labels go up to " + std::to_string(classes - 1));
     }
     mixing->num_classes = stated ? stated : classes;

@@ -237,8 +237,6 @@ TEST_CASE("the mix kernel's host twin: MixUp blends each sample with the one bef
       job.labels = static_cast<const std::int64_t*>(on_device_labels->data());
       job.soft = static_cast<float*>(soft->data());
       job.classes = classes;
-      job.label_own = float(lambda);
-      job.label_other = float(1.0 - lambda);
       auto stream = device->create_stream();
       kernels::mix(*device, job, *stream);
       device->synchronize(*stream);

@@ -41,12 +41,12 @@ __global__ void mix_pixels_kernel(Bits* __restrict__ data, std::size_t samples, 
 }
 
 __global__ void soft_labels_kernel(const std::int64_t* __restrict__ labels, float* __restrict__ soft,
-                                   std::size_t samples, std::size_t classes, float label_own, float label_other) {
+                                   std::size_t samples, std::size_t classes, float own, float other) {
   const std::size_t total = samples * classes;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t j = i / classes, k = i - j * classes;
-    soft[i] = soft_label(labels[j], labels[(j + samples - 1) % samples], std::int64_t(k), label_own, label_other);
+    soft[i] = soft_label(labels[j], labels[(j + samples - 1) % samples], std::int64_t(k), own, other);
   }
 }
 
@@ -75,8 +75,8 @@ void mix_cuda(int ordinal, const MixJob& job, Stream& s) {
   if (job.soft && job.classes > 0) {
     const std::size_t total = job.samples * job.classes;
     CONVEYOR_CUDA_LAUNCH("soft_labels_kernel", soft_labels_kernel<<<grid_for(total), kBlock, 0, native(s)>>>(
-                                                   job.labels, job.soft, job.samples, job.classes, job.label_own,
-                                                   job.label_other));
+                                                   job.labels, job.soft, job.samples, job.classes, job.own,
+                                                   job.other));
   }
 }
 

@@ -7,8 +7,8 @@
 //     x.roll(1, 0).mul_(1 - lam).add_(x.mul(lam)) rounds on a tensor of it
 //     (float32: the same bits);
 //   CutMix (cut true): the elements inside the box become x[j-1]'s, copied;
-//   soft labels (when `soft` is set): soft[j][k] = (y[j-1] == k ? label_other : 0)
-//     + (y[j] == k ? label_own : 0) in float32, torchvision's _mixup_label.
+//   soft labels (when `soft` is set): soft[j][k] = (y[j-1] == k ? other : 0)
+//     + (y[j] == k ? own : 0) in float32, torchvision's _mixup_label.
 // The pairing needs each sample's value before its neighbour overwrites it:
 // each thread (CUDA) or row (host) owns one position across the whole batch
 // and carries the previous sample's original along, so the batch is mixed in
@@ -35,12 +35,13 @@ struct MixJob {
   std::size_t samples = 0, channels = 0, height = 0, width = 0;
   DType type = DType::float32;
   bool cut = false;                 // CutMix: copy the box; MixUp: blend it
-  float own = 1, other = 0;         // MixUp's weights: lambda and 1 - lambda, as floats
+  // lambda and 1 - lambda, as floats: MixUp's pixel weights, and the labels'
+  // (CutMix's lambda is the box's, and its pixels are copied, not weighted).
+  float own = 1, other = 0;
   std::uint32_t x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // the box [x1, x2) x [y1, y2); MixUp's is the whole image
   const std::int64_t* labels = nullptr;  // [samples], each in [0, classes)
   float* soft = nullptr;                 // [samples, classes] float32 out; null: no soft labels
   std::size_t classes = 0;
-  float label_own = 1, label_other = 0;  // the labels' weights: lambda and 1 - lambda (CutMix: the box's)
 };
 
 // One MixUp element, `cur` mixed with `prev` (the paired sample's), in the
@@ -72,9 +73,9 @@ CONVEYOR_HD inline std::uint32_t mix_element(std::uint32_t cur, std::uint32_t pr
 }
 
 // One soft label: class k of a sample labelled `own_label`, paired with one labelled `other_label`.
-CONVEYOR_HD inline float soft_label(std::int64_t own_label, std::int64_t other_label, std::int64_t k, float label_own,
-                                    float label_other) {
-  const float a = other_label == k ? label_other : 0.f, b = own_label == k ? label_own : 0.f;
+CONVEYOR_HD inline float soft_label(std::int64_t own_label, std::int64_t other_label, std::int64_t k, float own,
+                                    float other) {
+  const float a = other_label == k ? other : 0.f, b = own_label == k ? own : 0.f;
   return a + b;
 }
 

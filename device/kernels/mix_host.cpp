@@ -45,9 +45,9 @@ inline std::uint16_t mix_half(const float* to_float, std::uint16_t cur, std::uin
 // to nearest even as float_to_half_bits does, so the bits are the same for
 // every finite value (the normalized batches hold no NaN); about 5 times the
 // table's speed (docs/benchmarks.md). Chosen at run time where the CPU has
-// F16C and AVX.
-__attribute__((target("avx,f16c"))) void mix_half_row_f16c(std::uint16_t* cur, const std::uint16_t* prev,
-                                                           std::size_t n, float own, float other) {
+// F16C and AVX. Mixes the row's whole groups of 8; returns how many elements that was.
+__attribute__((target("avx,f16c"))) std::size_t mix_half_row_f16c(std::uint16_t* cur, const std::uint16_t* prev,
+                                                                  std::size_t n, float own, float other) {
   const __m256 w_own = _mm256_set1_ps(own), w_other = _mm256_set1_ps(other);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -57,8 +57,7 @@ __attribute__((target("avx,f16c"))) void mix_half_row_f16c(std::uint16_t* cur, c
     const __m256 b = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(c, w_own), _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(cur + i), _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
   }
-  const float* to_float = half_table();
-  for (; i < n; ++i) cur[i] = mix_half(to_float, cur[i], prev[i], own, other);
+  return i;
 }
 // CPUID's AVX and F16C bits, and the OS saving the YMM state (XGETBV), read
 // directly: Clang's __builtin_cpu_supports knows no "f16c".
@@ -82,12 +81,14 @@ bool has_f16c() {
 }
 #endif
 
+// One row: F16C's groups of 8 where the CPU has it, the rest by table.
 void mix_half_row(std::uint16_t* cur, const std::uint16_t* prev, std::size_t n, float own, float other) {
+  std::size_t i = 0;
 #if defined(__x86_64__)
-  if (has_f16c()) return mix_half_row_f16c(cur, prev, n, own, other);
+  if (has_f16c()) i = mix_half_row_f16c(cur, prev, n, own, other);
 #endif
   const float* to_float = half_table();
-  for (std::size_t i = 0; i < n; ++i) cur[i] = mix_half(to_float, cur[i], prev[i], own, other);
+  for (; i < n; ++i) cur[i] = mix_half(to_float, cur[i], prev[i], own, other);
 }
 
 // Row by row inside the box: each row segment of every sample, in sample
@@ -135,7 +136,7 @@ void mix_host(const MixJob& job, Stream& stream) {
     for (std::size_t j = 0; j < job.samples; ++j) {
       const std::int64_t own = job.labels[j], other = job.labels[(j + job.samples - 1) % job.samples];
       for (std::size_t k = 0; k < job.classes; ++k) {
-        job.soft[j * job.classes + k] = soft_label(own, other, std::int64_t(k), job.label_own, job.label_other);
+        job.soft[j * job.classes + k] = soft_label(own, other, std::int64_t(k), job.own, job.other);
       }
     }
   });
