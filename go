@@ -41,8 +41,9 @@ PACKAGES=(cmake ninja-build g++ pkg-config
 # from Debian for /usr/bin/python3.
 # The wheel (pyproject.toml, setup.py) is built offline with Debian's pip tools,
 # installed into a venv, and its stubs checked with mypy.
-# lighttpd serves packed shards on a loopback port for the http test.
-TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev lighttpd
+# lighttpd serves packed shards on a loopback port for the http test, and
+# botocore's signer checks each request of the s3 test (tests/s3_server.py).
+TEST_PACKAGES=(libtorch-dev openmpi-bin clang libclang-rt-14-dev lighttpd python3-botocore
                python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch
                python3-torchvision python3-pil
                python3-setuptools python3-wheel python3-build python3-venv python3-mypy)

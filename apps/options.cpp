@@ -42,12 +42,12 @@ void add_dataset_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--list", o.list, "dataset list file: `path label` per line")->check(CLI::ExistingFile);
   add_or_keep(app, "--folder", o.folder, "dataset folder: root/<class>/<image> (ImageFolder)")->check(CLI::ExistingDirectory);
   add_or_keep(app, "--shards", o.shards,
-              "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls, or an http(s):// URL of a folder "
-              "`conveyor pack` wrote (downloaded once into --cache-dir)")
+              "dataset of WebDataset tar shards: DIR/*.tar holding KEY.jpg + KEY.cls, or an http(s):// or s3:// URL of a "
+              "folder `conveyor pack` wrote (downloaded once into --cache-dir; s3:// takes AWS_* variables)")
       ->check(CLI::Validator([](std::string& s) { return is_remote_location(s) ? std::string() : CLI::ExistingDirectory(s); },
                              "DIR|URL"));
   add_or_keep(app, "--cache-dir", o.cache_dir,
-              "with an http(s) --shards URL: the folder its shards are downloaded to (default: the user's cache "
+              "with an http(s):// or s3:// --shards URL: the folder its shards are downloaded to (default: the user's cache "
               "folder, ~/.cache/conveyor/remote)");
   if (!app.get_option_no_throw("--extra-shards")) {
     app.add_flag_callback("--extra-shards", [&o] { o.unlisted_shards = UnlistedShards::read; },
@@ -160,7 +160,7 @@ void check_shard(const Options& o) {
   }
   if (o.rank_by_shard && o.shards.empty()) throw UsageError("--rank-by-shard: needs a --shards dataset");
   if (o.unlisted_shards == UnlistedShards::read && o.shards.empty()) throw UsageError("--extra-shards: needs a --shards dataset");
-  if (!o.cache_dir.empty() && !is_remote_location(o.shards)) throw UsageError("--cache-dir: needs an http(s):// --shards URL");
+  if (!o.cache_dir.empty() && !is_remote_location(o.shards)) throw UsageError("--cache-dir: needs an http(s):// or s3:// --shards URL");
 }
 
 void check_normalize(const Options& o) {

@@ -48,8 +48,8 @@ struct Options {
   // ---- dataset (none of --list, --folder, --shards: the embedded default dataset)
   std::string list;    // --list FILE: `path label` per line. Default: none.
   std::string folder;  // --folder DIR: root/<class>/<image>. Default: none.
-  std::string shards;  // --shards DIR|URL: WebDataset tar shards (KEY.jpg + KEY.cls), local or http(s)://. Default: none.
-  // --cache-dir DIR: where http(s) shards are downloaded to. Default: the user's cache folder's remote/.
+  std::string shards;  // --shards DIR|URL: WebDataset tar shards (KEY.jpg + KEY.cls), local, http(s):// or s3://. Default: none.
+  // --cache-dir DIR: where http(s):// and s3:// shards are downloaded to. Default: the user's cache folder's remote/.
   std::string cache_dir;
   // --extra-shards: also read .tar files DIR's manifest does not list. Default: refused by name.
   UnlistedShards unlisted_shards = UnlistedShards::refuse;

@@ -332,7 +332,7 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   const bool extra_shards = flag("extra_shards", k["extra_shards"]);
   if (extra_shards && k["shards"].is_none()) throw py::value_error("extra_shards=True: needs shards=");
   const auto cache_dir = path("cache_dir", k["cache_dir"]);
-  if (cache_dir && !(shards && is_remote_location(*shards))) throw py::value_error("cache_dir=: needs shards= an http(s):// URL");
+  if (cache_dir && !(shards && is_remote_location(*shards))) throw py::value_error("cache_dir=: needs shards= an http(s):// or s3:// URL");
   ImageConfig ic;
   const std::optional<std::string> transforms = transform_text(k["transforms"]);
   if (arrays && (!k["crop"].is_none() || augment || transforms)) {

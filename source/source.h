@@ -1,7 +1,7 @@
 // Source: the one place where a dataset spec becomes what a DevicePipeline
 // runs, for the conveyor command and the Python module alike: the dataset (a
 // list file, an image folder or a folder of tar shards, local or at an
-// http(s):// URL; one rank's whole shards with rank_by_shard), then the image
+// http(s):// or s3:// URL; one rank's whole shards with rank_by_shard), then the image
 // filler over it with the GPU decoder's share and the transfer settings that
 // share needs. Each surface turns its own flags or keywords into a
 // DatasetSpec, and the errors here into its own (the command's UsageError,
@@ -48,13 +48,13 @@ struct DatasetSpec {
   // messages: "--list " and "--rank-by-shard: " for the command, "list=" and
   // "rank_by_shard=True: " for Python. Default: none.
   std::string setting, rank_by_shard_setting;
-  // shards given as an http(s):// URL: the cache and the fetching
+  // shards given as an http(s):// or s3:// URL: the cache and the fetching
   // (data/remote/remote_shards.h). Default: RemoteOptions's.
   RemoteOptions remote;
 };
 
 // The dataset `spec` names, for config's rank of config's world_size (shards
-// at an http(s):// URL: fetch_shards() into the cache first, then the cache
+// at an http(s):// or s3:// URL: fetch_shards() into the cache first, then the cache
 // folder read as a local one; with rank_by_shard, fetch_rank_shards(): the
 // rank's shards alone). With
 // rank_by_shard: that rank's whole shards, and config's rank and world_size

@@ -1,16 +1,28 @@
-// The pure parts of reading shards over HTTP: URL parsing, what a message may
-// show, the cache's folder names, URL lists, and the retry policy. The fetching itself is
-// tests/http_test.sh's, against a real server.
+// The pure parts of reading shards over HTTP and S3: URL parsing, s3://
+// addressing and the AWS variables, what a message may show, the cache's
+// folder names, URL lists, and the retry policy; and a signed request
+// captured at a loopback socket, against the signature AWS publishes for it.
+// The fetching itself is tests/http_test.sh's and tests/s3_test.sh's, against
+// real servers.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch_compat.h"
+#include "data/remote/http_client.h"
 #include "data/remote/retry.h"
 #include "data/remote/remote_shards.h"
+#include "data/remote/s3_environment.h"
 #include "data/remote/url.h"
 #include "data/remote/url_list.h"
 
@@ -22,7 +34,7 @@ TEST_CASE("remote url: http and https locations parse; credentials stay out of w
   REQUIRE(is_remote_location("HTTP://host/p/"));
   REQUIRE_FALSE(is_remote_location("/data/shards"));
   REQUIRE_FALSE(is_remote_location("http:/host"));
-  REQUIRE_FALSE(is_remote_location("s3://bucket/p/"));
+  REQUIRE(is_remote_location("S3://bucket/p/"));
   const RemoteUrl u = parse_remote_url("HTTPS://user:p@ss@host:8443/data/train/");
   REQUIRE(u.scheme == "https");
   REQUIRE(u.userinfo == "user:p@ss");
@@ -34,7 +46,7 @@ TEST_CASE("remote url: http and https locations parse; credentials stay out of w
 }
 
 TEST_CASE("remote url: what is not a folder URL is refused, naming it without its credentials", "[remote]") {
-  REQUIRE_THROWS_WITH(parse_remote_url("ftp://host/p/"), "ftp://host/p/: not an http:// or https:// URL");
+  REQUIRE_THROWS_WITH(parse_remote_url("ftp://host/p/"), "ftp://host/p/: not an http://, https:// or s3:// URL");
   REQUIRE_THROWS_WITH(parse_remote_url("http:///p/"), "http:///p/: no host");
   REQUIRE_THROWS_WITH(parse_remote_url("http://u:secret@/p/"), "http://***@/p/: no host");
   REQUIRE_THROWS_WITH(parse_remote_url("http://host/p/?sig=1"), Catch::Contains("a query or fragment"));
@@ -123,4 +135,196 @@ TEST_CASE("url list: a listed location is told from a prefix with a manifest", "
   CHECK_FALSE(is_listed_location("https://h/d/"));
   CHECK_FALSE(is_listed_location("https://h/d"));
   CHECK_FALSE(is_listed_location("/local/train-{0..3}.tar"));
+}
+
+namespace {
+
+S3Environment keys(std::string endpoint = "", std::string region = "eu-west-3") {
+  return checked_s3_environment({.credentials = {"AKIDEXAMPLE", "secret/key+1", "token"}, .region = std::move(region),
+                                 .endpoint = std::move(endpoint)});
+}
+
+}  // namespace
+
+TEST_CASE("s3 url: AWS's virtual-hosted addresses, an endpoint's path-style ones, keys only in the request", "[remote][s3]") {
+  const RemoteUrl aws = parse_remote_url("s3://my-bucket/data/train/", keys());
+  CHECK(aws.full() == "https://my-bucket.s3.eu-west-3.amazonaws.com/data/train/");
+  CHECK(aws.shown() == "s3://my-bucket/data/train/");
+  CHECK(child(aws, "shard-000000.tar").full() == "https://my-bucket.s3.eu-west-3.amazonaws.com/data/train/shard-000000.tar");
+  CHECK(child(aws, "shard-000000.tar").aws.key_id == "AKIDEXAMPLE");
+  CHECK(aws.region == "eu-west-3");
+  // A dotted bucket goes path-style: *.s3... certificates cover one label.
+  CHECK(parse_remote_url("s3://my.bucket/p/", keys()).full() == "https://s3.eu-west-3.amazonaws.com/my.bucket/p/");
+  CHECK(parse_remote_url("s3://bucket", keys()).full() == "https://bucket.s3.eu-west-3.amazonaws.com/");
+  CHECK(child(parse_remote_url("s3://bucket", keys()), "x.tar").shown() == "s3://bucket/x.tar");
+  // An S3-compatible store: path-style under its endpoint, the key encoded as S3 signs it.
+  const RemoteUrl minio = parse_remote_url("s3://bucket/a b+c/", keys("http://127.0.0.1:9000/"));
+  CHECK(minio.full() == "http://127.0.0.1:9000/bucket/a%20b%2Bc/");
+  CHECK(minio.shown() == "s3://bucket/a%20b%2Bc/");
+  CHECK(parse_remote_url("s3://bucket/p/", keys("https://gw.example/s3")).full() == "https://gw.example/s3/bucket/p/");
+  // Nothing shown or named on disk holds a key.
+  for (const RemoteUrl& u : {aws, minio}) {
+    for (const std::string& text : {u.shown(), cache_key(u)}) {
+      CHECK(text.find("secret") == std::string::npos);
+      CHECK(text.find("AKID") == std::string::npos);
+      CHECK(text.find("token") == std::string::npos);
+    }
+  }
+  // One bucket on two endpoints: two cache folders; one location with other keys: one.
+  CHECK(cache_key(minio) != cache_key(parse_remote_url("s3://bucket/a b+c/", keys("http://127.0.0.1:9001"))));
+  S3Environment other = keys("http://127.0.0.1:9000");
+  other.credentials = {"AKIDOTHER", "other", ""};
+  CHECK(cache_key(minio) == cache_key(parse_remote_url("s3://bucket/a b+c/", other)));
+}
+
+TEST_CASE("s3 url: a bucket S3 does not allow, a climbing key, a query: one line naming the URL", "[remote][s3]") {
+  CHECK_THROWS_WITH(parse_remote_url("s3:///p/", keys()), "s3:///p/: no bucket");
+  CHECK_THROWS_WITH(parse_remote_url("s3://My_Bucket/p/", keys()), Catch::Contains("s3://My_Bucket/p/: not a bucket name"));
+  CHECK_THROWS_WITH(parse_remote_url("s3://ab/p/", keys()), Catch::Contains("not a bucket name"));
+  CHECK_THROWS_WITH(parse_remote_url("s3://bucket/a/../b/", keys()), Catch::Contains("climbs"));
+  CHECK_THROWS_WITH(parse_remote_url("s3://bucket/p/?versionId=1", keys()), Catch::Contains("a query or fragment"));
+  CHECK_THROWS_WITH(parse_remote_url("s3://bucket/a\nb/", keys()), "s3://bucket/a: a control character in the URL");
+}
+
+TEST_CASE("s3 environment: AWS's variables in AWS's order of precedence, each bad one named", "[remote][s3]") {
+  struct Saved {
+    const char* name;
+    std::string value;
+    bool set;
+  };
+  std::vector<Saved> saved;
+  for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+                           "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}) {
+    const char* v = std::getenv(name);
+    saved.push_back({name, v ? v : "", v != nullptr});
+    ::unsetenv(name);
+  }
+  S3Environment none = s3_environment();
+  CHECK(none.credentials.key_id.empty());
+  CHECK(none.region == "us-east-1");
+  CHECK(none.endpoint.empty());
+  ::setenv("AWS_DEFAULT_REGION", "ap-south-1", 1);
+  CHECK(s3_environment().region == "ap-south-1");
+  ::setenv("AWS_REGION", "eu-north-1", 1);
+  CHECK(s3_environment().region == "eu-north-1");
+  ::setenv("AWS_ENDPOINT_URL", "http://general:1/", 1);
+  CHECK(s3_environment().endpoint == "http://general:1");
+  ::setenv("AWS_ENDPOINT_URL_S3", "http://s3only:2", 1);
+  CHECK(s3_environment().endpoint == "http://s3only:2");
+  CHECK(parse_remote_url("s3://bucket/p/").full() == "http://s3only:2/bucket/p/");  // the one-argument form reads them
+  ::setenv("AWS_ACCESS_KEY_ID", "AKID", 1);
+  CHECK_THROWS_WITH(s3_environment(), "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+  ::setenv("AWS_SECRET_ACCESS_KEY", "sekrit", 1);
+  ::setenv("AWS_SESSION_TOKEN", "tok", 1);
+  const S3Environment all = s3_environment();
+  CHECK((all.credentials.key_id == "AKID" && all.credentials.secret == "sekrit" && all.credentials.token == "tok"));
+  ::setenv("AWS_ENDPOINT_URL_S3", "minio:9000", 1);
+  CHECK_THROWS_WITH(s3_environment(), "AWS_ENDPOINT_URL_S3=minio:9000: not an http:// or https:// URL");
+  ::setenv("AWS_ENDPOINT_URL_S3", "http://u:sekrit@h", 1);
+  CHECK_THROWS_WITH(s3_environment(), Catch::Contains("credentials in the URL"));
+  ::unsetenv("AWS_ENDPOINT_URL_S3");
+  ::setenv("AWS_REGION", "eu west", 1);
+  CHECK_THROWS_WITH(s3_environment(), Catch::Contains("AWS_REGION=eu west: not a region"));
+  CHECK_THROWS_WITH(parse_remote_url("s3://bucket/p/"), Catch::Contains("AWS_REGION"));
+  CHECK_NOTHROW(parse_remote_url("http://host/p/"));  // an http URL reads no AWS variable
+  for (const Saved& s : saved) {
+    if (s.set) {
+      ::setenv(s.name, s.value.c_str(), 1);
+    } else {
+      ::unsetenv(s.name);
+    }
+  }
+}
+
+namespace {
+
+// Accepts one connection on a loopback port, keeps the request's head, and
+// answers 206 with `body`.
+class CaptureServer {
+ public:
+  explicit CaptureServer(std::string body) : body_(std::move(body)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(listener_, 1) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      throw std::runtime_error("capture server: no loopback socket");
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::jthread([this] { serve(); });
+  }
+  ~CaptureServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+  // The request's head, once the answer went out.
+  std::string request() {
+    if (thread_.joinable()) thread_.join();
+    return head_;
+  }
+
+ private:
+  void serve() {
+    const int c = ::accept(listener_, nullptr, nullptr);
+    if (c < 0) return;
+    char buffer[4096];
+    while (head_.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(c, buffer, sizeof buffer, 0);
+      if (n <= 0) break;
+      head_.append(buffer, std::size_t(n));
+    }
+    const std::string answer = "HTTP/1.1 206 Partial Content\r\nContent-Length: " + std::to_string(body_.size()) +
+                               "\r\nConnection: close\r\n\r\n" + body_;
+    (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+    ::close(c);
+  }
+
+  std::string body_, head_;
+  int listener_ = -1, port_ = 0;
+  std::jthread thread_;
+};
+
+std::string header(const std::string& head, const std::string& name) {
+  const auto at = head.find("\r\n" + name + ": ");
+  if (at == std::string::npos) return "";
+  const auto start = at + 4 + name.size();
+  return head.substr(start, head.find("\r\n", start) - start);
+}
+
+}  // namespace
+
+// AWS's worked example of a signed GET Object with a Range header (Amazon S3
+// API Reference, "Signature Calculations for the Authorization Header:
+// Transferring Payload in a Single Chunk", Example: GET Object): its keys,
+// time, host and range, and the Authorization it publishes. The request
+// libcurl signs for HttpClient::get_range must carry exactly that header.
+TEST_CASE("s3 signature: a signed range GET carries the Authorization AWS publishes for it", "[remote][s3]") {
+  if (!http_available()) {
+    WARN("built without libcurl: no request to sign");
+    return;
+  }
+  CaptureServer server("0123456789");
+  RemoteUrl url = parse_remote_url("http://examplebucket.s3.amazonaws.com/test.txt");
+  url.aws = {"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
+  url.region = "us-east-1";
+  HttpOptions options;
+  options.connect_to = {"examplebucket.s3.amazonaws.com:80:127.0.0.1:" + std::to_string(server.port())};
+  options.clock = [] { return std::chrono::system_clock::from_time_t(1369353600); };  // 2013-05-24T00:00:00Z
+  HttpClient http(options);
+  CHECK(http.get_range(url, 0, 10) == "0123456789");
+  const std::string head = server.request();
+  CHECK(head.starts_with("GET /test.txt HTTP/1.1\r\n"));
+  CHECK(header(head, "Host") == "examplebucket.s3.amazonaws.com");
+  CHECK(header(head, "Range") == "bytes=0-9");
+  CHECK(header(head, "x-amz-date") == "20130524T000000Z");
+  CHECK(header(head, "x-amz-content-sha256") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(header(head, "Authorization") ==
+        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+        "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+        "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+  CHECK(head.find("wJalrXUtnFEMI") == std::string::npos);  // the secret never goes on the wire
 }

@@ -5,6 +5,11 @@
 // connect_timeout, or sends less than a byte a second for stall_timeout, is a
 // timeout, so no request waits for ever. Credentials in a URL go with the
 // request only: every message names the URL as RemoteUrl::shown() does.
+// A URL that carries AWS keys (RemoteUrl::aws: an s3:// location) is signed
+// with AWS Signature V4 by libcurl (CURLOPT_AWS_SIGV4), with the
+// x-amz-content-sha256 and x-amz-date headers S3 requires (and
+// x-amz-security-token for temporary keys) among the signed ones; S3's error
+// code (SignatureDoesNotMatch, NoSuchKey, ...) joins the status in messages.
 //
 //   HttpClient http;
 //   const std::string manifest = http.get(url, 64 << 20);
@@ -19,10 +24,12 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "data/remote/retry.h"
 #include "data/remote/url.h"
@@ -48,6 +55,14 @@ struct HttpOptions {
   // The longest a transfer may go at under 1 byte/s (a server that accepts and
   // never answers). Default: 30 s.
   std::chrono::seconds stall_timeout{30};
+  // Requests for one host and port sent to another, as curl's --connect-to
+  // "HOST:PORT:TO_HOST:TO_PORT" (the URL, its Host header and its signature
+  // unchanged): a name pinned to one node, or a test's loopback server
+  // standing in for a named host. Default: none.
+  std::vector<std::string> connect_to;
+  // The time a signed request states (x-amz-date). Default (empty): the
+  // system clock; a test gives a fixed time to reproduce a published signature.
+  std::function<std::chrono::system_clock::time_point()> clock;
 };
 
 // Whether this build has libcurl. Throws nothing.
@@ -71,6 +86,11 @@ class HttpClient {
   // HttpError as get() does, and when the body, whole, is not `size` bytes,
   // or `file` cannot be written.
   void get_to_file(const RemoteUrl& url, const std::filesystem::path& file, std::optional<std::uint64_t> size);
+  // Bytes [offset, offset + length) of the object, length > 0, with one
+  // request (a Range header, signed with the rest). Blocks. Throws HttpError
+  // as get() does, and when the server ignores the range (a 200) or the
+  // object ends before offset + length.
+  std::string get_range(const RemoteUrl& url, std::uint64_t offset, std::uint64_t length);
   // Requests retried since this client was made. Throws nothing.
   std::uint64_t retries() const;
 

@@ -3,7 +3,10 @@
 #include <curl/curl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -43,22 +46,46 @@ TransportError transport_error(CURLcode rc) {
   }
 }
 
-// Where one request's body goes: a string (get) or a file (get_to_file),
-// after the `at` bytes an earlier try of the same request kept.
+// Where one request's body goes: a string (get, get_range) or a file
+// (get_to_file), after the `at` bytes an earlier try of the same request
+// kept. A response of 300 or more has its body (S3's error document) kept
+// in `error_text` instead, to name its code.
 struct Body {
   CURL* easy = nullptr;
   std::string* text = nullptr;
   std::FILE* file = nullptr;
   std::uint64_t at = 0, limit = 0;
+  // get_range: bytes [offset, last] asked for; a whole body (200) is refused.
+  bool ranged = false;
+  std::uint64_t offset = 0, last = 0;
   bool checked = false;  // the status of this response was looked at
   bool over = false;     // the body ran past `limit`
+  bool ignored_range = false;  // a range asked for, the whole object sent
+  bool error_response = false;  // status 300 or more: the body is the error's
+  std::string error_text;
   int write_error = 0;
 
-  // A resumed request the server answered whole (200, not 206): start over.
-  bool restart_if_whole() {
+  // The Range header this try sends, or "" for none.
+  std::string range() const {
+    if (!ranged && at == 0) return "";
+    return "Range: bytes=" + std::to_string(offset + at) + "-" + (ranged ? std::to_string(last) : "");
+  }
+
+  // The first bytes of a response: an error's body is kept apart; a resumed
+  // request the server answered whole (200, not 206) starts over; a range
+  // answered whole fails.
+  bool accept_status() {
     long status = 0;
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-    if (at == 0 || status == 206) return true;
+    if (status >= 300) {
+      error_response = true;
+      return true;
+    }
+    if (status == 206 || range().empty()) return true;
+    if (ranged) {
+      ignored_range = true;
+      return false;
+    }
     at = 0;
     if (text) text->clear();
     if (file && (std::fflush(file) != 0 || ::ftruncate(::fileno(file), 0) != 0 || std::fseek(file, 0, SEEK_SET) != 0)) {
@@ -70,7 +97,11 @@ struct Body {
 
   static std::size_t on_data(char* data, std::size_t, std::size_t n, void* self) {
     Body& b = *static_cast<Body*>(self);
-    if (!b.checked && !(b.checked = true, b.restart_if_whole())) return 0;
+    if (!b.checked && !(b.checked = true, b.accept_status())) return 0;
+    if (b.error_response) {
+      b.error_text.append(data, std::min<std::size_t>(n, 4096 - std::min<std::size_t>(4096, b.error_text.size())));
+      return n;
+    }
     if (n > b.limit - b.at) {
       b.over = true;
       return 0;
@@ -85,6 +116,38 @@ struct Body {
   }
 };
 
+// S3's error code from its XML error document ("NoSuchKey"), or "".
+std::string s3_error_code(const std::string& body) {
+  const auto open = body.find("<Code>");
+  const auto close = body.find("</Code>", open);
+  if (open == std::string::npos || close == std::string::npos || close - open > 6 + 64) return "";
+  std::string code = body.substr(open + 6, close - open - 6);
+  const bool plain = std::all_of(code.begin(), code.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+  return plain ? code : "";
+}
+
+// x-amz-date's form: 20130524T000000Z.
+std::string amz_date(std::chrono::system_clock::time_point t) {
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
+struct SlistFree {
+  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
+};
+using Slist = std::unique_ptr<curl_slist, SlistFree>;
+
+void append(Slist& list, const std::string& line) {
+  curl_slist* grown = curl_slist_append(list.get(), line.c_str());
+  if (!grown) throw std::bad_alloc();
+  list.release();
+  list.reset(grown);
+}
+
 }  // namespace
 
 struct HttpClient::Impl {
@@ -93,6 +156,7 @@ struct HttpClient::Impl {
   char error[CURL_ERROR_SIZE] = {};
   std::uint64_t retries = 0;
   std::mt19937_64 random{std::random_device{}()};
+  Slist headers, connect_to;  // set on the handle: live until the next request
 
   void configure(const RemoteUrl& url, Body& body);
   void run(const RemoteUrl& url, Body& body, std::uint64_t exact);
@@ -101,10 +165,12 @@ struct HttpClient::Impl {
 void HttpClient::Impl::configure(const RemoteUrl& url, Body& body) {
   curl_easy_reset(easy);  // keeps the connection cache
   const std::string full = url.full();
+  const bool signed_request = !url.aws.key_id.empty();
   curl_easy_setopt(easy, CURLOPT_URL, full.c_str());
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy, CURLOPT_FAILONERROR, 1L);
-  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
+  // S3 answers a bucket in another region with a 301 and no Location, and a
+  // signature holds for one host: signed and s3 requests follow no redirect.
+  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, signed_request || url.scheme == "s3" ? 0L : 1L);
   curl_easy_setopt(easy, CURLOPT_MAXREDIRS, 5L);
   curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -115,8 +181,41 @@ void HttpClient::Impl::configure(const RemoteUrl& url, Body& body) {
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &Body::on_data);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &body);
-  body.checked = false;
-  if (body.at > 0) curl_easy_setopt(easy, CURLOPT_RANGE, (std::to_string(body.at) + "-").c_str());
+  body.checked = body.error_response = false;
+  body.error_text.clear();
+  headers.reset();
+  if (const std::string range = body.range(); !range.empty()) append(headers, range);
+  if (signed_request) {
+    // libcurl 7.88 signs every header set here and host; it takes the payload
+    // hash and the date from these headers, and adds neither itself.
+    static constexpr const char* kEmptyBodySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    append(headers, std::string("x-amz-content-sha256: ") + kEmptyBodySha256);
+    append(headers, "x-amz-date: " + amz_date(options.clock ? options.clock() : std::chrono::system_clock::now()));
+    if (!url.aws.token.empty()) append(headers, "x-amz-security-token: " + url.aws.token);
+    curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, ("aws:amz:" + url.region + ":s3").c_str());
+    curl_easy_setopt(easy, CURLOPT_USERNAME, url.aws.key_id.c_str());
+    curl_easy_setopt(easy, CURLOPT_PASSWORD, url.aws.secret.c_str());
+  }
+  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers.get());
+  if (!connect_to && !options.connect_to.empty()) {
+    for (const std::string& line : options.connect_to) append(connect_to, line);
+  }
+  curl_easy_setopt(easy, CURLOPT_CONNECT_TO, connect_to.get());
+}
+
+// "HTTP 403" and what the response says of it.
+std::string status_text(const RemoteUrl& url, long status, const Body& body) {
+  std::string why = "HTTP " + std::to_string(status);
+  const std::string code = s3_error_code(body.error_text);
+  if (!code.empty()) why += " (" + code + ")";
+  if (status == 416) why += " (it holds fewer bytes than asked for)";
+  if (code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || (url.scheme == "s3" && status == 301)) {
+    why += "; the bucket is in another region than " + url.region + ": set AWS_REGION";
+  }
+  if (url.scheme == "s3" && url.aws.key_id.empty() && (status == 401 || status == 403)) {
+    why += "; the request went unsigned: AWS_ACCESS_KEY_ID is not set";
+  }
+  return why;
 }
 
 // Tries the request until it succeeds, fails for good, or runs out of tries;
@@ -129,25 +228,27 @@ void HttpClient::Impl::run(const RemoteUrl& url, Body& body, std::uint64_t exact
     const CURLcode rc = curl_easy_perform(easy);
     if (body.over) throw HttpError(shown + ": the body is over the " + std::to_string(body.limit) + " bytes expected");
     if (body.write_error) throw HttpError(shown + ": cannot write what it sends: " + std::strerror(body.write_error));
+    if (body.ignored_range) throw HttpError(shown + ": the server ignores Range requests (it sent the whole object)");
     long status = 0;
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-    if (rc == CURLE_OK) {
+    if (rc == CURLE_OK && status < 300) {
       if (exact == 0 || body.at == exact) return;
       throw HttpError(shown + ": the body is " + std::to_string(body.at) + " bytes, not the " + std::to_string(exact) +
-                      " the manifest lists");
+                      (body.ranged ? " asked for" : " the manifest lists"));
     }
     Outcome outcome = Outcome::fail;
     std::string why;
-    if (rc == CURLE_HTTP_RETURNED_ERROR) {
-      outcome = status == 416 ? Outcome::fail : after_status(status);  // 416: the server holds fewer bytes than asked for
-      why = "HTTP " + std::to_string(status) + (status == 416 ? " (it holds fewer bytes than the manifest lists)" : "");
+    const bool http_error = rc == CURLE_OK;
+    if (http_error) {
+      outcome = status < 400 || status == 416 ? Outcome::fail : after_status(status);
+      why = status_text(url, status, body);
     } else {
       outcome = after_transport(transport_error(rc));
       why = error[0] ? error : curl_easy_strerror(rc);
     }
     if (outcome == Outcome::fail || attempt >= options.retry.attempts) {
       throw HttpError(shown + ": " + why + (attempt > 1 ? " (after " + std::to_string(attempt) + " tries)" : ""),
-                      rc == CURLE_HTTP_RETURNED_ERROR ? status : 0);
+                      http_error ? status : 0);
     }
     ++retries;
     std::this_thread::sleep_for(options.retry.delay(attempt, random()));
@@ -183,6 +284,14 @@ void HttpClient::get_to_file(const RemoteUrl& url, const std::filesystem::path& 
     throw;
   }
   if (std::fclose(out) != 0) throw HttpError(url.shown() + ": cannot write " + file.string() + ": " + std::strerror(errno));
+}
+
+std::string HttpClient::get_range(const RemoteUrl& url, std::uint64_t offset, std::uint64_t length) {
+  if (length == 0) throw HttpError(url.shown() + ": a range of 0 bytes");
+  std::string text;
+  Body body{.easy = impl_->easy, .text = &text, .limit = length, .ranged = true, .offset = offset, .last = offset + length - 1};
+  impl_->run(url, body, length);
+  return text;
 }
 
 std::uint64_t HttpClient::retries() const { return impl_->retries; }

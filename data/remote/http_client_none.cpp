@@ -9,7 +9,7 @@ struct HttpClient::Impl {};
 bool http_available() { return false; }
 
 HttpClient::HttpClient(HttpOptions) {
-  throw HttpError("this conveyor was built without libcurl (CONVEYOR_CURL=OFF): it reads no http:// or https:// "
+  throw HttpError("this conveyor was built without libcurl (CONVEYOR_CURL=OFF): it reads no http://, https:// or s3:// "
                   "shards; build with libcurl (Debian: libcurl4-openssl-dev), or copy the shards to a local folder");
 }
 
@@ -18,6 +18,8 @@ HttpClient::~HttpClient() = default;
 std::string HttpClient::get(const RemoteUrl&, std::uint64_t) { return {}; }
 
 void HttpClient::get_to_file(const RemoteUrl&, const std::filesystem::path&, std::optional<std::uint64_t>) {}
+
+std::string HttpClient::get_range(const RemoteUrl&, std::uint64_t, std::uint64_t) { return {}; }
 
 std::uint64_t HttpClient::retries() const { return 0; }
 
