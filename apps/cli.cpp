@@ -95,12 +95,13 @@ Dataset shards_of_rank(const Dataset& d, const Options& o) {
   }
 }
 
-Dataset open_dataset(const Options& o, Announce announce) {
+Dataset open_dataset(const Options& o, Announce announce, Remote remote) {
   if (int(!o.list.empty()) + int(!o.folder.empty()) + int(!o.shards.empty()) > 1) {
     throw UsageError("--list, --folder, --shards: give one dataset, not several");
   }
   DatasetSpec spec{.unlisted = o.unlisted_shards, .rank_by_shard = o.rank_by_shard, .rank_by_shard_setting = "--rank-by-shard: "};
   spec.remote.cache_dir = o.cache_dir;
+  spec.remote.stream = remote == Remote::stream;
   for (const auto& [path, kind, setting] : {std::tuple{&o.shards, DatasetSpec::Kind::shards, "--shards "},
                                             std::tuple{&o.list, DatasetSpec::Kind::list, "--list "},
                                             std::tuple{&o.folder, DatasetSpec::Kind::folder, "--folder "}}) {

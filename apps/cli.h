@@ -73,7 +73,11 @@ enum class Announce { always, when_made };
 // --list, --folder, --shards, or the embedded default dataset (made on first use; says
 // which on stderr per `announce`, and always when it was just made). Throws
 // UsageError, also for a dataset with no samples (an empty list).
-Dataset open_dataset(const Options& o, Announce announce);
+// Remote shards are read while they download (RemoteOptions::stream), or,
+// with Remote::download_first (inspect and pack, which check a dataset),
+// downloaded and checked whole first.
+enum class Remote { stream, download_first };
+Dataset open_dataset(const Options& o, Announce announce, Remote remote = Remote::stream);
 // --rank-by-shard: rank o.rank's shards of d, of o.world_size ranks
 // (Dataset::rank_subset, the pipeline's shard policy). open_dataset applies
 // it; train applies it to its training split instead. Throws UsageError.

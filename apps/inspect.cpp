@@ -23,7 +23,7 @@ int inspect(const Options& o) {
   // A signal during the folder scan ends the program at once (nothing counted
   // yet, nothing to print); from the first sample on, Ctrl-C prints the counts
   // so far, then exits 130.
-  Dataset dataset = open_dataset(o, Announce::always);
+  Dataset dataset = open_dataset(o, Announce::always, Remote::download_first);
   catch_interrupts();
   struct Counts {
     std::map<std::string, std::size_t> formats, modes, sizes;
@@ -38,7 +38,7 @@ int inspect(const Options& o) {
   cfg.workers = o.workers;
   cfg.shuffle = false;
   cfg.epochs = 1;
-  const SampleReader reader(dataset, posix_file_system(), DecodeLimits{}.max_file_bytes);
+  const SampleReader reader(dataset, nullptr, DecodeLimits{}.max_file_bytes);  // the dataset's files
   StageFunctions stages;
   stages.fill = [&](Sample& s) {
     Counts& c = per_worker[s.worker];

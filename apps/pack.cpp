@@ -263,7 +263,7 @@ bool reencode_sample(const Dataset& d, std::size_t i, const ReencodeSettings& se
 // cannot be read.
 std::size_t write_samples(const Dataset& d, ShardWriter& w, const std::optional<ReencodeSettings>& reencode,
                           std::size_t& reencoded) {
-  const SampleReader reader(d, posix_file_system(), DecodeLimits{}.max_file_bytes, 1);  // one shard at a time, in order
+  const SampleReader reader(d, nullptr, DecodeLimits{}.max_file_bytes, 1);  // one shard at a time, in order
   std::vector<unsigned char> bytes;
   ImageDecoder decoder;  // --max-side's, reused from sample to sample
   ReencodeScratch scratch;
@@ -345,7 +345,7 @@ int pack(const Options& o) {
   if (existed && !fs::is_directory(out, ec)) throw UsageError("--out " + o.out + ": exists and is not an empty folder");
   // The dataset first, before anything is made: a signal during a long scan
   // ends the program with nothing to undo.
-  const Dataset d = open_dataset(o, Announce::when_made);
+  const Dataset d = open_dataset(o, Announce::when_made, Remote::download_first);
   for (std::size_t i = 0; i < d.size(); ++i) (void)image_extension(d, i);  // refuse before writing anything
   // Then OUT is claimed, under a lock on OUT itself: stale partial folders
   // cleared, another pack's refused, this pack's made and locked. Two packs

@@ -97,7 +97,15 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   list("epoch_batches", [](const EpochFigures& f) { return f.batches; });
   list("epoch_digest", [](const EpochFigures& f) { return f.digest; });
   list("epoch_prefetched", [](const EpochFigures& f) { return f.prefetched; });  // samples decoded before it began, at least
-  out << "  \"file_opens\": " << posix_file_opens() << ",\n";  // by the whole process: the dataset's files or shards
+  out << "  \"file_opens\": " << posix_file_opens() << ",\n";
+  out << "  \"remote\": ";
+  if (const auto& c = r.remote) {
+    out << "{\"shards\": " << c->shards << ", \"cached\": " << c->cached << ", \"downloaded\": " << c->downloaded
+        << ", \"failed\": " << c->failed << ", \"range_reads\": " << c->range_reads << ", \"range_bytes\": " << c->range_bytes
+        << ", \"network_wait_s\": " << c->range_seconds << ", \"retries\": " << c->retries << "},\n";
+  } else {
+    out << "null,\n";
+  }  // by the whole process: the dataset's files or shards
   out << "  \"gpu_share\": " << r.gpu_share << ", \"gpu_decoded\": " << r.gpu_decoded
       << ", \"gpu_cpu_fallbacks\": " << r.gpu_cpu_fallbacks << ",\n";
   out << "  \"consumer_idle\": " << consumer_idle(r.stats) << ",\n  \"peak_rss_mib\": " << double(peak_rss_kib()) / 1024.0
@@ -111,6 +119,28 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   }
   out << (r.skipped.empty() ? "]\n}\n" : "\n  ]\n}\n");
   write_file("--json", file, out.str());
+}
+
+std::optional<StreamingCounters> remote_counters(const Dataset& dataset) {
+  if (const auto* streaming = dynamic_cast<const StreamingShards*>(dataset.files().get())) return streaming->counters();
+  return std::nullopt;
+}
+
+std::string remote_line(const StreamingCounters& c, double workers_busy_s) {
+  char line[400];
+  const std::uint64_t pending = c.shards - c.cached - c.downloaded - c.failed;
+  std::snprintf(line, sizeof line,
+                "remote: %llu shards, %llu in the cache at the start, %llu downloaded, %llu downloading, %llu failed; "
+                "%llu samples (%.1f MiB) read by range, the workers waited %.2f s on the network of %.2f s busy, %llu retries",
+                (unsigned long long)c.shards, (unsigned long long)c.cached, (unsigned long long)c.downloaded,
+                (unsigned long long)pending, (unsigned long long)c.failed, (unsigned long long)c.range_reads,
+                double(c.range_bytes) / (1 << 20), c.range_seconds, workers_busy_s, (unsigned long long)c.retries);
+  std::string out = line;
+  if (workers_busy_s > 0 && c.range_seconds > 0.5 * workers_busy_s) {
+    out += "\nbottleneck: the network (range reads of shards still downloading) - the shards land in the cache "
+           "meanwhile, and reads of them are local from then on";
+  }
+  return out + "\n";
 }
 
 void report_trace(const std::string& file) {

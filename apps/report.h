@@ -6,11 +6,14 @@
 // Thread safety: the caller's thread only.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/epochs.h"
 #include "apps/options.h"
+#include "data/dataset.h"
+#include "data/remote/streaming_shards.h"
 #include "pipeline/stats.h"
 
 namespace conveyor::apps {
@@ -23,10 +26,22 @@ struct RunResult {
   int interrupted = 0;  // SIGINT or SIGTERM ended the run early (the last epoch is partial)
   double gpu_share = 0;                 // --gpu-decode: the share used (0: CPU workers alone)
   std::uint64_t gpu_decoded = 0, gpu_cpu_fallbacks = 0;  // gpu_decode_counts(pipeline) (gpu_decode/step.h)
+  // Shards read while they download (data/remote/streaming_shards.h): what
+  // the reads and downloads did by the run's end; none for other datasets.
+  std::optional<StreamingCounters> remote;
 
   // Images, batches, skipped samples and seconds over every epoch.
   EpochFigures total() const;
 };
+
+// The counters of a dataset whose shards stream in (open_remote_shards);
+// none for any other. Throws nothing.
+std::optional<StreamingCounters> remote_counters(const Dataset& dataset);
+// One line on the shards streaming in: how many are in the cache, the
+// samples read by range and the time the workers waited on the network
+// against their busy time `workers_busy_s`; when that wait is most of it, it
+// says the network is the limit. Throws nothing but bad_alloc.
+std::string remote_line(const StreamingCounters& c, double workers_busy_s);
 
 // --on-error skip: the samples left out; in the terminal the first few and the count.
 void report_skipped(const RunResult& r);

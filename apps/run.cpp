@@ -23,8 +23,8 @@ namespace {
 // stage table of that epoch alone.
 class StreamingReporter final : public EpochReporter {
  public:
-  StreamingReporter(Output output, const DevicePipeline& pipeline)
-      : output_(output), pipeline_(pipeline) {}
+  StreamingReporter(Output output, const DevicePipeline& pipeline, const Dataset& dataset)
+      : output_(output), pipeline_(pipeline), dataset_(dataset), remote_before_(remote_counters(dataset)) {}
 
   std::string progress(const EpochFigures& f, std::size_t done, std::size_t total) const override {
     if (output_ == Output::quiet) return {};
@@ -48,6 +48,17 @@ class StreamingReporter final : public EpochReporter {
                 (unsigned long long)f.batches, f.seconds, f.images_per_s(), 100 * consumer_idle(epoch_stats), f.rss_mib,
                 f.skipped ? (", " + std::to_string(f.skipped) + " skipped").c_str() : "", f.prefetch_note().c_str());
     std::printf("%s", epoch_stats.table().c_str());
+    if (const std::optional<StreamingCounters> now_remote = remote_counters(dataset_)) {
+      StreamingCounters epoch = *now_remote;  // this epoch's reads; the shards' states as they are
+      epoch.range_reads -= remote_before_->range_reads;
+      epoch.range_bytes -= remote_before_->range_bytes;
+      epoch.range_seconds -= remote_before_->range_seconds;
+      epoch.retries -= remote_before_->retries;
+      remote_before_ = now_remote;
+      double busy = 0;
+      for (const StageStats& stage : epoch_stats.stages) busy += stage.name == "workers" ? stage.busy_s : 0;
+      std::printf("%s", remote_line(epoch, busy).c_str());
+    }
     std::fflush(stdout);
     return true;
   }
@@ -55,7 +66,9 @@ class StreamingReporter final : public EpochReporter {
  private:
   Output output_;
   const DevicePipeline& pipeline_;
+  const Dataset& dataset_;
   PipelineStats before_;
+  std::optional<StreamingCounters> remote_before_;
 };
 
 void print_header(const Options& o, const Dataset& dataset, const std::string& device) {
@@ -92,7 +105,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
   }
   DevicePipeline& pipeline = *built;
   const PipelineTrace::Sampling sampling(trace.get(), pipeline);  // joined before the pipeline goes
-  StreamingReporter reporter(output, pipeline);
+  StreamingReporter reporter(output, pipeline, dataset);
   result.interrupted = for_each_epoch(
       0, o.epochs, reporter, result.epochs, pipeline.started_at(), [&](std::uint64_t) { return pipeline.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
@@ -114,6 +127,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
       });
   result.stats = pipeline.stats();
   result.skipped = pipeline.skipped();
+  result.remote = remote_counters(dataset);
   const auto gpu = gpu_decode_counts(pipeline);
   result.gpu_decoded = gpu.decoded;
   result.gpu_cpu_fallbacks = gpu.cpu_fallbacks;
@@ -179,7 +193,11 @@ RunResult run_once(const Options& o, Output output) {
   const GpuDecodeChoice& gpu = parts.gpu;
   if (!gpu.line.empty() && output == Output::print) std::printf("%s\n", gpu.line.c_str());
   const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : parts.images->filler();
-  if (o.serial) return run_serial(o, cfg, dataset.size(), fill, device, output);
+  if (o.serial) {
+    RunResult r = run_serial(o, cfg, dataset.size(), fill, device, output);
+    r.remote = remote_counters(dataset);
+    return r;
+  }
   RunResult r = run_streaming(o, cfg, dataset, fill, std::move(tc), device, output);
   r.gpu_share = gpu.share;
   return r;

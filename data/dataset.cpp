@@ -120,6 +120,7 @@ Dataset Dataset::subset(std::span<const std::size_t> indices) const {
   d.classes_ = classes_;
   d.source_ = source_;
   d.shards_ = shards_;
+  d.files_ = files_;
   for (const std::size_t i : indices) {
     if (i >= size()) throw_out_of_range(i);
     d.add_path(stored_path(i));

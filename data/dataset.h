@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -118,6 +119,16 @@ class Dataset {
   // Where it came from, for reports: the list file or the root folder as given; "" when built from
   // vectors. Throws nothing.
   const std::filesystem::path& source() const { return source_; }
+  // Where the samples' bytes are read from: null for the local file system
+  // (posix_file_system()), or the FileSystem of remote shards still arriving
+  // (data/remote/streaming_shards.h). SampleReader and ImageSource read
+  // through it unless given another. Subsets keep it. Throws nothing.
+  const std::shared_ptr<FileSystem>& files() const { return files_; }
+  // This dataset, its bytes read through `files`. Throws nothing.
+  Dataset with_files(std::shared_ptr<FileSystem> files) && {
+    files_ = std::move(files);
+    return std::move(*this);
+  }
 
  private:
   friend class DatasetBuilder;
@@ -146,6 +157,7 @@ class Dataset {
   std::vector<std::filesystem::path> shards_;
   std::vector<std::uint32_t> shard_of_;
   std::vector<ByteRange> ranges_;
+  std::shared_ptr<FileSystem> files_;
   // Shards that carry KEY.conveyor-source only (empty otherwise): sample i's source is
   // source_chars_[source_ends_[i - 1], source_ends_[i]), "" when it has none.
   std::string source_chars_;

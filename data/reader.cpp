@@ -59,7 +59,7 @@ class SampleReader::OpenShards {
 SampleReader::SampleReader(const Dataset& dataset, std::shared_ptr<FileSystem> files, std::uint64_t max_bytes,
                            std::size_t max_open_shards)
     : dataset_(dataset),
-      files_(files ? std::move(files) : posix_file_system()),
+      files_(files ? std::move(files) : dataset.files() ? dataset.files() : posix_file_system()),
       max_bytes_(max_bytes),
       shards_(std::make_unique<OpenShards>(max_open_shards)) {}
 

@@ -30,7 +30,7 @@ class SampleReader {
  public:
   // Default for max_open_shards: 256 shard files open at once.
   static constexpr std::size_t kDefaultMaxOpenShards = 256;
-  // `files` null: posix_file_system(). max_open_shards 0 is taken as 1.
+  // `files` null: the dataset's files(), else posix_file_system(). max_open_shards 0 is taken as 1.
   SampleReader(const Dataset& dataset, std::shared_ptr<FileSystem> files, std::uint64_t max_bytes,
                std::size_t max_open_shards = kDefaultMaxOpenShards);
   ~SampleReader();

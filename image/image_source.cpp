@@ -80,9 +80,10 @@ class ImageSource::Liveness {
 
 namespace {
 
-// The config with its FileSystem default filled in (posix_file_system()).
-ImageConfig with_file_system(ImageConfig c) {
-  if (!c.files) c.files = posix_file_system();
+// The config with its FileSystem default filled in: the dataset's files(),
+// else posix_file_system().
+ImageConfig with_file_system(ImageConfig c, const Dataset& dataset) {
+  if (!c.files) c.files = dataset.files() ? dataset.files() : posix_file_system();
   return c;
 }
 
@@ -90,7 +91,7 @@ ImageConfig with_file_system(ImageConfig c) {
 
 ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
     : dataset_(std::move(dataset)),
-      config_(with_file_system(std::move(config))),
+      config_(with_file_system(std::move(config), dataset_)),
       augment_(config_.transforms),
       reader_(dataset_, config_.files, config_.limits.max_file_bytes, config_.max_open_shards) {
   if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");

@@ -82,7 +82,8 @@ struct ImageConfig {
   // (gpu_decode/step.h, GpuDecode). Incompatible with `normalize` (the device
   // normalizes). Default: 0, every sample on the CPU.
   double gpu_share = 0;
-  // Where files are read from. Default: null, meaning posix_file_system();
+  // Where files are read from. Default: null, meaning the dataset's files(),
+  // else posix_file_system();
   // tests pass one that injects faults.
   std::shared_ptr<FileSystem> files;
 };

@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 
+#include "data/remote/streaming_shards.h"
 #include "python/array_input.h"
 #include "python/batch_arrays.h"
 #include "python/holders.h"
@@ -88,6 +89,9 @@ void interrupted_start();
 struct PyLoader {
   std::unique_ptr<HeldRows> x;  // before `loader`: released after its threads are joined
   std::unique_ptr<Loader> loader;
+  // Shards read while they download (data/remote/streaming_shards.h): their
+  // counters in stats()["remote"]; null for any other dataset.
+  std::shared_ptr<const StreamingShards> remote;
   std::mutex mu;                  // one consumer call at a time; taken with the GIL released
   // Bumped under `mu` by every move (epoch(), load_state_dict): older iterators end.
   std::atomic<std::uint64_t> generation{0};

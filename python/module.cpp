@@ -166,6 +166,7 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
                            unlisted, rank_by_shard, folder ? "folder=" : shards ? "shards=" : "list=", "rank_by_shard=True: ",
                            RemoteOptions{.cache_dir = cache_dir.value_or("")}};
     Dataset d = open_dataset(spec, s.config);  // with rank_by_shard, this rank's shards; the pipeline then runs as rank 0 of 1
+    L->remote = std::dynamic_pointer_cast<const StreamingShards>(d.files());
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
     return L;
   }
@@ -528,7 +529,17 @@ void def_state(py::class_<PyLoader>& loader_class) {
         }
         L.seek(state);
       })
-      .def("stats", [](PyLoader& L) { return stats_dict(L.locked([](Loader& l) { return l.stats(); })); })
+      .def("stats",
+           [](PyLoader& L) {
+             py::dict d = stats_dict(L.locked([](Loader& l) { return l.stats(); }));
+             if (L.remote) {
+               const StreamingCounters c = L.remote->counters();
+               d["remote"] = py::dict("shards"_a = c.shards, "cached"_a = c.cached, "downloaded"_a = c.downloaded,
+                                      "failed"_a = c.failed, "range_reads"_a = c.range_reads, "range_bytes"_a = c.range_bytes,
+                                      "network_wait_s"_a = c.range_seconds, "retries"_a = c.retries);
+             }
+             return d;
+           })
       .def("skipped", [](PyLoader& L) {
         py::list out;
         for (const auto& s : L.locked([](Loader& l) { return l.skipped(); })) out.append(py::dict("epoch"_a = s.epoch, "index"_a = s.index, "reason"_a = message(s.reason),

@@ -33,8 +33,7 @@ Dataset open_dataset(const DatasetSpec& spec, Config& config) {
   Dataset d = [&] {
     switch (spec.kind) {
       case DatasetSpec::Kind::shards:
-        return dataset_from_shards(remote ? fetch_shards(spec.path, spec.remote) : std::filesystem::path(spec.path),
-                                   spec.unlisted);
+        return remote ? open_remote_shards(spec.path, spec.remote) : dataset_from_shards(spec.path, spec.unlisted);
       case DatasetSpec::Kind::list: return dataset_from_list(spec.path);
       case DatasetSpec::Kind::folder: break;
     }

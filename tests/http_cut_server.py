@@ -1,22 +1,30 @@
-"""Serves a folder over HTTP on 127.0.0.1:PORT, answering the first request
-for each manifest 503 and then 429 (to be retried), and cutting the first
-response for each .tar short: it promises the whole size, sends half, and
-closes the connection. Later requests get the rest, honouring `Range: bytes=N-` with a
-206. Each request's path, Range header and status are appended to LOG, one
-line each, as they finish. For http_test.sh (a client must resume with a
-Range request from the byte it reached). Usage: http_cut_server.py DIR PORT LOG
+"""Serves a folder over HTTP on 127.0.0.1:PORT for http_test.sh, honouring
+`Range: bytes=N-` and `bytes=N-M` with a 206, in one of two modes:
+- cut (the default): the first request for each manifest is answered 503 and
+  then 429 (to be retried), and the first whole GET of each .tar is cut short:
+  it promises the whole size, sends half, and closes the connection (a client
+  must resume with a Range request from the byte it reached);
+- slow: every whole GET of a .tar waits 60 s before it answers, while range
+  requests are answered at once (a client reading shards while they download
+  must read its samples by range, and not wait for the downloads).
+Each request's path, Range header and status are appended to LOG, one line
+each, as they finish. Usage: http_cut_server.py DIR PORT LOG [cut|slow]
 """
 import http.server
 import os
+import re
 import sys
+import time
 
 root, port, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+mode = sys.argv[4] if len(sys.argv) > 4 else "cut"
 cut = set()
 refused = {}
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart
 
     def log_message(self, *args):
         pass
@@ -31,32 +39,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             self.note(404)
             return
-        if path.endswith(".conveyor-manifest") and refused.get(path, 0) < 2:
+        if mode == "cut" and path.endswith(".conveyor-manifest") and refused.get(path, 0) < 2:
             status = (503, 429)[refused.get(path, 0)]
             refused[path] = refused.get(path, 0) + 1
             self.send_error(status)
             self.note(status)
             return
         data = open(path, "rb").read()
-        start = 0
         rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes=") and rng.endswith("-"):
-            start = int(rng[6:-1])
-        status = 206 if start else 200
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
+        start, end = (int(m.group(1)), int(m.group(2)) if m.group(2) else len(data) - 1) if m else (0, len(data) - 1)
+        end = min(end, len(data) - 1)
+        if mode == "slow" and path.endswith(".tar") and not m:
+            time.sleep(60)
+        status = 206 if m else 200
         self.send_response(status)
-        self.send_header("Content-Length", str(len(data) - start))
-        if start:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(end + 1 - start))
+        if m:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
         self.end_headers()
-        if path.endswith(".tar") and path not in cut:
+        if mode == "cut" and path.endswith(".tar") and not m and path not in cut:
             cut.add(path)
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
             self.note("cut")
             self.close_connection = True
             return
-        self.wfile.write(data[start:])
+        self.wfile.write(data[start:end + 1])
         self.note(status)
 
 
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+server.daemon_threads = True
+server.serve_forever()

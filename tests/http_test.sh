@@ -4,7 +4,10 @@
 # cache. Shows: the same samples in the same order as the folder read locally
 # (the command's epoch digests; with the Python module, every batch's bytes
 # for 1 and 3 workers, and a resume from the local run's state); a warm second
-# run served from the cache (the access log holds no shard GET); three
+# run served from the cache (the access log holds no shard GET); an epoch
+# read by range requests alone while the shard downloads are held back (the
+# run not waiting for them); a shard missing on the server failing the run in
+# one line, or with --on-error skip its samples skipped and listed; three
 # processes on one cold cache fetch each shard once; 503 and 429 retried and a
 # body broken off half-way resumed with a Range request; a 404, a closed port, a
 # host name that does not resolve, a shard damaged on the server and one cut
@@ -25,20 +28,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/remote_test_lib.sh
+. "$(dirname "$0")/remote_test_lib.sh"
 lighttpd=$(command -v lighttpd || echo /usr/sbin/lighttpd)
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-# 40 generated images listed 16 times: 640 samples, several shards at --shard-mb 1.
-"$conveyor" make-dataset --out "$work/data" --images-per-class 4 >/dev/null
-for _ in $(seq 16); do
-  find "$work/data" -name '*.png' -o -name '*.jpg' | sort | awk '{ print $0, NR % 10 }'
-done >"$work/list.txt"
 mkdir -p "$work/www" "$work/log"
-"$conveyor" pack --list "$work/list.txt" --out "$work/www/ds" --shard-mb 1 >/dev/null
-shards=$(ls "$work/www/ds"/*.tar | wc -l)
-[ "$shards" -ge 2 ] || fail "expected several shards, got $shards"
+pack_dataset "$work/www/ds"
 
 # Without libcurl the URL is refused in one line, whatever the server.
 if "$conveyor" inspect --shards http://127.0.0.1:9/ds/ >"$work/out" 2>"$work/err"; then fail "no server, yet exit 0"; fi
@@ -80,37 +75,24 @@ stop_server() {
 }
 start_server
 url=http://127.0.0.1:$port/ds/
-count_gets() {  # gets=how many shard GETs the server has logged
+count_gets() {  # gets=how many whole shard GETs the server has logged, ranges=how many range reads of shards
   stop_server
-  gets=$(grep -c 'GET /ds/[^ ]*\.tar ' "$work/log/access.log" || true)
+  gets=$(grep -c '"GET /ds/[^ ]*\.tar HTTP/1.1" 200 ' "$work/log/access.log" || true)
+  ranges=$(grep -c '"GET /ds/[^ ]*\.tar HTTP/1.1" 206 ' "$work/log/access.log" || true)
   start_server
 }
 
 # Cold, then warm: the same epochs as the local folder, and the second run
 # asks for the manifest only.
-# run NAME ARGS...: 2 epochs on 3 workers (EPOCHS=, WORKERS= for others),
-# its --json in $work/NAME.json. Every run here crops to 32 pixels: the test is
-# about where the bytes come from, and the default 224 (these images are about
-# 70 pixels) made each epoch cost 14 s under TSan, against 1 s.
-run() { "$conveyor" run --epochs "${EPOCHS:-2}" --workers "${WORKERS:-3}" --batch 5 --crop 32 --json "$work/$1.json" "${@:2}" \
-          >"$work/$1.out" 2>&1 || fail "run $*: $(tail -3 "$work/$1.out")"; }
-# same_epochs WHAT NAME...: the runs' --json give the same epochs (digests and sample counts).
-same_epochs() {
-  local what=$1 files=()
-  for name in "${@:2}"; do files+=("$work/$name.json"); done
-  python3 - "${files[@]}" <<'PY' || fail "$what: the epochs differ"
-import json, sys
-runs = [json.load(open(f)) for f in sys.argv[1:]]
-assert all(r["epoch_digest"] == runs[0]["epoch_digest"] and r["epoch_images"] == runs[0]["epoch_images"] for r in runs), runs
-PY
-}
 run local --shards "$work/www/ds"
 run cold --shards "$url" --cache-dir "$work/cache"
 count_gets
 [ "$gets" -eq "$shards" ] || fail "cold run: $gets shard GETs for $shards shards"
+ranges_cold=$ranges
 run warm --shards "$url" --cache-dir "$work/cache"
 count_gets
 [ "$gets" -eq "$shards" ] || fail "warm run fetched shards again: $gets GETs for $shards shards"
+[ "$ranges" -eq "$ranges_cold" ] || fail "warm run read $((ranges - ranges_cold)) samples by range"
 same_epochs "the URL against the folder, cold and warm" local cold warm
 # TOML names the URL as the flag does.
 printf 'shards = "%s"\ncache-dir = "%s"\n' "$url" "$work/cache" >"$work/c.toml"
@@ -185,33 +167,38 @@ count_gets
 cut_port=$(free_port)
 python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$cut_port" "$work/log/cut.log" &
 cut_pid=$!
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$cut_port") 2>/dev/null && break; sleep 0.1; done
+wait_for_port "$cut_port"
+# inspect downloads every shard before it reads (a run would stream, and
+# might end before its last downloads), then a run reads the cache.
+"$conveyor" inspect --shards "http://127.0.0.1:$cut_port/ds/" --cache-dir "$work/ccut" >"$work/cut.out" 2>&1 \
+  || fail "503, 429 or a body cut short: $(tail -3 "$work/cut.out")"
 "$conveyor" run --epochs 1 --workers 2 --batch 5 --crop 32 --shards "http://127.0.0.1:$cut_port/ds/" --cache-dir "$work/ccut" \
-  --json "$work/cut.json" >"$work/cut.out" 2>&1 || fail "503, 429 or a body cut short: $(tail -3 "$work/cut.out")"
+  --json "$work/cut.json" >"$work/cut.out" 2>&1 || fail "the cut shards, resumed: $(tail -3 "$work/cut.out")"
 kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
 cut_pid=
-[ "$(grep -c 'manifest - \(503\|429\|200\)$' "$work/log/cut.log")" -eq 3 ] || fail "503 and 429 were not retried: $(cat "$work/log/cut.log")"
+[ "$(grep 'manifest - ' "$work/log/cut.log" | head -3 | awk '{ print $3 }' | tr '\n' ' ')" = "503 429 200 " ] \
+  || fail "503 and 429 were not retried: $(cat "$work/log/cut.log")"
 [ "$(grep -c ' cut$' "$work/log/cut.log")" -eq "$shards" ] || fail "the server cut $(grep -c ' cut$' "$work/log/cut.log") bodies, not $shards"
 [ "$(grep -c 'bytes=[1-9][0-9]*- 206$' "$work/log/cut.log")" -eq "$shards" ] || fail "no Range resume per shard: $(cat "$work/log/cut.log")"
-python3 - "$work/local.json" "$work/cut.json" <<'PY' || fail "the resumed shards hold other samples"
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:])
-assert a["epoch_digest"][0] == b["epoch_digest"][0], (a["epoch_digest"], b["epoch_digest"])
-PY
+same_first_epoch "the resumed shards against the folder's" local cut
 
 # Errors: one line naming the URL, a non-zero exit.
-one_line_error() {  # what, expected text, then conveyor's arguments
-  local what=$1 want=$2; shift 2
-  if timeout 120 "$conveyor" inspect "$@" >"$work/out" 2>"$work/err"; then fail "$what: exit 0"; fi
-  [ "$(grep -c . "$work/err")" -eq 1 ] || fail "$what: not one line: $(cat "$work/err")"
-  grep -qF -- "$want" "$work/err" || fail "$what: wanted '$want', got: $(cat "$work/err")"
-}
 one_line_error "404" "http://127.0.0.1:$port/nothing/.conveyor-manifest: HTTP 404" --shards "http://127.0.0.1:$port/nothing/" --cache-dir "$work/c404"
 one_line_error "a name that does not resolve" "http://conveyor-test.invalid/ds/.conveyor-manifest: " \
   --shards http://conveyor-test.invalid/ds/ --cache-dir "$work/cdns"
 closed=$(free_port)
 one_line_error "a closed port" "http://127.0.0.1:$closed/ds/.conveyor-manifest: " --shards "http://127.0.0.1:$closed/ds/" --cache-dir "$work/cclosed"
 grep -q "tries)" "$work/err" || fail "a closed port was not retried: $(cat "$work/err")"
+# A cache folder that cannot be made (a file in its place) or written (read-only; root writes there anyway).
+touch "$work/afile"
+one_line_error "a file where the cache folder goes" "$work/afile/c/" --shards "$url" --cache-dir "$work/afile/c"
+grep -q "cannot make the cache folder: Not a directory" "$work/err" || fail "a file in the cache's place: $(cat "$work/err")"
+if [ "$(id -u)" -ne 0 ]; then
+  mkdir -p "$work/readonly"
+  chmod 555 "$work/readonly"
+  one_line_error "a read-only cache folder" "$work/readonly/c/" --shards "$url" --cache-dir "$work/readonly/c"
+  grep -q "Permission denied" "$work/err" || fail "a read-only cache: $(cat "$work/err")"
+fi
 one_line_error "credentials hidden" "http://***@127.0.0.1:$closed/ds/" --shards "http://user:s3cret@127.0.0.1:$closed/ds/" --cache-dir "$work/cclosed"
 grep -q s3cret "$work/err" && fail "the password was printed"
 # A shard damaged on the server (same size, one byte changed), then one cut short.
@@ -225,6 +212,46 @@ head -c 1000 "$work/good.tar" >"$first"
 one_line_error "a shard cut short" "$url$name: " --shards "$url" --cache-dir "$work/cbad"
 cp "$work/good.tar" "$first"
 "$conveyor" inspect --shards "$url" --cache-dir "$work/cbad" >"$work/out" 2>&1 || fail "the shard mended: $(tail -3 "$work/out")"
+# Read while they download: with every whole shard GET held back for 60 s,
+# an epoch reads its samples by range requests alone, the same bytes as the
+# folder, and the run ends without waiting for the downloads (cancelled).
+slow_port=$(free_port)
+python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$slow_port" "$work/log/slow.log" slow &
+cut_pid=$!
+wait_for_port "$slow_port"
+started=$(date +%s)
+EPOCHS=1 run slow --shards "http://127.0.0.1:$slow_port/ds/" --cache-dir "$work/cslow"
+took=$(( $(date +%s) - started ))
+kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+cut_pid=
+[ "$took" -lt 50 ] || fail "the run waited for the held-back downloads ($took s)"
+samples=$(grep -c . "$work/list.txt")
+read_by_range=$(grep -c 'bytes=[0-9]*-[0-9][0-9]* 206$' "$work/log/slow.log" || true)
+[ "$read_by_range" -ge "$samples" ] || fail "$read_by_range range reads for $samples samples: $(tail -3 "$work/log/slow.log")"
+same_first_epoch "the samples read by range against the folder's" local slow
+ls "$work/cslow"/*/*/ | grep -q '\.tar$' && fail "a held-back shard is in the cache"
+ls "$work/cslow"/*/*/ | grep -q '\.part$' && fail "a cancelled download left its .part"
+
+# A shard missing on the server (deleted after packing) while the rest stream
+# in: without --on-error skip the run fails in one line naming its URL; with
+# it, that shard's samples are skipped and listed, each naming the URL, and
+# every other sample is read.
+cp -r "$work/www/ds" "$work/www/gone"
+rm "$work/www/gone/shard-000001.tar"
+if "$conveyor" run --epochs 1 --workers 2 --batch 5 --crop 32 --shards "http://127.0.0.1:$port/gone/" --cache-dir "$work/cgone" \
+     >"$work/gone.out" 2>"$work/gone.err"; then fail "a missing shard: exit 0"; fi
+[ "$(grep -c . "$work/gone.err")" -eq 1 ] || fail "a missing shard: not one line: $(cat "$work/gone.err")"
+grep -qF "http://127.0.0.1:$port/gone/shard-000001.tar: HTTP 404" "$work/gone.err" || fail "a missing shard: $(cat "$work/gone.err")"
+EPOCHS=1 WORKERS=2 run gone-skip --shards "http://127.0.0.1:$port/gone/" --cache-dir "$work/cgone" --on-error skip
+python3 - "$work/gone-skip.json" "$(grep -c . "$work/list.txt")" "http://127.0.0.1:$port/gone/shard-000001.tar: HTTP 404" <<'PY' \
+  || fail "a missing shard with --on-error skip: not every sample accounted for"
+import json, sys
+r, samples, why = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+assert r["epoch_images"][0] + r["epoch_skipped"][0] == samples and r["epoch_skipped"][0] > 0, r
+assert len(r["skipped"]) == r["epoch_skipped"][0] and all(why in k["reason"] for k in r["skipped"]), r["skipped"][:2]
+assert r["remote"]["failed"] == 1, r["remote"]
+PY
+
 # Shards listed by URL (WebDataset's brace form), no manifest: the same epochs
 # as the folder, each shard fetched once, cold then warm; a body cut short
 # resumes with a Range request though no size was known beforehand; a listed
@@ -241,7 +268,7 @@ compgen -G "$work/clist/*/shards/.conveyor-index" >/dev/null || fail "listed URL
 cut_port=$(free_port)
 python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$cut_port" "$work/log/cutlist.log" &
 cut_pid=$!
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$cut_port") 2>/dev/null && break; sleep 0.1; done
+wait_for_port "$cut_port"
 run listed-cut --shards "http://127.0.0.1:$cut_port/ds/shard-{000000..$last}.tar" --cache-dir "$work/clistcut"
 kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
 cut_pid=

@@ -11,10 +11,13 @@ code independent of libcurl's, which signs Conveyor's requests.
 Why not a packaged server: Debian 12 packages none that runs alone (MinIO
 and moto are not packaged; radosgw needs a Ceph cluster).
 
-Each request is appended to LOG: METHOD PATH RANGE STATUS CODE.
+Each request is appended to LOG: METHOD PATH RANGE STATUS CODE. With
+--slow-whole, a GET of a whole .tar (no Range) waits 60 s before it
+answers, while range requests are answered at once: a client reading shards
+while they download then reads its samples by (signed) range requests.
 
 Usage:
-  s3_server.py ROOT PORT LOG KEY SECRET REGION [TOKEN] [--public BUCKET]
+  s3_server.py ROOT PORT LOG KEY SECRET REGION [TOKEN] [--public BUCKET] [--slow-whole]
   s3_server.py --self-check   # the signer against AWS's published signatures
 """
 import datetime
@@ -22,6 +25,7 @@ import http.server
 import os
 import re
 import sys
+import time
 import urllib.parse
 
 from botocore.auth import S3SigV4Auth, SigV4Auth
@@ -64,6 +68,7 @@ AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/s3/aws4_
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart
     server_version = "conveyor-s3-test"
 
     def log_message(self, *args):
@@ -142,6 +147,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
             if start >= size:
                 return self.error(416, "InvalidRange", "The requested range is not satisfiable")
+        if self.server.slow_whole and not rng and key.endswith(".tar"):
+            time.sleep(60)
         status = 206 if rng and m else 200
         self.send_response(status)
         self.send_header("Content-Length", str(end - start + 1))
@@ -159,6 +166,8 @@ def main():
     if sys.argv[1:] == ["--self-check"]:
         return self_check()
     args = sys.argv[1:]
+    slow_whole = "--slow-whole" in args
+    args = [a for a in args if a != "--slow-whole"]
     public = set()
     while "--public" in args:
         i = args.index("--public")
@@ -168,7 +177,7 @@ def main():
     token = args[6] if len(args) > 6 else ""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), Handler)
     server.root, server.log, server.key, server.secret, server.region, server.token = root, log, key, secret, region, token
-    server.public = public
+    server.public, server.slow_whole = public, slow_whole
     server.daemon_threads = True
     server.serve_forever()
 

@@ -6,7 +6,8 @@
 # from AWS's variables, temporary ones with their session token. Shows: the
 # same samples in the same order as the folder read locally (the command's
 # epoch digests; with the Python module, every batch's bytes for 1 and 3
-# workers); a warm second run served from the cache; shards listed with
+# workers); a warm second run served from the cache; an epoch read by signed
+# range requests while the downloads are held back; shards listed with
 # braces; ranks by shard fetching their own shards alone; a public bucket read
 # unsigned; and each of a wrong secret, an unknown key, a missing or wrong
 # token, another region, a missing prefix or bucket, a bad bucket name and a
@@ -20,14 +21,14 @@ pythonpath=${2:-}
 python=${3:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-server_pid=
+server_pid= slow_pid=
 cleanup() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  for pid in $server_pid $slow_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=tests/remote_test_lib.sh
+. "$here/remote_test_lib.sh"
 
 # Without libcurl an s3:// URL is refused in one line.
 if "$conveyor" inspect --shards s3://bucket/ds/ >"$work/out" 2>"$work/err"; then fail "no server, yet exit 0"; fi
@@ -39,15 +40,9 @@ fi
 python3 -c 'import botocore' 2>/dev/null || { echo "s3: botocore is not installed (Debian: python3-botocore); skipped"; exit 77; }
 python3 "$here/s3_server.py" --self-check || fail "botocore's signer does not give AWS's published signatures"
 
-"$conveyor" make-dataset --out "$work/data" --images-per-class 4 >/dev/null
-for _ in $(seq 16); do
-  find "$work/data" -name '*.png' -o -name '*.jpg' | sort | awk '{ print $0, NR % 10 }'
-done >"$work/list.txt"
-mkdir -p "$work/root/bucket" "$work/root/open"
-"$conveyor" pack --list "$work/list.txt" --out "$work/root/bucket/ds" --shard-mb 1 >/dev/null
+pack_dataset "$work/root/bucket/ds"
+mkdir -p "$work/root/open"
 cp -r "$work/root/bucket/ds" "$work/root/open/ds"
-shards=$(ls "$work/root/bucket/ds"/*.tar | wc -l)
-[ "$shards" -ge 2 ] || fail "expected several shards, got $shards"
 
 key=AKIDCONVEYORTEST secret='wJalr/s3cretKEY+Conveyor' token=Tok3nSessionConveyor
 port=$(free_port)
@@ -66,17 +61,6 @@ export AWS_ENDPOINT_URL_S3=http://127.0.0.1:$port AWS_REGION=eu-central-1
 export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret AWS_SESSION_TOKEN=$token
 
 shard_gets() { grep -c "^GET /bucket/ds/[^ ]*\.tar - 200 " "$work/s3.log" || true; }
-run() { "$conveyor" run --epochs "${EPOCHS:-2}" --workers "${WORKERS:-3}" --batch 5 --crop 32 --json "$work/$1.json" "${@:2}" \
-          >"$work/$1.out" 2>&1 || fail "run $*: $(tail -3 "$work/$1.out")"; }
-same_epochs() {
-  local what=$1 files=()
-  for name in "${@:2}"; do files+=("$work/$name.json"); done
-  python3 - "${files[@]}" <<'PY' || fail "$what: the epochs differ"
-import json, sys
-runs = [json.load(open(f)) for f in sys.argv[1:]]
-assert all(r["epoch_digest"] == runs[0]["epoch_digest"] and r["epoch_images"] == runs[0]["epoch_images"] for r in runs), runs
-PY
-}
 
 # Cold, then warm: the folder's epochs; the warm run fetches no shard.
 run local --shards "$work/root/bucket/ds"
@@ -86,6 +70,30 @@ run warm --shards s3://bucket/ds/ --cache-dir "$work/cache"
 [ "$(shard_gets)" -eq "$shards" ] || fail "warm run fetched shards again: $(shard_gets) GETs for $shards shards"
 same_epochs "s3:// against the folder, cold and warm" local cold warm
 grep -q ' 403 \| 400 ' "$work/s3.log" && fail "a signed request was refused: $(grep ' 403 \| 400 ' "$work/s3.log" | head -3)"
+
+# Read while they download: with every whole GET held back for 60 s, an
+# epoch reads its samples by signed range requests alone, the same bytes as
+# the folder, and the run ends without waiting for the downloads.
+slow_port=$(free_port)
+python3 "$here/s3_server.py" "$work/root" "$slow_port" "$work/slow.log" "$key" "$secret" eu-central-1 "$token" --slow-whole &
+slow_pid=$!
+wait_for_port "$slow_port"
+started=$(date +%s)
+AWS_ENDPOINT_URL_S3=http://127.0.0.1:$slow_port EPOCHS=1 run slow --shards s3://bucket/ds/ --cache-dir "$work/cslow"
+took=$(( $(date +%s) - started ))
+kill "$slow_pid"; wait "$slow_pid" 2>/dev/null || true
+[ "$took" -lt 50 ] || fail "the run waited for the held-back downloads ($took s)"
+samples=$(grep -c . "$work/list.txt")
+by_range=$(grep -c '^GET /bucket/ds/shard-[0-9]*\.tar bytes=[0-9]*-[0-9]* 206 ' "$work/slow.log" || true)
+[ "$by_range" -ge "$samples" ] || fail "$by_range signed range reads for $samples samples: $(tail -3 "$work/slow.log")"
+grep -q ' 40[03] ' "$work/slow.log" && fail "a signed range read was refused: $(grep ' 40[03] ' "$work/slow.log" | head -3)"
+python3 - "$work/local.json" "$work/slow.json" "$samples" <<'PY' || fail "the samples read by range differ from the folder's, or --json does not count them"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["epoch_digest"][0] == b["epoch_digest"][0], (a["epoch_digest"], b["epoch_digest"])
+r = b["remote"]
+assert r["range_reads"] >= int(sys.argv[3]) and r["cached"] == 0 and r["downloaded"] == 0 and r["network_wait_s"] > 0, r
+PY
 
 # Listed with braces (no manifest), and 4 ranks by shard, each fetching its own shards alone.
 last=$(printf %06d $((shards - 1)))
@@ -124,7 +132,9 @@ for workers in (1, 3):
 loader = conveyor.Loader(shards="s3://bucket/ds/", cache_dir=cache, batch_size=4, crop=16, device="cpu")
 it = iter(loader)
 next(it)
-state = pickle.dumps(loader.state_dict()) + repr(loader).encode()
+remote = loader.stats()["remote"]
+assert remote["shards"] > 1 and remote["failed"] == 0 and remote["range_reads"] >= 0, remote
+state = pickle.dumps(loader.state_dict()) + repr(loader).encode() + repr(loader.stats()).encode()
 assert secret.encode() not in state and token.encode() not in state, "a key in the state"
 try:
     conveyor.Loader(shards="s3://bucket/none/", cache_dir=cache, device="cpu")
@@ -135,13 +145,6 @@ PY
 fi
 
 # Errors: one line naming the s3:// URL or the variable, a non-zero exit.
-one_line_error() {  # what, expected text, then conveyor's arguments (environment: $ENV_ARGS)
-  local what=$1 want=$2; shift 2
-  if timeout 120 env ${ENV_ARGS:-} "$conveyor" inspect "$@" >"$work/out" 2>"$work/err"; then fail "$what: exit 0"; fi
-  [ "$(grep -c . "$work/err")" -eq 1 ] || fail "$what: not one line: $(cat "$work/err")"
-  grep -qF -- "$want" "$work/err" || fail "$what: wanted '$want', got: $(cat "$work/err")"
-  cat "$work/err" >>"$work/errors.txt"
-}
 m=s3://bucket/ds/.conveyor-manifest
 ENV_ARGS="AWS_SECRET_ACCESS_KEY=wrong" one_line_error "a wrong secret" "$m: HTTP 403 (SignatureDoesNotMatch)" --shards s3://bucket/ds/ --cache-dir "$work/ce"
 ENV_ARGS="AWS_ACCESS_KEY_ID=AKIDNOBODY" one_line_error "an unknown key" "$m: HTTP 403 (InvalidAccessKeyId)" --shards s3://bucket/ds/ --cache-dir "$work/ce"
@@ -161,7 +164,7 @@ ENV_ARGS="AWS_SECRET_ACCESS_KEY=" one_line_error "a key id without a secret" "AW
 
 # No key or token anywhere the job wrote.
 if grep -rlF -e "$secret" -e "$token" "$work"/*.out "$work"/*.json "$work"/*.trace "$work/errors.txt" \
-     "$work/cache" "$work/clist" "$work"/crank* "$work/copen" 2>/dev/null; then
+     "$work/cache" "$work/clist" "$work"/crank* "$work/copen" "$work/cslow" 2>/dev/null; then
   fail "a key or token was written out"
 fi
 echo "s3: $shards shards over s3://bucket/ds/ (signed, session token): same samples as the folder, warm cache without shard GETs, listed URLs, ranks by shard, a public bucket unsigned, 11 errors in one line, no key written out"

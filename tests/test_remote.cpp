@@ -1,7 +1,9 @@
 // The pure parts of reading shards over HTTP and S3: URL parsing, s3://
 // addressing and the AWS variables, what a message may show, the cache's
 // folder names, URL lists, and the retry policy; and a signed request
-// captured at a loopback socket, against the signature AWS publishes for it.
+// captured at a loopback socket, against the signature AWS publishes for it;
+// and HttpClient against a scripted loopback server's faults: a stall, a
+// reset mid-body, a server down and back, ranges refused, a stop.
 // The fetching itself is tests/http_test.sh's and tests/s3_test.sh's, against
 // real servers.
 #include <arpa/inet.h>
@@ -9,9 +11,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -25,6 +31,7 @@
 #include "data/remote/s3_environment.h"
 #include "data/remote/url.h"
 #include "data/remote/url_list.h"
+#include "temp_dir.h"
 
 using namespace conveyor;
 using std::chrono::milliseconds;
@@ -238,52 +245,93 @@ TEST_CASE("s3 environment: AWS's variables in AWS's order of precedence, each ba
 
 namespace {
 
-// Accepts one connection on a loopback port, keeps the request's head, and
-// answers 206 with `body`.
-class CaptureServer {
+// A loopback HTTP server that answers its connections by script, one step a
+// connection (each answer closes it): the faults a network gives, on demand.
+class ScriptedServer {
  public:
-  explicit CaptureServer(std::string body) : body_(std::move(body)) {
+  struct Step {
+    enum Kind {
+      answer,   // `status` (0: 200, or 206 from a "Range: bytes=N-" request's N) with `body`
+      cut,      // promises all of `body`, sends half, then resets the connection
+      stall,    // reads the request and never answers (until the client gives up)
+      hang_up,  // closes at once, before reading anything (a server going down)
+    } kind = answer;
+    std::string body;
+    int status = 0;
+  };
+
+  explicit ScriptedServer(std::vector<Step> steps) : steps_(std::move(steps)) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof addr;
-    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(listener_, 1) != 0 ||
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(listener_, 4) != 0 ||
         ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      throw std::runtime_error("capture server: no loopback socket");
+      throw std::runtime_error("scripted server: no loopback socket");
     }
     port_ = ntohs(addr.sin_port);
     thread_ = std::jthread([this] { serve(); });
   }
-  ~CaptureServer() {
+  ~ScriptedServer() {
     ::shutdown(listener_, SHUT_RDWR);
     if (thread_.joinable()) thread_.join();
     ::close(listener_);
   }
   int port() const { return port_; }
-  // The request's head, once the answer went out.
-  std::string request() {
+  std::string url(const std::string& path = "/x.tar") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  // The requests' heads, once every step has run.
+  std::vector<std::string> requests() {
     if (thread_.joinable()) thread_.join();
-    return head_;
+    return heads_;
   }
 
  private:
-  void serve() {
-    const int c = ::accept(listener_, nullptr, nullptr);
-    if (c < 0) return;
+  static std::string read_head(int c) {
+    std::string head;
     char buffer[4096];
-    while (head_.find("\r\n\r\n") == std::string::npos) {
+    while (head.find("\r\n\r\n") == std::string::npos) {
       const ssize_t n = ::recv(c, buffer, sizeof buffer, 0);
       if (n <= 0) break;
-      head_.append(buffer, std::size_t(n));
+      head.append(buffer, std::size_t(n));
     }
-    const std::string answer = "HTTP/1.1 206 Partial Content\r\nContent-Length: " + std::to_string(body_.size()) +
-                               "\r\nConnection: close\r\n\r\n" + body_;
-    (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
-    ::close(c);
+    return head;
+  }
+  static void send_all(int c, const std::string& bytes) { (void)::send(c, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+
+  void serve() {
+    for (const Step& step : steps_) {
+      const int c = ::accept(listener_, nullptr, nullptr);
+      if (c < 0) return;
+      if (step.kind == Step::hang_up) {
+        ::close(c);
+        continue;
+      }
+      const std::string head = read_head(c);
+      heads_.push_back(head);
+      if (step.kind == Step::stall) {
+        char byte;
+        while (::recv(c, &byte, 1, 0) > 0) {
+        }  // until the client gives up and closes
+      } else if (step.kind == Step::cut) {
+        send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(step.body.size()) + "\r\n\r\n" +
+                        step.body.substr(0, step.body.size() / 2));
+        const linger reset{1, 0};  // close with RST: a connection reset mid-body
+        ::setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+      } else {
+        std::size_t from = 0;
+        if (const auto at = head.find("Range: bytes="); at != std::string::npos) from = std::stoul(head.substr(at + 13));
+        const int status = step.status ? step.status : from ? 206 : 200;
+        const std::string body = status < 300 ? step.body.substr(std::min(from, step.body.size())) : step.body;
+        send_all(c, "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Length: " + std::to_string(body.size()) +
+                        "\r\nConnection: close\r\n\r\n" + body);
+      }
+      ::close(c);
+    }
   }
 
-  std::string body_, head_;
+  std::vector<Step> steps_;
+  std::vector<std::string> heads_;
   int listener_ = -1, port_ = 0;
   std::jthread thread_;
 };
@@ -307,7 +355,7 @@ TEST_CASE("s3 signature: a signed range GET carries the Authorization AWS publis
     WARN("built without libcurl: no request to sign");
     return;
   }
-  CaptureServer server("0123456789");
+  ScriptedServer server(std::vector<ScriptedServer::Step>{{.kind = ScriptedServer::Step::answer, .body = "0123456789", .status = 206}});
   RemoteUrl url = parse_remote_url("http://examplebucket.s3.amazonaws.com/test.txt");
   url.aws = {"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
   url.region = "us-east-1";
@@ -316,7 +364,9 @@ TEST_CASE("s3 signature: a signed range GET carries the Authorization AWS publis
   options.clock = [] { return std::chrono::system_clock::from_time_t(1369353600); };  // 2013-05-24T00:00:00Z
   HttpClient http(options);
   CHECK(http.get_range(url, 0, 10) == "0123456789");
-  const std::string head = server.request();
+  const std::vector<std::string> heads = server.requests();
+  REQUIRE(heads.size() == 1);
+  const std::string& head = heads[0];
   CHECK(head.starts_with("GET /test.txt HTTP/1.1\r\n"));
   CHECK(header(head, "Host") == "examplebucket.s3.amazonaws.com");
   CHECK(header(head, "Range") == "bytes=0-9");
@@ -327,4 +377,84 @@ TEST_CASE("s3 signature: a signed range GET carries the Authorization AWS publis
         "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
         "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
   CHECK(head.find("wJalrXUtnFEMI") == std::string::npos);  // the secret never goes on the wire
+}
+
+namespace {
+
+using Step = ScriptedServer::Step;
+
+std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+HttpOptions quick(int attempts, std::chrono::seconds stall = std::chrono::seconds(30)) {
+  HttpOptions o;
+  o.retry = {.attempts = attempts, .first_delay = milliseconds(10), .max_delay = milliseconds(20)};
+  o.stall_timeout = stall;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("http faults: a server that accepts and never answers times out, is retried, then fails in one line", "[remote][faults]") {
+  if (!http_available()) return;
+  ScriptedServer server({{.kind = Step::stall}, {.kind = Step::stall}});
+  HttpClient http(quick(2, std::chrono::seconds(1)));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(http.get(parse_remote_url(server.url()), 1 << 20),
+                    Catch::StartsWith(server.url() + ": ") && Catch::Contains("(after 2 tries)"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  CHECK(server.requests().size() == 2);
+}
+
+TEST_CASE("http faults: a connection reset mid-body resumes from the byte it reached", "[remote][faults]") {
+  if (!http_available()) return;
+  std::string body(100'000, '\0');
+  for (std::size_t i = 0; i < body.size(); ++i) body[i] = char(i * 7 + i / 251);
+  ScriptedServer server({{.kind = Step::cut, .body = body}, {.kind = Step::answer, .body = body}});
+  HttpClient http(quick(3));
+  conveyor::test::TempDir dir;
+  const auto file = dir.path() / "x.tar";
+  http.get_to_file(parse_remote_url(server.url()), file, body.size());
+  CHECK(read_text(file) == body);
+  const std::vector<std::string> heads = server.requests();
+  REQUIRE(heads.size() == 2);
+  CHECK(heads[1].find("Range: bytes=") != std::string::npos);
+  CHECK(heads[1].find("Range: bytes=0-") == std::string::npos);  // not from the start
+  CHECK(http.retries() == 1);
+}
+
+TEST_CASE("http faults: a server that goes down and comes back is retried, then carried on", "[remote][faults]") {
+  if (!http_available()) return;
+  ScriptedServer server({{.kind = Step::hang_up}, {.kind = Step::answer, .status = 503}, {.kind = Step::answer, .body = "manifest"}});
+  HttpClient http(quick(4));
+  CHECK(http.get(parse_remote_url(server.url("/.conveyor-manifest")), 1 << 20) == "manifest");
+  CHECK(http.retries() == 2);
+}
+
+TEST_CASE("http faults: a range the server ignores, and one past the end, fail in one line", "[remote][faults]") {
+  if (!http_available()) return;
+  ScriptedServer server({{.kind = Step::answer, .body = "0123456789", .status = 200},
+                         {.kind = Step::answer, .body = "<Error><Code>InvalidRange</Code></Error>", .status = 416}});
+  HttpClient http(quick(1));
+  CHECK_THROWS_WITH(http.get_range(parse_remote_url(server.url()), 2, 3), server.url() + ": the server ignores Range requests (it sent the whole object)");
+  CHECK_THROWS_WITH(http.get_range(parse_remote_url(server.url()), 20, 3),
+                    server.url() + ": HTTP 416 (InvalidRange) (it holds fewer bytes than asked for)");
+}
+
+TEST_CASE("http faults: a request gives up within about a second of being told to stop", "[remote][faults]") {
+  if (!http_available()) return;
+  ScriptedServer server(std::vector<Step>{{.kind = Step::stall}});
+  std::atomic<bool> stopping{false};
+  HttpOptions o = quick(3);
+  o.stopping = &stopping;
+  HttpClient http(o);
+  std::jthread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    stopping = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(http.get(parse_remote_url(server.url()), 1 << 20), server.url() + ": cancelled");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
 }

@@ -21,6 +21,7 @@
 // independent (one per downloading thread).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -63,6 +64,10 @@ struct HttpOptions {
   // The time a signed request states (x-amz-date). Default (empty): the
   // system clock; a test gives a fixed time to reproduce a published signature.
   std::function<std::chrono::system_clock::time_point()> clock;
+  // Once *stopping is set, a request gives up with HttpError "cancelled":
+  // a transfer within about a second, a wait between retries at once.
+  // Default: null, never.
+  const std::atomic<bool>* stopping = nullptr;
 };
 
 // Whether this build has libcurl. Throws nothing.

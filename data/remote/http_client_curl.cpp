@@ -136,6 +136,11 @@ std::string amz_date(std::chrono::system_clock::time_point t) {
   return text;
 }
 
+// CURLOPT_XFERINFOFUNCTION: non-zero aborts the transfer.
+int stop_requested(void* stopping, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(stopping)->load() ? 1 : 0;
+}
+
 struct SlistFree {
   void operator()(curl_slist* list) const { curl_slist_free_all(list); }
 };
@@ -181,6 +186,11 @@ void HttpClient::Impl::configure(const RemoteUrl& url, Body& body) {
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &Body::on_data);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &body);
+  if (options.stopping) {  // libcurl calls this about once a second, and on every chunk
+    curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &stop_requested);
+    curl_easy_setopt(easy, CURLOPT_XFERINFODATA, options.stopping);
+  }
   body.checked = body.error_response = false;
   body.error_text.clear();
   headers.reset();
@@ -226,6 +236,7 @@ void HttpClient::Impl::run(const RemoteUrl& url, Body& body, std::uint64_t exact
     configure(url, body);
     error[0] = '\0';
     const CURLcode rc = curl_easy_perform(easy);
+    if (rc == CURLE_ABORTED_BY_CALLBACK) throw HttpError(shown + ": cancelled");
     if (body.over) throw HttpError(shown + ": the body is over the " + std::to_string(body.limit) + " bytes expected");
     if (body.write_error) throw HttpError(shown + ": cannot write what it sends: " + std::strerror(body.write_error));
     if (body.ignored_range) throw HttpError(shown + ": the server ignores Range requests (it sent the whole object)");
@@ -251,7 +262,12 @@ void HttpClient::Impl::run(const RemoteUrl& url, Body& body, std::uint64_t exact
                       http_error ? status : 0);
     }
     ++retries;
-    std::this_thread::sleep_for(options.retry.delay(attempt, random()));
+    const auto until = std::chrono::steady_clock::now() + options.retry.delay(attempt, random());
+    while (std::chrono::steady_clock::now() < until) {
+      if (options.stopping && options.stopping->load()) throw HttpError(shown + ": cancelled");
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(50),
+                                                                                 until - std::chrono::steady_clock::now()));
+    }
   }
 }
 

@@ -24,6 +24,8 @@
 #include "data/atomic_file.h"
 #include "data/dataset.h"
 #include "data/file_system.h"
+#include "data/remote/shard_download.h"
+#include "data/remote/streaming_shards.h"
 #include "data/remote/url_list.h"
 #include "data/shards/shard_dataset.h"
 #include "data/shards/manifest.h"
@@ -42,7 +44,7 @@ bool is_shard_name(std::string_view name);
 fs::path cache_root(const RemoteOptions& options) {
   if (!options.cache_dir.empty()) return options.cache_dir;
   const auto root = user_cache_dir();
-  if (!root) throw DatasetError("no cache folder for http(s) shards: set XDG_CACHE_HOME or HOME, or give --cache-dir");
+  if (!root) throw DatasetError("no cache folder for remote shards: set XDG_CACHE_HOME or HOME, or give --cache-dir");
   return *root / "remote";
 }
 
@@ -81,67 +83,6 @@ void check_entries(const std::vector<ManifestEntry>& entries, const std::string&
       throw DatasetError(where + ": lists '" + e.file + "', not a shard's file name (NAME.tar)");
     }
   }
-}
-
-// An exclusive flock on a lock file, held while the object lives.
-class ShardLock {
- public:
-  explicit ShardLock(const fs::path& file) : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw DatasetError(file.string() + ": cannot open the lock file: " + std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd_);
-      throw DatasetError(file.string() + ": cannot lock: " + std::strerror(err));
-    }
-  }
-  ~ShardLock() { ::close(fd_); }  // closing releases the lock
-  ShardLock(const ShardLock&) = delete;
-  ShardLock& operator=(const ShardLock&) = delete;
-
- private:
-  int fd_;
-};
-
-// One shard to fetch: its URL, its file name in the cache folder, and what
-// the manifest says of it (nothing for a shard listed by URL alone).
-struct Wanted {
-  RemoteUrl url;
-  std::string file;
-  std::optional<std::uint64_t> size, checksum;
-};
-
-// A regular file of the size wanted (of any size when none is known).
-bool in_place(const fs::path& file, std::optional<std::uint64_t> size) {
-  struct stat st {};
-  return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (!size || std::uint64_t(st.st_size) == *size);
-}
-
-// Downloads one shard into dir unless it is there; under its lock, so that
-// one process downloads it and the others find it in place.
-void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w) {
-  const fs::path file = dir / w.file;
-  if (in_place(file, w.size)) return;
-  const ShardLock lock(dir / (w.file + ".lock"));
-  if (in_place(file, w.size)) return;
-  const fs::path part = dir / (w.file + ".part");
-  std::error_code ec;
-  try {
-    http.get_to_file(w.url, part, w.size);
-  } catch (const HttpError& error) {
-    fs::remove(part, ec);
-    throw DatasetError(error.what());
-  }
-  if (w.checksum) {
-    const std::uint64_t sum = file_checksum(part);
-    if (sum != *w.checksum) {
-      fs::remove(part, ec);
-      throw DatasetError(w.url.shown() + ": checksum " + hex16(sum) + ", not the " + hex16(*w.checksum) +
-                         " its manifest lists (the shard was changed or damaged on the server, or on the way)");
-    }
-  }
-  fs::rename(part, file, ec);
-  if (ec) throw DatasetError(file.string() + ": cannot move the download into place: " + ec.message());
 }
 
 // Every shard fetched by up to options.parallel threads, each with its own
@@ -282,6 +223,19 @@ std::optional<ShardIndex> served_index(const Prefix& p, HttpClient& http) {
 
 }  // namespace
 
+Dataset open_remote_shards(std::string_view location, const RemoteOptions& options) {
+  if (is_listed_location(location)) return dataset_from_shards(fetch_listed_shards(location, options));
+  HttpClient http = client(location, options);
+  const Prefix p = open_prefix(location, options, http);
+  const std::vector<Wanted> all = shards_of(p, [](const std::string&) { return true; });
+  const std::optional<ShardIndex> index = options.stream ? served_index(p, http) : std::nullopt;
+  if (!index) {  // every shard, then the folder as a local one
+    fetch_all(p.dir, all, options);
+    return dataset_from_shards(p.dir);
+  }
+  return dataset_from_index(p.dir, *index).with_files(std::make_shared<StreamingShards>(p.dir, all, options));
+}
+
 fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
   if (is_listed_location(location)) return fetch_listed_shards(location, options);
   HttpClient http = client(location, options);
@@ -306,6 +260,7 @@ Dataset fetch_rank_shards(std::string_view location, const RemoteOptions& option
   std::set<std::string> needed;
   for (std::size_t i = 0; i < mine.size(); ++i) needed.insert(mine.path(i).filename().string());
   const std::vector<Wanted> some = shards_of(p, [&](const std::string& file) { return needed.count(file) > 0; });
+  if (options.stream) return std::move(mine).with_files(std::make_shared<StreamingShards>(p.dir, some, options));
   if (!some.empty()) fetch_all(p.dir, some, options);
   return mine;
 }

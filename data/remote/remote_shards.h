@@ -1,13 +1,16 @@
 // Remote shards: a folder of shards that `conveyor pack` wrote, read from an
-// http:// or https:// prefix through a local cache. fetch_shards() fetches
+// http://, https:// or s3:// prefix through a local cache. fetch_shards() fetches
 // PREFIX/.conveyor-manifest, downloads each shard it lists whole into the
 // cache (a temporary renamed into place once its size and checksum match the
 // manifest's), and returns the cache folder, which dataset_from_shards then
 // reads as any local folder: the same bytes in the same order as the shards
 // read where they were packed, for any worker count, with exact resume.
+// open_remote_shards() returns the dataset at once instead, its shards read
+// while they download (streaming_shards.h).
 //
 //   const auto dir = fetch_shards("https://host/data/train/", {});
 //   Dataset d = dataset_from_shards(dir);
+//   Dataset streamed = open_remote_shards("s3://bucket/data/train/");
 //
 // The cache: CACHE_DIR/KEY/VERSION/, KEY = cache_key(prefix) (different
 // prefixes never share a folder: KEY/.conveyor-url holds the prefix and is
@@ -49,12 +52,29 @@ struct RemoteOptions {
   std::filesystem::path cache_dir;
   // Shards downloaded at once, each over its own connection. Default: 4.
   std::size_t parallel = 4;
+  // Read the shards while they download (open_remote_shards, data/remote/
+  // streaming_shards.h) where the server has the folder's index; false:
+  // every shard downloaded and checked before the dataset is returned
+  // (`conveyor inspect` and `pack` check so). Default: true.
+  bool stream = true;
   HttpOptions http;
 };
 
 // The manifest's name under a prefix, and the largest one read (64 MiB: a
 // line per shard).
 inline constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;
+
+// The dataset of `prefix`'s shards, returned as soon as it can be read: with
+// options.stream, once the manifest and the folder's index (.conveyor-index,
+// which `conveyor pack` writes beside its shards; held to the manifest) are
+// in, its files() a StreamingShards that reads each shard by range until it
+// has downloaded into the cache; otherwise, or where the server has no index,
+// or the location lists its shards by URL, once every shard is downloaded
+// (fetch_shards, fetch_listed_shards), read from the cache folder. Either
+// way the same samples in the same order as the folder read locally. Throws
+// what fetch_shards throws, and DatasetError for an index that does not
+// match the manifest.
+Dataset open_remote_shards(std::string_view prefix, const RemoteOptions& options = {});
 
 // The local folder holding every shard `prefix`'s manifest lists, downloaded
 // and checked. Blocks until the last is in place. Throws DatasetError, one
@@ -71,8 +91,8 @@ std::filesystem::path fetch_shards(std::string_view prefix, const RemoteOptions&
 // `conveyor pack` writes beside its shards; kept in the cache folder once
 // held to the manifest's shard names, sizes and sample counts) gives the
 // whole dataset before any shard is fetched, the rank's samples are picked
-// from it, and the shards they lie in are fetched as fetch_shards fetches
-// them. The same samples, in the same order, as rank_subset of the folder read
+// from it, and the shards they lie in are read as open_remote_shards reads
+// them (streamed, or fetched first without options.stream). The same samples, in the same order, as rank_subset of the folder read
 // locally. Where the server has no index (a 404), or the location lists its
 // shards by URL, every shard is fetched first. Throws what fetch_shards
 // throws, DatasetError for an index that does not match the manifest, and

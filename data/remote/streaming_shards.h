@@ -1,0 +1,77 @@
+// StreamingShards: the shards of a remote folder, readable from the moment its
+// manifest and index are in, while they download. A FileSystem over the cache
+// folder (the Dataset's files(): data/dataset.h) in which
+// - a shard in place in the cache is read as a local file;
+// - a shard not yet in place is read with one range request per read (a
+//   sample alone, over a connection kept for the next), so the first batch
+//   waits for its own samples, not for the dataset;
+// - meanwhile `parallel` threads download the shards whole, in the order
+//   given (shard_download.h: under each shard's lock, checked against the
+//   manifest's size and checksum, renamed into place), and reads of a shard
+//   turn local the moment it lands. A sample crosses the network once at most
+//   per shard download, and an epoch after the downloads is local.
+// A shard whose download fails for good (after the retries; a checksum that
+// does not match the manifest) fails every later read of it with that line,
+// by range too: a shard known bad is never read again. Bytes read by range
+// before then are checked for length only (the manifest's checksums are per
+// shard).
+//
+//   auto files = std::make_shared<StreamingShards>(cache_dir, wanted, options);
+//   Dataset d = dataset_from_index(cache_dir, index).with_files(files);
+//
+// After fork(), a child reads by range on connections of its own (the
+// downloads are the parent's threads, which it does not have).
+// Thread safety: as any FileSystem, open() and reads from any thread. The
+// destructor stops the downloads (a transfer within about a second) and joins
+// their threads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "data/file_system.h"
+#include "data/remote/remote_shards.h"
+#include "data/remote/shard_download.h"
+
+namespace conveyor {
+
+// What the shards' reads and downloads have done so far.
+struct StreamingCounters {
+  std::uint64_t shards = 0;          // shards in all
+  std::uint64_t cached = 0;          // in place when reading began (a warm cache)
+  std::uint64_t downloaded = 0;      // downloaded whole since (by this process or another)
+  std::uint64_t failed = 0;          // whose download failed for good
+  std::uint64_t range_reads = 0;     // reads served by a range request
+  std::uint64_t range_bytes = 0;     // their bytes
+  double range_seconds = 0;          // the readers' time in range requests (waiting on the network)
+  std::uint64_t retries = 0;         // requests retried, range reads' and downloads'
+};
+
+class StreamingShards final : public FileSystem {
+ public:
+  // Starts the downloads of the shards not in place in `dir`. Every Wanted
+  // has its size. Throws std::invalid_argument for a Wanted without a size,
+  // HttpError when the build has no libcurl.
+  StreamingShards(std::filesystem::path dir, std::vector<Wanted> shards, RemoteOptions options);
+  ~StreamingShards() override;
+  StreamingShards(const StreamingShards&) = delete;
+  StreamingShards& operator=(const StreamingShards&) = delete;
+
+  // A shard of the list (by its path in `dir`) as the File above; any other
+  // path as posix_file_system() opens it.
+  std::unique_ptr<File> open(const std::filesystem::path& path) override;
+
+  // Throws nothing.
+  StreamingCounters counters() const;
+  // Blocks until every shard is in place or failed. Throws nothing.
+  void wait_for_downloads() const;
+
+  struct State;  // the implementation's: shared with the Files open() makes
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace conveyor
