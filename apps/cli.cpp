@@ -101,7 +101,7 @@ Dataset open_dataset(const Options& o, Announce announce, Remote remote) {
   }
   DatasetSpec spec{.unlisted = o.unlisted_shards, .rank_by_shard = o.rank_by_shard, .rank_by_shard_setting = "--rank-by-shard: "};
   spec.remote.cache_dir = o.cache_dir;
-  spec.remote.stream = remote == Remote::stream;
+  spec.remote.stream = remote == Remote::stream && !o.download_first;
   for (const auto& [path, kind, setting] : {std::tuple{&o.shards, DatasetSpec::Kind::shards, "--shards "},
                                             std::tuple{&o.list, DatasetSpec::Kind::list, "--list "},
                                             std::tuple{&o.folder, DatasetSpec::Kind::folder, "--folder "}}) {

@@ -49,6 +49,11 @@ void add_dataset_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--cache-dir", o.cache_dir,
               "with an http(s):// or s3:// --shards URL: the folder its shards are downloaded to (default: the user's cache "
               "folder, ~/.cache/conveyor/remote)");
+  if (!app.get_option_no_throw("--download-first")) {
+    app.add_flag("--download-first", o.download_first,
+                 "with an http(s):// or s3:// --shards URL: download every shard and check it against the manifest "
+                 "before the first batch (default: read samples by range while the shards download)");
+  }
   if (!app.get_option_no_throw("--extra-shards")) {
     app.add_flag_callback("--extra-shards", [&o] { o.unlisted_shards = UnlistedShards::read; },
                           "with --shards: also read .tar files that the folder's manifest (conveyor pack's) does not "
@@ -161,6 +166,7 @@ void check_shard(const Options& o) {
   if (o.rank_by_shard && o.shards.empty()) throw UsageError("--rank-by-shard: needs a --shards dataset");
   if (o.unlisted_shards == UnlistedShards::read && o.shards.empty()) throw UsageError("--extra-shards: needs a --shards dataset");
   if (!o.cache_dir.empty() && !is_remote_location(o.shards)) throw UsageError("--cache-dir: needs an http(s):// or s3:// --shards URL");
+  if (o.download_first && !is_remote_location(o.shards)) throw UsageError("--download-first: needs an http(s):// or s3:// --shards URL");
 }
 
 void check_normalize(const Options& o) {

@@ -51,6 +51,10 @@ struct Options {
   std::string shards;  // --shards DIR|URL: WebDataset tar shards (KEY.jpg + KEY.cls), local, http(s):// or s3://. Default: none.
   // --cache-dir DIR: where http(s):// and s3:// shards are downloaded to. Default: the user's cache folder's remote/.
   std::string cache_dir;
+  // --download-first: every shard of a URL downloaded and checked against the
+  // manifest before the first batch, instead of read while it downloads.
+  // Default: off.
+  bool download_first = false;
   // --extra-shards: also read .tar files DIR's manifest does not list. Default: refused by name.
   UnlistedShards unlisted_shards = UnlistedShards::refuse;
   std::size_t shard_mb = 256;  // pack --shard-mb: a shard's size limit in MiB. Default: 256.

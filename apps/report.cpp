@@ -136,10 +136,7 @@ std::string remote_line(const StreamingCounters& c, double workers_busy_s) {
                 (unsigned long long)pending, (unsigned long long)c.failed, (unsigned long long)c.range_reads,
                 double(c.range_bytes) / (1 << 20), c.range_seconds, workers_busy_s, (unsigned long long)c.retries);
   std::string out = line;
-  if (workers_busy_s > 0 && c.range_seconds > 0.5 * workers_busy_s) {
-    out += "\nbottleneck: the network (range reads of shards still downloading) - the shards land in the cache "
-           "meanwhile, and reads of them are local from then on";
-  }
+  if (const std::optional<std::string> network = network_bottleneck(c, workers_busy_s)) out += "\n" + *network;
   return out + "\n";
 }
 

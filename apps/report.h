@@ -39,8 +39,9 @@ struct RunResult {
 std::optional<StreamingCounters> remote_counters(const Dataset& dataset);
 // One line on the shards streaming in: how many are in the cache, the
 // samples read by range and the time the workers waited on the network
-// against their busy time `workers_busy_s`; when that wait is most of it, it
-// says the network is the limit. Throws nothing but bad_alloc.
+// against their busy time `workers_busy_s`; when that wait is most of it, a
+// second line says the network is the limit (network_bottleneck). Throws
+// nothing but bad_alloc.
 std::string remote_line(const StreamingCounters& c, double workers_busy_s);
 
 // --on-error skip: the samples left out; in the terminal the first few and the count.

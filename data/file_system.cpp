@@ -140,7 +140,7 @@ void read_range(File& file, std::uint64_t offset, std::uint64_t size, std::vecto
   std::size_t got = 0;
   while (got < size) {
     if (stopping && stopping->load(std::memory_order_relaxed)) throw ReadCancelled();
-    const std::size_t n = file.read_at(offset + got, out.data() + got, std::min<std::size_t>(kChunk, size - got));
+    const std::size_t n = file.read_cancellable(offset + got, out.data() + got, std::min<std::size_t>(kChunk, size - got), stopping);
     if (n == 0) break;  // the file shrank while we read it
     got += n;
   }

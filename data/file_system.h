@@ -44,6 +44,13 @@ class File {
   // Up to n bytes at `offset` into buf (pread: no shared position); 0 at or
   // past the end of file. Throws std::runtime_error on error.
   virtual std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) = 0;
+  // read_at, for a file whose reads can wait long (a request over the
+  // network): gives up with ReadCancelled soon after *stopping is set.
+  // Default: read_at.
+  virtual std::size_t read_cancellable(std::uint64_t offset, void* buf, std::size_t n, const std::atomic<bool>* stopping) {
+    (void)stopping;
+    return read_at(offset, buf, n);
+  }
   // Advice that bytes [offset, offset + size) will be read soon, so the system
   // may start reading them now (posix_fadvise WILLNEED). Default: nothing.
   virtual void will_need(std::uint64_t offset, std::uint64_t size) noexcept {

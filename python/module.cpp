@@ -146,7 +146,7 @@ std::optional<double> gpu_decode_share(const py::object& v) {
 
 std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::optional<std::string> list,
                                       std::optional<std::string> shards, bool rank_by_shard, UnlistedShards unlisted,
-                                      std::optional<std::string> cache_dir,
+                                      RemoteOptions remote,
                                       std::optional<py::tuple> arrays,
                                       ImageConfig image, LoaderSettings s) {
   if (rank_by_shard && !shards) throw py::value_error("rank_by_shard=True: needs shards=");
@@ -164,7 +164,7 @@ std::unique_ptr<PyLoader> make_loader(std::optional<std::string> folder, std::op
     using Kind = DatasetSpec::Kind;
     const DatasetSpec spec{folder ? Kind::folder : shards ? Kind::shards : Kind::list, folder ? *folder : shards ? *shards : *list,
                            unlisted, rank_by_shard, folder ? "folder=" : shards ? "shards=" : "list=", "rank_by_shard=True: ",
-                           RemoteOptions{.cache_dir = cache_dir.value_or("")}};
+                           std::move(remote)};
     Dataset d = open_dataset(spec, s.config);  // with rank_by_shard, this rank's shards; the pipeline then runs as rank 0 of 1
     L->remote = std::dynamic_pointer_cast<const StreamingShards>(d.files());
     L->loader = std::make_unique<Loader>(std::move(d), std::move(image), std::move(s));
@@ -281,6 +281,7 @@ constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
     {"rank_by_shard", [] { return py::cast(false); }},
     {"extra_shards", [] { return py::cast(false); }},
     {"cache_dir", none},
+    {"download_first", [] { return py::cast(false); }},
     {"gpu_decode", [] { return py::cast("off"); }},
     {"mix_labels", [] { return py::cast("soft"); }},
     {"max_memory_mb", [] { return py::cast(0.0); }},  // 0: a quarter of physical memory
@@ -334,6 +335,10 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   if (extra_shards && k["shards"].is_none()) throw py::value_error("extra_shards=True: needs shards=");
   const auto cache_dir = path("cache_dir", k["cache_dir"]);
   if (cache_dir && !(shards && is_remote_location(*shards))) throw py::value_error("cache_dir=: needs shards= an http(s):// or s3:// URL");
+  const bool download_first = flag("download_first", k["download_first"]);
+  if (download_first && !(shards && is_remote_location(*shards))) {
+    throw py::value_error("download_first=True: needs shards= an http(s):// or s3:// URL");
+  }
   ImageConfig ic;
   const std::optional<std::string> transforms = transform_text(k["transforms"]);
   if (arrays && (!k["crop"].is_none() || augment || transforms)) {
@@ -390,13 +395,15 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   read_back["world_size"] = py::cast(c.world_size);
   read_back["rank_by_shard"] = py::cast(rank_by_shard);
   read_back["extra_shards"] = py::cast(extra_shards);
+  read_back["download_first"] = py::cast(download_first);
   read_back["max_memory_mb"] = py::cast(s.max_memory_mb);
   py::dict given;
   for (std::size_t i = 0; i < kLoaderKeywords.size(); ++i) {
     if (reads_back_as_given(kLoaderKeywords[i].name)) given[kLoaderKeywords[i].name] = read_back.values[i];
   }
   auto loader = make_loader(folder, list, shards, rank_by_shard,
-                            extra_shards ? UnlistedShards::read : UnlistedShards::refuse, cache_dir, arrays, std::move(ic),
+                            extra_shards ? UnlistedShards::read : UnlistedShards::refuse,
+                            RemoteOptions{.cache_dir = cache_dir.value_or(""), .stream = !download_first}, arrays, std::move(ic),
                             std::move(s));
   loader->slot_timeout = wait;
   loader->given = std::move(given);
@@ -531,9 +538,13 @@ void def_state(py::class_<PyLoader>& loader_class) {
       })
       .def("stats",
            [](PyLoader& L) {
-             py::dict d = stats_dict(L.locked([](Loader& l) { return l.stats(); }));
+             const PipelineStats s = L.locked([](Loader& l) { return l.stats(); });
+             py::dict d = stats_dict(s);
              if (L.remote) {
                const StreamingCounters c = L.remote->counters();
+               double busy = 0;
+               for (const StageStats& stage : s.stages) busy += stage.name == "workers" ? stage.busy_s : 0;
+               if (const std::optional<std::string> network = network_bottleneck(c, busy)) d["bottleneck"] = *network;
                d["remote"] = py::dict("shards"_a = c.shards, "cached"_a = c.cached, "downloaded"_a = c.downloaded,
                                       "failed"_a = c.failed, "range_reads"_a = c.range_reads, "range_bytes"_a = c.range_bytes,
                                       "network_wait_s"_a = c.range_seconds, "retries"_a = c.retries);

@@ -6,9 +6,11 @@
   must resume with a Range request from the byte it reached);
 - slow: every whole GET of a .tar waits 60 s before it answers, while range
   requests are answered at once (a client reading shards while they download
-  must read its samples by range, and not wait for the downloads).
+  must read its samples by range, and not wait for the downloads);
+- stall: every GET of a .tar, whole or range, waits 60 s (a client told to
+  stop must not wait for them).
 Each request's path, Range header and status are appended to LOG, one line
-each, as they finish. Usage: http_cut_server.py DIR PORT LOG [cut|slow]
+each, as they finish. Usage: http_cut_server.py DIR PORT LOG [cut|slow|stall]
 """
 import http.server
 import os
@@ -50,7 +52,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
         start, end = (int(m.group(1)), int(m.group(2)) if m.group(2) else len(data) - 1) if m else (0, len(data) - 1)
         end = min(end, len(data) - 1)
-        if mode == "slow" and path.endswith(".tar") and not m:
+        if path.endswith(".tar") and ((mode == "slow" and not m) or mode == "stall"):
             time.sleep(60)
         status = 206 if m else 200
         self.send_response(status)

@@ -94,6 +94,12 @@ count_gets
 [ "$gets" -eq "$shards" ] || fail "warm run fetched shards again: $gets GETs for $shards shards"
 [ "$ranges" -eq "$ranges_cold" ] || fail "warm run read $((ranges - ranges_cold)) samples by range"
 same_epochs "the URL against the folder, cold and warm" local cold warm
+# --download-first: every shard whole before the first batch, no range read.
+run first --shards "$url" --cache-dir "$work/cfirst" --download-first
+count_gets
+[ "$gets" -eq $((2 * shards)) ] || fail "--download-first: $((gets - shards)) shard GETs for $shards shards"
+[ "$ranges" -eq "$ranges_cold" ] || fail "--download-first read $((ranges - ranges_cold)) samples by range"
+same_epochs "--download-first against the folder" local first
 # TOML names the URL as the flag does.
 printf 'shards = "%s"\ncache-dir = "%s"\n' "$url" "$work/cache" >"$work/c.toml"
 run toml --config "$work/c.toml"
@@ -231,6 +237,27 @@ read_by_range=$(grep -c 'bytes=[0-9]*-[0-9][0-9]* 206$' "$work/log/slow.log" || 
 same_first_epoch "the samples read by range against the folder's" local slow
 ls "$work/cslow"/*/*/ | grep -q '\.tar$' && fail "a held-back shard is in the cache"
 ls "$work/cslow"/*/*/ | grep -q '\.part$' && fail "a cancelled download left its .part"
+
+# SIGTERM (as Ctrl-C; a background job here ignores SIGINT) while every shard
+# request stalls: the workers' range reads give up within a second or so
+# (not after the 30 s stall limit and its retries), status 143.
+python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$slow_port" "$work/log/stall.log" stall &
+cut_pid=$!
+wait_for_port "$slow_port"
+"$conveyor" run --epochs 1 --workers 2 --batch 5 --crop 32 --shards "http://127.0.0.1:$slow_port/ds/" --cache-dir "$work/cstall" \
+  >"$work/stall.out" 2>&1 &
+run_pid=$!
+for _ in $(seq 100); do [ -s "$work/stall.out" ] && break; sleep 0.1; done  # the run has begun
+sleep 1  # the range reads are waiting on the server
+started=$(date +%s%N)
+kill -TERM "$run_pid"
+rc=0
+wait "$run_pid" || rc=$?
+waited=$(( ($(date +%s%N) - started) / 1000000 ))
+kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+cut_pid=
+[ "$rc" -eq 143 ] || fail "SIGTERM during stalled range reads: status $rc, not 143: $(tail -3 "$work/stall.out")"
+[ "$waited" -lt 6000 ] || fail "SIGTERM during stalled range reads: exited after $waited ms"
 
 # A shard missing on the server (deleted after packing) while the rest stream
 # in: without --on-error skip the run fails in one line naming its URL; with

@@ -129,6 +129,8 @@ for workers in (1, 3):
     a = run(conveyor.Loader(shards=local, **kw))
     b = run(conveyor.Loader(shards="s3://bucket/ds/", cache_dir=cache, **kw))
     assert a == b and len(a) > 2, (workers, a[:2], b[:2])
+first = conveyor.Loader(shards="s3://bucket/ds/", cache_dir=cache + "-first", download_first=True, **kw)
+assert first.download_first and "remote" not in first.stats() and run(first) == run(conveyor.Loader(shards=local, **kw))
 loader = conveyor.Loader(shards="s3://bucket/ds/", cache_dir=cache, batch_size=4, crop=16, device="cpu")
 it = iter(loader)
 next(it)

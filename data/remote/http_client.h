@@ -95,7 +95,9 @@ class HttpClient {
   // request (a Range header, signed with the rest). Blocks. Throws HttpError
   // as get() does, and when the server ignores the range (a 200) or the
   // object ends before offset + length.
-  std::string get_range(const RemoteUrl& url, std::uint64_t offset, std::uint64_t length);
+  // `stopping` (null: none) cancels this request as HttpOptions::stopping does.
+  std::string get_range(const RemoteUrl& url, std::uint64_t offset, std::uint64_t length,
+                        const std::atomic<bool>* stopping = nullptr);
   // Requests retried since this client was made. Throws nothing.
   std::uint64_t retries() const;
 

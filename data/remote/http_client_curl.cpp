@@ -136,11 +136,6 @@ std::string amz_date(std::chrono::system_clock::time_point t) {
   return text;
 }
 
-// CURLOPT_XFERINFOFUNCTION: non-zero aborts the transfer.
-int stop_requested(void* stopping, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<const std::atomic<bool>*>(stopping)->load() ? 1 : 0;
-}
-
 struct SlistFree {
   void operator()(curl_slist* list) const { curl_slist_free_all(list); }
 };
@@ -162,6 +157,15 @@ struct HttpClient::Impl {
   std::uint64_t retries = 0;
   std::mt19937_64 random{std::random_device{}()};
   Slist headers, connect_to;  // set on the handle: live until the next request
+  const std::atomic<bool>* call_stopping = nullptr;  // this request's own stop flag, or null
+
+  bool stop_requested() const {
+    return (options.stopping && options.stopping->load()) || (call_stopping && call_stopping->load());
+  }
+  // CURLOPT_XFERINFOFUNCTION: non-zero aborts the transfer.
+  static int on_progress(void* self, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    return static_cast<const Impl*>(self)->stop_requested() ? 1 : 0;
+  }
 
   void configure(const RemoteUrl& url, Body& body);
   void run(const RemoteUrl& url, Body& body, std::uint64_t exact);
@@ -186,10 +190,10 @@ void HttpClient::Impl::configure(const RemoteUrl& url, Body& body) {
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &Body::on_data);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, &body);
-  if (options.stopping) {  // libcurl calls this about once a second, and on every chunk
+  if (options.stopping || call_stopping) {  // libcurl calls this about once a second, and on every chunk
     curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &stop_requested);
-    curl_easy_setopt(easy, CURLOPT_XFERINFODATA, options.stopping);
+    curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &Impl::on_progress);
+    curl_easy_setopt(easy, CURLOPT_XFERINFODATA, this);
   }
   body.checked = body.error_response = false;
   body.error_text.clear();
@@ -264,7 +268,7 @@ void HttpClient::Impl::run(const RemoteUrl& url, Body& body, std::uint64_t exact
     ++retries;
     const auto until = std::chrono::steady_clock::now() + options.retry.delay(attempt, random());
     while (std::chrono::steady_clock::now() < until) {
-      if (options.stopping && options.stopping->load()) throw HttpError(shown + ": cancelled");
+      if (stop_requested()) throw HttpError(shown + ": cancelled");
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(50),
                                                                                  until - std::chrono::steady_clock::now()));
     }
@@ -302,11 +306,19 @@ void HttpClient::get_to_file(const RemoteUrl& url, const std::filesystem::path& 
   if (std::fclose(out) != 0) throw HttpError(url.shown() + ": cannot write " + file.string() + ": " + std::strerror(errno));
 }
 
-std::string HttpClient::get_range(const RemoteUrl& url, std::uint64_t offset, std::uint64_t length) {
+std::string HttpClient::get_range(const RemoteUrl& url, std::uint64_t offset, std::uint64_t length,
+                                  const std::atomic<bool>* stopping) {
   if (length == 0) throw HttpError(url.shown() + ": a range of 0 bytes");
   std::string text;
   Body body{.easy = impl_->easy, .text = &text, .limit = length, .ranged = true, .offset = offset, .last = offset + length - 1};
-  impl_->run(url, body, length);
+  impl_->call_stopping = stopping;
+  try {
+    impl_->run(url, body, length);
+  } catch (...) {
+    impl_->call_stopping = nullptr;
+    throw;
+  }
+  impl_->call_stopping = nullptr;
   return text;
 }
 

@@ -19,7 +19,7 @@ std::string HttpClient::get(const RemoteUrl&, std::uint64_t) { return {}; }
 
 void HttpClient::get_to_file(const RemoteUrl&, const std::filesystem::path&, std::optional<std::uint64_t>) {}
 
-std::string HttpClient::get_range(const RemoteUrl&, std::uint64_t, std::uint64_t) { return {}; }
+std::string HttpClient::get_range(const RemoteUrl&, std::uint64_t, std::uint64_t, const std::atomic<bool>*) { return {}; }
 
 std::uint64_t HttpClient::retries() const { return 0; }
 

@@ -92,7 +92,7 @@ struct StreamingShards::State {
 
   // Bytes [offset, offset + n) of shard s by one range request, on a client
   // taken from the idle ones (or a new one) and given back after.
-  void read_range(std::size_t s, std::uint64_t offset, void* buf, std::size_t n) {
+  void read_range(std::size_t s, std::uint64_t offset, void* buf, std::size_t n, const std::atomic<bool>* reader_stopping) {
     std::unique_ptr<HttpClient> http;
     const bool pooled = ::getpid() == owner;
     if (pooled) {
@@ -105,17 +105,22 @@ struct StreamingShards::State {
     if (!http) http = std::make_unique<HttpClient>(http_options());
     const std::uint64_t tries = http->retries();
     const auto start = std::chrono::steady_clock::now();
+    const auto waited = [&] {  // a failed or cancelled read waited too
+      range_ns.fetch_add(std::uint64_t(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+      retries.fetch_add(http->retries() - tries);
+    };
     std::string bytes;
     try {
-      bytes = http->get_range(shards[s].url, offset, n);
+      bytes = http->get_range(shards[s].url, offset, n, reader_stopping);
     } catch (const HttpError& e) {
-      retries.fetch_add(http->retries() - tries);
+      waited();
+      if (reader_stopping && reader_stopping->load()) throw ReadCancelled();
       throw std::runtime_error(e.what());
     }
-    range_ns.fetch_add(std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+    waited();
     range_reads.fetch_add(1);
     range_bytes.fetch_add(n);
-    retries.fetch_add(http->retries() - tries);
     std::memcpy(buf, bytes.data(), n);
     if (!pooled) return;
     const std::lock_guard<std::mutex> hold(mutex);
@@ -133,6 +138,10 @@ class ShardFile final : public File {
   std::uint64_t size() const override { return *state_->shards[shard_].size; }
 
   std::size_t read_at(std::uint64_t offset, void* buf, std::size_t n) override {
+    return read_cancellable(offset, buf, n, nullptr);
+  }
+
+  std::size_t read_cancellable(std::uint64_t offset, void* buf, std::size_t n, const std::atomic<bool>* stopping) override {
     switch (state_->where[shard_].load()) {
       case Where::failed: throw std::runtime_error(state_->failure(shard_));
       case Where::local: return local().read_at(offset, buf, n);
@@ -140,7 +149,7 @@ class ShardFile final : public File {
     }
     if (offset >= size()) return 0;
     n = std::size_t(std::min<std::uint64_t>(n, size() - offset));
-    if (n > 0) state_->read_range(shard_, offset, buf, n);
+    if (n > 0) state_->read_range(shard_, offset, buf, n, stopping);
     return n;
   }
 
@@ -167,6 +176,14 @@ class ShardFile final : public File {
 };
 
 }  // namespace
+
+std::optional<std::string> network_bottleneck(const StreamingCounters& c, double workers_busy_s) {
+  if (!(workers_busy_s > 0 && c.range_seconds > 0.5 * workers_busy_s)) return std::nullopt;
+  const int share = int(std::min(1.0, c.range_seconds / workers_busy_s) * 100 + 0.5);
+  return "bottleneck: the network (the workers waited " + std::to_string(share) +
+         "% of their busy time on range reads of shards still downloading) - the shards land in the cache meanwhile, "
+         "and reads of them are local from then on";
+}
 
 StreamingShards::StreamingShards(fs::path dir, std::vector<Wanted> shards, RemoteOptions options)
     : state_(std::make_shared<State>()) {

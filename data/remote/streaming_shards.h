@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "data/file_system.h"
@@ -45,9 +47,15 @@ struct StreamingCounters {
   std::uint64_t failed = 0;          // whose download failed for good
   std::uint64_t range_reads = 0;     // reads served by a range request
   std::uint64_t range_bytes = 0;     // their bytes
-  double range_seconds = 0;          // the readers' time in range requests (waiting on the network)
+  double range_seconds = 0;          // the readers' time in range requests, failed ones too (waiting on the network)
   std::uint64_t retries = 0;         // requests retried, range reads' and downloads'
 };
+
+// The bottleneck line when the network is the limit: the workers' range
+// reads took more than half of their busy time `workers_busy_s` (the
+// "workers" stage's busy_s over the same interval); none otherwise. Throws
+// nothing but bad_alloc.
+std::optional<std::string> network_bottleneck(const StreamingCounters& c, double workers_busy_s);
 
 class StreamingShards final : public FileSystem {
  public:

@@ -73,7 +73,8 @@ RemoteUrl parse_s3(std::string_view tail, const S3Environment& s3) {
   const auto bad = [&](const std::string& why) { return std::invalid_argument(url.shown() + ": " + why); };
   if (bucket.empty()) throw bad("no bucket");
   if (!bucket_name(bucket)) throw bad("not a bucket name (3 to 63 lower-case letters, digits, '.' and '-')");
-  const std::string path = "/" + std::string(tail) + "/";
+  std::string path = "/";  // built by appending: GCC 12 at -O3 takes "/" + string for an overlapping copy
+  path.append(tail).append("/");
   if (path.find("/../") != std::string::npos || path.find("/./") != std::string::npos) {
     throw bad("a key that climbs with '..' or holds '.' segments");
   }

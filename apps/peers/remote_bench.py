@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Shards over HTTP against the same shards on the local disk, side by side:
+a cold cache read while it downloads (the default), a cold cache downloaded
+first (`--download-first`: what every read did before streaming), a warm
+cache (filled by `conveyor inspect` beforehand), and the local folder.
+
+    python3 apps/peers/remote_bench.py --folder ../shared/data/photos-200 --repeat 5 --rounds 3 --mbps 0,200
+
+The photos are copied --repeat times, listed, and packed with `conveyor pack
+--shard-mb 16`; lighttpd serves the folder on a loopback port, its bandwidth
+capped at --mbps megabytes/s (lighttpd's server.kbytes-per-second; 0: no cap,
+the loopback's own speed). Each case is `conveyor bench` for one epoch
+(RandomResizedCrop 224 + flip, batch 64, --workers), and its wall time from
+the process's start, of which the time before the epoch began (wall less the
+epoch's own seconds: the start, the manifest and index, and a download
+first). Reported per case: those seconds and the epoch's images/s (median,
+min-max), and the range reads and network wait of the streamed runs (bench
+--json).
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import copy_photos  # this folder's
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_lighttpd(root, kbps, work):
+    port = free_port()
+    conf = os.path.join(work, "lighttpd.conf")
+    with open(conf, "w") as f:
+        f.write(f'server.document-root = "{root}"\nserver.bind = "127.0.0.1"\nserver.port = {port}\n'
+                f'server.errorlog = "{work}/lighttpd.err"\n')
+        if kbps:
+            f.write(f"server.kbytes-per-second = {kbps}\n")
+    lighttpd = shutil.which("lighttpd") or "/usr/sbin/lighttpd"
+    proc = subprocess.Popen([lighttpd, "-D", "-f", conf])
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("lighttpd does not start")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--folder", required=True)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--mbps", default="0", help="bandwidth caps to run, MB/s, comma-separated (0: none)")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    a = ap.parse_args()
+    conveyor = os.path.join(os.path.abspath(a.build), "apps", "conveyor")
+    work = tempfile.mkdtemp(prefix="conveyor-remote-")
+    try:
+        listfile, files = copy_photos(a.folder, a.repeat, work)
+        www = os.path.join(work, "www")
+        shards_dir = os.path.join(www, "ds")
+        subprocess.run([conveyor, "pack", "--list", listfile, "--out", shards_dir, "--shard-mb", "16"], check=True,
+                       stdout=subprocess.DEVNULL)
+        shards = [f for f in os.listdir(shards_dir) if f.endswith(".tar")]
+        mb = sum(os.path.getsize(os.path.join(shards_dir, f)) for f in shards) / 1e6
+        print(f"{len(files)} samples in {len(shards)} shards ({mb:.0f} MB); {a.rounds} rounds; {a.workers} workers",
+              flush=True)
+        bench = [conveyor, "bench", "--workers", str(a.workers), "--batch", "64", "--crop", "224", "--augment", "rrc",
+                 "--epochs", "1"]
+        for mbps in [float(x) for x in a.mbps.split(",")]:
+            server, port = start_lighttpd(www, int(mbps * 1000), work)
+            url = f"http://127.0.0.1:{port}/ds/"
+            cases = ["local", "URL, cold, streamed", "URL, cold, downloaded first", "URL, warm"]
+            results = {c: [] for c in cases}
+            streamed = []
+            try:
+                for r in range(a.rounds):
+                    cache = os.path.join(work, f"cache-{mbps}-{r}")
+                    for case in cases[r % len(cases):] + cases[:r % len(cases)]:
+                        out = os.path.join(work, "bench.json")
+                        t0 = time.monotonic()
+                        if case == "local":
+                            flags = ["--shards", shards_dir]
+                        elif case == "URL, warm":
+                            subprocess.run([conveyor, "inspect", "--shards", url, "--cache-dir", cache + "-warm"],
+                                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            t0 = time.monotonic()
+                            flags = ["--shards", url, "--cache-dir", cache + "-warm"]
+                        elif case == "URL, cold, downloaded first":
+                            flags = ["--shards", url, "--cache-dir", cache + "-first", "--download-first"]
+                        else:
+                            flags = ["--shards", url, "--cache-dir", cache + "-stream"]
+                        subprocess.run([*bench, *flags, "--json", out], check=True, stdout=subprocess.DEVNULL)
+                        wall = time.monotonic() - t0
+                        with open(out) as f:
+                            j = json.load(f)
+                        # Before the epoch: the process's start, the dataset, a download first.
+                        results[case].append((wall, j["images_per_s"], wall - j["seconds"]))
+                        if case == "URL, cold, streamed":
+                            streamed.append(j["remote"])
+                        print(f"  {mbps:g} MB/s round {r + 1}: {case:28s} {wall:6.2f} s  {j['images_per_s']:7.1f} images/s",
+                              flush=True)
+            finally:
+                server.kill()
+                server.wait()
+            cap = f"{mbps:g} MB/s" if mbps else "no cap"
+            print(f"\nlighttpd on loopback, {cap}:")
+            print("| case | wall s, median (min-max) | before the epoch, s | the epoch's images/s, median (min-max) |")
+            print("|---|---|---|---|")
+            for c in cases:
+                w = [x[0] for x in results[c]]
+                i = [x[1] for x in results[c]]
+                b = [x[2] for x in results[c]]
+                print(f"| {c} | {statistics.median(w):.2f} ({min(w):.2f}-{max(w):.2f}) | "
+                      f"{statistics.median(b):.2f} ({min(b):.2f}-{max(b):.2f}) | "
+                      f"{statistics.median(i):.0f} ({min(i):.0f}-{max(i):.0f}) |")
+            ratios = [f[0] / s[0] for s, f in zip(results["URL, cold, streamed"], results["URL, cold, downloaded first"])]
+            print("downloaded first / streamed, wall, per round: " + ", ".join(f"{x:.2f}" for x in ratios) +
+                  f" (median {statistics.median(ratios):.2f}x)")
+            print("streamed runs' range reads and network wait: " +
+                  ", ".join(f"{s['range_reads']} reads, {s['network_wait_s']:.2f} s" for s in streamed), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
