@@ -22,6 +22,24 @@ def arguments(description):
     return ap
 
 
+def photo_bench_arguments(description, rounds):
+    """The flags of the benchmarks over copied photos (shards_bench, pack_formats, remote_bench): --folder,
+    --repeat, --rounds, --workers, --build (the build folder whose apps/conveyor runs)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--folder", required=True)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--build", default=os.path.join(root, "build", "release"))
+    return ap
+
+
+def conveyor_binary(args):
+    """The conveyor command of --build."""
+    return os.path.join(os.path.abspath(args.build), "apps", "conveyor")
+
+
 def copy_photos(folder, repeat, work):
     """The photos of `folder` copied `repeat` times into work/files (distinct files, as a real dataset has),
     and a list file over them, labels 0-99: (list path, the copies)."""

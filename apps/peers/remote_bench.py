@@ -17,7 +17,6 @@ first). Reported per case: those seconds and the epoch's images/s (median,
 min-max), and the range reads and network wait of the streamed runs (bench
 --json).
 """
-import argparse
 import json
 import os
 import shutil
@@ -28,9 +27,8 @@ import sys
 import tempfile
 import time
 
-from common import copy_photos  # this folder's
+from common import conveyor_binary, copy_photos, photo_bench_arguments  # this folder's
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def free_port():
@@ -60,15 +58,10 @@ def start_lighttpd(root, kbps, work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--folder", required=True)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=2)
+    ap = photo_bench_arguments(__doc__, rounds=3)
     ap.add_argument("--mbps", default="0", help="bandwidth caps to run, MB/s, comma-separated (0: none)")
-    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
     a = ap.parse_args()
-    conveyor = os.path.join(os.path.abspath(a.build), "apps", "conveyor")
+    conveyor = conveyor_binary(a)
     work = tempfile.mkdtemp(prefix="conveyor-remote-")
     try:
         listfile, files = copy_photos(a.folder, a.repeat, work)

@@ -13,7 +13,6 @@ every file (or shard) just before, since dropping the whole page cache may be re
 Shards run cold twice: with read-ahead advice (the default) and with `--read-ahead off`.
 Reported: images/s (median, min-max) and file opens per epoch (bench --json's count).
 """
-import argparse
 import json
 import os
 import shutil
@@ -22,9 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-from common import copy_photos  # this folder's
+from common import conveyor_binary, copy_photos, photo_bench_arguments  # this folder's
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def evict(paths):
@@ -45,15 +43,10 @@ def warm(paths):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--folder", required=True)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    ap = photo_bench_arguments(__doc__, rounds=3)
     ap.add_argument("--work", help="folder for the copies and shards (default: a temporary one)")
     a = ap.parse_args()
-    conveyor = os.path.join(os.path.abspath(a.build), "apps", "conveyor")
+    conveyor = conveyor_binary(a)
     work = a.work or tempfile.mkdtemp(prefix="conveyor-shards-")
     try:
         listfile, files = copy_photos(a.folder, a.repeat, work)
