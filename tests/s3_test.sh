@@ -117,7 +117,7 @@ grep -q "^GET /open/ds/.conveyor-manifest - 200 " "$work/s3.log" || fail "the pu
 # The bytes of every batch from Python, for 1 and 3 workers, and its state holds no key.
 if [ -n "$pythonpath" ]; then
   PYTHONPATH=$pythonpath "$python" - "$work/root/bucket/ds" "$work/pycache" "$secret" "$token" <<'PY' || fail "Python: s3:// batches differ from the folder's"
-import hashlib, pickle, sys
+import hashlib, os, pickle, sys
 import numpy as np
 import conveyor
 local, cache, secret, token = sys.argv[1:]
@@ -138,6 +138,17 @@ remote = loader.stats()["remote"]
 assert remote["shards"] > 1 and remote["failed"] == 0 and remote["range_reads"] >= 0, remote
 state = pickle.dumps(loader.state_dict()) + repr(loader).encode() + repr(loader.stats()).encode()
 assert secret.encode() not in state and token.encode() not in state, "a key in the state"
+# A child of fork() that drops its copy of a loader whose shards stream in
+# leaves the parent's download threads and connections alone, and the parent
+# reads on.
+forked = conveyor.Loader(shards="s3://bucket/ds/", cache_dir=cache + "-fork", **kw)
+pid = os.fork()
+if pid == 0:
+    del forked
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+assert run(forked) == run(conveyor.Loader(shards=local, **kw))
 try:
     conveyor.Loader(shards="s3://bucket/none/", cache_dir=cache, device="cpu")
     raise SystemExit("a missing prefix raised nothing")

@@ -17,6 +17,19 @@ std::string variable(const char* name) {
 
 bool region_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; }
 
+// The endpoint for a message: whatever precedes an '@' in its authority
+// (user:password, refused below) shown as "***".
+std::string shown_endpoint(const std::string& e) {
+  const std::size_t scheme = e.find("://");
+  const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  const std::size_t end = std::min(e.find('/', start), e.size());
+  const std::size_t at = e.substr(0, end).rfind('@');
+  if (at == std::string::npos || at < start) return e;
+  std::string shown = e.substr(0, start);
+  shown.append("***").append(e, at, std::string::npos);
+  return shown;
+}
+
 }  // namespace
 
 S3Environment checked_s3_environment(S3Environment env, std::string_view endpoint_name) {
@@ -33,7 +46,9 @@ S3Environment checked_s3_environment(S3Environment env, std::string_view endpoin
   std::string& e = env.endpoint;
   while (!e.empty() && e.back() == '/') e.pop_back();
   if (!e.empty()) {
-    const auto bad = [&](const std::string& why) { return std::invalid_argument(std::string(endpoint_name) + "=" + e + ": " + why); };
+    const auto bad = [&](const std::string& why) {
+      return std::invalid_argument(std::string(endpoint_name) + "=" + shown_endpoint(e) + ": " + why);
+    };
     std::string head = e.substr(0, 8);
     for (char& ch : head) ch = char(std::tolower(static_cast<unsigned char>(ch)));
     const std::size_t skip = head.starts_with("https://") ? 8 : head.starts_with("http://") ? 7 : 0;

@@ -68,7 +68,11 @@ void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w) {
     }
   }
   fs::rename(part, file, ec);
-  if (ec) throw DatasetError(file.string() + ": cannot move the download into place: " + ec.message());
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(part, ignored);
+    throw DatasetError(file.string() + ": cannot move the download into place: " + ec.message());
+  }
 }
 
 }  // namespace conveyor

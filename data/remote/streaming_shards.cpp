@@ -218,8 +218,18 @@ StreamingShards::StreamingShards(fs::path dir, std::vector<Wanted> shards, Remot
 }
 
 StreamingShards::~StreamingShards() {
-  state_->stopping.store(true);
-  state_->threads.clear();  // jthread: joins
+  State& st = *state_;
+  if (::getpid() != st.owner) {
+    // A child of fork(): the download threads and the pooled connections
+    // are the parent's. Joining threads this process does not have is
+    // undefined, and closing a TLS connection would send its close_notify on
+    // the parent's socket: both are left alone, deliberately leaked.
+    static_cast<void>(new std::vector<std::jthread>(std::move(st.threads)));
+    static_cast<void>(new std::vector<std::unique_ptr<HttpClient>>(std::move(st.idle)));
+    return;
+  }
+  st.stopping.store(true);
+  st.threads.clear();  // jthread: joins
 }
 
 std::unique_ptr<File> StreamingShards::open(const fs::path& path) {
