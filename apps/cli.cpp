@@ -24,6 +24,7 @@
 #include "data/atomic_file.h"
 #include "data/file_system.h"
 #include "data/quote_bytes.h"
+#include "data/remote/remote_shards.h"
 #include "data/files/image_folder.h"
 #include "image/default_dataset.h"
 #include "source/source.h"
@@ -101,6 +102,7 @@ Dataset open_dataset(const Options& o, Announce announce, Remote remote) {
   }
   DatasetSpec spec{.unlisted = o.unlisted_shards, .rank_by_shard = o.rank_by_shard, .rank_by_shard_setting = "--rank-by-shard: "};
   spec.remote.cache_dir = o.cache_dir;
+  if (o.cache_gb) spec.remote.cache_bytes = cache_gb_bytes(*o.cache_gb);
   spec.remote.stream = remote == Remote::stream && !o.download_first;
   for (const auto& [path, kind, setting] : {std::tuple{&o.shards, DatasetSpec::Kind::shards, "--shards "},
                                             std::tuple{&o.list, DatasetSpec::Kind::list, "--list "},

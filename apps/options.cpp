@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "data/dataset.h"
+#include "data/remote/remote_shards.h"
 #include "data/remote/url.h"
 #include "data/files/list_file.h"
 #include "gpu_decode/share.h"
@@ -49,6 +50,24 @@ void add_dataset_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--cache-dir", o.cache_dir,
               "with an http(s):// or s3:// --shards URL: the folder its shards are downloaded to (default: the user's cache "
               "folder, ~/.cache/conveyor/remote)");
+  if (!app.get_option_no_throw("--cache-gb")) {
+    app.add_option("--cache-gb", o.cache_gb,
+                   "with an http(s):// or s3:// --shards URL: the most the cache folder may hold, in GB (10^9 bytes); the "
+                   "least recently used shards of jobs not running are removed to make room, and shards that still do "
+                   "not fit are read by range (default: no limit)")
+        ->check(CLI::Validator(
+            [](std::string& s) {
+              try {
+                (void)cache_gb_bytes(std::stod(s));
+                return std::string();
+              } catch (const std::invalid_argument& e) {
+                return std::string(e.what());
+              } catch (const std::out_of_range&) {
+                return std::string("a cache limit in GB must be a number above 0");
+              }
+            },
+            "GB"));
+  }
   if (!app.get_option_no_throw("--download-first")) {
     app.add_flag("--download-first", o.download_first,
                  "with an http(s):// or s3:// --shards URL: download every shard and check it against the manifest "
@@ -167,6 +186,7 @@ void check_shard(const Options& o) {
   if (o.unlisted_shards == UnlistedShards::read && o.shards.empty()) throw UsageError("--extra-shards: needs a --shards dataset");
   if (!o.cache_dir.empty() && !is_remote_location(o.shards)) throw UsageError("--cache-dir: needs an http(s):// or s3:// --shards URL");
   if (o.download_first && !is_remote_location(o.shards)) throw UsageError("--download-first: needs an http(s):// or s3:// --shards URL");
+  if (o.cache_gb && !is_remote_location(o.shards)) throw UsageError("--cache-gb: needs an http(s):// or s3:// --shards URL");
 }
 
 void check_normalize(const Options& o) {

@@ -51,6 +51,10 @@ struct Options {
   std::string shards;  // --shards DIR|URL: WebDataset tar shards (KEY.jpg + KEY.cls), local, http(s):// or s3://. Default: none.
   // --cache-dir DIR: where http(s):// and s3:// shards are downloaded to. Default: the user's cache folder's remote/.
   std::string cache_dir;
+  // --cache-gb GB: the most the cache folder may hold (1 GB = 10^9 bytes);
+  // the least recently used shards of jobs not running go first, and shards
+  // that still do not fit are read by range. Default: none (no limit).
+  std::optional<double> cache_gb;
   // --download-first: every shard of a URL downloaded and checked against the
   // manifest before the first batch, instead of read while it downloads.
   // Default: off.

@@ -101,8 +101,11 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   out << "  \"remote\": ";
   if (const auto& c = r.remote) {
     out << "{\"shards\": " << c->shards << ", \"cached\": " << c->cached << ", \"downloaded\": " << c->downloaded
-        << ", \"failed\": " << c->failed << ", \"range_reads\": " << c->range_reads << ", \"range_bytes\": " << c->range_bytes
-        << ", \"network_wait_s\": " << c->range_seconds << ", \"retries\": " << c->retries << "},\n";
+        << ", \"downloaded_bytes\": " << c->downloaded_bytes << ", \"failed\": " << c->failed
+        << ", \"uncached\": " << c->uncached << ", \"uncached_why\": \""
+        << json_escape(c->uncached_why) << "\", \"range_reads\": " << c->range_reads << ", \"read_ahead\": " << c->read_ahead
+        << ", \"range_bytes\": " << c->range_bytes << ", \"network_wait_s\": " << c->range_seconds
+        << ", \"retries\": " << c->retries << "},\n";
   } else {
     out << "null,\n";
   }  // by the whole process: the dataset's files or shards
@@ -127,15 +130,21 @@ std::optional<StreamingCounters> remote_counters(const Dataset& dataset) {
 }
 
 std::string remote_line(const StreamingCounters& c, double workers_busy_s) {
-  char line[400];
-  const std::uint64_t pending = c.shards - c.cached - c.downloaded - c.failed;
+  char line[480];
+  const std::uint64_t pending = c.shards - c.cached - c.downloaded - c.failed - c.uncached;
   std::snprintf(line, sizeof line,
-                "remote: %llu shards, %llu in the cache at the start, %llu downloaded, %llu downloading, %llu failed; "
-                "%llu samples (%.1f MiB) read by range, the workers waited %.2f s on the network of %.2f s busy, %llu retries",
+                "remote: %llu shards, %llu in the cache at the start, %llu downloaded (%.1f MiB), %llu downloading, %llu failed, "
+                "%llu not cached; %llu samples (%.1f MiB, %llu sent ahead) read by range, the workers waited %.2f s on "
+                "the network of %.2f s busy, %llu retries",
                 (unsigned long long)c.shards, (unsigned long long)c.cached, (unsigned long long)c.downloaded,
-                (unsigned long long)pending, (unsigned long long)c.failed, (unsigned long long)c.range_reads,
-                double(c.range_bytes) / (1 << 20), c.range_seconds, workers_busy_s, (unsigned long long)c.retries);
+                double(c.downloaded_bytes) / (1 << 20),                (unsigned long long)pending, (unsigned long long)c.failed, (unsigned long long)c.uncached,
+                (unsigned long long)c.range_reads, double(c.range_bytes) / (1 << 20), (unsigned long long)c.read_ahead,
+                c.range_seconds, workers_busy_s, (unsigned long long)c.retries);
   std::string out = line;
+  if (c.uncached > 0) {
+    out += "\nnot cached, read by range: ";
+    out += c.uncached_why;
+  }
   if (const std::optional<std::string> network = network_bottleneck(c, workers_busy_s)) out += "\n" + *network;
   return out + "\n";
 }

@@ -51,6 +51,7 @@ class StreamingReporter final : public EpochReporter {
     if (const std::optional<StreamingCounters> now_remote = remote_counters(dataset_)) {
       StreamingCounters epoch = *now_remote;  // this epoch's reads; the shards' states as they are
       epoch.range_reads -= remote_before_->range_reads;
+      epoch.read_ahead -= remote_before_->read_ahead;
       epoch.range_bytes -= remote_before_->range_bytes;
       epoch.range_seconds -= remote_before_->range_seconds;
       epoch.retries -= remote_before_->retries;

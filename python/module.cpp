@@ -281,6 +281,7 @@ constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
     {"rank_by_shard", [] { return py::cast(false); }},
     {"extra_shards", [] { return py::cast(false); }},
     {"cache_dir", none},
+    {"cache_gb", none},  // None: no limit
     {"download_first", [] { return py::cast(false); }},
     {"gpu_decode", [] { return py::cast("off"); }},
     {"mix_labels", [] { return py::cast("soft"); }},
@@ -335,6 +336,15 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   if (extra_shards && k["shards"].is_none()) throw py::value_error("extra_shards=True: needs shards=");
   const auto cache_dir = path("cache_dir", k["cache_dir"]);
   if (cache_dir && !(shards && is_remote_location(*shards))) throw py::value_error("cache_dir=: needs shards= an http(s):// or s3:// URL");
+  std::optional<std::uint64_t> cache_bytes;
+  if (!k["cache_gb"].is_none()) {
+    if (!(shards && is_remote_location(*shards))) throw py::value_error("cache_gb=: needs shards= an http(s):// or s3:// URL");
+    try {
+      cache_bytes = cache_gb_bytes(non_negative("cache_gb", k["cache_gb"]));
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error("cache_gb=" + std::string(py::repr(k["cache_gb"])) + ": " + e.what());
+    }
+  }
   const bool download_first = flag("download_first", k["download_first"]);
   if (download_first && !(shards && is_remote_location(*shards))) {
     throw py::value_error("download_first=True: needs shards= an http(s):// or s3:// URL");
@@ -403,7 +413,7 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   }
   auto loader = make_loader(folder, list, shards, rank_by_shard,
                             extra_shards ? UnlistedShards::read : UnlistedShards::refuse,
-                            RemoteOptions{.cache_dir = cache_dir.value_or(""), .stream = !download_first}, arrays, std::move(ic),
+                            RemoteOptions{.cache_dir = cache_dir.value_or(""), .cache_bytes = cache_bytes, .stream = !download_first}, arrays, std::move(ic),
                             std::move(s));
   loader->slot_timeout = wait;
   loader->given = std::move(given);
@@ -545,8 +555,8 @@ void def_state(py::class_<PyLoader>& loader_class) {
                double busy = 0;
                for (const StageStats& stage : s.stages) busy += stage.name == "workers" ? stage.busy_s : 0;
                if (const std::optional<std::string> network = network_bottleneck(c, busy)) d["bottleneck"] = *network;
-               d["remote"] = py::dict("shards"_a = c.shards, "cached"_a = c.cached, "downloaded"_a = c.downloaded,
-                                      "failed"_a = c.failed, "range_reads"_a = c.range_reads, "range_bytes"_a = c.range_bytes,
+               d["remote"] = py::dict("shards"_a = c.shards, "cached"_a = c.cached, "downloaded"_a = c.downloaded, "downloaded_bytes"_a = c.downloaded_bytes,
+                                      "failed"_a = c.failed, "uncached"_a = c.uncached, "uncached_why"_a = c.uncached_why, "range_reads"_a = c.range_reads, "read_ahead"_a = c.read_ahead, "range_bytes"_a = c.range_bytes,
                                       "network_wait_s"_a = c.range_seconds, "retries"_a = c.retries);
              }
              return d;

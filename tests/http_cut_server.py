@@ -8,9 +8,12 @@
   requests are answered at once (a client reading shards while they download
   must read its samples by range, and not wait for the downloads);
 - stall: every GET of a .tar, whole or range, waits 60 s (a client told to
-  stop must not wait for them).
+  stop must not wait for them);
+- down: every whole GET of a .tar is answered 503, while range requests are
+  answered (downloads that keep failing for a reason a later try may mend
+  must not fail the shard's samples).
 Each request's path, Range header and status are appended to LOG, one line
-each, as they finish. Usage: http_cut_server.py DIR PORT LOG [cut|slow|stall]
+each, as they finish. Usage: http_cut_server.py DIR PORT LOG [cut|slow|stall|down]
 """
 import http.server
 import os
@@ -46,6 +49,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             refused[path] = refused.get(path, 0) + 1
             self.send_error(status)
             self.note(status)
+            return
+        if mode == "down" and path.endswith(".tar") and not self.headers.get("Range"):
+            self.send_error(503)
+            self.note(503)
             return
         data = open(path, "rb").read()
         rng = self.headers.get("Range")

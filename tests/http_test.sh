@@ -135,6 +135,22 @@ try:
     raise SystemExit("a 404 raised nothing")
 except ValueError as e:
     assert "/none/.conveyor-manifest: HTTP 404" in str(e), e
+# cache_gb=: a limit the cache keeps, the shards left out read by range.
+limited = conveyor.Loader(shards=url, cache_dir=cache + "-limit", cache_gb=1e-6, **kw)
+assert run(limited) == run(conveyor.Loader(shards=local, **kw)) and limited.cache_gb == 1e-6
+remote = limited.stats()["remote"]
+assert remote["uncached"] >= 1 and "no room" in remote["uncached_why"], remote
+for bad in (0, -1, float("nan")):
+    try:
+        conveyor.Loader(shards=url, cache_gb=bad, device="cpu")
+        raise SystemExit(f"cache_gb={bad} raised nothing")
+    except ValueError as e:
+        assert str(e).startswith("cache_gb="), e
+try:
+    conveyor.Loader(shards=local, cache_gb=1, device="cpu")
+    raise SystemExit("cache_gb= for a local folder raised nothing")
+except ValueError as e:
+    assert "needs shards= an http(s):// or s3:// URL" in str(e), e
 PY
 fi
 
@@ -219,8 +235,9 @@ one_line_error "a shard cut short" "$url$name: " --shards "$url" --cache-dir "$w
 cp "$work/good.tar" "$first"
 "$conveyor" inspect --shards "$url" --cache-dir "$work/cbad" >"$work/out" 2>&1 || fail "the shard mended: $(tail -3 "$work/out")"
 # Read while they download: with every whole shard GET held back for 60 s,
-# an epoch reads its samples by range requests alone, the same bytes as the
-# folder, and the run ends without waiting for the downloads (cancelled).
+# an epoch reads its samples by range requests alone (some sent ahead, on
+# the pipeline's advice), the same bytes as the folder, and the run ends
+# without waiting for the downloads (cancelled).
 slow_port=$(free_port)
 python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$slow_port" "$work/log/slow.log" slow &
 cut_pid=$!
@@ -235,6 +252,8 @@ samples=$(grep -c . "$work/list.txt")
 read_by_range=$(grep -c 'bytes=[0-9]*-[0-9][0-9]* 206$' "$work/log/slow.log" || true)
 [ "$read_by_range" -ge "$samples" ] || fail "$read_by_range range reads for $samples samples: $(tail -3 "$work/log/slow.log")"
 same_first_epoch "the samples read by range against the folder's" local slow
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["remote"]; assert r["read_ahead"] > 0, r' "$work/slow.json" \
+  || fail "no range read was sent ahead of the worker's read"
 ls "$work/cslow"/*/*/ | grep -q '\.tar$' && fail "a held-back shard is in the cache"
 ls "$work/cslow"/*/*/ | grep -q '\.part$' && fail "a cancelled download left its .part"
 
@@ -308,4 +327,73 @@ one_line_error "a listed URL that is missing" "http://127.0.0.1:$port/ds/shard-$
 one_line_error "a pattern that does not expand" "http://***@127.0.0.1:$port/ds/shard-{0..2.tar: a '{' that is never closed" \
   --shards "http://u:s3cret@127.0.0.1:$port/ds/shard-{0..2.tar" --cache-dir "$work/clistbad"
 grep -q s3cret "$work/err" && fail "the password was printed"
-echo "http: $shards shards over $url: same samples as the folder, warm cache without shard GETs, 3 processes fetched each once, listed URLs (cut bodies resumed), ranks by shard fetched their own, errors in one line"
+# Downloads that keep failing with 503 while ranges are served: the samples
+# are read by range, none fails.
+python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$slow_port" "$work/log/down.log" down &
+cut_pid=$!
+wait_for_port "$slow_port"
+EPOCHS=1 run down --shards "http://127.0.0.1:$slow_port/ds/" --cache-dir "$work/cdown"
+kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+cut_pid=
+grep -q 'tar - 503$' "$work/log/down.log" || fail "the server refused no download: $(tail -3 "$work/log/down.log")"
+same_first_epoch "the samples read by range while downloads fail, against the folder's" local down
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["remote"]; assert r["failed"] == 0, r' "$work/down.json" \
+  || fail "downloads refused with 503 failed their shards"
+
+# The cache's limit (--cache-gb), half the shards' bytes: a streamed run
+# caches what fits and reads the rest by range, the same epochs, the cache
+# under the limit; then a second location takes the room, the first's shards
+# going; downloading every shard first over the limit fails in one line.
+bytes_in() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
+tars_in() { find "$1" -name '*.tar' | wc -l; }
+total=$(cat "$work/www/ds"/*.tar | wc -c)
+limit=$((total / 2))
+limit_gb=$(python3 -c "print($limit / 1e9)")
+run limit --shards "$url" --cache-dir "$work/climit" --cache-gb "$limit_gb"
+run limit-warm --shards "$url" --cache-dir "$work/climit" --cache-gb "$limit_gb"
+same_epochs "under --cache-gb, against the folder" local limit limit-warm
+python3 - "$work/limit.json" "$work/limit-warm.json" <<'PY' || fail "--cache-gb: the shards that fit were not cached, or the rest not left out"
+import json, sys
+cold, warm = (json.load(open(f))["remote"] for f in sys.argv[1:])
+assert cold["uncached"] >= 1 and "no room for it in the cache" in cold["uncached_why"], cold
+assert warm["cached"] >= 1 and warm["uncached"] >= 1 and warm["cached"] + warm["uncached"] == warm["shards"], warm
+PY
+grep -q "^not cached, read by range: .*no room for it in the cache" "$work/limit.out" || fail "--cache-gb: the run does not say why shards were not cached"
+[ "$(bytes_in "$work/climit")" -le "$limit" ] || fail "--cache-gb: the cache holds $(bytes_in "$work/climit") bytes, over $limit"
+first_tars=$(tars_in "$work/climit")
+cp -r "$work/www/ds" "$work/www/ds2"
+run limit-other --shards "http://127.0.0.1:$port/ds2/" --cache-dir "$work/climit" --cache-gb "$limit_gb"
+same_epochs "a second location under --cache-gb" local limit-other
+[ "$(bytes_in "$work/climit")" -le "$limit" ] || fail "--cache-gb: the cache holds $(bytes_in "$work/climit") bytes, over $limit"
+[ "$(grep -l -r --include=.conveyor-url ds2 "$work/climit" | wc -l)" -eq 1 ] || fail "--cache-gb: no folder for the second location"
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["remote"]; assert r["downloaded"] >= 1, r' "$work/limit-other.json" \
+  || fail "--cache-gb: the second location found no room: the first's shards were not evicted"
+[ "$(tars_in "$work/climit")" -le "$first_tars" ] || fail "--cache-gb: more shards cached than fit"
+one_line_error "--download-first over --cache-gb" "over the cache's limit of $limit" --shards "$url" --cache-dir "$work/climit2" --cache-gb "$limit_gb"
+
+# A cache folder that fills up: a 256 KiB tmpfs (smaller than any shard) in
+# a mount namespace of its own, where the system allows one. Streamed, the
+# samples are read by range; downloaded first, one line saying so. Then a
+# read-only one (a read-only mount, which root cannot write either).
+mkdir -p "$work/tiny"
+in_tiny() {  # ARGS...: run in a namespace where $work/tiny is a 256 KiB tmpfs
+  unshare -r -m sh -c 'mount -t tmpfs -o size=256k tmpfs "$0" && exec "$@"' "$work/tiny" "$@"
+}
+if in_tiny true 2>/dev/null; then
+  in_tiny "$conveyor" run --epochs 1 --workers 2 --batch 5 --crop 32 --shards "$url" --cache-dir "$work/tiny/c" \
+    --json "$work/full.json" >"$work/full.out" 2>&1 || fail "a full cache, streamed: $(tail -3 "$work/full.out")"
+  same_first_epoch "a full cache, read by range, against the folder" local full
+  if in_tiny "$conveyor" inspect --shards "$url" --cache-dir "$work/tiny/c" >"$work/out" 2>"$work/err"; then fail "a full cache: exit 0"; fi
+  [ "$(grep -c . "$work/err")" -eq 1 ] || fail "a full cache: not one line: $(cat "$work/err")"
+  grep -q "No space left on device" "$work/err" || fail "a full cache: $(cat "$work/err")"
+  # Read-only for root too: a read-only mount.
+  if unshare -r -m sh -c 'mount -t tmpfs -o ro tmpfs "$0" && exec "$@"' "$work/tiny" \
+       "$conveyor" inspect --shards "$url" --cache-dir "$work/tiny/c" >"$work/out" 2>"$work/err"; then
+    fail "a read-only cache: exit 0"
+  fi
+  [ "$(grep -c . "$work/err")" -eq 1 ] || fail "a read-only cache: not one line: $(cat "$work/err")"
+  grep -q "$work/tiny/c.*Read-only file system" "$work/err" || fail "a read-only cache: $(cat "$work/err")"
+else
+  echo "http: no mount namespace here (unshare -r -m): the full-cache check skipped"
+fi
+echo "http: $shards shards over $url: same samples as the folder, warm cache without shard GETs, 3 processes fetched each once, listed URLs (cut bodies resumed), ranks by shard fetched their own, downloads refused read by range, --cache-gb kept, a full cache, errors in one line"

@@ -3,12 +3,16 @@
 // folder names, URL lists, and the retry policy; and a signed request
 // captured at a loopback socket, against the signature AWS publishes for it;
 // and HttpClient against a scripted loopback server's faults: a stall, a
-// reset mid-body, a server down and back, ranges refused, a stop.
+// reset mid-body, a server down and back, ranges refused, a stop; and the
+// cache's limit: what it counts, what it evicts first, what it never evicts.
 // The fetching itself is tests/http_test.sh's and tests/s3_test.sh's, against
 // real servers.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,6 +33,8 @@
 #include "data/remote/retry.h"
 #include "data/remote/remote_shards.h"
 #include "data/remote/s3_environment.h"
+#include "data/remote/shard_cache.h"
+#include "data/remote/shard_download.h"
 #include "data/remote/url.h"
 #include "data/remote/url_list.h"
 #include "temp_dir.h"
@@ -257,6 +263,7 @@ class ScriptedServer {
       cut,      // promises all of `body`, sends half, then resets the connection
       stall,    // reads the request and never answers (until the client gives up)
       hang_up,  // closes at once, before reading anything (a server going down)
+      whole_then_reset,  // promises a byte more than `body`, sends `body`, then resets the connection
     } kind = answer;
     std::string body;
     int status = 0;
@@ -315,9 +322,10 @@ class ScriptedServer {
         char byte;
         while (::recv(c, &byte, 1, 0) > 0) {
         }  // until the client gives up and closes
-      } else if (step.kind == Step::cut) {
-        send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(step.body.size()) + "\r\n\r\n" +
-                        step.body.substr(0, step.body.size() / 2));
+      } else if (step.kind == Step::cut || step.kind == Step::whole_then_reset) {
+        const bool whole = step.kind == Step::whole_then_reset;
+        send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(step.body.size() + whole) + "\r\n\r\n" +
+                        step.body.substr(0, whole ? step.body.size() : step.body.size() / 2));
         const linger reset{1, 0};  // close with RST: a connection reset mid-body
         ::setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
       } else {
@@ -427,6 +435,19 @@ TEST_CASE("http faults: a connection reset mid-body resumes from the byte it rea
   CHECK(http.retries() == 1);
 }
 
+TEST_CASE("http faults: a connection reset after the last byte keeps the body, asking for nothing past its end", "[remote][faults]") {
+  if (!http_available()) return;
+  const std::string body(50'000, 'b');
+  ScriptedServer server({{.kind = Step::whole_then_reset, .body = body},
+                         {.kind = Step::answer, .body = "<Error><Code>InvalidRange</Code></Error>", .status = 416}});
+  HttpClient http(quick(3));
+  conveyor::test::TempDir dir;
+  const auto file = dir.path() / "x.tar";
+  http.get_to_file(parse_remote_url(server.url()), file, body.size());
+  CHECK(read_text(file) == body);
+  CHECK(http.retries() == 0);
+}
+
 TEST_CASE("http faults: a server that goes down and comes back is retried, then carried on", "[remote][faults]") {
   if (!http_available()) return;
   ScriptedServer server({{.kind = Step::hang_up}, {.kind = Step::answer, .status = 503}, {.kind = Step::answer, .body = "manifest"}});
@@ -459,4 +480,130 @@ TEST_CASE("http faults: a request gives up within about a second of being told t
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(http.get(parse_remote_url(server.url()), 1 << 20), server.url() + ": cancelled");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+namespace {
+
+// A file of `bytes` bytes, its mtime `age_s` seconds before now.
+void cache_file(const std::filesystem::path& file, std::size_t bytes, int age_s = 0) {
+  std::filesystem::create_directories(file.parent_path());
+  std::ofstream(file, std::ios::binary) << std::string(bytes, 'x');
+  const timespec now{::time(nullptr) - age_s, 0};
+  const timespec times[2] = {now, now};
+  ::utimensat(AT_FDCWD, file.c_str(), times, 0);
+}
+
+}  // namespace
+
+TEST_CASE("shard cache: a download in flight counts at its announced size, one that died as it is", "[remote][cache]") {
+  conveyor::test::TempDir dir;
+  const auto root = dir.path();
+  cache_file(root / "k" / "v" / "a.tar", 1000);
+  cache_file(root / "k" / "v" / "b.tar.part", 10);
+  std::ofstream(root / "k" / "v" / "b.tar.lock") << "5000";
+  CHECK(cache_usage(root) == 1000 + 10 + 4);  // nobody holds the lock: a dead download's part
+  {
+    const FileLock held(root / "k" / "v" / "b.tar.lock", nullptr);  // another open file: as another process's download
+    CHECK(cache_usage(root) == 1000 + 5000 + 4);
+  }
+  CHECK(cache_usage(root) == 1000 + 10 + 4);
+}
+
+TEST_CASE("shard cache: room is made from the least recently used shards of folders no job leases", "[remote][cache]") {
+  conveyor::test::TempDir dir;
+  const auto root = dir.path();
+  cache_file(root / "a" / "v" / "oldest.tar", 100, 300);  // leased below: never removed
+  cache_file(root / "b" / "v" / "old.tar", 100, 200);
+  cache_file(root / "b" / "v" / "new.tar", 100, 100);
+  cache_file(root / "b" / "v" / ".conveyor-index", 1);  // not a shard: kept
+  const CacheLease lease(root / "a" / "v");
+  const CacheLimit limit{root, 351};
+  CHECK(make_room(limit, 50));  // 301 + 50 fit: nothing goes
+  CHECK(std::filesystem::exists(root / "b" / "v" / "old.tar"));
+  CHECK(make_room(limit, 100));  // 401: the older of b's shards goes
+  CHECK_FALSE(std::filesystem::exists(root / "b" / "v" / "old.tar"));
+  CHECK(std::filesystem::exists(root / "b" / "v" / "new.tar"));
+  CHECK(make_room(limit, 200));  // 401: the newer goes too
+  CHECK_FALSE(std::filesystem::exists(root / "b" / "v" / "new.tar"));
+  CHECK_FALSE(make_room(limit, 300));  // only the leased folder's shard is left
+  CHECK_FALSE(make_room(limit, 400));  // over the limit by itself
+  CHECK(std::filesystem::exists(root / "a" / "v" / "oldest.tar"));
+  CHECK(std::filesystem::exists(root / "b" / "v" / ".conveyor-index"));
+  CHECK(cache_usage(root) <= limit.bytes);
+}
+
+TEST_CASE("shard cache: touching a folder's shards makes them the most recently used", "[remote][cache]") {
+  conveyor::test::TempDir dir;
+  const auto root = dir.path();
+  cache_file(root / "a" / "v" / "x.tar", 100, 200);
+  cache_file(root / "b" / "v" / "y.tar", 100, 100);
+  touch_shards(root / "a" / "v");
+  CHECK(make_room({root, 150}, 0));
+  CHECK(std::filesystem::exists(root / "a" / "v" / "x.tar"));
+  CHECK_FALSE(std::filesystem::exists(root / "b" / "v" / "y.tar"));
+}
+
+TEST_CASE("shard cache: a shard with no room is not downloaded, and leaves no part behind", "[remote][cache]") {
+  if (!http_available()) return;
+  conveyor::test::TempDir dir;
+  const auto root = dir.path();
+  const auto folder = root / "k" / "v";
+  cache_file(folder / "mine.tar", 300);
+  const CacheLease lease(folder);
+  const CacheLimit limit{root, 500};
+  HttpClient http(quick(1));
+  const Wanted w{parse_remote_url("http://127.0.0.1:9/k/next.tar"), "next.tar", 300, 1};
+  try {
+    fetch_one(http, folder, w, nullptr, &limit);
+    FAIL("fetched with no room");
+  } catch (const DownloadError& e) {
+    CHECK(e.kind() == DownloadError::Kind::no_room);
+    CHECK_THAT(std::string(e.what()), Catch::StartsWith("http://127.0.0.1:9/k/next.tar: no room for it in the cache ("));
+  }
+  CHECK_FALSE(std::filesystem::exists(folder / "next.tar.part"));
+  CHECK(std::filesystem::exists(folder / "mine.tar"));  // leased: kept
+}
+
+TEST_CASE("shard download: what a later try may mend is told from what it will not", "[remote][faults]") {
+  if (!http_available()) return;
+  const std::string body(1000, 'z');
+  ScriptedServer server({{.kind = Step::answer, .status = 503},
+                         {.kind = Step::answer, .status = 404},
+                         {.kind = Step::answer, .body = body}});
+  HttpClient http(quick(1));
+  conveyor::test::TempDir dir;
+  const auto kind = [&](std::optional<std::uint64_t> checksum) {
+    try {
+      fetch_one(http, dir.path(), {parse_remote_url(server.url()), "x.tar", body.size(), checksum});
+    } catch (const DownloadError& e) {
+      CHECK_FALSE(std::filesystem::exists(dir.path() / "x.tar.part"));
+      return e.kind();
+    }
+    FAIL("no error");
+    return DownloadError::Kind::again;
+  };
+  CHECK(kind(std::nullopt) == DownloadError::Kind::again);    // 503: the server may come back
+  CHECK(kind(std::nullopt) == DownloadError::Kind::lasting);  // 404
+  CHECK(kind(std::uint64_t{1}) == DownloadError::Kind::lasting);  // another body than the manifest's
+}
+
+TEST_CASE("shard download: a wait on another download's lock ends soon after a stop", "[remote][faults]") {
+  if (!http_available()) return;
+  conveyor::test::TempDir dir;
+  const FileLock other(dir.path() / "x.tar.lock", nullptr);  // as another process downloading it
+  std::atomic<bool> stopping{false};
+  HttpClient http(quick(1));
+  std::jthread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    stopping = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    fetch_one(http, dir.path(), {parse_remote_url("http://127.0.0.1:9/x.tar"), "x.tar", 10, 1}, &stopping);
+    FAIL("no error");
+  } catch (const DownloadError& e) {
+    CHECK(e.kind() == DownloadError::Kind::again);
+    CHECK_THAT(std::string(e.what()), Catch::EndsWith("x.tar.lock: cancelled"));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(3));
 }

@@ -2,9 +2,13 @@
 """Shards over HTTP against the same shards on the local disk, side by side:
 a cold cache read while it downloads (the default), a cold cache downloaded
 first (`--download-first`: what every read did before streaming), a warm
-cache (filled by `conveyor inspect` beforehand), and the local folder.
+cache (filled by `conveyor inspect` beforehand), every sample read by range
+(`--cache-gb` below one shard: none is cached), and the local folder.
 
     python3 apps/peers/remote_bench.py --folder ../shared/data/photos-200 --repeat 5 --rounds 3 --mbps 0,200
+
+--compare-build DIR runs the every-sample-by-range case with DIR's conveyor
+too, in the same rounds (a build that differs in how it reads by range).
 
 The photos are copied --repeat times, listed, and packed with `conveyor pack
 --shard-mb 16`; lighttpd serves the folder on a loopback port, its bandwidth
@@ -60,6 +64,7 @@ def start_lighttpd(root, kbps, work):
 def main():
     ap = photo_bench_arguments(__doc__, rounds=3)
     ap.add_argument("--mbps", default="0", help="bandwidth caps to run, MB/s, comma-separated (0: none)")
+    ap.add_argument("--compare-build", help="another build folder: its conveyor reads every sample by range too")
     a = ap.parse_args()
     conveyor = conveyor_binary(a)
     work = tempfile.mkdtemp(prefix="conveyor-remote-")
@@ -73,12 +78,15 @@ def main():
         mb = sum(os.path.getsize(os.path.join(shards_dir, f)) for f in shards) / 1e6
         print(f"{len(files)} samples in {len(shards)} shards ({mb:.0f} MB); {a.rounds} rounds; {a.workers} workers",
               flush=True)
-        bench = [conveyor, "bench", "--workers", str(a.workers), "--batch", "64", "--crop", "224", "--augment", "rrc",
-                 "--epochs", "1"]
+        flags_of_bench = ["bench", "--workers", str(a.workers), "--batch", "64", "--crop", "224", "--augment", "rrc",
+                          "--epochs", "1"]
+        other = os.path.join(os.path.abspath(a.compare_build), "apps", "conveyor") if a.compare_build else None
         for mbps in [float(x) for x in a.mbps.split(",")]:
             server, port = start_lighttpd(www, int(mbps * 1000), work)
             url = f"http://127.0.0.1:{port}/ds/"
-            cases = ["local", "URL, cold, streamed", "URL, cold, downloaded first", "URL, warm"]
+            cases = ["local", "URL, cold, streamed", "URL, cold, downloaded first", "URL, warm", "URL, every sample by range"]
+            if other:
+                cases.append("URL, every sample by range, --compare-build")
             results = {c: [] for c in cases}
             streamed = []
             try:
@@ -94,18 +102,21 @@ def main():
                                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                             t0 = time.monotonic()
                             flags = ["--shards", url, "--cache-dir", cache + "-warm"]
+                        elif case.startswith("URL, every sample by range"):
+                            flags = ["--shards", url, "--cache-dir", cache + "-none", "--cache-gb", "1e-6"]
                         elif case == "URL, cold, downloaded first":
                             flags = ["--shards", url, "--cache-dir", cache + "-first", "--download-first"]
                         else:
                             flags = ["--shards", url, "--cache-dir", cache + "-stream"]
-                        subprocess.run([*bench, *flags, "--json", out], check=True, stdout=subprocess.DEVNULL)
+                        binary = other if case.endswith("--compare-build") else conveyor
+                        subprocess.run([binary, *flags_of_bench, *flags, "--json", out], check=True, stdout=subprocess.DEVNULL)
                         wall = time.monotonic() - t0
                         with open(out) as f:
                             j = json.load(f)
                         # Before the epoch: the process's start, the dataset, a download first.
                         results[case].append((wall, j["images_per_s"], wall - j["seconds"]))
-                        if case == "URL, cold, streamed":
-                            streamed.append(j["remote"])
+                        if case.startswith("URL, cold, streamed") or case.startswith("URL, every"):
+                            streamed.append((case, j["remote"]))
                         print(f"  {mbps:g} MB/s round {r + 1}: {case:28s} {wall:6.2f} s  {j['images_per_s']:7.1f} images/s",
                               flush=True)
             finally:
@@ -125,8 +136,10 @@ def main():
             ratios = [f[0] / s[0] for s, f in zip(results["URL, cold, streamed"], results["URL, cold, downloaded first"])]
             print("downloaded first / streamed, wall, per round: " + ", ".join(f"{x:.2f}" for x in ratios) +
                   f" (median {statistics.median(ratios):.2f}x)")
-            print("streamed runs' range reads and network wait: " +
-                  ", ".join(f"{s['range_reads']} reads, {s['network_wait_s']:.2f} s" for s in streamed), flush=True)
+            for c in sorted({c for c, _ in streamed}):
+                print(f"{c}: range reads (sent ahead) and the workers' network wait: " +
+                      ", ".join(f"{s['range_reads']} ({s.get('read_ahead', 0)}), {s['network_wait_s']:.2f} s"
+                                for k, s in streamed if k == c), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -40,13 +40,18 @@ namespace conveyor {
 // One line: the URL (credentials hidden) and what went wrong.
 class HttpError : public std::runtime_error {
  public:
-  explicit HttpError(const std::string& what, long status = 0) : std::runtime_error(what), status_(status) {}
+  explicit HttpError(const std::string& what, long status = 0, bool wrong_body = false)
+      : std::runtime_error(what), status_(status), wrong_body_(wrong_body) {}
   // The HTTP status that ended the request (404, 503, ...); 0 for a
   // transport error or anything else.
   long status() const noexcept { return status_; }
+  // The server answered with a body other than the one asked for: longer or
+  // shorter than the size expected, or whole where a range was asked.
+  bool wrong_body() const noexcept { return wrong_body_; }
 
  private:
   long status_;
+  bool wrong_body_;
 };
 
 struct HttpOptions {

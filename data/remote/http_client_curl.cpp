@@ -17,6 +17,10 @@
 
 #include "data/remote/http_client.h"
 
+#if LIBCURL_VERSION_NUM < 0x075500
+#error "libcurl 7.85 or later is needed (CURLOPT_PROTOCOLS_STR, CURLOPT_AWS_SIGV4)"
+#endif
+
 namespace conveyor {
 
 namespace {
@@ -241,16 +245,19 @@ void HttpClient::Impl::run(const RemoteUrl& url, Body& body, std::uint64_t exact
     error[0] = '\0';
     const CURLcode rc = curl_easy_perform(easy);
     if (rc == CURLE_ABORTED_BY_CALLBACK) throw HttpError(shown + ": cancelled");
-    if (body.over) throw HttpError(shown + ": the body is over the " + std::to_string(body.limit) + " bytes expected");
+    if (body.over) throw HttpError(shown + ": the body is over the " + std::to_string(body.limit) + " bytes expected", 0, true);
     if (body.write_error) throw HttpError(shown + ": cannot write what it sends: " + std::strerror(body.write_error));
-    if (body.ignored_range) throw HttpError(shown + ": the server ignores Range requests (it sent the whole object)");
+    if (body.ignored_range) throw HttpError(shown + ": the server ignores Range requests (it sent the whole object)", 0, true);
     long status = 0;
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
     if (rc == CURLE_OK && status < 300) {
       if (exact == 0 || body.at == exact) return;
       throw HttpError(shown + ": the body is " + std::to_string(body.at) + " bytes, not the " + std::to_string(exact) +
-                      (body.ranged ? " asked for" : " the manifest lists"));
+                      (body.ranged ? " asked for" : " the manifest lists"), 0, true);
     }
+    // Every byte came before the connection broke: asking again for the
+    // rest would ask for bytes past the end (a 416).
+    if (rc != CURLE_OK && exact != 0 && body.at == exact && body.checked && !body.error_response) return;
     Outcome outcome = Outcome::fail;
     std::string why;
     const bool http_error = rc == CURLE_OK;

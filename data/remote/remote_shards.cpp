@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -19,6 +20,7 @@
 #include "data/atomic_file.h"
 #include "data/dataset.h"
 #include "data/file_system.h"
+#include "data/remote/shard_cache.h"
 #include "data/remote/shard_download.h"
 #include "data/remote/streaming_shards.h"
 #include "data/remote/url_list.h"
@@ -81,8 +83,21 @@ void check_entries(const std::vector<ManifestEntry>& entries, const std::string&
 }
 
 // Every shard fetched by up to options.parallel threads, each with its own
-// client; the first error stops the others and is rethrown here.
+// client; the first error stops the others and is rethrown here. The folder
+// is leased meanwhile, so no download evicts another of the same job.
 void fetch_all(const fs::path& dir, const std::vector<Wanted>& wanted, const RemoteOptions& options) {
+  const CacheLease lease(dir);
+  std::optional<CacheLimit> limit;
+  if (options.cache_bytes) {
+    limit = CacheLimit{cache_root(options), *options.cache_bytes};
+    std::uint64_t total = 0;
+    for (const Wanted& w : wanted) total += w.size.value_or(0);
+    if (total > limit->bytes) {
+      throw DatasetError(dir.string() + ": the shards to download first hold " + std::to_string(total) +
+                         " bytes, over the cache's limit of " + std::to_string(limit->bytes) +
+                         " (raise --cache-gb, or stream the shards, which reads those that do not fit by range)");
+    }
+  }
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mutex;
@@ -90,7 +105,9 @@ void fetch_all(const fs::path& dir, const std::vector<Wanted>& wanted, const Rem
   const auto work = [&] {
     try {
       HttpClient http(options.http);
-      for (std::size_t i; !failed.load() && (i = next.fetch_add(1)) < wanted.size();) fetch_one(http, dir, wanted[i]);
+      for (std::size_t i; !failed.load() && (i = next.fetch_add(1)) < wanted.size();) {
+        fetch_one(http, dir, wanted[i], &failed, limit ? &*limit : nullptr);
+      }
     } catch (...) {
       const std::lock_guard<std::mutex> hold(mutex);
       if (!first) first = std::current_exception();
@@ -103,6 +120,21 @@ void fetch_all(const fs::path& dir, const std::vector<Wanted>& wanted, const Rem
     for (std::size_t k = 0; k < n; ++k) threads.emplace_back(work);
   }
   if (first) std::rethrow_exception(first);
+}
+
+// Every shard of `wanted` downloaded into `dir`, and the folder read as a
+// local one, leased from before the first download while the Dataset lives.
+Dataset fetch_leased(const fs::path& dir, const std::vector<Wanted>& wanted, const RemoteOptions& options) {
+  auto files = std::make_shared<LeasedFolder>(dir);
+  fetch_all(dir, wanted, options);
+  return dataset_from_shards(dir).with_files(std::move(files));
+}
+
+// The options a StreamingShards takes: the cache's root resolved.
+RemoteOptions resolved(const RemoteOptions& options) {
+  RemoteOptions o = options;
+  o.cache_dir = cache_root(options);
+  return o;
 }
 
 RemoteUrl parse(std::string_view location) {
@@ -122,6 +154,12 @@ bool is_shard_name(std::string_view name) {
 }
 
 }  // namespace
+
+std::uint64_t cache_gb_bytes(double gb) {
+  if (!(gb > 0) || !std::isfinite(gb)) throw std::invalid_argument("a cache limit in GB must be a number above 0");
+  if (gb > 16e9) throw std::invalid_argument("a cache limit in GB must be at most 16e9 (16 EB)");
+  return std::uint64_t(std::llround(gb * 1e9));
+}
 
 bool is_listed_location(std::string_view location) {
   if (!is_remote_location(location)) return false;
@@ -218,17 +256,63 @@ std::optional<ShardIndex> served_index(const Prefix& p, HttpClient& http) {
 
 }  // namespace
 
+namespace {
+
+// The shards a pattern lists, and the cache folder they go to (made).
+struct Listed {
+  fs::path dir;  // CACHE/KEY/shards
+  std::vector<Wanted> wanted;
+};
+
+Listed listed_shards(std::string_view pattern, const RemoteOptions& options) {
+  const RemoteUrl whole = parse(pattern);  // checks the scheme and host, and hides the credentials from here on
+  std::vector<std::string> urls;
+  try {
+    urls = expand_url_list(pattern);
+  } catch (const std::invalid_argument& e) {
+    throw DatasetError(whole.shown() + ": " + e.what());
+  }
+  if (!http_available()) (void)client(pattern, options);  // throws the line saying this build has no libcurl
+  Listed out;
+  std::map<std::string, std::string> seen;  // file name -> the URL that gave it
+  for (const std::string& u : urls) {
+    RemoteUrl url = parse(u);
+    const std::string shown = url.shown();
+    const std::string name = shown.substr(shown.find_last_of('/') + 1);
+    if (!is_shard_name(name)) throw DatasetError(shown + ": not a shard's URL (it should end in NAME.tar)");
+    if (const auto [at, fresh] = seen.emplace(name, shown); !fresh) {
+      throw DatasetError(whole.shown() + ": " + at->second + " and " + shown +
+                         " have one file name; the shards of one list need names of their own");
+    }
+    out.wanted.push_back({std::move(url), name, std::nullopt, std::nullopt});
+  }
+  const fs::path base = cache_root(options) / cache_key(whole);
+  make_folder(base);
+  claim(base / ".conveyor-url", whole.shown() + "\n");
+  out.dir = base / "shards";
+  make_folder(out.dir);
+  return out;
+}
+
+// Every shard a pattern lists, downloaded, as a Dataset that leases their
+// folder from before the first download.
+Dataset open_listed_shards(std::string_view pattern, const RemoteOptions& options) {
+  const Listed l = listed_shards(pattern, options);
+  auto files = std::make_shared<LeasedFolder>(l.dir);
+  fetch_all(l.dir, l.wanted, options);
+  return dataset_from_shards(l.dir).with_files(std::move(files));
+}
+
+}  // namespace
+
 Dataset open_remote_shards(std::string_view location, const RemoteOptions& options) {
-  if (is_listed_location(location)) return dataset_from_shards(fetch_listed_shards(location, options));
+  if (is_listed_location(location)) return open_listed_shards(location, options);
   HttpClient http = client(location, options);
   const Prefix p = open_prefix(location, options, http);
   const std::vector<Wanted> all = shards_of(p, [](const std::string&) { return true; });
   const std::optional<ShardIndex> index = options.stream ? served_index(p, http) : std::nullopt;
-  if (!index) {  // every shard, then the folder as a local one
-    fetch_all(p.dir, all, options);
-    return dataset_from_shards(p.dir);
-  }
-  return dataset_from_index(p.dir, *index).with_files(std::make_shared<StreamingShards>(p.dir, all, options));
+  if (!index) return fetch_leased(p.dir, all, options);  // every shard, then the folder as a local one
+  return dataset_from_index(p.dir, *index).with_files(std::make_shared<StreamingShards>(p.dir, all, resolved(options)));
 }
 
 fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
@@ -242,53 +326,29 @@ fs::path fetch_shards(std::string_view location, const RemoteOptions& options) {
 Dataset fetch_rank_shards(std::string_view location, const RemoteOptions& options, std::size_t rank,
                           std::size_t world_size, ShardPolicy policy) {
   if (is_listed_location(location)) {
-    return dataset_from_shards(fetch_listed_shards(location, options)).rank_subset(rank, world_size, policy);
+    return open_listed_shards(location, options).rank_subset(rank, world_size, policy);
   }
   HttpClient http = client(location, options);
   const Prefix p = open_prefix(location, options, http);
   const std::optional<ShardIndex> index = served_index(p, http);
   if (!index) {  // no index on the server: every shard, then the folder as a local one
-    fetch_all(p.dir, shards_of(p, [](const std::string&) { return true; }), options);
-    return dataset_from_shards(p.dir).rank_subset(rank, world_size, policy);
+    return fetch_leased(p.dir, shards_of(p, [](const std::string&) { return true; }), options)
+        .rank_subset(rank, world_size, policy);
   }
   Dataset mine = dataset_from_index(p.dir, *index).rank_subset(rank, world_size, policy);
   std::set<std::string> needed;
   for (std::size_t i = 0; i < mine.size(); ++i) needed.insert(mine.path(i).filename().string());
   const std::vector<Wanted> some = shards_of(p, [&](const std::string& file) { return needed.count(file) > 0; });
-  if (options.stream) return std::move(mine).with_files(std::make_shared<StreamingShards>(p.dir, some, options));
+  if (options.stream) return std::move(mine).with_files(std::make_shared<StreamingShards>(p.dir, some, resolved(options)));
+  auto files = std::make_shared<LeasedFolder>(p.dir);
   if (!some.empty()) fetch_all(p.dir, some, options);
-  return mine;
+  return std::move(mine).with_files(std::move(files));
 }
 
 fs::path fetch_listed_shards(std::string_view pattern, const RemoteOptions& options) {
-  const RemoteUrl whole = parse(pattern);  // checks the scheme and host, and hides the credentials from here on
-  std::vector<std::string> urls;
-  try {
-    urls = expand_url_list(pattern);
-  } catch (const std::invalid_argument& e) {
-    throw DatasetError(whole.shown() + ": " + e.what());
-  }
-  if (!http_available()) (void)client(pattern, options);  // throws the line saying this build has no libcurl
-  std::vector<Wanted> wanted;
-  std::map<std::string, std::string> seen;  // file name -> the URL that gave it
-  for (const std::string& u : urls) {
-    RemoteUrl url = parse(u);
-    const std::string shown = url.shown();
-    const std::string name = shown.substr(shown.find_last_of('/') + 1);
-    if (!is_shard_name(name)) throw DatasetError(shown + ": not a shard's URL (it should end in NAME.tar)");
-    if (const auto [at, fresh] = seen.emplace(name, shown); !fresh) {
-      throw DatasetError(whole.shown() + ": " + at->second + " and " + shown +
-                         " have one file name; the shards of one list need names of their own");
-    }
-    wanted.push_back({std::move(url), name, std::nullopt, std::nullopt});
-  }
-  const fs::path base = cache_root(options) / cache_key(whole);
-  make_folder(base);
-  claim(base / ".conveyor-url", whole.shown() + "\n");
-  const fs::path dir = base / "shards";
-  make_folder(dir);
-  fetch_all(dir, wanted, options);
-  return dir;
+  const Listed l = listed_shards(pattern, options);
+  fetch_all(l.dir, l.wanted, options);
+  return l.dir;
 }
 
 }  // namespace conveyor

@@ -23,6 +23,9 @@
 // downloaded by whichever takes its lock file (SHARD.lock, flock) first;
 // the others wait on the lock, then find it in place. None sees a part of a
 // shard: a download goes to SHARD.part, which the reader's listing skips.
+// With RemoteOptions::cache_bytes, downloads make room under that limit
+// (shard_cache.h); a Dataset returned here leases its cache folder while it
+// lives, so no process evicts the shards it reads.
 //
 // Shards listed by URL instead (WebDataset's way, no manifest):
 // "https://host/train-{000000..000127}.tar" (data/remote/url_list.h) or one
@@ -39,7 +42,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include "data/dataset.h"
@@ -50,6 +55,12 @@ namespace conveyor {
 struct RemoteOptions {
   // The cache's root folder. Default (empty): user_cache_dir() / "remote".
   std::filesystem::path cache_dir;
+  // The most bytes the files under cache_dir may hold (--cache-gb), every
+  // location cached there together: the least recently used shards of
+  // folders no job reads go to make room (data/remote/shard_cache.h). A
+  // shard that still finds none is read by range while streaming; with
+  // every shard downloaded first, the job fails in one line. Default: none.
+  std::optional<std::uint64_t> cache_bytes;
   // Shards downloaded at once, each over its own connection. Default: 4.
   std::size_t parallel = 4;
   // Read the shards while they download (open_remote_shards, data/remote/
@@ -59,6 +70,11 @@ struct RemoteOptions {
   bool stream = true;
   HttpOptions http;
 };
+
+// A cache limit given in GB (--cache-gb, cache_gb=; 1 GB = 10^9 bytes) in
+// bytes. Throws std::invalid_argument, its text the reason: not a finite
+// number above 0, or over 16 EB.
+std::uint64_t cache_gb_bytes(double gb);
 
 // The manifest's name under a prefix, and the largest one read (64 MiB: a
 // line per shard).

@@ -1,7 +1,6 @@
 #include "data/remote/shard_download.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,25 +18,40 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// An exclusive flock on a lock file, held while the object lives.
-class ShardLock {
- public:
-  explicit ShardLock(const fs::path& file) : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw DatasetError(file.string() + ": cannot open the lock file: " + std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd_);
-      throw DatasetError(file.string() + ": cannot lock: " + std::strerror(err));
-    }
-  }
-  ~ShardLock() { ::close(fd_); }  // closing releases the lock
-  ShardLock(const ShardLock&) = delete;
-  ShardLock& operator=(const ShardLock&) = delete;
+using Kind = DownloadError::Kind;
 
- private:
-  int fd_;
-};
+// Whether a request that failed with `status` (0: no HTTP answer) would fail
+// again if asked again later.
+bool lasting_status(long status) { return status >= 400 && status < 500 && status != 408 && status != 429; }
+
+// A lock of the cache, or the DownloadError saying why not.
+FileLock lock(const fs::path& file, const std::atomic<bool>* stopping) {
+  try {
+    return FileLock(file, stopping);
+  } catch (const DatasetError& e) {
+    throw DownloadError(e.what(), stopping && stopping->load() ? Kind::again : Kind::lasting);
+  }
+}
+
+// The line for a shard that finds no room under the cache's limit.
+std::string no_room(const Wanted& w, const CacheLimit& limit) {
+  std::string line = w.url.shown();
+  line += ": no room for it in the cache (";
+  line += limit.root.string();
+  line += ") under its limit of ";
+  line += std::to_string(limit.bytes);
+  line += " bytes: the shards of the jobs reading from it fill it (raise --cache-gb, or stream the shards, which reads "
+          "those that do not fit by range)";
+  return line;
+}
+
+// Under the cache's lock: whether the files under its root, this download's
+// reservation among them, fit its limit once the least recently used shards
+// of folders no job reads are removed.
+bool fits(const CacheLimit& limit, const std::atomic<bool>* stopping) {
+  const FileLock root = lock(root_lock_file(limit.root), stopping);
+  return make_room(limit, 0);
+}
 
 }  // namespace
 
@@ -46,32 +60,72 @@ bool in_place(const fs::path& file, std::optional<std::uint64_t> size) {
   return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (!size || std::uint64_t(st.st_size) == *size);
 }
 
-void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w) {
+void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w, const std::atomic<bool>* stopping,
+               const CacheLimit* limit) {
   const fs::path file = dir / w.file;
   if (in_place(file, w.size)) return;
-  const ShardLock lock(dir / (w.file + ".lock"));
+  const FileLock shard = lock(dir / (w.file + ".lock"), stopping);
   if (in_place(file, w.size)) return;
   const fs::path part = dir / (w.file + ".part");
   std::error_code ec;
+  if (limit) {
+    // The reservation: the size in the lock file we hold, and the .part it
+    // goes with (cache_usage counts the pair so).
+    const std::string size = std::to_string(w.size.value_or(0));
+    const int made = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (made < 0 || ::ftruncate(shard.fd(), 0) != 0 || ::pwrite(shard.fd(), size.data(), size.size(), 0) < 0) {
+      const int err = errno;
+      if (made >= 0) ::close(made);
+      fs::remove(part, ec);
+      throw DownloadError(part.string() + ": cannot reserve the download's room: " + std::strerror(err), Kind::again);
+    }
+    ::close(made);
+    bool room = false;
+    try {
+      room = fits(*limit, stopping);
+    } catch (...) {
+      fs::remove(part, ec);
+      throw;
+    }
+    if (!room) {
+      fs::remove(part, ec);
+      throw DownloadError(no_room(w, *limit), Kind::no_room);
+    }
+  }
   try {
     http.get_to_file(w.url, part, w.size);
   } catch (const HttpError& error) {
     fs::remove(part, ec);
-    throw DatasetError(error.what());
+    throw DownloadError(error.what(), error.wrong_body() || lasting_status(error.status()) ? Kind::lasting : Kind::again);
   }
   if (w.checksum) {
     const std::uint64_t sum = file_checksum(part);
     if (sum != *w.checksum) {
       fs::remove(part, ec);
-      throw DatasetError(w.url.shown() + ": checksum " + hex16(sum) + ", not the " + hex16(*w.checksum) +
-                         " its manifest lists (the shard was changed or damaged on the server, or on the way)");
+      throw DownloadError(w.url.shown() + ": checksum " + hex16(sum) + ", not the " + hex16(*w.checksum) +
+                              " its manifest lists (the shard was changed or damaged on the server, or on the way)",
+                          Kind::lasting);
+    }
+  }
+  if (limit && !w.size) {
+    // Its size known only now: held to the limit as it is.
+    bool room = false;
+    try {
+      room = fits(*limit, stopping);
+    } catch (...) {
+      fs::remove(part, ec);
+      throw;
+    }
+    if (!room) {
+      fs::remove(part, ec);
+      throw DownloadError(no_room(w, *limit), Kind::no_room);
     }
   }
   fs::rename(part, file, ec);
   if (ec) {
     std::error_code ignored;
     fs::remove(part, ignored);
-    throw DatasetError(file.string() + ": cannot move the download into place: " + ec.message());
+    throw DownloadError(file.string() + ": cannot move the download into place: " + ec.message(), Kind::lasting);
   }
 }
 

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -28,23 +30,53 @@ struct StreamingShards::State {
   fs::path dir;
   std::vector<Wanted> shards;
   RemoteOptions options;
+  std::optional<CacheLimit> limit;  // options' cache_bytes under options' cache_dir
+  std::optional<CacheLease> lease;  // on dir: no job evicts its shards while this one reads them
   std::unordered_map<std::string, std::size_t> by_name;
   std::unique_ptr<std::atomic<Where>[]> where;
   std::atomic<bool> stopping{false};
-  std::atomic<std::size_t> next{0};
-  std::vector<std::size_t> to_fetch;  // the shards not in place at the start, in the order given
+  // A download that failed for a reason a later try may mend (a timeout, a
+  // reset, a 5xx, after the client's retries) is tried again after the
+  // shards queued meanwhile, up to this many downloads of one shard in all.
+  static constexpr int kDownloadTries = 3;
 
-  mutable std::mutex mutex;  // guards failures, idle, running; with settled for its waiters
+  mutable std::mutex mutex;  // guards queue, attempts, failures, idle, running; with settled for its waiters
   mutable std::condition_variable settled;
+  std::deque<std::size_t> queue;                 // shards to download, in the order given
+  std::unordered_map<std::size_t, int> attempts;  // downloads tried and failed, of the shards tried again
   std::unordered_map<std::size_t, std::string> failures;
+  std::string uncached_why;
   std::vector<std::unique_ptr<HttpClient>> idle;  // range readers' clients, kept for their connections
   std::size_t running = 0;                        // download threads not yet done
 
   // The process that made it: a child of fork() has none of its download
   // threads, and must not share its pooled connections (their sockets).
   const pid_t owner = ::getpid();
-  std::atomic<std::uint64_t> cached{0}, downloaded{0}, failed{0}, range_reads{0}, range_bytes{0}, range_ns{0}, retries{0};
+  std::atomic<std::uint64_t> cached{0}, downloaded{0}, downloaded_bytes{0}, failed{0}, uncached{0}, range_reads{0}, range_bytes{0}, range_ns{0},
+      retries{0}, read_ahead{0};
   std::vector<std::jthread> threads;
+
+  // Read-ahead by range. The pipeline's advice (File::will_need: the samples
+  // of the batch after the one a worker opens, in the epoch's order) for a
+  // shard not in place queues each sample's range request; kAheadThreads
+  // threads send them, each over its own connection, so the next batch's
+  // samples are in flight while this one decodes. A worker's read takes the
+  // bytes fetched ahead (waiting for a request in flight), or claims a
+  // request not yet sent and sends it itself. At most kMaxAheadBytes are held.
+  struct Ahead {
+    enum { queued, fetching, ready, refused } state = queued;
+    std::uint64_t size = 0;
+    std::string bytes;
+  };
+  using AheadKey = std::pair<std::size_t, std::uint64_t>;  // shard, offset
+  static constexpr std::size_t kAheadThreads = 8;
+  static constexpr std::uint64_t kMaxAheadBytes = 64ull << 20;
+  std::mutex ahead_mutex;  // guards ahead, ahead_queue, ahead_bytes, ahead_threads; with ahead_cv for its waiters
+  std::condition_variable ahead_cv;
+  std::map<AheadKey, Ahead> ahead;
+  std::deque<AheadKey> ahead_queue;
+  std::uint64_t ahead_bytes = 0;
+  std::vector<std::jthread> ahead_threads;  // started at the first advice
 
   HttpOptions http_options() const {
     HttpOptions o = options.http;
@@ -52,36 +84,184 @@ struct StreamingShards::State {
     return o;
   }
 
+  // A download thread: takes shards from the queue until it is empty or
+  // the job stops. A shard whose download may succeed later goes to the
+  // back of the queue, kDownloadTries times in all; it is read by range
+  // meanwhile, and after.
   void download() {
-    std::uint64_t tries = 0;
     try {
       HttpClient http(http_options());
-      for (std::size_t k; !stopping.load() && (k = next.fetch_add(1)) < to_fetch.size();) {
-        const std::size_t s = to_fetch[k];
-        try {
-          fetch_one(http, dir, shards[s]);
-          where[s].store(Where::local);
-          downloaded.fetch_add(1);
-        } catch (const std::exception& e) {
-          if (stopping.load()) break;
-          {
-            const std::lock_guard<std::mutex> hold(mutex);
-            failures[s] = e.what();
-          }
-          where[s].store(Where::failed);
-          failed.fetch_add(1);
+      for (;;) {
+        std::size_t s = 0;
+        {
+          const std::lock_guard<std::mutex> hold(mutex);
+          if (stopping.load() || queue.empty()) break;
+          s = queue.front();
+          queue.pop_front();
         }
+        const std::uint64_t tries = http.retries();
+        fetch(http, s);
+        retries.fetch_add(http.retries() - tries);
         settled.notify_all();
       }
-      tries = http.retries();
     } catch (const std::exception&) {
       // No client (the constructor checked libcurl): the shards stay remote,
       // and their reads say why.
     }
-    retries.fetch_add(tries);
     const std::lock_guard<std::mutex> hold(mutex);
     --running;
     settled.notify_all();
+  }
+
+  void fetch(HttpClient& http, std::size_t s) {
+    try {
+      fetch_one(http, dir, shards[s], &stopping, limit ? &*limit : nullptr);
+      where[s].store(Where::local);
+      downloaded.fetch_add(1);
+      downloaded_bytes.fetch_add(*shards[s].size);
+      forget_ahead(s);
+      return;
+    } catch (const DownloadError& e) {
+      if (stopping.load()) return;
+      switch (e.kind()) {
+        case DownloadError::Kind::no_room:  // read by range, this whole job
+          leave_uncached(e.what());
+          return;
+        case DownloadError::Kind::again: {
+          const std::lock_guard<std::mutex> hold(mutex);
+          if (++attempts[s] < kDownloadTries) {
+            queue.push_back(s);
+            return;
+          }
+        }
+          leave_uncached(e.what());
+          return;
+        case DownloadError::Kind::lasting: break;
+      }
+      fail(s, e.what());
+    } catch (const std::exception& e) {
+      if (!stopping.load()) fail(s, e.what());
+    }
+  }
+
+  void leave_uncached(const std::string& why) {
+    {
+      const std::lock_guard<std::mutex> hold(mutex);
+      uncached_why = why;
+    }
+    uncached.fetch_add(1);
+  }
+
+  void fail(std::size_t s, const std::string& why) {
+    {
+      const std::lock_guard<std::mutex> hold(mutex);
+      failures[s] = why;
+    }
+    where[s].store(Where::failed);
+    failed.fetch_add(1);
+    forget_ahead(s);
+  }
+
+  // Advice: the range reads of [offset, offset + size) of shard s, queued.
+  void advise(std::size_t s, std::uint64_t offset, std::uint64_t size) {
+    if (size == 0 || ::getpid() != owner) return;  // a child of fork() has no read-ahead threads
+    {
+      const std::lock_guard<std::mutex> hold(ahead_mutex);
+      if (stopping.load() || ahead_bytes + size > kMaxAheadBytes) return;
+      const auto [at, fresh] = ahead.try_emplace({s, offset});
+      if (!fresh) return;
+      at->second.size = size;
+      ahead_bytes += size;
+      ahead_queue.push_back({s, offset});
+      if (ahead_threads.empty()) {
+        for (std::size_t k = 0; k < kAheadThreads; ++k) ahead_threads.emplace_back([this] { read_ahead_loop(); });
+      }
+    }
+    ahead_cv.notify_one();
+  }
+
+  void read_ahead_loop() {
+    std::unique_ptr<HttpClient> http;
+    for (;;) {
+      AheadKey key;
+      std::uint64_t size = 0;
+      {
+        std::unique_lock<std::mutex> hold(ahead_mutex);
+        ahead_cv.wait(hold, [&] { return stopping.load() || !ahead_queue.empty(); });
+        if (stopping.load()) return;
+        key = ahead_queue.front();
+        ahead_queue.pop_front();
+        const auto it = ahead.find(key);
+        if (it == ahead.end() || it->second.state != Ahead::queued) continue;  // claimed by a reader, or forgotten
+        it->second.state = Ahead::fetching;
+        size = it->second.size;
+      }
+      std::string bytes;
+      bool ok = false;
+      try {
+        if (!http) http = std::make_unique<HttpClient>(http_options());
+        const std::uint64_t tries = http->retries();
+        try {
+          bytes = http->get_range(shards[key.first].url, key.second, size);
+          ok = true;
+        } catch (const HttpError&) {
+          // The reader sends the request again, and reports what it gets.
+        }
+        retries.fetch_add(http->retries() - tries);
+      } catch (const std::exception&) {
+        // no client: the reader's own request says why
+      }
+      {
+        const std::lock_guard<std::mutex> hold(ahead_mutex);
+        const auto it = ahead.find(key);
+        if (it == ahead.end()) continue;  // forgotten meanwhile (its shard landed)
+        it->second.state = ok ? Ahead::ready : Ahead::refused;
+        it->second.bytes = std::move(bytes);
+      }
+      ahead_cv.notify_all();
+    }
+  }
+
+  // The bytes read ahead for [offset, offset + n) of shard s into buf:
+  // waits while their request is in flight. False, and nothing read, where
+  // none was asked ahead, it failed, or it was not sent yet (claimed: the
+  // reader sends it). Throws ReadCancelled once *reader_stopping is set.
+  bool take_ahead(std::size_t s, std::uint64_t offset, void* buf, std::size_t n, const std::atomic<bool>* reader_stopping) {
+    if (::getpid() != owner) return false;  // a child of fork(): the requests in flight are the parent's
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> hold(ahead_mutex);
+    auto it = ahead.find({s, offset});
+    if (it == ahead.end()) return false;
+    while (it->second.state == Ahead::fetching) {
+      if ((reader_stopping && reader_stopping->load()) || stopping.load()) throw ReadCancelled();
+      ahead_cv.wait_for(hold, std::chrono::milliseconds(100));
+      it = ahead.find({s, offset});
+      if (it == ahead.end()) return false;
+    }
+    const bool got = it->second.state == Ahead::ready && it->second.size == n;
+    if (got) std::memcpy(buf, it->second.bytes.data(), n);
+    ahead_bytes -= it->second.size;
+    ahead.erase(it);
+    hold.unlock();
+    if (!got) return false;
+    range_ns.fetch_add(std::uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+    range_reads.fetch_add(1);
+    range_bytes.fetch_add(n);
+    read_ahead.fetch_add(1);
+    return true;
+  }
+
+  // Shard s landed: what was read ahead of it is not wanted.
+  void forget_ahead(std::size_t s) {
+    {
+      const std::lock_guard<std::mutex> hold(ahead_mutex);
+      for (auto it = ahead.lower_bound({s, 0}); it != ahead.end() && it->first.first == s;) {
+        ahead_bytes -= it->second.size;
+        it = ahead.erase(it);
+      }
+    }
+    ahead_cv.notify_all();
   }
 
   std::string failure(std::size_t s) const {
@@ -144,29 +324,53 @@ class ShardFile final : public File {
   std::size_t read_cancellable(std::uint64_t offset, void* buf, std::size_t n, const std::atomic<bool>* stopping) override {
     switch (state_->where[shard_].load()) {
       case Where::failed: throw std::runtime_error(state_->failure(shard_));
-      case Where::local: return local().read_at(offset, buf, n);
+      case Where::local:
+        if (File* file = local()) return file->read_at(offset, buf, n);
+        break;  // gone from the cache (removed by hand): by range again
       case Where::remote: break;
     }
     if (offset >= size()) return 0;
     n = std::size_t(std::min<std::uint64_t>(n, size() - offset));
-    if (n > 0) state_->read_range(shard_, offset, buf, n, stopping);
+    if (n > 0 && !state_->take_ahead(shard_, offset, buf, n, stopping)) state_->read_range(shard_, offset, buf, n, stopping);
     return n;
   }
 
   void will_need(std::uint64_t offset, std::uint64_t size) noexcept override {
-    if (state_->where[shard_].load() != Where::local) return;  // a range read is its own read-ahead
+    if (state_->where[shard_].load() == Where::remote) {
+      if (offset < this->size()) {
+        try {
+          state_->advise(shard_, offset, std::min<std::uint64_t>(size, this->size() - offset));
+        } catch (...) {
+          // advice only: the read goes on without it
+        }
+      }
+      return;
+    }
+    if (state_->where[shard_].load() != Where::local) return;
     try {
-      local().will_need(offset, size);
+      if (File* file = local()) file->will_need(offset, size);
     } catch (...) {
       // advice only: the read reports the error
     }
   }
 
  private:
-  File& local() {
+  // The shard in the cache, opened on first use; null, and the shard remote
+  // again, when it is no longer there.
+  File* local() {
     const std::lock_guard<std::mutex> hold(mutex_);
-    if (!local_) local_ = posix_file_system()->open(state_->dir / state_->shards[shard_].file);
-    return *local_;
+    if (!local_) {
+      const Wanted& w = state_->shards[shard_];
+      const fs::path path = state_->dir / w.file;
+      try {
+        local_ = posix_file_system()->open(path);
+      } catch (...) {
+        if (in_place(path, w.size)) throw;
+        state_->where[shard_].store(Where::remote);
+        return nullptr;
+      }
+    }
+    return local_.get();
   }
 
   std::shared_ptr<StreamingShards::State> state_;
@@ -191,6 +395,9 @@ StreamingShards::StreamingShards(fs::path dir, std::vector<Wanted> shards, Remot
   st.dir = std::move(dir);
   st.shards = std::move(shards);
   st.options = std::move(options);
+  if (st.options.cache_bytes) st.limit = CacheLimit{st.options.cache_dir, *st.options.cache_bytes};
+  st.lease.emplace(st.dir);  // before any shard is looked for
+  touch_shards(st.dir);
   st.where = std::make_unique<std::atomic<Where>[]>(st.shards.size());
   for (std::size_t s = 0; s < st.shards.size(); ++s) {
     const Wanted& w = st.shards[s];
@@ -201,12 +408,12 @@ StreamingShards::StreamingShards(fs::path dir, std::vector<Wanted> shards, Remot
     if (there) {
       st.cached.fetch_add(1);
     } else {
-      st.to_fetch.push_back(s);
+      st.queue.push_back(s);
     }
   }
-  if (st.to_fetch.empty()) return;
+  if (st.queue.empty()) return;
   HttpClient check(st.http_options());  // throws the line saying the build has no libcurl
-  const std::size_t n = std::clamp<std::size_t>(st.options.parallel, 1, st.to_fetch.size());
+  const std::size_t n = std::clamp<std::size_t>(st.options.parallel, 1, st.queue.size());
   st.running = n;
   try {
     for (std::size_t k = 0; k < n; ++k) st.threads.emplace_back([&st] { st.download(); });
@@ -225,11 +432,17 @@ StreamingShards::~StreamingShards() {
     // undefined, and closing a TLS connection would send its close_notify on
     // the parent's socket: both are left alone, deliberately leaked.
     static_cast<void>(new std::vector<std::jthread>(std::move(st.threads)));
+    static_cast<void>(new std::vector<std::jthread>(std::move(st.ahead_threads)));
     static_cast<void>(new std::vector<std::unique_ptr<HttpClient>>(std::move(st.idle)));
     return;
   }
   st.stopping.store(true);
-  st.threads.clear();  // jthread: joins
+  {
+    const std::lock_guard<std::mutex> hold(st.ahead_mutex);  // no advice starts threads from here on
+  }
+  st.ahead_cv.notify_all();
+  st.ahead_threads.clear();  // jthread: joins
+  st.threads.clear();
 }
 
 std::unique_ptr<File> StreamingShards::open(const fs::path& path) {
@@ -243,14 +456,23 @@ std::unique_ptr<File> StreamingShards::open(const fs::path& path) {
 
 StreamingCounters StreamingShards::counters() const {
   const State& st = *state_;
+  std::string uncached_why;
+  {
+    const std::lock_guard<std::mutex> hold(st.mutex);
+    uncached_why = st.uncached_why;
+  }
   return {.shards = st.shards.size(),
           .cached = st.cached.load(),
           .downloaded = st.downloaded.load(),
+          .downloaded_bytes = st.downloaded_bytes.load(),
           .failed = st.failed.load(),
+          .uncached = st.uncached.load(),
           .range_reads = st.range_reads.load(),
           .range_bytes = st.range_bytes.load(),
           .range_seconds = double(st.range_ns.load()) * 1e-9,
-          .retries = st.retries.load()};
+          .retries = st.retries.load(),
+          .read_ahead = st.read_ahead.load(),
+          .uncached_why = std::move(uncached_why)};
 }
 
 void StreamingShards::wait_for_downloads() const {

@@ -5,19 +5,32 @@
 // - a shard not yet in place is read with one range request per read (a
 //   sample alone, over a connection kept for the next), so the first batch
 //   waits for its own samples, not for the dataset;
+// - the pipeline's read-ahead advice (File::will_need: the next batch's
+//   samples, in the epoch's order) for a shard not yet in place sends those
+//   range requests ahead, 8 at a time, each thread over its own connection
+//   (64 MiB held at most), and the worker's read takes the bytes;
 // - meanwhile `parallel` threads download the shards whole, in the order
 //   given (shard_download.h: under each shard's lock, checked against the
 //   manifest's size and checksum, renamed into place), and reads of a shard
 //   turn local the moment it lands. A sample crosses the network once at most
 //   per shard download, and an epoch after the downloads is local.
-// A shard whose download fails for good (after the retries; a checksum that
-// does not match the manifest) fails every later read of it with that line,
-// by range too: a shard known bad is never read again. Bytes read by range
-// before then are checked for length only (the manifest's checksums are per
-// shard).
+// A shard the server does not have as the manifest lists it (a checksum or
+// size that does not match, a 403 or 404: DownloadError::lasting) fails
+// every later read of it with that line, by range too: a shard known bad is
+// never read again. Bytes read by range before then are checked for length
+// only (the manifest's checksums are per shard). A download that fails for a
+// reason a later try may mend (the server down past the client's retries)
+// goes to the back of the queue, 3 downloads in all; the shard is read by
+// range meanwhile, and after, each read with its own retries.
 //
 //   auto files = std::make_shared<StreamingShards>(cache_dir, wanted, options);
 //   Dataset d = dataset_from_index(cache_dir, index).with_files(files);
+//
+// With RemoteOptions::cache_bytes, each download first makes room under the
+// limit (shard_cache.h): a shard that finds none is not downloaded, and is
+// read by range every epoch. While the object lives, `dir` is leased: no job
+// evicts its shards. A shard removed from the cache by other means is read
+// by range again.
 //
 // After fork(), a child reads by range on connections of its own (the
 // downloads are the parent's threads, which it does not have).
@@ -35,6 +48,7 @@
 
 #include "data/file_system.h"
 #include "data/remote/remote_shards.h"
+#include "data/remote/shard_cache.h"
 #include "data/remote/shard_download.h"
 
 namespace conveyor {
@@ -44,11 +58,15 @@ struct StreamingCounters {
   std::uint64_t shards = 0;          // shards in all
   std::uint64_t cached = 0;          // in place when reading began (a warm cache)
   std::uint64_t downloaded = 0;      // downloaded whole since (by this process or another)
+  std::uint64_t downloaded_bytes = 0;  // their bytes
   std::uint64_t failed = 0;          // whose download failed for good
+  std::uint64_t uncached = 0;        // not cached, read by range all the job: no room under the cache's limit, or downloads that kept failing
   std::uint64_t range_reads = 0;     // reads served by a range request
   std::uint64_t range_bytes = 0;     // their bytes
   double range_seconds = 0;          // the readers' time in range requests, failed ones too (waiting on the network)
   std::uint64_t retries = 0;         // requests retried, range reads' and downloads'
+  std::uint64_t read_ahead = 0;      // of the range reads, those whose request was sent ahead (the pipeline's advice)
+  std::string uncached_why;          // why the last shard not cached was not (its download's line)
 };
 
 // The bottleneck line when the network is the limit: the workers' range
@@ -60,8 +78,10 @@ std::optional<std::string> network_bottleneck(const StreamingCounters& c, double
 class StreamingShards final : public FileSystem {
  public:
   // Starts the downloads of the shards not in place in `dir`. Every Wanted
-  // has its size. Throws std::invalid_argument for a Wanted without a size,
-  // HttpError when the build has no libcurl.
+  // has its size. options.cache_dir is the cache's root (resolved: not
+  // empty) when options.cache_bytes is set. Throws std::invalid_argument for
+  // a Wanted without a size, HttpError when the build has no libcurl,
+  // DatasetError when `dir` cannot be leased.
   StreamingShards(std::filesystem::path dir, std::vector<Wanted> shards, RemoteOptions options);
   ~StreamingShards() override;
   StreamingShards(const StreamingShards&) = delete;

@@ -94,6 +94,7 @@ class Loader:
         rank_by_shard: bool = False,
         extra_shards: bool = False,
         cache_dir: Optional[_Path] = None,
+        cache_gb: Optional[float] = None,
         download_first: bool = False,
         gpu_decode: Union[Literal["off", "auto"], float] = "off",
         mix_labels: Literal["soft", "pair"] = "soft",
@@ -164,6 +165,8 @@ class Loader:
     def extra_shards(self) -> bool: ...
     @property
     def cache_dir(self) -> Optional[_Path]: ...
+    @property
+    def cache_gb(self) -> Optional[float]: ...
     @property
     def download_first(self) -> bool: ...
     @property
