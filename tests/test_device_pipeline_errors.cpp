@@ -196,7 +196,7 @@ TEST_CASE("the consumer's stream waits on copied for every batch, and holding ev
   REQUIRE(empty.bytes() == 0);
 }
 
-TEST_CASE("the consumer may hold every buffer of the host pool; asking for one more is an error, not a hang",
+TEST_CASE("the consumer may hold every buffer of the host pool, asking for one more is an error, not a hang",
           "[device][pipeline]") {
   // Each batch held keeps its host buffer (handed over, its bytes; copied, its
   // indices and labels): with 8 device slots but a pool of 4, a consumer

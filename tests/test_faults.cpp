@@ -176,7 +176,7 @@ TEST_CASE("faults: a megabyte list line is one sample with a long path, refused 
   REQUIRE_THAT(skipped[0].reason, Catch::Contains("File name too long"));
 }
 
-TEST_CASE("faults: a consumer that throws mid-epoch stops the pipeline cleanly; a new one starts", "[faults]") {
+TEST_CASE("faults: a consumer that throws mid-epoch stops the pipeline cleanly, a new one starts", "[faults]") {
   TempDir dir;
   const auto paths = write_images(dir.path(), 24);
   ImageSource src(Dataset(paths, std::vector<std::int64_t>(24, 0)), small(ErrorPolicy::fail), 3);
@@ -327,7 +327,7 @@ TEST_CASE("faults: an ImageSource destroyed before its pipeline fails the pipeli
   }
 }
 
-TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consumer; stop returns promptly",
+TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consumer, stop returns promptly",
           "[faults][fs]") {
   TempDir dir;
   const auto paths = write_images(dir.path(), 12);

@@ -344,7 +344,7 @@ class SlowDecoder final : public JpegBatchDecoder {
 };
 }  // namespace
 
-TEST_CASE("gpu decode feed: its threads are a stage, named the bottleneck when the decoder is slow; a stop mid-run ends",
+TEST_CASE("gpu decode feed: its threads are a stage, named the bottleneck when the decoder is slow, a stop mid-run ends",
           "[gpu-decode][feed]") {
   t::TempDir dir;
   std::vector<std::filesystem::path> paths;

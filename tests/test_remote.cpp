@@ -42,7 +42,7 @@
 using namespace conveyor;
 using std::chrono::milliseconds;
 
-TEST_CASE("remote url: http and https locations parse; credentials stay out of what is shown", "[remote]") {
+TEST_CASE("remote url: http and https locations parse, credentials stay out of what is shown", "[remote]") {
   REQUIRE(is_remote_location("https://host/p/"));
   REQUIRE(is_remote_location("HTTP://host/p/"));
   REQUIRE_FALSE(is_remote_location("/data/shards"));

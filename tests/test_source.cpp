@@ -66,7 +66,7 @@ TEST_CASE("source: rank_by_shard takes the rank's whole shards and runs the pipe
                       Catch::StartsWith("--rank-by-shard: "));
 }
 
-TEST_CASE("source: a GPU decode share reaches the image source and the transfer settings; off leaves both alone", "[source]") {
+TEST_CASE("source: a GPU decode share reaches the image source and the transfer settings, off leaves both alone", "[source]") {
   test::TempDir dir;
   const auto made = test::write_shards(dir.path(), 8, 8);
   Config cfg;

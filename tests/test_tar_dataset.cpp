@@ -142,7 +142,7 @@ struct AdviceFiles final : FileSystem {
 
 }  // namespace
 
-TEST_CASE("shards: read-ahead advises each member's byte range through the shared descriptors; files get none",
+TEST_CASE("shards: read-ahead advises each member's byte range through the shared descriptors, files get none",
           "[tar][shards][read-ahead]") {
   if (!conveyor::test::have_tar()) {
     WARN("no tar here: not checked");

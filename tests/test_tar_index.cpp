@@ -27,7 +27,7 @@
 using namespace conveyor;
 using namespace conveyor::test;
 
-TEST_CASE("shards: pack's .conveyor-source and .conveyor-class give sources and class names; a folder and its shards name samples alike",
+TEST_CASE("shards: pack's .conveyor-source and .conveyor-class give sources and class names, a folder and its shards name samples alike",
           "[tar][shards]") {
   TempDir dir;
   const auto shard = [&](const std::string& bytes, const std::string& extra = "") {
