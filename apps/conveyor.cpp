@@ -147,6 +147,11 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
       ->check(CLI::Range(1, 1 << 16));
   s.pack->add_option("--quality", o.quality, "with --max-side: the re-encoded JPEGs' quality, 1..100 (default 90)")
       ->check(CLI::Range(1, 100));
+  s.pack->add_option("--raw", o.raw,
+                     "store every image as decoded RGB pixels (a binary PPM, read without decoding; FFCV's RAW), "
+                     "resized first when larger than N pixels on its longest side: for small images (CIFAR-like), "
+                     "where decoding costs more than reading")
+      ->check(CLI::Range(1, 1 << 16));
   for (auto* sub : {s.run, s.bench, s.sweep, s.inspect, s.pack, s.make}) sub->fallthrough();  // `conveyor run --config F`
   s.make->add_option("--out", o.out, "folder to write (must not exist)")->required();
   s.make->add_option("--images-per-class", o.images_per_class, "images in each of the 10 classes")

@@ -67,6 +67,10 @@ struct Options {
   // opt-in. Defaults: 0 (off), and quality 0 for "not given" (then 90).
   int max_side = 0;
   int quality = 0;
+  // pack --raw N: every image stored as decoded RGB8 pixels (a binary PPM),
+  // resized when larger than N on its longest side (image/reencode.h).
+  // Default: 0 (off).
+  int raw = 0;
 
   // ---- pipeline
   std::size_t workers = std::max(1u, std::thread::hardware_concurrency());  // Default: the core count.

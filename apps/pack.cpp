@@ -258,14 +258,15 @@ bool reencode_sample(const Dataset& d, std::size_t i, const ReencodeSettings& se
 
 // Every sample of `d` into `w`, in order, with a progress line; stops at the
 // first SIGINT or SIGTERM. With `reencode`, images larger than its max_side
-// go in re-encoded (counted in `reencoded`). Returns how many were written:
+// go in re-encoded (counted in `reencoded`); with raw > 0, every image goes in
+// as a PPM of its pixels at most `raw` on a side. Returns how many were written:
 // d.size(), or fewer when a signal stopped it. Throws naming the sample that
 // cannot be read.
-std::size_t write_samples(const Dataset& d, ShardWriter& w, const std::optional<ReencodeSettings>& reencode,
+std::size_t write_samples(const Dataset& d, ShardWriter& w, const std::optional<ReencodeSettings>& reencode, int raw,
                           std::size_t& reencoded) {
   const SampleReader reader(d, nullptr, DecodeLimits{}.max_file_bytes, 1);  // one shard at a time, in order
   std::vector<unsigned char> bytes;
-  ImageDecoder decoder;  // --max-side's, reused from sample to sample
+  ImageDecoder decoder;  // --max-side's and --raw's, reused from sample to sample
   ReencodeScratch scratch;
   const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
   const std::size_t folder = d.common_folder();
@@ -287,6 +288,14 @@ std::size_t write_samples(const Dataset& d, ShardWriter& w, const std::optional<
     if (reencode && reencode_sample(d, i, *reencode, bytes, decoder, scratch)) {
       ext = ".jpg";
       ++reencoded;
+    }
+    if (raw > 0) {
+      try {
+        bytes = raw_within(bytes, raw, decoder, scratch);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("pack: " + d.name(i) + ": cannot decode it for --raw: " + e.what());
+      }
+      ext = ".ppm";
     }
     w.sample(key, ext, bytes, label, source,
              d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
@@ -338,6 +347,7 @@ void move_up(const fs::path& partial, const fs::path& out, const std::string& fl
 int pack(const Options& o) {
   check_outputs(o, {{"--out", o.out, true}});
   if (o.quality > 0 && o.max_side == 0) throw UsageError("--quality: only with --max-side (pack keeps the files' bytes otherwise)");
+  if (o.raw > 0 && o.max_side > 0) throw UsageError("--raw, --max-side: give one (--raw N stores pixels at most N on a side)");
   fs::path out = fs::path(o.out).lexically_normal();
   if (!out.has_filename() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();  // "shards/"
   std::error_code ec;
@@ -378,7 +388,7 @@ int pack(const Options& o) {
     std::optional<ReencodeSettings> reencode;
     if (o.max_side > 0) reencode = ReencodeSettings{o.max_side, o.quality > 0 ? o.quality : 90};
     std::size_t reencoded = 0;
-    if (const std::size_t written = write_samples(d, w, reencode, reencoded); written < d.size()) {
+    if (const std::size_t written = write_samples(d, w, reencode, o.raw, reencoded); written < d.size()) {
       const int sig = interrupt_signal();
       wipe_progress_line();
       undo();
@@ -398,6 +408,9 @@ int pack(const Options& o) {
     }
     // Last: what a reader checks the folder against (a shard lost in a copy).
     if (!write_manifest(out, index)) throw std::runtime_error("pack: cannot write " + (out / kManifestName).string());
+    if (o.raw > 0) {
+      std::printf("stored %zu samples as RGB pixels (PPM) at most %d px on the longest side\n", d.size(), o.raw);
+    }
     if (reencode) {
       std::printf("re-encoded %zu of %zu samples to at most %d px on the longest side, JPEG quality %d\n", reencoded,
                   d.size(), reencode->max_side, reencode->quality);

@@ -56,9 +56,7 @@ class StreamingReporter final : public EpochReporter {
       epoch.range_seconds -= remote_before_->range_seconds;
       epoch.retries -= remote_before_->retries;
       remote_before_ = now_remote;
-      double busy = 0;
-      for (const StageStats& stage : epoch_stats.stages) busy += stage.name == "workers" ? stage.busy_s : 0;
-      std::printf("%s", remote_line(epoch, busy).c_str());
+      std::printf("%s", remote_line(epoch, epoch_stats.busy_s("workers")).c_str());
     }
     std::fflush(stdout);
     return true;

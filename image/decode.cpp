@@ -367,12 +367,22 @@ DecodedView ImageDecoder::decode_jpeg(Rect region, double min_scale) {
 }
 
 DecodedView ImageDecoder::decode_pnm() {
-  pnm_to_rgb(bytes_, read_pnm_header(bytes_), pixels_);
+  const PnmHeader h = read_pnm_header(bytes_);
   DecodedView v;
-  v.pixels = pixels_.data();
   v.width = info_.width;
   v.height = info_.height;
   v.stride = std::ptrdiff_t(info_.width) * 3;
+  if (h.channels == 3 && h.maxval == 255) {  // RGB8 as it is (`pack --raw`): the file's own bytes, no copy
+    const std::size_t need = std::size_t(h.width) * std::size_t(h.height) * 3;
+    const std::size_t have = bytes_.size() - std::min(bytes_.size(), h.raster_offset);
+    if (have < need) {
+      throw DecodeError("PNM: pixel data cut short: " + std::to_string(have) + " of " + std::to_string(need) + " bytes");
+    }
+    v.pixels = bytes_.data() + h.raster_offset;
+    return v;
+  }
+  pnm_to_rgb(bytes_, h, pixels_);
+  v.pixels = pixels_.data();
   return v;
 }
 

@@ -66,7 +66,9 @@ struct Rect {
 
 // Decoded RGB8 pixels covering at least the asked region. Pixel column c covers
 // source x in [x0 + c / scale_x, x0 + (c + 1) / scale_x), likewise for rows.
-// Valid until the decoder's next open().
+// Valid until the decoder's next open(), and while the bytes given to open()
+// live: a binary PPM of 8-bit RGB (P6, maxval 255, as `conveyor pack --raw`
+// writes) is its own pixels, and the view points into those bytes.
 struct DecodedView {
   const unsigned char* pixels = nullptr;
   int width = 0, height = 0;

@@ -57,4 +57,26 @@ std::optional<std::vector<unsigned char>> reencode_within(std::span<const unsign
   return bytes;
 }
 
+std::vector<unsigned char> raw_within(std::span<const unsigned char> file, int max_side, ImageDecoder& decoder,
+                                      ReencodeScratch& scratch) {
+  if (max_side < 1) throw std::invalid_argument("max_side must be >= 1, not " + std::to_string(max_side));
+  const ImageInfo info = decoder.open(file);
+  const Size out = reencoded_size(info.width, info.height, max_side);
+  const double min_scale = std::max(double(out.width) / info.width, double(out.height) / info.height);
+  const DecodedView v = decoder.decode({0, 0, info.width, info.height}, min_scale);
+  std::string header = "P6\n";  // built by appending: GCC 12 at -O3 takes "lit" + string for an overlapping copy
+  header.append(std::to_string(out.width)).append(" ").append(std::to_string(out.height)).append("\n255\n");
+  const std::size_t row = std::size_t(out.width) * 3;
+  std::vector<unsigned char> bytes(header.size() + row * std::size_t(out.height));
+  std::copy(header.begin(), header.end(), bytes.begin());
+  unsigned char* pixels = bytes.data() + header.size();
+  if (out.width == v.width && out.height == v.height) {  // within max_side at full scale: the pixels as decoded
+    for (int y = 0; y < out.height; ++y) std::copy_n(v.pixels + std::ptrdiff_t(y) * v.stride, row, pixels + row * std::size_t(y));
+  } else {
+    resize_triangle(v.pixels, v.width, v.height, v.stride, 0, 0, v.width, v.height, pixels, out.width, out.height,
+                    std::ptrdiff_t(row), scratch.resize);
+  }
+  return bytes;
+}
+
 }  // namespace conveyor

@@ -1,10 +1,13 @@
 // Re-encoding an image at a reduced resolution, for `conveyor pack --max-side N
-// --quality Q` (FFCV's max_resolution): lossy and opt-in. A stateless op over
-// one file's bytes.
+// --quality Q` (FFCV's max_resolution): lossy and opt-in; and storing it as
+// decoded pixels, for `conveyor pack --raw N` (FFCV's RAW write mode): a
+// binary PPM the decoder reads without decoding. Stateless ops over one file's
+// bytes.
 //
 //   ImageDecoder decoder;                      // reused across files (its buffers grow once)
 //   ReencodeScratch scratch;
 //   if (auto smaller = reencode_within(file, {256, 90}, decoder, scratch)) write(*smaller);  // else keep file
+//   write(raw_within(file, 64, decoder, scratch));
 #pragma once
 
 #include <optional>
@@ -45,5 +48,14 @@ Size reencoded_size(int width, int height, int max_side);
 // settings out of range, std::runtime_error when the encoder fails.
 std::optional<std::vector<unsigned char>> reencode_within(std::span<const unsigned char> file, const ReencodeSettings& settings,
                                                           ImageDecoder& decoder, ReencodeScratch& scratch);
+
+// The image in `file` as a binary PPM (P6, 8-bit RGB, maxval 255: "P6\nW H\n255\n"
+// then the pixels, row by row), resized first (as reencode_within resizes)
+// when it is larger than max_side on its longest side. A grey file's pixels
+// are stored as RGB too: the decoder then hands the file's bytes on as they
+// are (image/decode.h). Lossless for an image within max_side but for alpha
+// (dropped) and 16-bit samples (8 kept). Throws what reencode_within throws.
+std::vector<unsigned char> raw_within(std::span<const unsigned char> file, int max_side, ImageDecoder& decoder,
+                                      ReencodeScratch& scratch);
 
 }  // namespace conveyor

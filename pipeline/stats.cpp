@@ -51,6 +51,12 @@ Pace pace_setter(const std::vector<StageStats>& stages) {
 }
 }  // namespace
 
+double PipelineStats::busy_s(std::string_view name) const {
+  double busy = 0;
+  for (const StageStats& stage : stages) busy += stage.name == name ? stage.busy_s : 0;
+  return busy;
+}
+
 const StageStats* PipelineStats::bottleneck() const { return pace_setter(stages).stage; }
 
 namespace {

@@ -230,6 +230,9 @@ struct PipelineStats {
   // while it waits for a core, and workers that wait on reads (busy, yet idle)
   // are helped by more.
   std::string bottleneck_summary() const;
+  // The busy seconds of the stage named `name` (0 when there is none), e.g.
+  // the workers' beside their wait on the network (network_bottleneck).
+  double busy_s(std::string_view name) const;
   // A small table of stages and queues plus the bottleneck line.
   std::string table() const;
   // The stages' items and times over the interval since `earlier` (a snapshot of

@@ -552,9 +552,7 @@ void def_state(py::class_<PyLoader>& loader_class) {
              py::dict d = stats_dict(s);
              if (L.remote) {
                const StreamingCounters c = L.remote->counters();
-               double busy = 0;
-               for (const StageStats& stage : s.stages) busy += stage.name == "workers" ? stage.busy_s : 0;
-               if (const std::optional<std::string> network = network_bottleneck(c, busy)) d["bottleneck"] = *network;
+               if (const std::optional<std::string> network = network_bottleneck(c, s.busy_s("workers"))) d["bottleneck"] = *network;
                d["remote"] = py::dict("shards"_a = c.shards, "cached"_a = c.cached, "downloaded"_a = c.downloaded, "downloaded_bytes"_a = c.downloaded_bytes,
                                       "failed"_a = c.failed, "uncached"_a = c.uncached, "uncached_why"_a = c.uncached_why, "range_reads"_a = c.range_reads, "read_ahead"_a = c.read_ahead, "range_bytes"_a = c.range_bytes,
                                       "network_wait_s"_a = c.range_seconds, "retries"_a = c.retries);

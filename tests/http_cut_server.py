@@ -11,9 +11,12 @@
   stop must not wait for them);
 - down: every whole GET of a .tar is answered 503, while range requests are
   answered (downloads that keep failing for a reason a later try may mend
-  must not fail the shard's samples).
+  must not fail the shard's samples);
+- corrupt: every whole GET of a .tar has one byte of its body changed on the
+  way (the file on disk intact): a client must hold the body to the
+  manifest's checksum.
 Each request's path, Range header and status are appended to LOG, one line
-each, as they finish. Usage: http_cut_server.py DIR PORT LOG [cut|slow|stall|down]
+each, as they finish. Usage: http_cut_server.py DIR PORT LOG [cut|slow|stall|down|corrupt]
 """
 import http.server
 import os
@@ -74,7 +77,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.note("cut")
             self.close_connection = True
             return
-        self.wfile.write(data[start:end + 1])
+        body = data[start:end + 1]
+        if mode == "corrupt" and path.endswith(".tar") and not m:
+            body = body[:600] + bytes([body[600] ^ 0x55]) + body[601:]
+        self.wfile.write(body)
         self.note(status)
 
 

@@ -340,6 +340,17 @@ same_first_epoch "the samples read by range while downloads fail, against the fo
 python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["remote"]; assert r["failed"] == 0, r' "$work/down.json" \
   || fail "downloads refused with 503 failed their shards"
 
+# A body changed on the way (the server's file intact): the manifest's
+# checksum refuses it, in one line naming the URL, and nothing is cached.
+python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$slow_port" "$work/log/corrupt.log" corrupt &
+cut_pid=$!
+wait_for_port "$slow_port"
+one_line_error "a body changed on the way" "http://127.0.0.1:$slow_port/ds/shard-" --shards "http://127.0.0.1:$slow_port/ds/" --cache-dir "$work/ccorrupt"
+grep -q ": checksum [0-9a-f]*, not the " "$work/err" || fail "a body changed on the way: $(cat "$work/err")"
+kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
+cut_pid=
+compgen -G "$work/ccorrupt/*/*/*.tar" >/dev/null && fail "a body changed on the way was cached"
+
 # The cache's limit (--cache-gb), half the shards' bytes: a streamed run
 # caches what fits and reads the rest by range, the same epochs, the cache
 # under the limit; then a second location takes the room, the first's shards

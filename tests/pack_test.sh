@@ -114,6 +114,31 @@ for f in glob.glob(sys.argv[1] + "/*.jpg"):
     else:
         sys.exit(f + ": no baseline SOF0")
 PY
+# --raw N: every image stored as its RGB pixels (a binary PPM) at most N px,
+# read back by inspect and by a run; with --max-side, refused.
+"$conveyor" pack --folder "$work/folder" --out "$work/raw" --raw 24 >"$work/raw.log"
+grep -q "^stored $images samples as RGB pixels (PPM) at most 24 px on the longest side$" "$work/raw.log" \
+  || fail "pack --raw said: $(cat "$work/raw.log")"
+"$conveyor" inspect --shards "$work/raw" >"$work/raw-inspect.log" 2>&1 || fail "inspect of the raw shards: $(cat "$work/raw-inspect.log")"
+grep -q "^formats: PNM $images;" "$work/raw-inspect.log" || fail "inspect of the raw shards: $(cat "$work/raw-inspect.log")"
+mkdir "$work/xr" && for s in "$work/raw"/*.tar; do tar -xf "$s" -C "$work/xr"; done
+[ "$(find "$work/xr" -name '*.ppm' | wc -l)" -eq "$images" ] || fail "pack --raw: not every member is a .ppm"
+python3 - "$work/xr" <<'PY' || fail "a raw member is not a P6 PPM of at most 24 px"
+import glob, sys
+for f in glob.glob(sys.argv[1] + "/*.ppm"):
+    b = open(f, "rb").read()
+    magic, w, h, maxval = b.split(b"\n", 3)[0], *map(int, b.split(b"\n", 3)[1].split()), int(b.split(b"\n", 3)[2])
+    assert magic == b"P6" and maxval == 255 and max(w, h) <= 24, (f, w, h)
+    assert len(b) == len(b"P6\n%d %d\n255\n" % (w, h)) + w * h * 3, f
+PY
+"$conveyor" run --shards "$work/raw" --epochs 1 --workers 2 --batch 5 --crop 16 >"$work/raw-run.log" 2>&1 \
+  || fail "a run over the raw shards: $(tail -3 "$work/raw-run.log")"
+set +e
+out=$("$conveyor" pack --folder "$work/folder" --out "$work/rq" --raw 24 --max-side 24 2>&1)
+status=$?
+set -e
+[ "$status" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && [[ $out == *"--raw, --max-side: give one"* ]] \
+  || fail "--raw with --max-side gave status $status and: $out"
 set +e
 out=$("$conveyor" pack --folder "$work/folder" --out "$work/q" --quality 80 2>&1)
 status=$?

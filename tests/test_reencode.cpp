@@ -1,6 +1,7 @@
-// image/reencode.h (`conveyor pack --max-side --quality`): the sizes, the
-// pixels against the same resize of the original, grey kept grey, a small
-// image left alone, and bad settings or files refused.
+// image/reencode.h (`conveyor pack --max-side --quality`, `--raw`): the sizes,
+// the pixels against the same resize of the original, grey kept grey, a small
+// image left alone, raw pixels bit for bit and read without a copy, and bad
+// settings or files refused.
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -92,4 +93,49 @@ TEST_CASE("reencode: settings out of range and undecodable files are refused", "
   REQUIRE_THROWS(reencode_within(t::truncated(file, file.size() / 2), {100, 90}, decoder, scratch));
   const std::vector<unsigned char> junk(100, 0x42);
   REQUIRE_THROWS(reencode_within(junk, {100, 90}, decoder, scratch));
+}
+
+TEST_CASE("raw: a PPM of the decoded pixels, bit for bit within max_side, the same resize above it", "[reencode]") {
+  ImageDecoder decoder;
+  ReencodeScratch scratch;
+  for (const bool gray : {false, true}) {
+    CAPTURE(gray);
+    const auto file = t::jpeg(t::photo_like(40, 30, 5), {gray ? t::JpegKind::gray : t::JpegKind::baseline, 90});
+    int w = 0, h = 0;
+    const auto original = pixels(file, w, h);
+    const auto raw = raw_within(file, 64, decoder, scratch);
+    const std::string header = "P6\n40 30\n255\n";
+    REQUIRE(raw.size() == header.size() + 40 * 30 * 3);
+    CHECK(std::string(raw.begin(), raw.begin() + std::ptrdiff_t(header.size())) == header);
+    int rw = 0, rh = 0;
+    CHECK(pixels(raw, rw, rh) == original);  // the decoder's pixels, as they were
+    // Larger than max_side: the triangle resize of the full decode.
+    const auto big = t::png(t::photo_like(200, 50, 4), t::PngKind::rgb8);
+    const auto raw_big = raw_within(big, 100, decoder, scratch);
+    const auto full = pixels(big, w, h);
+    std::vector<unsigned char> want(100 * 25 * 3);
+    ResizeScratch rs;
+    resize_triangle(full.data(), w, h, std::ptrdiff_t(w) * 3, 0, 0, w, h, want.data(), 100, 25, 300, rs);
+    CHECK(pixels(raw_big, rw, rh) == want);
+    CHECK((rw == 100 && rh == 25));
+  }
+  REQUIRE_THROWS_AS(raw_within(t::jpeg(t::photo_like(8, 8, 1)), 0, decoder, scratch), std::invalid_argument);
+  const std::vector<unsigned char> junk(100, 0x42);
+  REQUIRE_THROWS(raw_within(junk, 64, decoder, scratch));
+}
+
+TEST_CASE("raw: an 8-bit RGB PPM is read in place, without a copy, and one cut short is refused", "[reencode]") {
+  ImageDecoder decoder;
+  ReencodeScratch scratch;
+  const auto raw = raw_within(t::jpeg(t::photo_like(16, 12, 2)), 64, decoder, scratch);
+  ImageDecoder reader;
+  const ImageInfo info = reader.open(raw);
+  REQUIRE(info.format == ImageFormat::pnm);
+  const DecodedView v = reader.decode({0, 0, 16, 12}, 1.0);
+  CHECK(v.pixels == raw.data() + (raw.size() - 16 * 12 * 3));
+  CHECK(v.stride == 16 * 3);
+  const std::vector<unsigned char> cut(raw.begin(), raw.end() - 5);
+  ImageDecoder short_reader;
+  short_reader.open(cut);
+  CHECK_THROWS_WITH(short_reader.decode({0, 0, 16, 12}, 1.0), Catch::StartsWith("PNM: pixel data cut short: "));
 }

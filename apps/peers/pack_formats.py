@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""What `conveyor pack --max-side N --quality Q` (FFCV's max_resolution) buys: the same
-photos packed as they are and re-encoded smaller, read side by side.
+"""What `conveyor pack --max-side N --quality Q` (FFCV's max_resolution) and `--raw N` (FFCV's RAW)
+buy: the same photos packed as they are, re-encoded smaller, and stored as pixels, read side by side.
 
     python3 apps/peers/pack_formats.py --folder ../shared/data/photos-200 --repeat 5 --rounds 5 \\
         --max-side 256,384
+    python3 apps/peers/pack_formats.py --folder ../shared/data/photos-200 --repeat 5 --rounds 5 \\
+        --max-side 32 --raw 32 --crop 32     # small images (CIFAR-like): JPEG against pixels
 
 The photos are copied --repeat times (distinct files), listed, and packed with
 `conveyor pack --shard-mb 64`: once as they are, and once per --max-side N with
---quality (default 90). Each round runs every packing, in an order rotated from round
+--quality (default 90), and once per --raw N. Each round runs every packing, in an order rotated from round
 to round, as `conveyor bench --shards DIR` for one warm-up epoch and --epochs measured
-ones (RandomResizedCrop 224 + flip, normalize to float32 on the host backend's
+ones (RandomResizedCrop --crop, default 224, + flip, normalize to float32 on the host backend's
 transfer thread, handed over, batch 64, --workers), the shards' pages warm (read just
 before). Reported per packing: the shards' size, the pack's wall time, images/s
 (median, min-max, from bench's epoch lines over the measured epochs) and CPU per image
@@ -40,9 +42,9 @@ def warm(paths):
 EPOCH = re.compile(r"^epoch (\d+): (\d+) images in \d+ batches, [\d.]+ s, ([\d.]+) images/s")
 
 
-def run_bench(conveyor, shards, workers, epochs, out):
+def run_bench(conveyor, shards, workers, epochs, crop, out):
     """One bench: (images/s of the measured epochs, CPU seconds per image over all epochs)."""
-    cmd = [conveyor, "bench", "--shards", shards, "--workers", str(workers), "--batch", "64", "--crop", "224",
+    cmd = [conveyor, "bench", "--shards", shards, "--workers", str(workers), "--batch", "64", "--crop", str(crop),
            "--augment", "rrc", "--normalize", "float32", "--device", "host", "--host-transfer", "handover",
            "--epochs", str(epochs + 1)]
     with open(out, "w") as f:
@@ -68,6 +70,8 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-side", default="256,384", help="comma list of --max-side values to pack with")
     ap.add_argument("--quality", type=int, default=90)
+    ap.add_argument("--raw", default="", help="comma list of --raw values to pack with (none by default)")
+    ap.add_argument("--crop", type=int, default=224)
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
     a = ap.parse_args()
     conveyor = os.path.join(os.path.abspath(a.build), "apps", "conveyor")
@@ -77,6 +81,8 @@ def main():
         packings = {"as they are": []}
         for side in a.max_side.split(","):
             packings[f"--max-side {side} --quality {a.quality}"] = ["--max-side", side, "--quality", str(a.quality)]
+        for side in filter(None, a.raw.split(",")):
+            packings[f"--raw {side}"] = ["--raw", side]
         dirs, sizes, pack_s = {}, {}, {}
         for n, flags in packings.items():
             d = os.path.join(work, f"shards-{len(dirs)}")
@@ -86,7 +92,8 @@ def main():
             pack_s[n] = time.perf_counter() - t0
             tars = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".tar")]
             dirs[n], sizes[n] = (d, tars), sum(os.path.getsize(p) for p in tars) / 1e6
-        print(f"{len(files)} samples; {a.rounds} rounds; {a.workers} workers; 1 warm-up + {a.epochs} epochs a run",
+        print(f"{len(files)} samples; {a.rounds} rounds; {a.workers} workers; crop {a.crop}; "
+              f"1 warm-up + {a.epochs} epochs a run",
               flush=True)
         names = list(packings)
         results = {n: [] for n in names}
@@ -94,7 +101,7 @@ def main():
             for n in names[r % len(names):] + names[:r % len(names)]:
                 d, tars = dirs[n]
                 warm(tars)
-                ips, cpu = run_bench(conveyor, d, a.workers, a.epochs, os.path.join(work, "bench.txt"))
+                ips, cpu = run_bench(conveyor, d, a.workers, a.epochs, a.crop, os.path.join(work, "bench.txt"))
                 results[n].append((ips, cpu))
                 print(f"  round {r + 1}: {n:28s} {ips:8.1f} images/s  {1e3 * cpu:5.2f} ms CPU/image", flush=True)
         print("| packing | shards (MB) | pack (s) | images/s, median (min-max) | per core | CPU ms / image |")

@@ -9,6 +9,8 @@ cache (filled by `conveyor inspect` beforehand), every sample read by range
 
 --compare-build DIR runs the every-sample-by-range case with DIR's conveyor
 too, in the same rounds (a build that differs in how it reads by range).
+--latency-ms L puts a proxy in front of lighttpd that holds each request L ms
+before passing it on (a network's round trip; the loopback has none).
 
 The photos are copied --repeat times, listed, and packed with `conveyor pack
 --shard-mb 16`; lighttpd serves the folder on a loopback port, its bandwidth
@@ -24,11 +26,13 @@ min-max), and the range reads and network wait of the streamed runs (bench
 import json
 import os
 import shutil
+import asyncio
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from common import conveyor_binary, copy_photos, photo_bench_arguments  # this folder's
@@ -61,10 +65,45 @@ def start_lighttpd(root, kbps, work):
     raise SystemExit("lighttpd does not start")
 
 
+def start_delay_proxy(port, latency_s):
+    """A loopback TCP proxy to `port` that holds each chunk the client sends (a request) latency_s before passing
+    it on; the answers go back at once. Returns the proxy's port; it runs in a daemon thread."""
+    async def pipe(reader, writer, delay):
+        try:
+            while data := await reader.read(1 << 16):
+                if delay:
+                    await asyncio.sleep(delay)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve(client_reader, client_writer):
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(pipe(client_reader, server_writer, latency_s), pipe(server_reader, client_writer, 0))
+
+    proxy_port = free_port()
+    ready = threading.Event()
+
+    def run():
+        async def main_loop():
+            await asyncio.start_server(serve, "127.0.0.1", proxy_port)
+            ready.set()
+            await asyncio.Event().wait()
+        asyncio.run(main_loop())
+
+    threading.Thread(target=run, daemon=True).start()
+    ready.wait()
+    return proxy_port
+
+
 def main():
     ap = photo_bench_arguments(__doc__, rounds=3)
     ap.add_argument("--mbps", default="0", help="bandwidth caps to run, MB/s, comma-separated (0: none)")
     ap.add_argument("--compare-build", help="another build folder: its conveyor reads every sample by range too")
+    ap.add_argument("--latency-ms", type=float, default=0, help="each request held this long by a proxy (default 0: none)")
     a = ap.parse_args()
     conveyor = conveyor_binary(a)
     work = tempfile.mkdtemp(prefix="conveyor-remote-")
@@ -83,6 +122,8 @@ def main():
         other = os.path.join(os.path.abspath(a.compare_build), "apps", "conveyor") if a.compare_build else None
         for mbps in [float(x) for x in a.mbps.split(",")]:
             server, port = start_lighttpd(www, int(mbps * 1000), work)
+            if a.latency_ms:
+                port = start_delay_proxy(port, a.latency_ms / 1000)
             url = f"http://127.0.0.1:{port}/ds/"
             cases = ["local", "URL, cold, streamed", "URL, cold, downloaded first", "URL, warm", "URL, every sample by range"]
             if other:
@@ -123,7 +164,8 @@ def main():
                 server.kill()
                 server.wait()
             cap = f"{mbps:g} MB/s" if mbps else "no cap"
-            print(f"\nlighttpd on loopback, {cap}:")
+            proxy = f", each request held {a.latency_ms:g} ms by a proxy" if a.latency_ms else ""
+            print(f"\nlighttpd on loopback, {cap}{proxy}:")
             print("| case | wall s, median (min-max) | before the epoch, s | the epoch's images/s, median (min-max) |")
             print("|---|---|---|---|")
             for c in cases:
