@@ -328,14 +328,20 @@ one_line_error "a pattern that does not expand" "http://***@127.0.0.1:$port/ds/s
   --shards "http://u:s3cret@127.0.0.1:$port/ds/shard-{0..2.tar" --cache-dir "$work/clistbad"
 grep -q s3cret "$work/err" && fail "the password was printed"
 # Downloads that keep failing with 503 while ranges are served: the samples
-# are read by range, none fails.
+# are read by range, none fails. The run lasts about 10 s (a 20 ms step a
+# batch), past a download's 6 tries (4 to 8 s of waits): a download that
+# failed is tried again, and its shard's samples still read.
 python3 "$(dirname "$0")/http_cut_server.py" "$work/www" "$slow_port" "$work/log/down.log" down &
 cut_pid=$!
 wait_for_port "$slow_port"
-EPOCHS=1 run down --shards "http://127.0.0.1:$slow_port/ds/" --cache-dir "$work/cdown"
+EPOCHS=4 run down --shards "http://127.0.0.1:$slow_port/ds/" --cache-dir "$work/cdown" --compute-ms 20
 kill "$cut_pid"; wait "$cut_pid" 2>/dev/null || true
 cut_pid=
-grep -q 'tar - 503$' "$work/log/down.log" || fail "the server refused no download: $(tail -3 "$work/log/down.log")"
+python3 - "$work/log/down.log" <<'PY' || fail "no download was refused 6 times and tried again: $(tail -3 "$work/log/down.log")"
+import collections, sys
+refused = collections.Counter(l.split()[0] for l in open(sys.argv[1]) if l.endswith(".tar - 503\n"))
+assert refused and max(refused.values()) > 6, refused
+PY
 same_first_epoch "the samples read by range while downloads fail, against the folder's" local down
 python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["remote"]; assert r["failed"] == 0, r' "$work/down.json" \
   || fail "downloads refused with 503 failed their shards"
@@ -367,7 +373,7 @@ python3 - "$work/limit.json" "$work/limit-warm.json" <<'PY' || fail "--cache-gb:
 import json, sys
 cold, warm = (json.load(open(f))["remote"] for f in sys.argv[1:])
 assert cold["uncached"] >= 1 and "no room for it in the cache" in cold["uncached_why"], cold
-assert warm["cached"] >= 1 and warm["uncached"] >= 1 and warm["cached"] + warm["uncached"] == warm["shards"], warm
+assert warm["cached"] >= 1 and warm["uncached"] >= 1, warm
 PY
 grep -q "^not cached, read by range: .*no room for it in the cache" "$work/limit.out" || fail "--cache-gb: the run does not say why shards were not cached"
 [ "$(bytes_in "$work/climit")" -le "$limit" ] || fail "--cache-gb: the cache holds $(bytes_in "$work/climit") bytes, over $limit"

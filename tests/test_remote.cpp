@@ -13,6 +13,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -516,20 +517,65 @@ TEST_CASE("shard cache: room is made from the least recently used shards of fold
   cache_file(root / "b" / "v" / "old.tar", 100, 200);
   cache_file(root / "b" / "v" / "new.tar", 100, 100);
   cache_file(root / "b" / "v" / ".conveyor-index", 1);  // not a shard: kept
+  cache_file(root / "mine" / "data.tar", 100, 400);      // not the cache's (no .conveyor-url): never removed
+  cache_file(root / "a" / ".conveyor-url", 0);
+  cache_file(root / "b" / ".conveyor-url", 0);
   const CacheLease lease(root / "a" / "v");
-  const CacheLimit limit{root, 351};
-  CHECK(make_room(limit, 50));  // 301 + 50 fit: nothing goes
+  const CacheLimit limit{root, 451};
+  CHECK(make_room(limit, 50));  // 401 + 50 fit: nothing goes
   CHECK(std::filesystem::exists(root / "b" / "v" / "old.tar"));
-  CHECK(make_room(limit, 100));  // 401: the older of b's shards goes
+  CHECK(make_room(limit, 100));  // 501: the older of b's shards goes
   CHECK_FALSE(std::filesystem::exists(root / "b" / "v" / "old.tar"));
   CHECK(std::filesystem::exists(root / "b" / "v" / "new.tar"));
-  CHECK(make_room(limit, 200));  // 401: the newer goes too
+  CHECK_FALSE(make_room(limit, 300));  // 601, and only 100 may go: nothing goes
+  CHECK(std::filesystem::exists(root / "b" / "v" / "new.tar"));
+  CHECK(make_room(limit, 200));  // 501: the newer goes too
   CHECK_FALSE(std::filesystem::exists(root / "b" / "v" / "new.tar"));
-  CHECK_FALSE(make_room(limit, 300));  // only the leased folder's shard is left
-  CHECK_FALSE(make_room(limit, 400));  // over the limit by itself
+  CHECK_FALSE(make_room(limit, 452));  // over the limit by itself
   CHECK(std::filesystem::exists(root / "a" / "v" / "oldest.tar"));
+  CHECK(std::filesystem::exists(root / "mine" / "data.tar"));
   CHECK(std::filesystem::exists(root / "b" / "v" / ".conveyor-index"));
   CHECK(cache_usage(root) <= limit.bytes);
+}
+
+TEST_CASE("shard cache: a child of fork() does not keep a lock its parent held", "[remote][cache]") {
+  conveyor::test::TempDir dir;
+  const auto file = dir.path() / "x.tar.lock";
+  int wake[2];
+  REQUIRE(::pipe(wake) == 0);
+  pid_t child = -1;
+  {
+    const FileLock held(file, nullptr);
+    child = ::fork();
+    if (child == 0) {  // lives on past the parent's lock, its copies of the parent's descriptors closed at the fork
+      char c;
+      (void)::read(wake[0], &c, 1);
+      ::_exit(0);
+    }
+  }  // the parent's lock released
+  REQUIRE(child > 0);
+  std::atomic<bool> stopping{false};
+  std::jthread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    stopping = true;
+  });
+  CHECK_NOTHROW(FileLock(file, &stopping));  // "cancelled" after 2 s if the child held it
+  (void)::write(wake[1], "x", 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(wake[0]);
+  ::close(wake[1]);
+}
+
+TEST_CASE("shard cache: a part a dead download left goes before any shard", "[remote][cache]") {
+  conveyor::test::TempDir dir;
+  const auto root = dir.path();
+  cache_file(root / "k" / ".conveyor-url", 0);
+  cache_file(root / "k" / "v" / "s.tar", 100, 100);
+  cache_file(root / "k" / "v" / "y.tar.part", 50);  // no download holds y.tar.lock
+  CHECK(make_room({root, 120}, 0));
+  CHECK_FALSE(std::filesystem::exists(root / "k" / "v" / "y.tar.part"));
+  CHECK(std::filesystem::exists(root / "k" / "v" / "s.tar"));
 }
 
 TEST_CASE("shard cache: touching a folder's shards makes them the most recently used", "[remote][cache]") {
@@ -537,6 +583,8 @@ TEST_CASE("shard cache: touching a folder's shards makes them the most recently 
   const auto root = dir.path();
   cache_file(root / "a" / "v" / "x.tar", 100, 200);
   cache_file(root / "b" / "v" / "y.tar", 100, 100);
+  cache_file(root / "a" / ".conveyor-url", 0);
+  cache_file(root / "b" / ".conveyor-url", 0);
   touch_shards(root / "a" / "v");
   CHECK(make_room({root, 150}, 0));
   CHECK(std::filesystem::exists(root / "a" / "v" / "x.tar"));

@@ -158,7 +158,9 @@ bool is_shard_name(std::string_view name) {
 std::uint64_t cache_gb_bytes(double gb) {
   if (!(gb > 0) || !std::isfinite(gb)) throw std::invalid_argument("a cache limit in GB must be a number above 0");
   if (gb > 16e9) throw std::invalid_argument("a cache limit in GB must be at most 16e9 (16 EB)");
-  return std::uint64_t(std::llround(gb * 1e9));
+  const double bytes = std::round(gb * 1e9);  // at most 1.6e19: within uint64_t
+  if (bytes < 1) throw std::invalid_argument("a cache limit in GB must be at least 1e-9 (a byte)");
+  return std::uint64_t(bytes);
 }
 
 bool is_listed_location(std::string_view location) {

@@ -5,7 +5,12 @@
 // - What counts: every file under the root, a download in flight at the size
 //   it will have (its SHARD.lock holds that size while the download holds the
 //   lock), so downloads that start together cannot overrun the limit between
-//   them.
+//   them. A shard listed by URL alone has no size until it lands: it reserves
+//   nothing while in flight.
+// - What goes: only shards the cache made (ROOT/KEY/VERSION/NAME.tar and
+//   ROOT/KEY/shards/NAME.tar, ROOT/KEY/.conveyor-url beside), and the parts
+//   downloads that died left; nothing else under the root. Where removing all
+//   that may go would not make room, nothing goes.
 // - Recency: a shard's mtime, set when it lands and when a job begins to read
 //   it (touch_shards).
 // - In use: a job leases each cache folder it reads (a shared flock on
@@ -61,7 +66,10 @@ inline std::filesystem::path root_lock_file(const std::filesystem::path& root) {
 
 // A shared flock on FOLDER/.conveyor-lease while the object lives: no
 // make_room, in any process, removes the folder's shards meanwhile. Blocks
-// while make_room removes some of them. Throws DatasetError naming the file.
+// while make_room removes some of them. A folder this user may not write
+// gets a lease opened read-only, or none where the file cannot be had (no
+// process could remove its shards either). Throws DatasetError naming the
+// file when it cannot be locked.
 class CacheLease {
  public:
   explicit CacheLease(const std::filesystem::path& folder);
@@ -77,9 +85,11 @@ class CacheLease {
 // its lock file announces. Throws nothing: what cannot be read counts 0.
 std::uint64_t cache_usage(const std::filesystem::path& root);
 
-// Whether `bytes` more fit under limit.root, after removing, least recently
-// used first, the shards (NAME.tar) of the folders no process leases until
-// they do. Call under root_lock_file's FileLock. Throws nothing but bad_alloc.
+// Whether `bytes` more fit under limit.root, after removing the parts dead
+// downloads left, then the cache's shards of folders no process leases,
+// least recently used first, until they do; nothing is removed where all of
+// it would not make room. Call under root_lock_file's FileLock. Throws
+// nothing but bad_alloc.
 bool make_room(const CacheLimit& limit, std::uint64_t bytes);
 
 // Sets the mtime of each NAME.tar in `folder` to now: the job about to read

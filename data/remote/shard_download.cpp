@@ -29,7 +29,7 @@ FileLock lock(const fs::path& file, const std::atomic<bool>* stopping) {
   try {
     return FileLock(file, stopping);
   } catch (const DatasetError& e) {
-    throw DownloadError(e.what(), stopping && stopping->load() ? Kind::again : Kind::lasting);
+    throw DownloadError(e.what(), stopping && stopping->load() ? Kind::again : Kind::cache);
   }
 }
 
@@ -77,7 +77,7 @@ void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w, const std
       const int err = errno;
       if (made >= 0) ::close(made);
       fs::remove(part, ec);
-      throw DownloadError(part.string() + ": cannot reserve the download's room: " + std::strerror(err), Kind::again);
+      throw DownloadError(part.string() + ": cannot reserve the download's room: " + std::strerror(err), Kind::cache);
     }
     ::close(made);
     bool room = false;
@@ -99,7 +99,13 @@ void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w, const std
     throw DownloadError(error.what(), error.wrong_body() || lasting_status(error.status()) ? Kind::lasting : Kind::again);
   }
   if (w.checksum) {
-    const std::uint64_t sum = file_checksum(part);
+    std::uint64_t sum = 0;
+    try {
+      sum = file_checksum(part);
+    } catch (const std::exception& e) {
+      fs::remove(part, ec);
+      throw DownloadError(e.what(), Kind::again);
+    }
     if (sum != *w.checksum) {
       fs::remove(part, ec);
       throw DownloadError(w.url.shown() + ": checksum " + hex16(sum) + ", not the " + hex16(*w.checksum) +
@@ -125,7 +131,7 @@ void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w, const std
   if (ec) {
     std::error_code ignored;
     fs::remove(part, ignored);
-    throw DownloadError(file.string() + ": cannot move the download into place: " + ec.message(), Kind::lasting);
+    throw DownloadError(file.string() + ": cannot move the download into place: " + ec.message(), Kind::cache);
   }
 }
 

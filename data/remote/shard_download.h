@@ -45,11 +45,13 @@ class DownloadError : public DatasetError {
     again,
     // The server does not have the shard the manifest lists, and asking
     // again will not mend it (a body whose size or checksum does not match,
-    // a 4xx other than 408 and 429), or the cache cannot take it (a lock or
-    // rename that fails).
+    // a 4xx other than 408 and 429).
     lasting,
     // The cache's limit leaves no room for it (shard_cache.h).
     no_room,
+    // The cache cannot take it: its lock file cannot be opened or locked, the
+    // download cannot be renamed into place.
+    cache,
   };
   DownloadError(const std::string& what, Kind kind) : DatasetError(what), kind_(kind) {}
   Kind kind() const noexcept { return kind_; }

@@ -66,6 +66,7 @@ struct StreamingShards::State {
   struct Ahead {
     enum { queued, fetching, ready, refused } state = queued;
     std::uint64_t size = 0;
+    std::uint64_t age = 0;  // when advised: the oldest unread go first when the cap is reached
     std::string bytes;
   };
   using AheadKey = std::pair<std::size_t, std::uint64_t>;  // shard, offset
@@ -76,7 +77,11 @@ struct StreamingShards::State {
   std::map<AheadKey, Ahead> ahead;
   std::deque<AheadKey> ahead_queue;
   std::uint64_t ahead_bytes = 0;
+  std::uint64_t ahead_advised = 0;  // advice taken so far: the next entry's age
   std::vector<std::jthread> ahead_threads;  // started at the first advice
+  // Samples above this are read in chunks (read_file_range): no read matches
+  // a whole entry, so none is read ahead.
+  static constexpr std::uint64_t kMaxAheadSample = 4ull << 20;
 
   HttpOptions http_options() const {
     HttpOptions o = options.http;
@@ -125,6 +130,7 @@ struct StreamingShards::State {
       if (stopping.load()) return;
       switch (e.kind()) {
         case DownloadError::Kind::no_room:  // read by range, this whole job
+        case DownloadError::Kind::cache:
           leave_uncached(e.what());
           return;
         case DownloadError::Kind::again: {
@@ -164,13 +170,19 @@ struct StreamingShards::State {
 
   // Advice: the range reads of [offset, offset + size) of shard s, queued.
   void advise(std::size_t s, std::uint64_t offset, std::uint64_t size) {
-    if (size == 0 || ::getpid() != owner) return;  // a child of fork() has no read-ahead threads
+    if (size == 0 || size > kMaxAheadSample || ::getpid() != owner) return;  // a child of fork() has no read-ahead threads
     {
       const std::lock_guard<std::mutex> hold(ahead_mutex);
-      if (stopping.load() || ahead_bytes + size > kMaxAheadBytes) return;
+      if (stopping.load()) return;
+      // Over the cap: the oldest bytes read ahead and not taken go (advice
+      // that came after its batch was read, or for a sample read otherwise).
+      while (ahead_bytes + size > kMaxAheadBytes && drop_oldest_ready()) {
+      }
+      if (ahead_bytes + size > kMaxAheadBytes) return;
       const auto [at, fresh] = ahead.try_emplace({s, offset});
       if (!fresh) return;
       at->second.size = size;
+      at->second.age = ahead_advised++;
       ahead_bytes += size;
       ahead_queue.push_back({s, offset});
       if (ahead_threads.empty()) {
@@ -249,6 +261,21 @@ struct StreamingShards::State {
     range_reads.fetch_add(1);
     range_bytes.fetch_add(n);
     read_ahead.fetch_add(1);
+    return true;
+  }
+
+  // Drops the oldest entry read ahead and not taken; false when there is
+  // none. Under ahead_mutex.
+  bool drop_oldest_ready() {
+    auto oldest = ahead.end();
+    for (auto it = ahead.begin(); it != ahead.end(); ++it) {
+      if (it->second.state == Ahead::ready || it->second.state == Ahead::refused) {
+        if (oldest == ahead.end() || it->second.age < oldest->second.age) oldest = it;
+      }
+    }
+    if (oldest == ahead.end()) return false;
+    ahead_bytes -= oldest->second.size;
+    ahead.erase(oldest);
     return true;
   }
 

@@ -21,7 +21,9 @@
 // only (the manifest's checksums are per shard). A download that fails for a
 // reason a later try may mend (the server down past the client's retries)
 // goes to the back of the queue, 3 downloads in all; the shard is read by
-// range meanwhile, and after, each read with its own retries.
+// range meanwhile, and after, each read with its own retries. So is a shard
+// the cache cannot take (no room under its limit, a lock or rename that
+// fails).
 //
 //   auto files = std::make_shared<StreamingShards>(cache_dir, wanted, options);
 //   Dataset d = dataset_from_index(cache_dir, index).with_files(files);
