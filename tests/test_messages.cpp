@@ -17,7 +17,7 @@ TEST_CASE("quote_bytes: valid UTF-8 reads as written", "[quote_bytes]") {
   CHECK(quote_bytes("a b\\c'd") == "'a b\\c'd'");  // backslash and quote kept
 }
 
-TEST_CASE("quote_bytes: a byte that is not UTF-8 is \\xNN", "[quote_bytes]") {
+TEST_CASE("quote_bytes: a byte that is not UTF-8 is written as a backslash, x and two hex digits", "[quote_bytes]") {
   CHECK(quote_bytes("a\xff" "b") == "'a\\xffb'");
   CHECK(quote_bytes("caf\xe9") == "'caf\\xe9'");                // Latin-1, not UTF-8
   CHECK(quote_bytes("\xc3") == "'\\xc3'");                      // a sequence cut short

@@ -45,12 +45,25 @@ std::string no_room(const Wanted& w, const CacheLimit& limit) {
   return line;
 }
 
-// Under the cache's lock: whether the files under its root, this download's
-// reservation among them, fit its limit once the least recently used shards
-// of folders no job reads are removed.
-bool fits(const CacheLimit& limit, const std::atomic<bool>* stopping) {
-  const FileLock root = lock(root_lock_file(limit.root), stopping);
-  return make_room(limit, 0);
+// Under the cache's lock: the files under its root, this download's
+// reservation or `part` among them, fit its limit once the least recently
+// used shards of folders no job reads are removed; else `part` is removed
+// and DownloadError no_room thrown.
+void require_room(const CacheLimit& limit, const Wanted& w, const fs::path& part, const std::atomic<bool>* stopping) {
+  bool room = false;
+  try {
+    const FileLock root = lock(root_lock_file(limit.root), stopping);
+    room = make_room(limit, 0);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(part, ec);
+    throw;
+  }
+  if (!room) {
+    std::error_code ec;
+    fs::remove(part, ec);
+    throw DownloadError(no_room(w, limit), Kind::no_room);
+  }
 }
 
 }  // namespace
@@ -80,17 +93,7 @@ void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w, const std
       throw DownloadError(part.string() + ": cannot reserve the download's room: " + std::strerror(err), Kind::cache);
     }
     ::close(made);
-    bool room = false;
-    try {
-      room = fits(*limit, stopping);
-    } catch (...) {
-      fs::remove(part, ec);
-      throw;
-    }
-    if (!room) {
-      fs::remove(part, ec);
-      throw DownloadError(no_room(w, *limit), Kind::no_room);
-    }
+    require_room(*limit, w, part, stopping);
   }
   try {
     http.get_to_file(w.url, part, w.size);
@@ -113,20 +116,7 @@ void fetch_one(HttpClient& http, const fs::path& dir, const Wanted& w, const std
                           Kind::lasting);
     }
   }
-  if (limit && !w.size) {
-    // Its size known only now: held to the limit as it is.
-    bool room = false;
-    try {
-      room = fits(*limit, stopping);
-    } catch (...) {
-      fs::remove(part, ec);
-      throw;
-    }
-    if (!room) {
-      fs::remove(part, ec);
-      throw DownloadError(no_room(w, *limit), Kind::no_room);
-    }
-  }
+  if (limit && !w.size) require_room(*limit, w, part, stopping);  // its size known only now: held to the limit as it is
   fs::rename(part, file, ec);
   if (ec) {
     std::error_code ignored;
