@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "data/dataset.h"
+#include "data/remote/retry.h"
 #include "data/shards/manifest.h"
 #include "pipeline/fnv1a.h"
 
@@ -21,8 +22,8 @@ namespace {
 using Kind = DownloadError::Kind;
 
 // Whether a request that failed with `status` (0: no HTTP answer) would fail
-// again if asked again later.
-bool lasting_status(long status) { return status >= 400 && status < 500 && status != 408 && status != 429; }
+// again if asked again later: a 4xx the retry policy does not retry.
+bool lasting_status(long status) { return status >= 400 && status < 500 && after_status(status) == Outcome::fail; }
 
 // A lock of the cache, or the DownloadError saying why not.
 FileLock lock(const fs::path& file, const std::atomic<bool>* stopping) {
