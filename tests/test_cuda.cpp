@@ -17,20 +17,29 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <thread>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "device/device.h"
 #include "device/device_pipeline.h"
+#include "device/erase_step.h"
 #include "device/kernels/busy.h"
+#include "device/kernels/erase.h"
 #include "device/kernels/gather.h"
+#include "device/kernels/mix.h"
 #include "device/kernels/normalize.h"
+#include "device/mix_step.h"
 #include "device/resident.h"
 #include "gpu_decode/jpeg_batch_decoder.h"
 #include "gpu_decode/step.h"
 #include "image_writers.h"
 #include "image/gpu_decode_plan.h"
 #include "image/image_ops.h"
+#include "image/mixing.h"
+#include "image/random_erasing.h"
 #include "support.h"
 
 using namespace conveyor;
@@ -68,6 +77,61 @@ std::vector<std::byte> run_normalize(Device& device, const std::vector<std::uint
   return out;
 }
 
+// Runs `job` on `device` over device copies of `data` and `labels`; returns the
+// mixed data and the soft labels.
+std::pair<std::vector<std::byte>, std::vector<float>> run_mix(Device& device, const std::vector<std::byte>& data,
+                                                               const std::vector<std::int64_t>& labels, MixJob job) {
+  auto stream = device.create_stream();
+  auto d_data = device.allocate(data.size());
+  auto d_labels = device.allocate(labels.size() * sizeof(std::int64_t));
+  auto d_soft = device.allocate(job.samples * job.classes * sizeof(float));
+  device.copy_to_device(d_data->data(), data.data(), data.size(), *stream);
+  device.copy_to_device(d_labels->data(), labels.data(), labels.size() * sizeof(std::int64_t), *stream);
+  job.data = d_data->data();
+  job.labels = static_cast<const std::int64_t*>(d_labels->data());
+  job.soft = static_cast<float*>(d_soft->data());
+  kernels::mix(device, job, *stream);
+  std::vector<std::byte> out(data.size());
+  std::vector<float> soft(job.samples * job.classes);
+  device.copy_to_host(out.data(), d_data->data(), out.size(), *stream);
+  device.copy_to_host(soft.data(), d_soft->data(), soft.size() * sizeof(float), *stream);
+  device.synchronize(*stream);
+  return {out, soft};
+}
+
+// Runs `job` on `device` over device copies of `data` and `boxes`; returns the erased data.
+std::vector<std::byte> run_erase(Device& device, const std::vector<std::byte>& data, const std::vector<EraseBox>& boxes,
+                                 EraseJob job) {
+  auto stream = device.create_stream();
+  auto d_data = device.allocate(data.size());
+  auto d_boxes = device.allocate(boxes.size() * sizeof(EraseBox));
+  device.copy_to_device(d_data->data(), data.data(), data.size(), *stream);
+  device.copy_to_device(d_boxes->data(), boxes.data(), boxes.size() * sizeof(EraseBox), *stream);
+  job.data = d_data->data();
+  job.boxes = static_cast<const EraseBox*>(d_boxes->data());
+  kernels::erase(device, job, *stream);
+  std::vector<std::byte> out(data.size());
+  device.copy_to_host(out.data(), d_data->data(), out.size(), *stream);
+  device.synchronize(*stream);
+  return out;
+}
+
+// n x channels x height x width elements of `type`, each the bits of a value in [-2.5, 2.7).
+std::vector<std::byte> normalized_values(DType type, std::size_t elements, std::uint64_t seed) {
+  const std::size_t size = dtype_size(type);
+  std::vector<std::byte> out(elements * size);
+  Rng rng(seed, 0, 0);
+  for (std::size_t i = 0; i < elements; ++i) {
+    const float v = float(rng.uniform(-2.5, 2.7));
+    const std::uint32_t bits = type == DType::float32   ? float_bits(v)
+                               : type == DType::float16 ? float_to_half_bits(v)
+                               : type == DType::bfloat16 ? float_to_bfloat16_bits(v)
+                                                         : std::uint32_t(rng.below(256));
+    std::memcpy(out.data() + i * size, &bits, size);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("auto picks the GPU and says which", "[cuda]") {
@@ -100,6 +164,115 @@ TEST_CASE("the normalize kernel gives the host backend's bits for all three type
       REQUIRE(run_normalize(*g, src, idx, job, bytes) == run_normalize(*c, src, idx, job, bytes));
     }
   }
+}
+
+TEST_CASE("the mix kernel gives the host twin's bits: MixUp and CutMix, all three types, the soft labels",
+          "[cuda][mix]") {
+  auto g = gpu(), c = cpu();
+  const std::size_t channels = 3, height = 37, width = 29, classes = 10;
+  for (const std::size_t n : {std::size_t(7), std::size_t(1)}) {
+    std::vector<std::int64_t> labels(n);
+    for (std::size_t j = 0; j < n; ++j) labels[j] = std::int64_t((j * 7) % classes);
+    for (const DType t : {DType::float32, DType::float16, DType::bfloat16}) {
+      for (const bool cut : {false, true}) {
+        INFO(n << " samples, " << dtype_name(t) << (cut ? " CutMix" : " MixUp"));
+        const auto data = normalized_values(t, n * channels * height * width, 3 + std::uint64_t(t));
+        MixJob job;
+        job.samples = n;
+        job.channels = channels;
+        job.height = height;
+        job.width = width;
+        job.type = t;
+        job.cut = cut;
+        job.own = 0.3137f;
+        job.other = 1.f - 0.3137f;
+        job.x1 = cut ? 3 : 0;
+        job.y1 = cut ? 5 : 0;
+        job.x2 = cut ? 29 : std::uint32_t(width);  // CutMix's box touches the right edge
+        job.y2 = cut ? 20 : std::uint32_t(height);
+        job.classes = classes;
+        const auto on_gpu = run_mix(*g, data, labels, job), on_host = run_mix(*c, data, labels, job);
+        REQUIRE(on_gpu.first == on_host.first);
+        REQUIRE(on_gpu.second == on_host.second);
+        if (n > 1) REQUIRE(on_gpu.first != data);
+      }
+    }
+  }
+}
+
+TEST_CASE("the erase kernel gives the host twin's bits for every type, boxes at the edges and empty ones",
+          "[cuda][erase]") {
+  auto g = gpu(), c = cpu();
+  const std::size_t n = 4, channels = 3, height = 23, width = 31;
+  const std::vector<EraseBox> boxes{{0, 0, 23, 1}, {0, 0, 0, 0}, {22, 30, 1, 1}, {4, 9, 11, 22}};
+  for (const DType t : {DType::float32, DType::float16, DType::bfloat16, DType::uint8}) {
+    INFO(dtype_name(t));
+    const auto data = normalized_values(t, n * channels * height * width, 17 + std::uint64_t(t));
+    EraseJob job;
+    job.samples = n;
+    job.channels = channels;
+    job.height = height;
+    job.width = width;
+    job.type = t;
+    job.value[0] = 0.f;
+    job.value[1] = -1.7f;
+    job.value[2] = 2.3f;
+    const auto on_gpu = run_erase(*g, data, boxes, job);
+    REQUIRE(on_gpu == run_erase(*c, data, boxes, job));
+    REQUIRE(on_gpu != data);
+  }
+}
+
+TEST_CASE("RandomErasing and MixUp/CutMix through the pipeline on a GPU: the host backend's batches, soft labels and "
+          "lambdas",
+          "[cuda][mix][erase][pipeline]") {
+  const std::size_t height = 12, width = 10, channels = 3, dataset = 37, classes = 3 * (dataset - 1) + 1;
+  BatchMixing mixing;
+  mixing.mixup = MixUp{0.4};
+  mixing.cutmix = CutMix{1.0};
+  mixing.num_classes = std::int64_t(classes);
+  RandomErasing erasing;
+  erasing.p = 0.5;
+  using Key = std::pair<std::uint64_t, std::uint64_t>;
+  struct Delivered {
+    std::vector<std::byte> data;
+    std::vector<float> soft;
+    std::optional<double> lambda;
+    bool operator==(const Delivered&) const = default;
+  };
+  const auto run = [&](const std::shared_ptr<Device>& device, std::size_t workers) {
+    Config cfg;
+    cfg.batch_size = 8;
+    cfg.sample_bytes = height * width * channels;
+    cfg.workers = workers;
+    cfg.epochs = 2;
+    cfg.seed = 5;
+    TransferConfig tc;
+    tc.normalize = TransferConfig::Normalization{height, width, channels, Normalize{}, DType::float16};
+    tc.batch_steps.push_back(Erase{erasing});
+    tc.batch_steps.push_back(Mix{mixing});
+    DevicePipeline dp(cfg, dataset, test::fill_pattern, tc, device);
+    std::map<Key, Delivered> out;
+    auto stream = device->create_stream();
+    while (auto b = dp.next()) {
+      Delivered d;
+      d.data.resize(b->bytes());
+      const BatchTensor* soft = b->extras().tensor(kSoftLabels);
+      REQUIRE(soft);
+      d.soft.resize(b->size() * classes);
+      device->copy_to_host(d.data.data(), b->data(), d.data.size(), *stream);
+      device->copy_to_host(d.soft.data(), soft->data, d.soft.size() * sizeof(float), *stream);
+      device->synchronize(*stream);
+      d.lambda = b->extras().value(kMixLambda);
+      REQUIRE(d.lambda);
+      out[{b->host().epoch, b->host().index}] = std::move(d);
+    }
+    return out;
+  };
+  const auto on_host = run(cpu(), 2);
+  REQUIRE(on_host.size() == 2 * ((dataset + 7) / 8));
+  REQUIRE(run(gpu(), 2) == on_host);
+  REQUIRE(run(gpu(), 5) == on_host);
 }
 
 TEST_CASE("the gather kernel equals direct indexing for every word size", "[cuda][gather]") {
