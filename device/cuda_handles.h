@@ -203,6 +203,7 @@ class PinnedBytes {
     }
     return data_;
   }
+  std::byte* data() const { return data_; }  // the last reserve()'s block
 
  private:
   int ordinal_;

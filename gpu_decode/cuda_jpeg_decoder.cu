@@ -70,10 +70,11 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
 
   std::string describe() const override {
     return "nvJPEG " + handle_->library().version() + " (" + handle_->library().name() + ", " +
-           (handle_->hardware() ? "hardware backend)" : "default backend)");
+           (handle_->hardware() ? "hardware backend" : "default backend") +
+           (handle_->padding() ? ", allocations padded by " + std::to_string(handle_->padding() >> 20) + " MiB)" : ")");
   }
 
-  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+  std::vector<std::string> decode_files(std::span<const JpegItem> items, Stream& stream) {
     const ScopedDevice on(ordinal_);
     const NvJpegApi& api = handle_->library().api();
     std::vector<std::string> refused(items.size());
@@ -152,12 +153,40 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     return refused;
   }
 
+  // Builds the tap tables here, on the decoding thread (the GPU decode feed's),
+  // so that render() on the delivery thread only copies and launches.
+  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+    std::vector<std::string> refused = decode_files(items, stream);
+    stage_taps(items, refused);
+    return refused;
+  }
+
   void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
     const ScopedDevice on(ordinal_);
-    // Every accepted item's tap tables, built here (host doubles, as the CPU
-    // path rounds them) and copied to the device in one transfer, laid out by
-    // taps_item_layout: each axis block 16-aligned, so every int32 array is
-    // aligned whatever the output size and tap count.
+    if (!staged_for(refused)) stage_taps(items, refused);  // a caller's own refusals: staged again
+    if (staged_.empty()) return;
+    CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(taps_device_->data(), taps_staging_.data(), staged_bytes_,
+                                        cudaMemcpyHostToDevice, native(stream)));
+    CONVEYOR_CUDA_CHECK(cudaEventRecord(taps_copied_.get(), native(stream)));
+    for (const Staged& st : staged_) {
+      const JpegItem& item = items[st.item];
+      const DeviceImage& img = images_.at(st.item);
+      const Size out = item.geometry.out;
+      CONVEYOR_CUDA_LAUNCH("resize_kernel",
+                           resize_kernel<<<grid_for(std::size_t(out.width) * std::size_t(out.height) * 3), kBlock, 0,
+                                           native(stream)>>>(image_data(img), std::ptrdiff_t(img.width) * 3, st.x, st.y,
+                                                             out.width, out.height, item.geometry.flip, item.dst));
+    }
+  }
+
+ private:
+  // Every item's tap tables whose `refused` entry is empty, built on the host
+  // (doubles, as the CPU path rounds them) into the pinned staging buffer for
+  // render()'s one copy, laid out by taps_item_layout: each axis block
+  // 16-aligned, so every int32 array is aligned whatever the output size and
+  // tap count. staged_ then holds each item's views over the device copy.
+  void stage_taps(std::span<const JpegItem> items, const std::vector<std::string>& refused) {
+    const ScopedDevice on(ordinal_);
     struct Layout {
       std::size_t item;
       ResizeTaps x, y;
@@ -178,10 +207,12 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
       total = l.at.end;
       layouts.push_back(std::move(l));
     }
+    staged_.clear();
+    staged_bytes_ = total;
+    staged_items_ = items.size();
     if (layouts.empty()) return;
-    // The last render's copy may still be reading the staging tables: today the
-    // pipeline finishes each GPU-decoded batch before the next one starts
-    // (transfer_would_wait), but this decoder does not lean on that.
+    // The last render's copy out of the staging buffer is done by decode()'s
+    // contract; this decoder checks rather than leans on it.
     CONVEYOR_CUDA_CHECK(cudaEventSynchronize(taps_copied_.get()));
     std::byte* host = taps_staging_.reserve(total);
     if (!taps_device_ || taps_device_->bytes() < total) {
@@ -199,24 +230,21 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
                             reinterpret_cast<const std::int32_t*>(device + a.count),
                             reinterpret_cast<const std::int16_t*>(device + a.weights), t.max_taps};
     };
-    std::vector<std::pair<ResizeTapsView, ResizeTapsView>> views;
-    for (const Layout& l : layouts) views.emplace_back(place(l.x, l.at.x), place(l.y, l.at.y));
-    CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(device, host, total, cudaMemcpyHostToDevice, native(stream)));
-    CONVEYOR_CUDA_CHECK(cudaEventRecord(taps_copied_.get(), native(stream)));
-    for (std::size_t k = 0; k < layouts.size(); ++k) {
-      const JpegItem& item = items[layouts[k].item];
-      const DeviceImage& img = images_.at(layouts[k].item);
-      const Size out = item.geometry.out;
-      CONVEYOR_CUDA_LAUNCH("resize_kernel",
-                           resize_kernel<<<grid_for(std::size_t(out.width) * std::size_t(out.height) * 3), kBlock, 0,
-                                           native(stream)>>>(image_data(img),
-                                                             std::ptrdiff_t(img.width) * 3, views[k].first,
-                                                             views[k].second, out.width, out.height,
-                                                             item.geometry.flip, item.dst));
-    }
+    for (const Layout& l : layouts) staged_.push_back({l.item, place(l.x, l.at.x), place(l.y, l.at.y)});
   }
 
- private:
+  // Whether staged_ was built for exactly the items `refused` leaves.
+  bool staged_for(const std::vector<std::string>& refused) const {
+    if (refused.size() != staged_items_) return false;
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < refused.size(); ++i) {
+      if (!refused[i].empty()) continue;
+      if (k == staged_.size() || staged_[k].item != i) return false;
+      ++k;
+    }
+    return k == staged_.size();
+  }
+
   static void check(nvjpeg::Status st, const char* call) {
     if (st != nvjpeg::kSuccess) throw DeviceError(std::string(call) + ": " + nvjpeg_status_name(st));
   }
@@ -232,6 +260,13 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
   std::vector<DeviceImage> images_;    // per item position: where decode() put it in arena_
   std::unique_ptr<CudaBuffer> arena_;  // the last decode()'s images; grown (grown_size), reused
   std::vector<std::size_t> accepted_;  // the items the last decode() passed to nvJPEG
+  struct Staged {
+    std::size_t item;  // its position in the batch
+    ResizeTapsView x, y;
+  };
+  std::vector<Staged> staged_;     // stage_taps()'s items, in order, with their views in taps_device_
+  std::size_t staged_bytes_ = 0;   // of taps_staging_ that render() copies
+  std::size_t staged_items_ = 0;   // the batch's size when staged
   PinnedBytes taps_staging_;
   CudaEvent taps_copied_;  // recorded after each copy out of taps_staging_
   std::unique_ptr<CudaBuffer> taps_device_;
