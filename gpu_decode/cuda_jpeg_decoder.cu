@@ -70,8 +70,7 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
 
   std::string describe() const override {
     return "nvJPEG " + handle_->library().version() + " (" + handle_->library().name() + ", " +
-           (handle_->hardware() ? "hardware backend" : "default backend") +
-           (handle_->padding() ? ", allocations padded by " + std::to_string(handle_->padding() >> 20) + " MiB)" : ")");
+           (handle_->hardware() ? "hardware backend)" : "default backend)");
   }
 
   std::vector<std::string> decode_files(std::span<const JpegItem> items, Stream& stream) {

@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <iterator>
 #include <stdexcept>
@@ -56,11 +55,6 @@ std::shared_ptr<const NvJpegLibrary> NvJpegLibrary::load(const std::vector<std::
       resolve(api.decode_batched_initialize, "nvjpegDecodeBatchedInitialize");
       resolve(api.decode_batched, "nvjpegDecodeBatched");
       resolve(api.get_property, "nvjpegGetProperty");
-      ::dlerror();
-      api.set_device_memory_padding = reinterpret_cast<decltype(api.set_device_memory_padding)>(
-          ::dlsym(handle, "nvjpegSetDeviceMemoryPadding"));
-      api.set_pinned_memory_padding = reinterpret_cast<decltype(api.set_pinned_memory_padding)>(
-          ::dlsym(handle, "nvjpegSetPinnedMemoryPadding"));
     } catch (const std::runtime_error& missing) {  // not the nvJPEG C API (or another version of it): try the next
       ::dlclose(handle);
       last_error = name + " has no symbol " + missing.what();
@@ -89,11 +83,9 @@ NvJpegHandle::NvJpegHandle(std::shared_ptr<const NvJpegLibrary> library) : libra
   const NvJpegApi& api = library_->api();
   // The hardware backend exists only on GPUs with JPEG engines; any refusal
   // (ARCH_MISMATCH, IMPLEMENTATION_NOT_SUPPORTED) falls back to the default one.
-  const std::size_t padding = nvjpeg_padding_from_env();
   const nvjpeg::Status hw = api.create_ex(nvjpeg::kBackendHardware, nullptr, nullptr, 0, &handle_);
   if (hw == nvjpeg::kSuccess) {
     hardware_ = true;
-    pad(padding);
     return;
   }
   handle_ = nullptr;
@@ -103,36 +95,6 @@ NvJpegHandle::NvJpegHandle(std::shared_ptr<const NvJpegLibrary> library) : libra
     throw std::runtime_error("nvjpegCreateEx: " + nvjpeg_status_name(def) + " (hardware backend: " +
                              nvjpeg_status_name(hw) + ")");
   }
-  pad(padding);
-}
-
-void NvJpegHandle::pad(std::size_t padding) {
-  if (padding == 0) return;
-  const NvJpegApi& api = library_->api();
-  if (!api.set_device_memory_padding || !api.set_pinned_memory_padding) {
-    throw std::runtime_error("CONVEYOR_NVJPEG_PADDING_MB: " + library_->name() + " has no nvjpegSet*MemoryPadding");
-  }
-  nvjpeg::Status st = api.set_device_memory_padding(padding, handle_);
-  if (st == nvjpeg::kSuccess) st = api.set_pinned_memory_padding(padding, handle_);
-  if (st != nvjpeg::kSuccess) {
-    (void)api.destroy(handle_);
-    handle_ = nullptr;
-    throw std::runtime_error("nvjpegSet*MemoryPadding: " + nvjpeg_status_name(st));
-  }
-  padding_ = padding;
-}
-
-std::size_t nvjpeg_padding_from_env() {
-  const char* text = std::getenv("CONVEYOR_NVJPEG_PADDING_MB");
-  if (!text || !*text) return 0;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long mb = std::strtoull(text, &end, 10);
-  if (errno != 0 || *end != '\0' || *text == '-' || mb > 4096) {
-    throw std::invalid_argument(std::string("CONVEYOR_NVJPEG_PADDING_MB=") + text +
-                                ": expected a whole number of MiB from 0 to 4096");
-  }
-  return std::size_t(mb) << 20;
 }
 
 NvJpegHandle::~NvJpegHandle() {

@@ -69,11 +69,6 @@ struct NvJpegApi {
                                    const std::size_t* lengths, nvjpeg::Image* destinations,
                                    nvjpeg::Stream stream) = nullptr;                           // nvjpegDecodeBatched
   nvjpeg::Status (*get_property)(int type, int* value) = nullptr;                             // nvjpegGetProperty
-  // Optional (null where the library lacks them): extra bytes on each of the
-  // handle's device and pinned allocations, so that buffers grown for a larger
-  // image are reallocated less often (each cudaFree waits for the device).
-  nvjpeg::Status (*set_device_memory_padding)(std::size_t padding, nvjpeg::Handle handle) = nullptr;  // nvjpegSetDeviceMemoryPadding
-  nvjpeg::Status (*set_pinned_memory_padding)(std::size_t padding, nvjpeg::Handle handle) = nullptr;  // nvjpegSetPinnedMemoryPadding
 };
 
 // nvJPEG's status as its enum's name, e.g. "NVJPEG_STATUS_BAD_JPEG", or "nvJPEG status N".
@@ -110,14 +105,9 @@ class NvJpegLibrary {
 
 // An nvJPEG handle (RAII): the hardware backend where the GPU has JPEG engines
 // (A100, H100), else the default (hybrid/GPU) one. Needs a CUDA device.
-// $CONVEYOR_NVJPEG_PADDING_MB (a whole number of MiB, default 0: nvJPEG's
-// own) sets the padding of its device and pinned allocations
-// (nvjpegSet*MemoryPadding), a tuning knob measured in docs/benchmarks.md.
 class NvJpegHandle {
  public:
-  // Throws std::runtime_error "nvjpegCreateEx: <status>" when neither backend
-  // opens, or naming the padding call that failed; std::invalid_argument from
-  // nvjpeg_padding_from_env().
+  // Throws std::runtime_error "nvjpegCreateEx: <status>" when neither backend opens.
   explicit NvJpegHandle(std::shared_ptr<const NvJpegLibrary> library);
   ~NvJpegHandle();
   NvJpegHandle(const NvJpegHandle&) = delete;
@@ -125,20 +115,12 @@ class NvJpegHandle {
 
   nvjpeg::Handle get() const { return handle_; }
   bool hardware() const { return hardware_; }  // opened with the hardware backend
-  std::size_t padding() const { return padding_; }  // bytes of padding set, 0 for nvJPEG's own
   const NvJpegLibrary& library() const { return *library_; }
 
  private:
-  void pad(std::size_t padding);  // sets the padding (when not 0); on failure destroys the handle and throws
   std::shared_ptr<const NvJpegLibrary> library_;
   nvjpeg::Handle handle_ = nullptr;
   bool hardware_ = false;
-  std::size_t padding_ = 0;
 };
-
-// $CONVEYOR_NVJPEG_PADDING_MB in bytes: 0 when unset; throws
-// std::invalid_argument naming the variable when it is not a whole number of
-// MiB from 0 to 4096.
-std::size_t nvjpeg_padding_from_env();
 
 }  // namespace conveyor

@@ -56,11 +56,10 @@ struct GpuDecodeChoice {
 
 // The GPU decode feed's threads when none is asked for. Each gets two
 // decoders, so it decodes one batch while the delivery thread renders its
-// last. One, as measured on an H100 (docs/benchmarks.md, "GPU decode off the
-// delivery thread"): with 4 or 7 threads the decoders' memory warmed up over
-// the benchmark's epochs and the run was slower; 2 were faster at share 1 on
-// one machine of two, and the hybrid with 1 or 2 is yet to be measured.
-inline constexpr std::size_t kDefaultGpuDecodeThreads = 1;
+// last. Two, as measured on an H200 (docs/benchmarks.md, "GPU decode off the
+// delivery thread"): the GPU alone ran 1.3-1.4x its rate with one, the hybrid
+// about the same or faster; 4 were slower than 2 on an H200 and an H100.
+inline constexpr std::size_t kDefaultGpuDecodeThreads = 2;
 inline constexpr std::size_t kMaxGpuDecodeThreads = 64;
 
 // `wanted`: 0 for off, a share in (0, 1], or nullopt for auto (measured with

@@ -8,7 +8,6 @@
 namespace {
 int g_mode = 0;  // 0: hardware refused, default opens; 1: both refused
 int g_handle = 0, g_state = 0;
-std::size_t g_device_padding = 0, g_pinned_padding = 0;
 }  // namespace
 
 extern "C" {
@@ -36,17 +35,6 @@ __attribute__((visibility("default"))) int nvjpegDecodeBatched(void*, void*, con
   return 6;
 }
 #endif
-__attribute__((visibility("default"))) std::size_t nvjpeg_stub_padding(int pinned) {
-  return pinned ? g_pinned_padding : g_device_padding;
-}
-__attribute__((visibility("default"))) int nvjpegSetDeviceMemoryPadding(std::size_t padding, void*) {
-  g_device_padding = padding;
-  return 0;
-}
-__attribute__((visibility("default"))) int nvjpegSetPinnedMemoryPadding(std::size_t padding, void*) {
-  g_pinned_padding = padding;
-  return 0;
-}
 __attribute__((visibility("default"))) int nvjpegGetProperty(int type, int* value) {
   *value = type == 0 ? 12 : type == 1 ? 3 : 4;
   return 0;

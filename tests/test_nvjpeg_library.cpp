@@ -66,34 +66,3 @@ TEST_CASE("nvjpeg: loaded from a stub: version, status names, hardware backend r
   set_mode(0);
   ::dlclose(stub);
 }
-
-TEST_CASE("nvjpeg: CONVEYOR_NVJPEG_PADDING_MB pads the handle's allocations, and a bad value is refused by name",
-          "[nvjpeg]") {
-  ::unsetenv("CONVEYOR_NVJPEG_PADDING_MB");
-  REQUIRE(nvjpeg_padding_from_env() == 0);
-  ::setenv("CONVEYOR_NVJPEG_PADDING_MB", "16", 1);
-  REQUIRE(nvjpeg_padding_from_env() == std::size_t(16) << 20);
-  std::string why;
-  const auto lib = NvJpegLibrary::load({NVJPEG_STUB_PATH}, why);
-  REQUIRE(lib != nullptr);
-  void* stub = ::dlopen(NVJPEG_STUB_PATH, RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(stub != nullptr);
-  auto padding = reinterpret_cast<std::size_t (*)(int)>(::dlsym(stub, "nvjpeg_stub_padding"));
-  REQUIRE(padding != nullptr);
-  {
-    NvJpegHandle handle(lib);
-    REQUIRE(handle.padding() == std::size_t(16) << 20);
-    REQUIRE(padding(0) == std::size_t(16) << 20);
-    REQUIRE(padding(1) == std::size_t(16) << 20);
-  }
-  for (const char* bad : {"-1", "16MB", "4097", "x", "99999999999999999999999"}) {
-    INFO(bad);
-    ::setenv("CONVEYOR_NVJPEG_PADDING_MB", bad, 1);
-    REQUIRE_THROWS_WITH(nvjpeg_padding_from_env(), Catch::Contains("CONVEYOR_NVJPEG_PADDING_MB=") &&
-                                                       Catch::Contains("a whole number of MiB from 0 to 4096"));
-  }
-  ::setenv("CONVEYOR_NVJPEG_PADDING_MB", "0", 1);
-  REQUIRE(NvJpegHandle(lib).padding() == 0);
-  ::unsetenv("CONVEYOR_NVJPEG_PADDING_MB");
-  ::dlclose(stub);
-}
