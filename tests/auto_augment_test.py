@@ -6,6 +6,12 @@
 1. The magnitude tables: every op and bin of both policies' augmentation spaces
    (several bin counts and image sizes) equals torchvision's within one float32
    ulp, and exactly where it is truncated (translate's pixels, posterize's bits).
+   One exception, counted and printed: torch 2.x's float32 linspace (a fused
+   multiply-add) puts a few bins one ulp off the correctly rounded value that
+   torch 1.13 and Conveyor give, e.g. linspace(0, 32, 31)[15] = 15.999999, so
+   its TrivialAugmentWide translates int(15.999999) = 15 px at that bin where
+   Conveyor translates 16. A truncated magnitude may differ only there: where
+   Conveyor's is the correctly rounded value and this torch's is not.
 2. The draws: with fixed seeds, Conveyor's draws (photometric_ref --draws, the
    code Augment::plan_pixels runs) and torchvision's (its forward, _apply_op
    recorded instead of run) hit the same set of (op, magnitude, sign) values,
@@ -45,8 +51,14 @@ def run(ref, *args):
     return [tuple(float(v) for v in line.split()) for line in out.splitlines()]
 
 
+def correctly_rounded(mags, b):
+    """linspace(mags[0], mags[-1], len(mags))[b] computed in float64, rounded once to float32."""
+    start, end, steps = mags[0].item(), mags[-1].item(), mags.numel()
+    return float(np.float32(start + (end - start) * b / (steps - 1)))
+
+
 def check_tables(ref):
-    failures, compared = [], 0
+    failures, compared, torch_rounding = [], 0, []
     for kind in (TRIVIAL, RAND):
         for bins in (2, 5, 31, 47):
             for height, width in ((224, 224), (120, 97), (3, 5)):
@@ -58,10 +70,19 @@ def check_tables(ref):
                         ulp = float(np.spacing(np.float32(abs(want)))) if want else 0.0
                         truncated = name in ("TranslateX", "TranslateY", "Posterize")
                         compared += 1
-                        if abs(got - want) > ulp or (truncated and int(got) != int(want)):
-                            failures.append(f"policy {kind} bins {bins} {width}x{height} {name}[{b}]: "
-                                            f"conveyor {got!r}, torchvision {want!r}")
+                        where = (f"policy {kind} bins {bins} {width}x{height} {name}[{b}]: "
+                                 f"conveyor {got!r}, torchvision {want!r}")
+                        if abs(got - want) > ulp:
+                            failures.append(where)
+                        elif truncated and int(got) != int(want):
+                            if name != "Posterize" and got == correctly_rounded(mags, b) != want:
+                                torch_rounding.append(where)
+                            else:
+                                failures.append(where)
     print(f"tables: {compared} magnitudes compared, {len(failures)} differ")
+    if torch_rounding:
+        print(f"tables: {len(torch_rounding)} truncated magnitudes where torch {torch.__version__}'s linspace is "
+              f"off the correctly rounded value and Conveyor is on it, e.g. {torch_rounding[0]}")
     return failures
 
 

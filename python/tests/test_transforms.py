@@ -275,7 +275,7 @@ def test_mixup_and_cutmix_mix_each_batch_as_torchvision_v2s_formula(folder, dtyp
         conveyor.Loader(folder=f, normalize="float32", transforms=[T.RandomResizedCrop(24)], mix_labels="pair")
     with pytest.raises(ValueError, match=r"mix_labels='hard': expected 'soft' or 'pair'"):
         conveyor.Loader(folder=f, normalize="float32", transforms=[T.RandomResizedCrop(24), T.MixUp()], mix_labels="hard")
-    wider = conveyor.Loader(folder=f, normalize="float32", batch_size=4, transforms=[T.RandomResizedCrop(24), T.MixUp(num_classes=10)])
+    wider = conveyor.Loader(folder=f, normalize="float32", batch_size=4, device="cpu", transforms=[T.RandomResizedCrop(24), T.MixUp(num_classes=10)])
     _, s = next(iter(wider))
     assert np.asarray(s).shape == (4, 10)
     wider.close()
