@@ -56,8 +56,8 @@ struct GpuDecodeChoice {
 
 // The GPU decode feed's threads when none is asked for. Each gets two
 // decoders, so it decodes one batch while the delivery thread renders its
-// last. Two, as measured on an H200 (docs/benchmarks.md, "GPU decode off the
-// delivery thread"): the GPU alone ran 1.3-1.4x its rate with one, the hybrid
+// last. Two, as measured on an H200 (docs/benchmarks.md, "GPU decode hybrid"):
+// the GPU alone ran 1.3-1.4x its rate with one, the hybrid
 // about the same or faster; 4 were slower than 2 on an H200 and an H100.
 inline constexpr std::size_t kDefaultGpuDecodeThreads = 2;
 inline constexpr std::size_t kMaxGpuDecodeThreads = 64;
