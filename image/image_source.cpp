@@ -28,6 +28,12 @@ struct ImageSource::Worker {
   // The colour transforms drawn for the sample, and their scratch.
   std::vector<PixelOp> pixel_ops;
   PhotometricScratch photometric;
+  // With ImageConfig::views: each view's draws, kept so a sample allocates nothing.
+  struct ViewDraw {
+    Geometry g;
+    std::vector<PixelOp> ops;
+  };
+  std::vector<ViewDraw> views;
   Worker(const ImageConfig& config, std::size_t pixel_bytes) : decoder(config.limits, config.jpeg_scales) {
     if (config.normalize) {
       pixels.resize(pixel_bytes);
@@ -87,12 +93,25 @@ ImageConfig with_file_system(ImageConfig c, const Dataset& dataset) {
   return c;
 }
 
+// The chain ImageSource's augment_ is built from: the transforms, or the first view's.
+const std::vector<Transform>& main_chain(const ImageConfig& c) {
+  return c.views.empty() ? c.transforms : c.views.front().transforms;
+}
+
+// The bounding box of two regions, an empty one (w or h 0) taking the other.
+Rect union_of(const Rect& a, const Rect& b) {
+  if (a.w <= 0 || a.h <= 0) return b;
+  if (b.w <= 0 || b.h <= 0) return a;
+  const int x = std::min(a.x, b.x), y = std::min(a.y, b.y);
+  return {x, y, std::max(a.x + a.w, b.x + b.w) - x, std::max(a.y + a.h, b.y + b.h) - y};
+}
+
 }  // namespace
 
 ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t workers)
     : dataset_(std::move(dataset)),
       config_(with_file_system(std::move(config), dataset_)),
-      augment_(config_.transforms),
+      augment_(main_chain(config_)),
       reader_(dataset_, config_.files, config_.limits.max_file_bytes, config_.max_open_shards) {
   if (workers == 0) throw std::invalid_argument("image source: workers must be at least 1");
   if (!(config_.gpu_share >= 0 && config_.gpu_share <= 1)) {
@@ -101,18 +120,43 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
   if (config_.gpu_share > 0 && config_.normalize) {
     throw std::invalid_argument("image source: gpu_share needs the device to normalize, not the workers (normalize)");
   }
+  std::size_t largest = std::size_t(output().height) * output().width * 3;
+  for (std::size_t v = 0; v < config_.views.size(); ++v) {
+    const ViewSpec& spec = config_.views[v];
+    const std::string which = "image source: views[" + std::to_string(v) + "]: ";
+    if (spec.count == 0) throw std::invalid_argument(which + "count must be at least 1");
+    view_augments_.emplace_back(spec.transforms);
+    const Augment& a = view_augments_.back();
+    if (const char* t = a.device_transform()) {
+      throw std::invalid_argument(which + t + " is not supported with views (it runs on whole batches)");
+    }
+    const Size out = a.output();
+    const std::size_t pixels = std::size_t(out.height) * out.width * 3;
+    largest = std::max(largest, pixels);
+    for (std::size_t c = 0; c < spec.count; ++c) {
+      const std::size_t offset = layout_.empty() ? 0 : layout_.back().offset + layout_.back().bytes;
+      layout_.push_back({v, c, offset, pixels * (config_.normalize ? sizeof(float) : 1), out});
+    }
+  }
+  if (!config_.views.empty() && config_.gpu_share > 0) {
+    throw std::invalid_argument("image source: gpu_share is not supported with views (each view is a crop of one decode)");
+  }
   workers_.reserve(workers);
   if (config_.normalize) {
     if (const auto p = normalize_problem(*config_.normalize, 3)) {
       throw std::invalid_argument("image source: normalize." + p->field + " " + p->problem);
     }
   }
-  const std::size_t pixel_bytes = std::size_t(output().height) * output().width * 3;
-  for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>(config_, pixel_bytes));
+  for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>(config_, largest));
   live_ = std::make_shared<Liveness>(this);
 }
 
 ImageSource::~ImageSource() { live_->end(); }
+
+std::size_t ImageSource::sample_bytes() const {
+  if (!layout_.empty()) return layout_.back().offset + layout_.back().bytes;
+  return std::size_t(output().height) * output().width * 3 * (config_.normalize ? sizeof(float) : 1);
+}
 
 Filler ImageSource::filler() {
   Filler::Prefetch advice;
@@ -150,6 +194,7 @@ void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
   try {
     reader_.read(index, w.file, stopping);
     const ImageInfo info = w.decoder.open(w.file);
+    if (!layout_.empty()) return process_views(w, info, rng, out);
     const Geometry g = augment_.plan(info.width, info.height, rng);
     augment_.plan_pixels(rng, w.pixel_ops);
     // The GPU path renders the crop alone: a chain with colour transforms stays on the CPU.
@@ -183,6 +228,39 @@ void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
     throw;
   } catch (const std::exception& e) {
     throw std::runtime_error(dataset_.name(index) + ": " + e.what());
+  }
+}
+
+void ImageSource::process_views(Worker& w, const ImageInfo& info, Rng& rng, std::span<unsigned char> out) {
+  // Every view's draws first, in layout order (the bytes depend on the Rng
+  // alone), then one decode of what they all need.
+  std::vector<Worker::ViewDraw>& drawn = w.views;
+  drawn.resize(layout_.size());
+  DecodeRequest want;
+  for (std::size_t k = 0; k < layout_.size(); ++k) {
+    const Augment& a = view_augments_[layout_[k].spec];
+    drawn[k].g = a.plan(info.width, info.height, rng);
+    a.plan_pixels(rng, drawn[k].ops);
+    const DecodeRequest r = decode_request(drawn[k].g, info.width, info.height);
+    want.region = k == 0 ? r.region : union_of(want.region, r.region);
+    want.min_scale = k == 0 ? r.min_scale : std::max(want.min_scale, r.min_scale);
+  }
+  const DecodedView view = w.decoder.decode(want.region, want.min_scale);
+  for (std::size_t k = 0; k < layout_.size(); ++k) {
+    const ViewLayout& at = layout_[k];
+    const Geometry& g = drawn[k].g;
+    const std::size_t pixels = std::size_t(at.out.height) * at.out.width * 3;
+    const std::span<unsigned char> rgb = w.normalize ? std::span<unsigned char>(w.pixels.data(), pixels)
+                                                     : out.subspan(at.offset, pixels);
+    render(view, g, info.width, info.height, config_.pad_value, rgb, w.resize);
+    if (!drawn[k].ops.empty()) {
+      apply_pixel_ops(drawn[k].ops, RgbView{rgb.data(), g.out.width, g.out.height, std::ptrdiff_t(g.out.width) * 3},
+                      w.photometric);
+    }
+    if (w.normalize) {
+      to_float_chw(rgb, g.out.height, g.out.width, *w.normalize,
+                   {reinterpret_cast<float*>(out.data() + at.offset), at.bytes / sizeof(float)});
+    }
   }
 }
 

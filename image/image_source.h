@@ -8,6 +8,10 @@
 //   config.sample_bytes = images.sample_bytes();
 //   Pipeline pipeline(config, dataset.size(), {images.filler()});
 //
+// With ImageConfig::views (SimCLR's or DINO's several crops of each image),
+// each sample holds every view, one after another, from one read and one
+// decode of its file; views() says where each one is.
+//
 // With ImageConfig::gpu_share, some JPEG samples are only read and planned:
 // their bytes wait in deferred_decodes() for the transfer stage's GPU decoder
 // (device/device_pipeline.h), which writes their slots.
@@ -50,9 +54,34 @@ enum class ErrorPolicy {
   skip,  // bad samples are left out, counted and listed
 };
 
+// Views of a sample (ImageConfig::views): `count` renders with `transforms`,
+// each with its own draws.
+struct ViewSpec {
+  std::size_t count = 1;             // 1 or more
+  std::vector<Transform> transforms;  // a chain as ImageConfig::transforms (no RandomErasing, MixUp or CutMix)
+};
+
+// Where one view of a multi-view sample lies in it (ImageSource::views()).
+struct ViewLayout {
+  std::size_t spec = 0;    // its ViewSpec in ImageConfig::views
+  std::size_t copy = 0;    // 0 .. count - 1 within that spec
+  std::size_t offset = 0;  // bytes from the sample's start
+  std::size_t bytes = 0;   // out.height * out.width * 3, times 4 with ImageConfig::normalize
+  Size out;
+};
+
 struct ImageConfig {
   // Default: RandomResizedCrop(224) + RandomHorizontalFlip(0.5), the ImageNet training recipe.
   std::vector<Transform> transforms = preset_transforms(kDefaultAugmentPreset, kDefaultCrop);
+  // Multi-view (SimCLR, DINO): when not empty, every sample is each spec's
+  // `count` views, spec after spec, e.g. {{2, global}, {6, local}}: 2 crops
+  // drawn with `global`, then 6 with `local`. The file is read and decoded once
+  // (the region all views need, at the finest scale any needs), then each view
+  // drawn, rendered and coloured in that order with the sample's Rng, so the
+  // bytes are the same for any worker count. `transforms` is then unused, and
+  // neither gpu_share nor RandomErasing, MixUp or CutMix is allowed (each is
+  // refused with std::invalid_argument). Default: empty, one view.
+  std::vector<ViewSpec> views;
   // Default: 64 MP and 256 MiB (see DecodeLimits).
   DecodeLimits limits;
   // Default: default_jpeg_scales(), the reduced DCT scales that measured faster.
@@ -97,11 +126,13 @@ class ImageSource {
   ImageSource(const ImageSource&) = delete;
   ImageSource& operator=(const ImageSource&) = delete;
 
+  // The output size; with ImageConfig::views, the first view's (see views()).
   Size output() const { return augment_.output(); }
-  // uint8 HWC, or float32 CHW with ImageConfig::normalize.
-  std::size_t sample_bytes() const {
-    return std::size_t(output().height) * output().width * 3 * (config_.normalize ? sizeof(float) : 1);
-  }
+  // uint8 HWC, or float32 CHW with ImageConfig::normalize; with
+  // ImageConfig::views, every view's, one after another.
+  std::size_t sample_bytes() const;
+  // Each view's place in a sample, in order; empty without ImageConfig::views.
+  const std::vector<ViewLayout>& views() const { return layout_; }
   const Dataset& dataset() const { return dataset_; }
   // How the workers read the dataset's bytes (shards kept open, config().files).
   const SampleReader& reader() const { return reader_; }
@@ -142,9 +173,13 @@ class ImageSource {
   // in deferred_ (keyed by that epoch) instead of rendered.
   void process(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker,
                const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch);
+  // process() with ImageConfig::views, after the file is read and opened.
+  void process_views(Worker& w, const ImageInfo& info, Rng& rng, std::span<unsigned char> out);
   Dataset dataset_;
   ImageConfig config_;
-  Augment augment_;
+  Augment augment_;                    // ImageConfig::transforms, or the first view's
+  std::vector<Augment> view_augments_;  // one per ImageConfig::views entry
+  std::vector<ViewLayout> layout_;      // one per view
   SampleReader reader_;  // over dataset_, declared after it
   std::shared_ptr<DeferredDecodes> deferred_ = std::make_shared<DeferredDecodes>();
   std::vector<std::unique_ptr<Worker>> workers_;
