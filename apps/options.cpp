@@ -103,6 +103,10 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
          "the transform list as torchvision's Compose is written, e.g. \"RandomResizedCrop(224), RandomHorizontalFlip(), "
          "ColorJitter(0.4, 0.4, 0.4)\" (names, parameters and defaults: image/transform_spec.h); in place of --augment "
          "and --crop");
+  option("--views", o.views,
+         "several views of each sample (SimCLR, DINO): transform lists separated by ';', each with its count and a "
+         "':' in front, e.g. \"2: RandomResizedCrop(224, scale=(0.4, 1)), RandomHorizontalFlip(); 6: "
+         "RandomResizedCrop(96, scale=(0.05, 0.4))\"; one read and decode per sample; in place of --transforms");
   add_choice(app, "--device", o.device, kDevices, "auto | cuda | host");
   option("--gpu", o.gpu, "the CUDA device to use, numbered as CUDA_VISIBLE_DEVICES shows them (default 0; --gpu 0 is "
                          "the default, so --device auto still falls back to the host without a GPU; any other N does not)")
@@ -304,6 +308,7 @@ std::optional<double> gpu_decode_share(const Options& o) {
     share = v;
   }
   if (share == 0.0) return share;
+  if (!o.views.empty()) throw UsageError("--gpu-decode: not with --views (each view is a crop of one CPU decode)");
   if (o.normalize_in == NormalizeIn::workers) throw UsageError("--gpu-decode: not with --normalize-in workers (the device normalizes)");
   if (o.resident) throw UsageError("--gpu-decode: not with --resident, which decodes once on the CPU");
   if (o.serial) throw UsageError("--gpu-decode: not with --serial");
@@ -330,7 +335,30 @@ std::vector<Transform> transforms_of(const Options& o) {
   }
 }
 
+std::vector<ViewSpec> views_of(const Options& o) {
+  if (o.views.empty()) return {};
+  if (!o.transforms.empty()) throw UsageError("--views: not with --transforms (each view has its own list)");
+  if (o.crop) throw UsageError("--crop: not with --views, whose lists set the output sizes");
+  if (o.resident) throw UsageError("--views: not with --resident, which decodes each image once (center crop)");
+  if (o.normalize && o.normalize_in != NormalizeIn::workers) {
+    throw UsageError("--views: --normalize on the device is not supported with views yet; --normalize-in workers "
+                     "normalizes each view");
+  }
+  try {
+    std::vector<ViewSpec> views = parse_views(o.views);
+    for (const ViewSpec& v : views) {
+      if (const char* op = Augment(v.transforms).device_transform()) {
+        throw UsageError(std::string("--views: ") + op + " is not supported with views (it runs on whole batches)");
+      }
+    }
+    return views;
+  } catch (const AugmentError& e) {
+    throw UsageError(std::string("--").append(e.what()));  // "views: entry N: ..."
+  }
+}
+
 int crop_size(const Options& o) {
+  if (!o.views.empty()) return Augment(views_of(o).front().transforms).output().width;
   if (!o.transforms.empty()) return Augment(transforms_of(o)).output().width;
   return o.crop ? o.crop : (embedded_dataset(o) ? 64 : 224);
 }
@@ -368,6 +396,7 @@ DeviceConfig device_config(const Options& o) {
 ImageConfig image_config(const Options& o, Augmentation augment, int crop) {
   ImageConfig ic;
   ic.transforms = o.transforms.empty() ? preset_transforms(augment, crop) : transforms_of(o);
+  ic.views = views_of(o);
   ic.on_error = o.on_error;
   ic.read_ahead = o.read_ahead;
   if (o.normalize_in == NormalizeIn::workers) ic.normalize = Normalize{};

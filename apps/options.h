@@ -84,6 +84,9 @@ struct Options {
   // --transforms: the transform list as text (image/transform_spec.h), in
   // place of --augment and --crop. Default: "" (the --augment preset).
   std::string transforms;
+  // --views: several views of each sample (image/transform_spec.h,
+  // parse_views), in place of --transforms. Default: "" (one view).
+  std::string views;
   ErrorPolicy on_error = ErrorPolicy::fail;          // Default: fail.
   std::size_t rank = 0, world_size = 1;              // Default: $RANK/$WORLD_SIZE, else 0 of 1.
   bool rank_by_shard = false;  // --rank-by-shard: whole shards per rank. Default: off (sample by sample).
@@ -230,6 +233,10 @@ int crop_size(const Options& o);
 // --crop or --resident). Empty without --transforms. Throws UsageError naming
 // the transform and parameter.
 std::vector<Transform> transforms_of(const Options& o);
+// --views read and checked (not with --transforms, --crop, --resident, the
+// GPU decoder or normalize on the device). Empty without --views. Throws
+// UsageError naming the entry and what is wrong.
+std::vector<ViewSpec> views_of(const Options& o);
 
 // The pipeline settings the flags give; callers add sample_bytes.
 Config pipeline_config(const Options& o);

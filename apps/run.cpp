@@ -76,6 +76,9 @@ void print_header(const Options& o, const Dataset& dataset, const std::string& d
               o.world_size, device.c_str());
   // The list as read (from --transforms, `transforms = "..."` or [[transforms]] tables).
   if (!o.transforms.empty()) std::printf("transforms: %s\n", Augment(transforms_of(o)).describe().c_str());
+  for (const ViewSpec& v : views_of(o)) {
+    std::printf("views: %zu x %s\n", v.count, Augment(v.transforms).describe().c_str());
+  }
   if (o.normalize) {
     std::printf("normalize: %s %s\n", std::string(name_of(kNormalizes, o.normalize)).c_str(),
                 o.normalize_in == NormalizeIn::workers ? "in the workers" : "after the transfer");

@@ -151,6 +151,13 @@ using Transform = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomCrop
                                RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert,
                                TrivialAugmentWide, RandAugment, RandomErasing, MixUp, CutMix>;
 
+// Views of a sample (ImageConfig::views, image/image_source.h): `count`
+// renders with `transforms`, each with its own draws.
+struct ViewSpec {
+  std::size_t count = 1;             // 1 or more
+  std::vector<Transform> transforms;  // a chain (no RandomErasing, MixUp or CutMix)
+};
+
 // One colour op with its parameters drawn (Augment::plan_pixels), applied by
 // apply_pixel_ops() in the order drawn.
 struct PixelOp {

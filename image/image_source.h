@@ -54,13 +54,6 @@ enum class ErrorPolicy {
   skip,  // bad samples are left out, counted and listed
 };
 
-// Views of a sample (ImageConfig::views): `count` renders with `transforms`,
-// each with its own draws.
-struct ViewSpec {
-  std::size_t count = 1;             // 1 or more
-  std::vector<Transform> transforms;  // a chain as ImageConfig::transforms (no RandomErasing, MixUp or CutMix)
-};
-
 // Where one view of a multi-view sample lies in it (ImageSource::views()).
 struct ViewLayout {
   std::size_t spec = 0;    // its ViewSpec in ImageConfig::views

@@ -388,4 +388,42 @@ std::vector<Transform> parse_transforms(std::string_view text) {
   return chain;
 }
 
+std::vector<ViewSpec> parse_views(std::string_view text) {
+  std::vector<ViewSpec> views;
+  if (trim(text).empty()) throw AugmentError("views: the list is empty");
+  std::size_t total = 0;
+  while (true) {
+    const std::size_t end = text.find(';');
+    const std::string_view entry = trim(text.substr(0, end));
+    const std::string which = "views: entry " + std::to_string(views.size() + 1) + ": ";
+    if (entry.empty()) throw AugmentError(which + "empty (two ';', or one at an end)");
+    ViewSpec v;
+    std::string_view list = entry;
+    // A count in front: the digits before a ':' (the transform grammar has no ':').
+    if (const std::size_t colon = entry.find(':'); colon != std::string_view::npos) {
+      const std::string_view count = trim(entry.substr(0, colon));
+      const bool digits = !count.empty() && count.size() <= 3 &&
+                          std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const std::size_t n = digits ? std::size_t(std::stoul(std::string(count))) : 0;
+      if (n < 1 || n > kMaxViews) {
+        throw AugmentError(which + "count '" + std::string(count) + "' is not a whole number from 1 to " +
+                           std::to_string(kMaxViews));
+      }
+      v.count = n;
+      list = entry.substr(colon + 1);
+    }
+    try {
+      v.transforms = parse_transforms(list);
+    } catch (const AugmentError& e) {
+      throw AugmentError(which + e.what());
+    }
+    total += v.count;
+    if (total > kMaxViews) throw AugmentError("views: more than " + std::to_string(kMaxViews) + " views in all");
+    views.push_back(std::move(v));
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return views;
+}
+
 }  // namespace conveyor

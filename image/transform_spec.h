@@ -53,4 +53,13 @@ namespace conveyor {
 // is wrong. The chain itself (order, sizes, ranges) is Augment's to check.
 std::vector<Transform> parse_transforms(std::string_view text);
 
+// Several views of each sample (ImageConfig::views) as text: transform lists
+// separated by ';', each with its count in front and a ':' (1 without), e.g.
+//   2: RandomResizedCrop(224, scale=(0.4, 1)), RandomHorizontalFlip(); 6: RandomResizedCrop(96, scale=(0.05, 0.4))
+// Throws AugmentError with one line naming the entry (counted from 1) and what
+// is wrong in it: a count that is not a whole number from 1 to kMaxViews, or
+// parse_transforms' reason.
+inline constexpr std::size_t kMaxViews = 64;
+std::vector<ViewSpec> parse_views(std::string_view text);
+
 }  // namespace conveyor

@@ -133,6 +133,27 @@ grep -qF "transforms: CenterCrop(32) + TrivialAugmentWide(num_magnitude_bins=31,
   fail "[[transforms]] TrivialAugmentWide read as: $(grep "^transforms" "$work/out")"
 expect_usage_error "--transforms: RandAugment magnitude" run --folder "$work/ds" --transforms "rrc(48), RandAugment(magnitude=31)"
 grep -qF "RandAugment: magnitude must be in [0, num_magnitude_bins - 1]" "$work/err" || fail "RandAugment(magnitude=31): $(cat "$work/err")"
+# --views: several views of each sample (2 + 3 here), in place of --transforms;
+# TOML's `views = "..."` too. (The bytes for any worker count: tests/test_views.cpp.)
+"$bin" run --folder "$work/ds" --epochs 2 --workers 2 --batch 7 \
+  --views "2: rrc(40, scale=(0.4, 1)), flip, jitter(0.4, 0.4); 3: rrc(16), grayscale(0.5)" >"$work/out" 2>&1 ||
+  fail "run --views: $(tail -3 "$work/out")"
+[ "$(grep -c "^delivered: .* 30 samples, 0 skipped" "$work/out")" -eq 2 ] || fail "run --views: $(tail -3 "$work/out")"
+grep -qF "views: 3 x RandomResizedCrop(16, scale=(0.08, 1), ratio=(0.75, 1.33)) + RandomGrayscale(p=0.5)" "$work/out" ||
+  fail "run --views read as: $(grep "^views" "$work/out")"
+printf 'views = "2: rrc(32), flip; 3: rrc(16)"\n' >"$work/views.toml"
+"$bin" run --config "$work/views.toml" --folder "$work/ds" --epochs 1 --batch 7 >"$work/out" 2>&1 ||
+  fail "views in TOML: $(tail -3 "$work/out")"
+grep -q "^views: 2 x RandomResizedCrop(32" "$work/out" || fail "views in TOML read as: $(grep "^views" "$work/out")"
+expect_usage_error "--views: a count of 0" run --folder "$work/ds" --views "0: rrc(32)"
+grep -qF "views: entry 1: count '0' is not a whole number from 1 to 64" "$work/err" || fail "--views 0: $(cat "$work/err")"
+expect_usage_error "--views: a bad list in the second entry" run --folder "$work/ds" --views "rrc(32); Flipp"
+grep -qF "views: entry 2: transforms: unknown transform 'Flipp'" "$work/err" || fail "--views Flipp: $(cat "$work/err")"
+expect_usage_error "--views with --transforms" run --folder "$work/ds" --views "rrc(32)" --transforms "rrc(32)"
+expect_usage_error "--views with --normalize on the device" run --folder "$work/ds" --views "rrc(32)" --normalize float16
+expect_usage_error "--views with --gpu-decode" run --folder "$work/ds" --views "rrc(32)" --gpu-decode 0.5
+expect_usage_error "--views with RandomErasing" run --folder "$work/ds" --views "rrc(32), erase" --normalize float32 \
+  --normalize-in workers
 # RandomErasing ends the list and runs on the device after normalize: it needs
 # --normalize there, and not --serial (which has no device stage).
 "$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --normalize float16 \

@@ -144,3 +144,24 @@ TEST_CASE("transform lists: RandomErasing ends the list, with torchvision's para
           "once (before MixUp and CutMix)");
   REQUIRE(error("rrc(224), erase, erase").find("RandomErasing: after RandomErasing") == 0);
 }
+
+TEST_CASE("views as text: counts in front, lists split at ';', each entry's error named", "[transform-spec][views]") {
+  const std::vector<ViewSpec> v = parse_views("2: RandomResizedCrop(224, scale=(0.4, 1)), flip; 6 : rrc(96); center(32)");
+  REQUIRE(v.size() == 3);
+  REQUIRE(v[0].count == 2);
+  REQUIRE(v[0].transforms.size() == 2);
+  REQUIRE(std::get<RandomResizedCrop>(v[0].transforms[0]).scale_min == 0.4);
+  REQUIRE(v[1].count == 6);
+  REQUIRE(std::get<RandomResizedCrop>(v[1].transforms[0]).size == Size{96, 96});
+  REQUIRE(v[2].count == 1);
+  REQUIRE(std::holds_alternative<CenterCrop>(v[2].transforms[0]));
+  REQUIRE_THROWS_WITH(parse_views(""), "views: the list is empty");
+  REQUIRE_THROWS_WITH(parse_views("rrc(32);"), "views: entry 2: empty (two ';', or one at an end)");
+  REQUIRE_THROWS_WITH(parse_views("rrc(32); ; rrc(16)"), "views: entry 2: empty (two ';', or one at an end)");
+  REQUIRE_THROWS_WITH(parse_views("x: rrc(32)"), "views: entry 1: count 'x' is not a whole number from 1 to 64");
+  REQUIRE_THROWS_WITH(parse_views("65: rrc(32)"), "views: entry 1: count '65' is not a whole number from 1 to 64");
+  REQUIRE_THROWS_WITH(parse_views("-1: rrc(32)"), Catch::Contains("count '-1'"));
+  REQUIRE_THROWS_WITH(parse_views("2: rrc(32); 3:"), "views: entry 2: transforms: the list is empty");
+  REQUIRE_THROWS_WITH(parse_views("2: rrc(32); Flipp"), Catch::Contains("views: entry 2: transforms: unknown transform 'Flipp'"));
+  REQUIRE_THROWS_WITH(parse_views("40: rrc(32); 25: rrc(16)"), "views: more than 64 views in all");
+}
