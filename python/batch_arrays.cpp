@@ -4,6 +4,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -100,15 +101,19 @@ py::capsule to_dlpack(const Array& a, const py::object& stream_arg, const py::ob
   }
   auto e = std::make_unique<Export>();
   e->shape = a.shape();
-  e->strides.assign(e->shape.size(), 1);
-  for (std::size_t i = e->shape.size(); i-- > 1;) e->strides[i - 1] = e->strides[i] * e->shape[i];
+  e->strides = a.strides();
   const Element el = a.element();
   DLTensor& t = e->tensor.dl_tensor;
   if (copy) {
-    std::size_t bytes = el.bits / 8;
-    for (const std::int64_t d : e->shape) bytes *= std::size_t(d);
+    // C order: a view's rows are gathered, a sample apart in the batch.
+    std::size_t row = el.bits / 8;
+    for (std::size_t i = 1; i < e->shape.size(); ++i) row *= std::size_t(e->shape[i]);
     const auto* from = static_cast<const std::byte*>(a.data());
-    e->copy.assign(from, from + bytes);
+    const std::size_t rows = std::size_t(e->shape[0]), step = std::size_t(e->strides[0]) * (el.bits / 8);
+    e->copy.resize(rows * row);
+    for (std::size_t r = 0; r < rows; ++r) std::memcpy(e->copy.data() + r * row, from + r * step, row);
+    e->strides.assign(e->shape.size(), 1);
+    for (std::size_t i = e->shape.size(); i-- > 1;) e->strides[i - 1] = e->strides[i] * e->shape[i];
     t.data = e->copy.data();
   } else {
     e->held = a.held;
@@ -131,17 +136,17 @@ py::capsule to_dlpack(const Array& a, const py::object& stream_arg, const py::ob
 py::buffer_info to_buffer(const Array& a) {
   const Element el = a.element();
   const auto shape = a.shape();
-  std::vector<py::ssize_t> strides(shape.size(), el.bits / 8);
-  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  std::vector<py::ssize_t> strides;
+  for (const std::int64_t st : a.strides()) strides.push_back(py::ssize_t(st) * (el.bits / 8));
   return py::buffer_info(a.data(), el.bits / 8, buffer_format(el), py::ssize_t(shape.size()),
                          std::vector<py::ssize_t>(shape.begin(), shape.end()), strides, /*readonly=*/false);
 }
 
 }  // namespace
 
-py::object wrap(std::shared_ptr<Held> held, Part part) {
+py::object wrap(std::shared_ptr<Held> held, Part part, int view) {
   const bool cuda = held->batch.device().backend() == Backend::cuda;
-  Array a{std::move(held), part};
+  Array a{std::move(held), part, view};
   if (!cuda && !buffer_format(a.element()).empty()) return py::cast(HostArray{std::move(a)});
   return py::cast(std::move(a));
 }

@@ -55,6 +55,7 @@ struct Held {
   HoldCount count;  // first: given back after `batch` has freed its slot
   DeviceBatch batch;
   std::vector<std::int64_t> sample_shape;
+  std::vector<ViewLayout> views;  // views=: where each view lies in a sample
   Element element;
   void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
   std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);  // of the process whose pipeline it goes back to
@@ -77,10 +78,12 @@ enum class Part : std::uint8_t {
   soft_labels,  // float32 [N, classes]: MixUp's and CutMix's (device/mix_step.h)
 };
 
-// images, labels or soft labels of one batch.
+// images, labels or soft labels of one batch; with views=, one view of the
+// images: [N, H, W, 3] uint8 inside each sample, so its rows are a sample apart.
 struct Array {
   std::shared_ptr<Held> held;
   Part part = Part::images;
+  int view = -1;  // Part::images with views=: which one
 
   // The batch's soft labels (the Mix step's); null without.
   const BatchTensor* soft() const { return held->batch.extras().tensor(kSoftLabels); }
@@ -90,6 +93,7 @@ struct Array {
       case Part::soft_labels: return soft()->data;
       case Part::images: break;
     }
+    if (view >= 0) return static_cast<std::byte*>(held->batch.data()) + held->views.at(std::size_t(view)).offset;
     return held->batch.data();
   }
   Element element() const {
@@ -103,9 +107,24 @@ struct Array {
   std::vector<std::int64_t> shape() const {
     if (part == Part::soft_labels) return soft()->shape;
     std::vector<std::int64_t> s{std::int64_t(held->batch.size())};
-    if (part == Part::images) s.insert(s.end(), held->sample_shape.begin(), held->sample_shape.end());
+    if (view >= 0) {
+      const Size out = held->views.at(std::size_t(view)).out;
+      s.insert(s.end(), {out.height, out.width, 3});
+    } else if (part == Part::images) {
+      s.insert(s.end(), held->sample_shape.begin(), held->sample_shape.end());
+    }
     return s;
   }
+  // Elements between neighbours along each axis: C order, but a view's rows
+  // (samples) are a whole sample apart.
+  std::vector<std::int64_t> strides() const {
+    const std::vector<std::int64_t> s = shape();
+    std::vector<std::int64_t> st(s.size(), 1);
+    for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+    if (view >= 0) st[0] = std::int64_t(held->batch.host().sample_bytes);  // uint8: bytes are elements
+    return st;
+  }
+  bool contiguous() const { return view < 0; }
   bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }
 };
 
@@ -114,7 +133,7 @@ struct HostArray : Array {};
 
 // One part of `held` as a Python object: a HostArray where NumPy can view
 // it, else an Array. Part::soft_labels only for a batch that has them.
-py::object wrap(std::shared_ptr<Held> held, Part part);
+py::object wrap(std::shared_ptr<Held> held, Part part, int view = -1);
 
 // Adds conveyor.Array and conveyor.HostArray to m.
 void bind_arrays(py::module_& m);

@@ -177,8 +177,15 @@ py::object next_batch(EpochIter& it) {
   held->count.holders = L.holders;  // took() counted it; ~Held gives it back
   held->batch = std::move(*batch);
   held->sample_shape = L.loader->sample_shape();
+  held->views = L.loader->views();
   held->element = L.loader->element();
   held->ready_on = stream;
+  // views=: (views, labels), views a tuple with one array per view.
+  if (!held->views.empty()) {
+    py::tuple views(held->views.size());
+    for (std::size_t k = 0; k < held->views.size(); ++k) views[k] = wrap(held, Part::images, int(k));
+    return py::make_tuple(views, wrap(held, Part::labels));
+  }
   // MixUp and CutMix: (images, soft labels), or with mix_labels="pair"
   // (images, labels, lambda), the labels paired as labels.roll(1, 0).
   if (L.mix_pair) {

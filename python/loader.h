@@ -108,6 +108,11 @@ class Loader {
   const Config& config() const { return settings_.config; }
   // One sample as the consumer sees it (the batch adds the first axis).
   const std::vector<std::int64_t>& sample_shape() const { return sample_shape_; }
+  // views=: each view's place in a sample (uint8 HWC each); empty for one view.
+  const std::vector<ViewLayout>& views() const {
+    static const std::vector<ViewLayout> none;
+    return images_ ? images_->views() : none;
+  }
   Element element() const { return element_; }
   const Device& device() const { return *device_; }
   // Labels are 0 .. num_classes() - 1: the dataset's, or for arrays the largest label + 1.

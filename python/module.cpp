@@ -232,6 +232,41 @@ std::optional<std::string> transform_text(const py::object& v) {
   return out;
 }
 
+// views=: None, the text parse_views reads ("2: LIST; 6: LIST"), or a
+// sequence of (count, transforms) pairs, each transforms as transforms= takes
+// it, joined into that text.
+std::optional<std::string> views_text(const py::object& v) {
+  if (v.is_none()) return std::nullopt;
+  if (py::isinstance<py::str>(v)) return text("views", v);
+  const auto wrong = [&](const std::string& what) {
+    return py::type_error("views=: " + what + "; give (count, transforms) pairs, e.g. [(2, [T.RandomResizedCrop(224)]), "
+                          "(6, [T.RandomResizedCrop(96)])], or their text");
+  };
+  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) throw wrong(std::string("a ") + Py_TYPE(v.ptr())->tp_name);
+  std::string out;
+  std::size_t at = 0;
+  for (const py::handle item : v) {
+    const std::string entry = "entry " + std::to_string(at);
+    if ((!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item)) || py::len(item) != 2) {
+      throw wrong(entry + " is not a (count, transforms) pair");
+    }
+    const py::object count = item[py::int_(0)], list = item[py::int_(1)];
+    if (!py::isinstance<py::int_>(count) || py::isinstance<py::bool_>(count)) throw wrong(entry + "'s count is not an int");
+    std::string chain;
+    try {
+      chain = transform_text(py::reinterpret_borrow<py::object>(list)).value_or("");
+    } catch (const py::type_error& e) {
+      throw py::type_error("views=: " + entry + ": " + e.what());
+    } catch (const py::value_error& e) {
+      throw py::value_error("views=: " + entry + ": " + e.what());
+    }
+    if (at++ > 0) out += "; ";
+    out += py::str(count).cast<std::string>() + ": " + chain;
+  }
+  if (at == 0) throw py::value_error("views=[]: an empty list (leave views= out for one view)");
+  return out;
+}
+
 // The transform list, parsed and checked as a chain (order, sizes): a
 // ValueError naming the transform and the parameter, not Augment's RuntimeError.
 std::vector<Transform> parse_transform_list(const std::string& text) {
@@ -266,6 +301,7 @@ constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
     {"crop", none},
     {"augment", none},
     {"transforms", none},
+    {"views", none},
     {"seed", [] { return py::cast(Config{}.seed); }},
     {"shuffle", [] { return py::cast(Config{}.shuffle); }},
     {"drop_last", [] { return py::cast(Config{}.drop_last); }},
@@ -359,6 +395,22 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   }
   const int side = k["crop"].is_none() ? kDefaultCrop : int(whole("crop", k["crop"], 1, kMaxCrop));
   if (!arrays) ic.transforms = transforms ? parse_transform_list(*transforms) : preset_transforms(pick_preset(augment), side);
+  if (const std::optional<std::string> views = views_text(k["views"])) {
+    if (arrays || !k["crop"].is_none() || augment || transforms) {
+      throw py::value_error("views=: not with arrays=, crop=, augment= or transforms= (each view has its own list)");
+    }
+    if (normalize) {
+      throw py::value_error("views=: normalize= is not supported with views yet (normalize each view's tensor in the "
+                            "training step)");
+    }
+    try {
+      ic.views = parse_views(*views);
+    } catch (const AugmentError& e) {
+      std::string what = e.what();  // "views: entry 2: ..."
+      if (what.rfind("views: ", 0) == 0) what.erase(0, 7);
+      throw py::value_error("views=: " + what);
+    }
+  }
   ic.on_error = pick("on_error", on_error, kErrorPolicies);
   // rank=/world_size= not given: 0 of 1, with a warning when a launcher
   // (torchrun, mpirun) says otherwise: DataLoader does not shard by
@@ -381,6 +433,9 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   s.gpu_decode = gpu_decode_share(k["gpu_decode"]);
   s.max_memory_mb = non_negative("max_memory_mb", k["max_memory_mb"]);  // 0: a quarter of physical memory
   if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
+  if (!ic.views.empty() && s.gpu_decode != 0.0) {
+    throw py::value_error("gpu_decode=: not with views= (each view is a crop of one CPU decode)");
+  }
   std::optional<std::chrono::milliseconds> wait;  // None: for ever
   if (!k["slot_timeout"].is_none()) {
     const double seconds = non_negative("slot_timeout", k["slot_timeout"]);

@@ -16,6 +16,8 @@ _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _Batch = Tuple["Array", "Array"]
 _Self = TypeVar("_Self", bound="Loader")
 _Transforms = Union[str, Sequence[Union[str, Transform]]]
+# views=: "2: LIST; 6: LIST", or (count, transforms) pairs; each batch is then (tuple of Arrays, labels).
+_Views = Union[str, Sequence[Tuple[int, _Transforms]]]
 
 class PipelineError(RuntimeError):
     """A sample or stage failed: which stage, epoch and sample, and why."""
@@ -79,6 +81,7 @@ class Loader:
         crop: Optional[int] = None,
         augment: Optional[Literal["rrc", "crop", "center"]] = None,
         transforms: Optional[_Transforms] = None,
+        views: Optional[_Views] = None,
         seed: int = 0,
         shuffle: bool = True,
         drop_last: bool = False,
@@ -137,6 +140,8 @@ class Loader:
     def augment(self) -> Optional[str]: ...
     @property
     def transforms(self) -> Optional[_Transforms]: ...
+    @property
+    def views(self) -> Optional[_Views]: ...
     @property
     def seed(self) -> int: ...
     @property

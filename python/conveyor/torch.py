@@ -35,8 +35,11 @@ def to_tensors(batch):
 
     With MixUp or CutMix the labels are the soft labels (float32 [N, classes]);
     with mix_labels="pair" the batch is (images, labels, lam) and lam stays a float.
+    With views= the images are a tuple, one tensor per view.
     """
     images, labels, *lam = batch
+    if isinstance(images, tuple):  # views=: one tensor per view
+        return (tuple(_tensor(v) for v in images), _torch.from_dlpack(labels), *lam)
     return (_tensor(images), _torch.from_dlpack(labels), *lam)
 
 
