@@ -23,6 +23,7 @@ std::string per_rank(const std::string& file, const Options& o) {
 void check_train_outputs(const Options& o, TrainOptions& t) {
   check_shard(o);
   (void)transforms_of(o);  // a bad list (or one with --crop) before the dataset is read
+  if (!o.views.empty()) throw UsageError("--views: not with train, whose model takes one view of each sample");
   t.checkpoint = per_rank(t.checkpoint, o);
   t.resume = per_rank(t.resume, o);
   if (!t.resume.empty()) {

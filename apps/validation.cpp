@@ -35,6 +35,7 @@ void split(const Dataset& all, double fraction, std::uint64_t seed, Dataset& tra
 ImageConfig Validation::center_config(const Options& o, int crop) {
   Options center = o;
   center.transforms.clear();
+  center.views.clear();
   return image_config(center, Augmentation::center, crop);
 }
 

@@ -125,7 +125,11 @@ ImageSource::ImageSource(Dataset dataset, ImageConfig config, std::size_t worker
     const ViewSpec& spec = config_.views[v];
     const std::string which = "image source: views[" + std::to_string(v) + "]: ";
     if (spec.count == 0) throw std::invalid_argument(which + "count must be at least 1");
-    view_augments_.emplace_back(spec.transforms);
+    try {
+      view_augments_.emplace_back(spec.transforms);
+    } catch (const AugmentError& e) {
+      throw AugmentError(which + e.what());
+    }
     const Augment& a = view_augments_.back();
     if (const char* t = a.device_transform()) {
       throw std::invalid_argument(which + t + " is not supported with views (it runs on whole batches)");
@@ -267,7 +271,8 @@ void ImageSource::process_views(Worker& w, const ImageInfo& info, Rng& rng, std:
 void ImageSource::fill(Sample& s) {
   if (s.data.size() != sample_bytes()) {
     throw std::invalid_argument("image source: the pipeline's sample_bytes is " + std::to_string(s.data.size()) +
-                                " but " + augment_.describe() + " writes " + std::to_string(sample_bytes()));
+                                " but " + (layout_.empty() ? augment_.describe() : std::to_string(layout_.size()) + " views") +
+                                " writes " + std::to_string(sample_bytes()));
   }
   // Neither is the sample's fault either: thrown before the try, so no skip policy turns them into skips.
   if (s.worker >= workers_.size()) {

@@ -414,6 +414,7 @@ std::vector<ViewSpec> parse_views(std::string_view text) {
     }
     try {
       v.transforms = parse_transforms(list);
+      (void)Augment(v.transforms);  // the chain (order, sizes), named by its entry
     } catch (const AugmentError& e) {
       throw AugmentError(which + e.what());
     }

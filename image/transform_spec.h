@@ -57,8 +57,8 @@ std::vector<Transform> parse_transforms(std::string_view text);
 // separated by ';', each with its count in front and a ':' (1 without), e.g.
 //   2: RandomResizedCrop(224, scale=(0.4, 1)), RandomHorizontalFlip(); 6: RandomResizedCrop(96, scale=(0.05, 0.4))
 // Throws AugmentError with one line naming the entry (counted from 1) and what
-// is wrong in it: a count that is not a whole number from 1 to kMaxViews, or
-// parse_transforms' reason.
+// is wrong in it: a count that is not a whole number from 1 to kMaxViews,
+// parse_transforms' reason, or Augment's for the chain.
 inline constexpr std::size_t kMaxViews = 64;
 std::vector<ViewSpec> parse_views(std::string_view text);
 

@@ -246,7 +246,7 @@ std::optional<std::string> views_text(const py::object& v) {
   std::string out;
   std::size_t at = 0;
   for (const py::handle item : v) {
-    const std::string entry = "entry " + std::to_string(at);
+    const std::string entry = "entry " + std::to_string(at + 1);  // from 1, as parse_views counts
     if ((!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item)) || py::len(item) != 2) {
       throw wrong(entry + " is not a (count, transforms) pair");
     }
@@ -259,6 +259,10 @@ std::optional<std::string> views_text(const py::object& v) {
       throw py::type_error("views=: " + entry + ": " + e.what());
     } catch (const py::value_error& e) {
       throw py::value_error("views=: " + entry + ": " + e.what());
+    }
+    if (chain.find_first_of(";:") != std::string::npos) {
+      throw py::value_error("views=: " + entry + ": its transforms hold ';' or ':', which separate views: give "
+                            "one (count, transforms) pair per view");
     }
     if (at++ > 0) out += "; ";
     out += py::str(count).cast<std::string>() + ": " + chain;

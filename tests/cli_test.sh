@@ -154,6 +154,12 @@ expect_usage_error "--views with --normalize on the device" run --folder "$work/
 expect_usage_error "--views with --gpu-decode" run --folder "$work/ds" --views "rrc(32)" --gpu-decode 0.5
 expect_usage_error "--views with RandomErasing" run --folder "$work/ds" --views "rrc(32), erase" --normalize float32 \
   --normalize-in workers
+expect_usage_error "--views: a list without a crop" run --folder "$work/ds" --views "2: flip; 3: rrc(16)"
+grep -qF "views: entry 1: augment: the output size depends on the image" "$work/err" || fail "--views flip: $(cat "$work/err")"
+if [ -x "$(dirname "$bin")/conveyor-train" ]; then
+  expect_usage_error "--views with train" train --folder "$work/ds" --views "rrc(32)"
+  grep -qF "not with train" "$work/err" || fail "train --views: $(cat "$work/err")"
+fi
 # RandomErasing ends the list and runs on the device after normalize: it needs
 # --normalize there, and not --serial (which has no device stage).
 "$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --normalize float16 \

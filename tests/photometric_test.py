@@ -14,8 +14,9 @@ PHOTOMETRIC_REF (tests/photometric_ref.cpp) Conveyor's, and every
 value must agree within 1 grey level. With torch 2.x (pip), whose affine grid
 rounds differently from torch 1.13's (Debian 12, what CI runs), a policy's
 shear, rotate or translate may also differ along one row or one column, where
-a NEAREST sample sat on a tie between two source pixels; such cases are
-counted and printed, anything more still fails. Prints one line per op with the worst
+a NEAREST sample sat on a tie between two source pixels; up to 8 such cases,
+on images of at least 8 x 8 that are not flat, are counted and printed, and
+anything more still fails. Prints one line per op with the worst
 difference and the share of values off by one; exits 77 (CTest's skip) without
 torchvision, 1 on a disagreement.
 """
@@ -158,10 +159,14 @@ def policy_op(t, ref, space, op, b, negative, bins, fill):
     return autoaugment._apply_op(t, name, magnitude, interpolation=InterpolationMode.NEAREST, fill=fill)
 
 
-def geometric_tie(params, shape, diff):
-    """Whether a policy case's disagreement is torch 2.x's NEAREST tie: a geometric op, torch 2 or later, and every
-    value off by more than 1 in one row or one column of the output."""
-    if int(torch.__version__.split(".")[0]) < 2:
+MAX_TIES = 8  # torch 2.11 on an H200 gave 4: one shear's parameters on each of the 4 images of its size
+
+
+def geometric_tie(params, shape, diff, image):
+    """Whether a policy case's disagreement is torch 2.x's NEAREST tie: torch 2 or later, a geometric op, an image
+    of at least 8 x 8 that is neither flat nor two-level (where a translate off by a pixel would also differ along
+    one line only), and every value off by more than 1 in one row or one column of the output."""
+    if int(torch.__version__.split(".")[0]) < 2 or image.startswith(("flat", "two-level")) or min(shape[0], shape[1]) < 8:
         return False
     space, op, bins = int(params[0]), int(params[1]), int(params[4])
     name = list(policy_space(space, bins, torch.zeros(3, shape[0], shape[1])).keys())[op]
@@ -222,7 +227,7 @@ def main():
         worst[op] = max(worst.get(op, 0), int(diff.max()))
         off_by_one[op] = off_by_one.get(op, 0) + int((diff == 1).sum())
         values[op] = values.get(op, 0) + n
-        if diff.max() > 1 and op == "autoaugment" and geometric_tie(params, want.shape, diff):
+        if diff.max() > 1 and op == "autoaugment" and len(ties) < MAX_TIES and geometric_tie(params, want.shape, diff, name):
             ties.append(f"{op}{params} on {name}")
         elif diff.max() > 1:
             y, x, c = np.unravel_index(int(diff.argmax()), diff.shape)
