@@ -53,6 +53,18 @@ def torchvision_views():
     return chain(224, (0.4, 1.0), 1.0), chain(224, (0.4, 1.0), 0.1, True), chain(96, (0.05, 0.4), 0.5)
 
 
+def median_rate(loader, epochs):
+    """Samples/s of an iterable of (views, labels) batches: the median of `epochs` epochs after a warm-up one."""
+    rates = []
+    for e in range(epochs + 1):
+        t0, n = time.perf_counter(), 0
+        for views, labels in loader:
+            n += labels.shape[0]
+        if e > 0:
+            rates.append(n / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
 def run_dataloader(samples, a):
     import torch
 
@@ -70,29 +82,16 @@ def run_dataloader(samples, a):
     torch.set_num_threads(1)
     loader = torch.utils.data.DataLoader(Views(), batch_size=a.batch, shuffle=True, num_workers=a.workers,
                                          persistent_workers=True, drop_last=False)
-    rates = []
-    for e in range(a.epochs + 1):
-        t0, n = time.perf_counter(), 0
-        for views, labels in loader:
-            n += labels.shape[0]
-        if e > 0:
-            rates.append(n / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    return median_rate(loader, a.epochs)
 
 
 def run_conveyor_python(listfile, a):
     sys.path.insert(0, a.module)
     import conveyor
     loader = conveyor.Loader(list=listfile, batch_size=a.batch, workers=a.workers, device="cpu", views=VIEWS)
-    rates = []
-    for e in range(a.epochs + 1):
-        t0, n = time.perf_counter(), 0
-        for views, labels in loader:
-            n += labels.shape[0]
-        if e > 0:
-            rates.append(n / (time.perf_counter() - t0))
+    rate = median_rate(loader, a.epochs)
     loader.close()
-    return statistics.median(rates)
+    return rate
 
 
 def run_conveyor(listfile, a):
