@@ -145,7 +145,7 @@ TEST_CASE("transform lists: RandomErasing ends the list, with torchvision's para
   REQUIRE(error("rrc(224), erase, erase").find("RandomErasing: after RandomErasing") == 0);
 }
 
-TEST_CASE("views as text: counts in front, lists split at ';', each entry's error named", "[transform-spec][views]") {
+TEST_CASE("views as text: counts in front, lists split at semicolons, each entry's error named", "[transform-spec][views]") {
   const std::vector<ViewSpec> v = parse_views("2: RandomResizedCrop(224, scale=(0.4, 1)), flip; 6 : rrc(96); center(32)");
   REQUIRE(v.size() == 3);
   REQUIRE(v[0].count == 2);
