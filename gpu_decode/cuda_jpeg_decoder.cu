@@ -73,6 +73,35 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
            (handle_->hardware() ? "hardware backend)" : "default backend)");
   }
 
+  // Builds the tap tables here, on the decoding thread (the GPU decode feed's),
+  // so that render() on the delivery thread only copies and launches.
+  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+    std::vector<std::string> refused = decode_files(items, stream);
+    stage_taps(items, refused);
+    return refused;
+  }
+
+  void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
+    const ScopedDevice on(ordinal_);
+    if (!staged_for(refused)) stage_taps(items, refused);  // a caller's own refusals: staged again
+    if (staged_.empty()) return;
+    CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(taps_device_->data(), taps_staging_.data(), staged_bytes_,
+                                        cudaMemcpyHostToDevice, native(stream)));
+    CONVEYOR_CUDA_CHECK(cudaEventRecord(taps_copied_.get(), native(stream)));
+    for (const Staged& st : staged_) {
+      const JpegItem& item = items[st.item];
+      const DeviceImage& img = images_.at(st.item);
+      const Size out = item.geometry.out;
+      CONVEYOR_CUDA_LAUNCH("resize_kernel",
+                           resize_kernel<<<grid_for(std::size_t(out.width) * std::size_t(out.height) * 3), kBlock, 0,
+                                           native(stream)>>>(image_data(img), std::ptrdiff_t(img.width) * 3, st.x, st.y,
+                                                             out.width, out.height, item.geometry.flip, item.dst));
+    }
+  }
+
+ private:
+  // Decodes every item's file whole into arena_ (decode()'s first half): one
+  // entry per item, empty or the reason nvJPEG refused it.
   std::vector<std::string> decode_files(std::span<const JpegItem> items, Stream& stream) {
     const ScopedDevice on(ordinal_);
     const NvJpegApi& api = handle_->library().api();
@@ -152,33 +181,6 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
     return refused;
   }
 
-  // Builds the tap tables here, on the decoding thread (the GPU decode feed's),
-  // so that render() on the delivery thread only copies and launches.
-  std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
-    std::vector<std::string> refused = decode_files(items, stream);
-    stage_taps(items, refused);
-    return refused;
-  }
-
-  void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
-    const ScopedDevice on(ordinal_);
-    if (!staged_for(refused)) stage_taps(items, refused);  // a caller's own refusals: staged again
-    if (staged_.empty()) return;
-    CONVEYOR_CUDA_CHECK(cudaMemcpyAsync(taps_device_->data(), taps_staging_.data(), staged_bytes_,
-                                        cudaMemcpyHostToDevice, native(stream)));
-    CONVEYOR_CUDA_CHECK(cudaEventRecord(taps_copied_.get(), native(stream)));
-    for (const Staged& st : staged_) {
-      const JpegItem& item = items[st.item];
-      const DeviceImage& img = images_.at(st.item);
-      const Size out = item.geometry.out;
-      CONVEYOR_CUDA_LAUNCH("resize_kernel",
-                           resize_kernel<<<grid_for(std::size_t(out.width) * std::size_t(out.height) * 3), kBlock, 0,
-                                           native(stream)>>>(image_data(img), std::ptrdiff_t(img.width) * 3, st.x, st.y,
-                                                             out.width, out.height, item.geometry.flip, item.dst));
-    }
-  }
-
- private:
   // Every item's tap tables whose `refused` entry is empty, built on the host
   // (doubles, as the CPU path rounds them) into the pinned staging buffer for
   // render()'s one copy, laid out by taps_item_layout: each axis block

@@ -213,21 +213,7 @@ void ImageSource::process(std::size_t index, Rng& rng, std::span<unsigned char> 
       return;
     }
     const DecodeRequest want = decode_request(g, info.width, info.height);
-    const DecodedView view = w.decoder.decode(want.region, want.min_scale);
-    const auto colour = [&](std::span<unsigned char> rgb) {
-      if (w.pixel_ops.empty()) return;
-      apply_pixel_ops(w.pixel_ops, RgbView{rgb.data(), g.out.width, g.out.height, std::ptrdiff_t(g.out.width) * 3},
-                      w.photometric);
-    };
-    if (!w.normalize) {
-      render(view, g, info.width, info.height, config_.pad_value, out, w.resize);
-      colour(out);
-    } else {
-      render(view, g, info.width, info.height, config_.pad_value, w.pixels, w.resize);
-      colour(w.pixels);
-      to_float_chw(w.pixels, g.out.height, g.out.width, *w.normalize,
-                   {reinterpret_cast<float*>(out.data()), out.size() / sizeof(float)});
-    }
+    draw(w, w.decoder.decode(want.region, want.min_scale), info, g, w.pixel_ops, out);
   } catch (const ReadCancelled&) {
     throw;
   } catch (const std::exception& e) {
@@ -251,20 +237,20 @@ void ImageSource::process_views(Worker& w, const ImageInfo& info, Rng& rng, std:
   }
   const DecodedView view = w.decoder.decode(want.region, want.min_scale);
   for (std::size_t k = 0; k < layout_.size(); ++k) {
-    const ViewLayout& at = layout_[k];
-    const Geometry& g = drawn[k].g;
-    const std::size_t pixels = std::size_t(at.out.height) * at.out.width * 3;
-    const std::span<unsigned char> rgb = w.normalize ? std::span<unsigned char>(w.pixels.data(), pixels)
-                                                     : out.subspan(at.offset, pixels);
-    render(view, g, info.width, info.height, config_.pad_value, rgb, w.resize);
-    if (!drawn[k].ops.empty()) {
-      apply_pixel_ops(drawn[k].ops, RgbView{rgb.data(), g.out.width, g.out.height, std::ptrdiff_t(g.out.width) * 3},
-                      w.photometric);
-    }
-    if (w.normalize) {
-      to_float_chw(rgb, g.out.height, g.out.width, *w.normalize,
-                   {reinterpret_cast<float*>(out.data() + at.offset), at.bytes / sizeof(float)});
-    }
+    draw(w, view, info, drawn[k].g, drawn[k].ops, out.subspan(layout_[k].offset, layout_[k].bytes));
+  }
+}
+
+void ImageSource::draw(Worker& w, const DecodedView& view, const ImageInfo& info, const Geometry& g,
+                       const std::vector<PixelOp>& ops, std::span<unsigned char> out) const {
+  const std::size_t pixels = std::size_t(g.out.height) * g.out.width * 3;
+  const std::span<unsigned char> rgb = w.normalize ? std::span<unsigned char>(w.pixels.data(), pixels) : out;
+  render(view, g, info.width, info.height, config_.pad_value, rgb, w.resize);
+  if (!ops.empty()) {
+    apply_pixel_ops(ops, RgbView{rgb.data(), g.out.width, g.out.height, std::ptrdiff_t(g.out.width) * 3}, w.photometric);
+  }
+  if (w.normalize) {
+    to_float_chw(rgb, g.out.height, g.out.width, *w.normalize, {reinterpret_cast<float*>(out.data()), out.size() / sizeof(float)});
   }
 }
 

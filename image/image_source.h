@@ -168,6 +168,11 @@ class ImageSource {
                const std::atomic<bool>* stopping, std::optional<std::uint64_t> defer_epoch);
   // process() with ImageConfig::views, after the file is read and opened.
   void process_views(Worker& w, const ImageInfo& info, Rng& rng, std::span<unsigned char> out);
+  // One output from the decoded `view`: g's box rendered, `ops` applied, into
+  // out (exactly g.out's uint8 HWC), or through the worker's pixels
+  // normalized to float32 CHW with ImageConfig::normalize.
+  void draw(Worker& w, const DecodedView& view, const ImageInfo& info, const Geometry& g,
+            const std::vector<PixelOp>& ops, std::span<unsigned char> out) const;
   Dataset dataset_;
   ImageConfig config_;
   Augment augment_;                    // ImageConfig::transforms, or the first view's

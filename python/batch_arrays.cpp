@@ -112,8 +112,7 @@ py::capsule to_dlpack(const Array& a, const py::object& stream_arg, const py::ob
     const std::size_t rows = std::size_t(e->shape[0]), step = std::size_t(e->strides[0]) * (el.bits / 8);
     e->copy.resize(rows * row);
     for (std::size_t r = 0; r < rows; ++r) std::memcpy(e->copy.data() + r * row, from + r * step, row);
-    e->strides.assign(e->shape.size(), 1);
-    for (std::size_t i = e->shape.size(); i-- > 1;) e->strides[i - 1] = e->strides[i] * e->shape[i];
+    e->strides = c_order_strides(e->shape);
     t.data = e->copy.data();
   } else {
     e->held = a.held;

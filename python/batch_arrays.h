@@ -71,6 +71,13 @@ struct Held {
   }
 };
 
+// The strides, in elements, of a C-order array of `shape`.
+inline std::vector<std::int64_t> c_order_strides(const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> st(shape.size(), 1);
+  for (std::size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * shape[i];
+  return st;
+}
+
 // Which tensor of a batch an Array is.
 enum class Part : std::uint8_t {
   images,
@@ -118,13 +125,10 @@ struct Array {
   // Elements between neighbours along each axis: C order, but a view's rows
   // (samples) are a whole sample apart.
   std::vector<std::int64_t> strides() const {
-    const std::vector<std::int64_t> s = shape();
-    std::vector<std::int64_t> st(s.size(), 1);
-    for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+    std::vector<std::int64_t> st = c_order_strides(shape());
     if (view >= 0) st[0] = std::int64_t(held->batch.host().sample_bytes);  // uint8: bytes are elements
     return st;
   }
-  bool contiguous() const { return view < 0; }
   bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }
 };
 
