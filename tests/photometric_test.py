@@ -15,8 +15,8 @@ value must agree within 1 grey level. With torch 2.x (pip), whose affine grid
 rounds differently from torch 1.13's (Debian 12, what CI runs), a policy's
 shear, rotate or translate may also differ along one row or one column, where
 a NEAREST sample sat on a tie between two source pixels; up to 8 such cases,
-on images of at least 8 x 8 that are not flat, are counted and printed, and
-anything more still fails. Prints one line per op with the worst
+on images of at least 8 x 8 that are neither flat nor two-level, are counted
+and printed, and anything more still fails. Prints one line per op with the worst
 difference and the share of values off by one; exits 77 (CTest's skip) without
 torchvision, 1 on a disagreement.
 """
