@@ -8,7 +8,7 @@
   requests are answered at once (a client reading shards while they download
   must read its samples by range, and not wait for the downloads);
 - stall: every GET of a .tar, whole or range, waits 60 s (a client told to
-  stop must not wait for them);
+  stop must not wait for them), and logs "stalled" as it starts waiting;
 - down: every whole GET of a .tar is answered 503, while range requests are
   answered (downloads that keep failing for a reason a later try may mend
   must not fail the shard's samples);
@@ -63,6 +63,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         start, end = (int(m.group(1)), int(m.group(2)) if m.group(2) else len(data) - 1) if m else (0, len(data) - 1)
         end = min(end, len(data) - 1)
         if path.endswith(".tar") and ((mode == "slow" and not m) or mode == "stall"):
+            if mode == "stall":
+                self.note("stalled")
             time.sleep(60)
         status = 206 if m else 200
         self.send_response(status)

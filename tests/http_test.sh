@@ -177,9 +177,7 @@ for r in 0 1 2 3; do
   EPOCHS=1 WORKERS=2 run "rank$r-local" --shards "$work/www/ds" --rank-by-shard --rank "$r" --world-size 4
   EPOCHS=1 WORKERS=2 run "rank$r-url" --shards "$url" --rank-by-shard --rank "$r" --world-size 4 --cache-dir "$work/crank$r"
   same_epochs "rank $r of 4 by shard, the URL against the folder" "rank$r-local" "rank$r-url"
-  want=$(( (shards - r + 3) / 4 ))  # shards r, r + 4, ...
-  got=$(ls "$work/crank$r"/*/*/ | grep -c '\.tar$' || true)
-  [ "$got" -eq "$want" ] || fail "rank $r of 4 by shard fetched $got shards, not its $want"
+  cached_own_only "rank $r of 4 by shard" "$work/crank$r" "$r" 4
 done
 count_gets
 [ $((gets - before)) -eq "$shards" ] || fail "4 ranks by shard: $((gets - before)) shard GETs for $shards shards"
@@ -266,8 +264,10 @@ wait_for_port "$slow_port"
 "$conveyor" run --epochs 1 --workers 2 --batch 5 --crop 32 --shards "http://127.0.0.1:$slow_port/ds/" --cache-dir "$work/cstall" \
   >"$work/stall.out" 2>&1 &
 run_pid=$!
-for _ in $(seq 100); do [ -s "$work/stall.out" ] && break; sleep 0.1; done  # the run has begun
-sleep 1  # the range reads are waiting on the server
+# Until the server holds a request (30 s at most), then a moment for the others.
+for _ in $(seq 300); do grep -qs ' stalled$' "$work/log/stall.log" && break; sleep 0.1; done
+grep -qs ' stalled$' "$work/log/stall.log" || fail "SIGTERM during stalled range reads: no request reached the server in 30 s"
+sleep 0.5
 started=$(date +%s%N)
 kill -TERM "$run_pid"
 rc=0

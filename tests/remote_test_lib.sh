@@ -59,3 +59,19 @@ one_line_error() {
   grep -qF -- "$want" "$work/err" || fail "$what: wanted '$want', got: $(cat "$work/err")"
   cat "$work/err" >>"$work/errors.txt"
 }
+
+# own_shards RANK WORLD: the shard files rank RANK of WORLD reads by shard
+# (RANK, RANK + WORLD, ...), one name a line, sorted.
+own_shards() {
+  local i
+  for ((i = $1; i < shards; i += $2)); do printf 'shard-%06d.tar\n' "$i"; done
+}
+# cached_own_only WHAT CACHE RANK WORLD: CACHE holds no shard but the rank's
+# own. Not that it holds all of them: a run ends without waiting for the
+# downloads still under way (their samples read by range), so how many landed
+# depends on the machine's speed.
+cached_own_only() {
+  local stray
+  stray=$(comm -13 <(own_shards "$3" "$4") <(ls "$2"/*/*/ | grep '\.tar$' | sort) | tr '\n' ' ')
+  [ -z "$stray" ] || fail "$1: fetched another rank's shards: $stray"
+}

@@ -101,11 +101,13 @@ run listed --shards "s3://bucket/ds/shard-{000000..$last}.tar" --cache-dir "$wor
 same_epochs "listed s3:// URLs against the folder" local listed
 for r in 0 1 2 3; do
   EPOCHS=1 WORKERS=2 run "rank$r-local" --shards "$work/root/bucket/ds" --rank-by-shard --rank "$r" --world-size 4
+  logged=$(wc -l <"$work/s3.log")
   EPOCHS=1 WORKERS=2 run "rank$r-s3" --shards s3://bucket/ds/ --rank-by-shard --rank "$r" --world-size 4 --cache-dir "$work/crank$r"
   same_epochs "rank $r of 4 by shard, s3:// against the folder" "rank$r-local" "rank$r-s3"
-  want=$(( (shards - r + 3) / 4 ))
-  got=$(ls "$work/crank$r"/*/*/ | grep -c '\.tar$' || true)
-  [ "$got" -eq "$want" ] || fail "rank $r of 4 by shard fetched $got shards, not its $want"
+  cached_own_only "rank $r of 4 by shard" "$work/crank$r" "$r" 4
+  # Every shard it asked for, whole or by range, is its own, and it asked for each of them.
+  asked=$(tail -n +"$((logged + 1))" "$work/s3.log" | sed -n 's|^GET /bucket/ds/\(shard-[0-9]*\.tar\) .*|\1|p' | sort -u)
+  [ "$asked" = "$(own_shards "$r" 4)" ] || fail "rank $r of 4 by shard asked for $(echo $asked), not its $(echo $(own_shards "$r" 4))"
 done
 
 # A public bucket, read with no keys at all: unsigned requests.
