@@ -31,7 +31,16 @@ void* operator new(std::size_t n) {
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
+// GCC says ASan is on with __SANITIZE_ADDRESS__, clang with __has_feature.
 #if defined(__SANITIZE_ADDRESS__)
+#define CONVEYOR_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CONVEYOR_TEST_ASAN 1
+#endif
+#endif
+
+#if defined(CONVEYOR_TEST_ASAN)
 // ASan's runtime makes a few allocations with its own operator new before this
 // program's replacement is bound, and they come back through the delete above:
 // an "operator new vs free" mismatch that is this test's doing, not the code's.
