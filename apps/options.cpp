@@ -340,10 +340,6 @@ std::vector<ViewSpec> views_of(const Options& o) {
   if (!o.transforms.empty()) throw UsageError("--views: not with --transforms (each view has its own list)");
   if (o.crop) throw UsageError("--crop: not with --views, whose lists set the output sizes");
   if (o.resident) throw UsageError("--views: not with --resident, which decodes each image once (center crop)");
-  if (o.normalize && o.normalize_in != NormalizeIn::workers) {
-    throw UsageError("--views: --normalize on the device is not supported with views yet; --normalize-in workers "
-                     "normalizes each view");
-  }
   try {
     std::vector<ViewSpec> views = parse_views(o.views);
     for (const ViewSpec& v : views) {

@@ -234,7 +234,7 @@ int crop_size(const Options& o);
 // the transform and parameter.
 std::vector<Transform> transforms_of(const Options& o);
 // --views read and checked (not with --transforms, --crop, --resident, the
-// GPU decoder or normalize on the device). Empty without --views. Throws
+// GPU decoder, or a transform that runs on whole batches). Empty without --views. Throws
 // UsageError naming the entry and what is wrong.
 std::vector<ViewSpec> views_of(const Options& o);
 
@@ -245,7 +245,9 @@ DeviceConfig device_config(const Options& o);
 // The image stage's settings: --transforms, else `augment`'s transforms at crop x crop,
 // --on-error's policy, and with --normalize-in workers the workers' normalize.
 ImageConfig image_config(const Options& o, Augmentation augment, int crop);
-// --normalize after the transfer (none when off, or done in the workers).
+// --resident's --normalize after the transfer (none when off, or done in the
+// workers). A pipeline's is source/source.h's device_normalization, which
+// knows the views.
 std::optional<TransferConfig::Normalization> normalization(const Options& o, int crop);
 // --resident: --budget-mb and --normalize.
 ResidentConfig resident_config(const Options& o, int crop);

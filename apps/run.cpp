@@ -179,10 +179,10 @@ RunResult run_once(const Options& o, Output output) {
   const int crop = crop_size(o);
   auto device = open_device(device_config(o));
   TransferConfig tc;
-  tc.normalize = normalization(o, crop);
   const ImageSourceParts parts =
       build_image_source(dataset, image_config(o, o.augment, crop), o.workers, gpu_decode_share(o), *device, tc,
                          o.gpu_decode_threads);
+  if (o.normalize && o.normalize_in != NormalizeIn::workers) tc.normalize = device_normalization(*parts.images, *o.normalize);
   Config cfg = pipeline_config(o);
   cfg.sample_bytes = parts.images->sample_bytes();
   try {

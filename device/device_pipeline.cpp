@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -203,9 +204,12 @@ struct TransferCore {
       if (config.normalize) {  // 10: on its own stream, chained by events; uint8 crossed the bus
         device->record(*s.staged, copy);
         device->wait(*normalize_stream, *s.staged);
-        const NormalizeJob job =
-            config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(), batch.size());
-        kernels::normalize(*device, job, *normalize_stream);
+        for (std::size_t v = 0; v < config.normalize->view_count(); ++v) {
+          kernels::normalize(*device,
+                             config.normalize->job(reinterpret_cast<const std::uint8_t*>(s.source), s.out->data(),
+                                                   batch.size(), nullptr, v),
+                             *normalize_stream);
+        }
         for (auto& step : steps) step->complete_output(batch, s.id, s.out->data(), labels_on_device, *normalize_stream);
         device->record(*s.copied, *normalize_stream);  // 4: recorded before the slot is published
       } else {
@@ -330,15 +334,32 @@ std::vector<const BatchStep*> DevicePipeline::batch_steps() const {
   return steps;
 }
 
+std::size_t TransferConfig::Normalization::input_bytes() const {
+  std::size_t bytes = 0;
+  for (std::size_t v = 0; v < view_count(); ++v) bytes += view(v).height * view(v).width * channels;
+  return bytes;
+}
+
+std::size_t TransferConfig::Normalization::output_bytes() const { return input_bytes() * dtype_size(out_type); }
+
+std::size_t TransferConfig::Normalization::view_offset(std::size_t v, std::size_t samples) const {
+  std::size_t bytes = 0;
+  for (std::size_t u = 0; u < v; ++u) bytes += view(u).height * view(u).width * channels;
+  return samples * bytes * dtype_size(out_type);
+}
+
 NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* dst, std::size_t samples,
-                                                const std::uint64_t* indices) const {
+                                                const std::uint64_t* indices, std::size_t v) const {
+  const View shape = view(v);
   NormalizeJob j;
   j.src = src;
-  j.dst = dst;
+  for (std::size_t u = 0; u < v; ++u) j.src += view(u).height * view(u).width * channels;  // the views before it
+  j.dst = static_cast<std::byte*>(dst) + view_offset(v, samples);
   j.indices = indices;
   j.samples = samples;
-  j.height = height;
-  j.width = width;
+  j.height = shape.height;
+  j.width = shape.width;
+  j.src_stride = input_bytes();
   j.channels = channels;
   j.out_type = out_type;
   for (std::size_t c = 0; c < channels; ++c) j.affine[c] = channel_affine(mean_std.mean[c], mean_std.std[c]);
@@ -398,9 +419,32 @@ std::vector<std::int64_t> DeviceBatch::shape() const {
   if (!core_) return {};
   const auto n = static_cast<std::int64_t>(size());
   if (const auto& norm = core_->config.normalize) {
+    if (!norm->views.empty()) return {n, std::int64_t(norm->input_bytes())};  // elements: one per input byte
     return {n, std::int64_t(norm->channels), std::int64_t(norm->height), std::int64_t(norm->width)};
   }
   return {n, std::int64_t(host_->sample_bytes)};
+}
+
+namespace {
+// The batch's normalization, holding view v; std::out_of_range naming `what` without.
+const TransferConfig::Normalization& normalized_view(const std::shared_ptr<TransferCore>& core, std::size_t v,
+                                                     const char* what) {
+  if (!core || !core->config.normalize || v >= core->config.normalize->view_count()) {
+    throw std::out_of_range(std::string("DeviceBatch::") + what + ": no normalized view " + std::to_string(v));
+  }
+  return *core->config.normalize;
+}
+}  // namespace
+
+void* DeviceBatch::view_data(std::size_t v) const {
+  const TransferConfig::Normalization& norm = normalized_view(core_, v, "view_data");
+  return static_cast<std::byte*>(data_) + norm.view_offset(v, size());
+}
+
+std::vector<std::int64_t> DeviceBatch::view_shape(std::size_t v) const {
+  const TransferConfig::Normalization& norm = normalized_view(core_, v, "view_shape");
+  const TransferConfig::Normalization::View shape = norm.view(v);
+  return {std::int64_t(size()), std::int64_t(norm.channels), std::int64_t(shape.height), std::int64_t(shape.width)};
 }
 
 const Device& DeviceBatch::device() const { return *core_->device; }
@@ -415,12 +459,21 @@ std::size_t DeviceBatch::bytes() const {
 
 void validate_normalization(const TransferConfig::Normalization& n, std::size_t sample_bytes) {
   if (n.channels < 1 || n.channels > 3) throw ConfigError("normalize.channels", "must be 1, 2 or 3");
-  if (n.height == 0 || n.width == 0) throw ConfigError("normalize.height", "and width must be >= 1");
-  // Saturating: a product that wraps could land on sample_bytes.
-  if (saturating_mul(saturating_mul(n.height, n.width), n.channels) != sample_bytes) {
-    throw ConfigError("normalize", "layout " + std::to_string(n.height) + "x" + std::to_string(n.width) + "x" +
-                                       std::to_string(n.channels) + " does not match sample_bytes " +
-                                       std::to_string(sample_bytes));
+  if (n.views.empty() && (n.height == 0 || n.width == 0)) throw ConfigError("normalize.height", "and width must be >= 1");
+  // Saturating: a sum of products that wraps could land on sample_bytes.
+  std::size_t bytes = 0;
+  std::string layout;
+  for (std::size_t v = 0; v < n.view_count(); ++v) {
+    const TransferConfig::Normalization::View shape = n.view(v);
+    if (shape.height == 0 || shape.width == 0) {
+      throw ConfigError("normalize.views", "view " + std::to_string(v) + ": height and width must be >= 1");
+    }
+    bytes = saturating_add(bytes, saturating_mul(saturating_mul(shape.height, shape.width), n.channels));
+    layout += (v ? " + " : "") + std::to_string(shape.height) + "x" + std::to_string(shape.width) + "x" +
+              std::to_string(n.channels);
+  }
+  if (bytes != sample_bytes) {
+    throw ConfigError("normalize", "layout " + layout + " does not match sample_bytes " + std::to_string(sample_bytes));
   }
   if (n.out_type != DType::float32 && n.out_type != DType::float16 && n.out_type != DType::bfloat16) {
     throw ConfigError("normalize.out_type", "must be float32, float16 or bfloat16");

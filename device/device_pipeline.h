@@ -174,18 +174,38 @@ struct TransferConfig {
   // Normalize on the device: each sample is uint8 HWC of height x width x
   // channels (sample_bytes must equal their product) and becomes out_type NCHW
   // with the per-channel mean and std, so only uint8 crosses the bus.
+  //
+  // Multi-view samples (image/image_source.h's ImageConfig::views): each
+  // sample holds `views` one after another, uint8 HWC each, and each view
+  // becomes a tensor of its own, out_type [N, channels, view height, view
+  // width] for a batch of N, view after view in the output (view v's at
+  // view_offset(v, N)). height and width are unused then.
   struct Normalization {
     std::size_t height = 0, width = 0;
     std::size_t channels = 3;  // 1 .. 3; channel c uses mean[c], std[c]
     Normalize mean_std;        // Default: ImageNet mean and std
     DType out_type = DType::float32;  // float32, float16 or bfloat16
+    struct View {
+      std::size_t height = 0, width = 0;
+    };
+    // Default: empty, one view of height x width.
+    std::vector<View> views;
 
-    // Bytes of one normalized sample: channels x height x width of out_type.
-    std::size_t output_bytes() const { return channels * height * width * dtype_size(out_type); }
-    // The job that normalizes `samples` samples from src to dst; with `indices`
-    // (device memory), output sample n reads input sample indices[n].
-    NormalizeJob job(const std::uint8_t* src, void* dst, std::size_t samples,
-                     const std::uint64_t* indices = nullptr) const;
+    // Views: views.size(), at least 1.
+    std::size_t view_count() const { return views.empty() ? 1 : views.size(); }
+    // View v's height and width (v < view_count()).
+    View view(std::size_t v) const { return views.empty() ? View{height, width} : views.at(v); }
+    // Bytes of one uint8 sample, every view's.
+    std::size_t input_bytes() const;
+    // Bytes of one normalized sample, every view's: channels x height x width of out_type each.
+    std::size_t output_bytes() const;
+    // Where view v's tensor starts in the output of a batch of `samples`, in bytes.
+    std::size_t view_offset(std::size_t v, std::size_t samples) const;
+    // The job that normalizes view v of `samples` samples from src to dst (the
+    // whole output: the job writes at view_offset); with `indices` (device
+    // memory), output sample n reads input sample indices[n].
+    NormalizeJob job(const std::uint8_t* src, void* dst, std::size_t samples, const std::uint64_t* indices = nullptr,
+                     std::size_t v = 0) const;
   };
   // Default: none; the consumer gets the uint8 samples as the filler wrote them.
   std::optional<Normalization> normalize;
@@ -266,8 +286,14 @@ class DeviceBatch {
   std::size_t size() const { return host_->size(); }
 
   // Device memory (host memory on the host backend), ready on the consumer
-  // stream: uint8 [size, sample_bytes] as filled, or out_type [size, C, H, W].
+  // stream: uint8 [size, sample_bytes] as filled, or out_type [size, C, H, W];
+  // with Normalization::views, each view's tensor in turn (view_data()).
   void* data() const { return data_; }
+  // Normalized views (TransferConfig::Normalization::views): view v's tensor,
+  // out_type [size, C, H, W] of that view (view_shape(v)), inside data().
+  // Throws std::out_of_range for a v past the views (one view without them).
+  void* view_data(std::size_t v) const;
+  std::vector<std::int64_t> view_shape(std::size_t v) const;
   // The labels, int64 [size()], in the same memory as data() and ready with it
   // on the consumer stream: they crossed the bus in the batch's one copy (host
   // memory on the host backend). host().labels holds the same values on the host.
@@ -276,6 +302,8 @@ class DeviceBatch {
   // step's soft labels and lambda (device/mix_step.h). Empty without.
   const BatchExtras& extras() const { return extras_; }
   DType dtype() const { return dtype_; }
+  // [size, sample_bytes] uint8, or [size, C, H, W] normalized; with normalized
+  // views, [size, elements per sample] (each view's tensor: view_shape()).
   std::vector<std::int64_t> shape() const;
   std::size_t bytes() const;
   // The device the data lives on (its backend and ordinal).

@@ -72,6 +72,7 @@ std::unique_ptr<BatchStep> Erase::operator()(const BatchStepSetup& setup) const 
     throw ConfigError("RandomErasing", "needs normalize on the device (the command's --normalize, Python's normalize=, "
                                        "TransferConfig::normalize): it follows Normalize");
   }
+  if (!setup.normalize->views.empty()) throw ConfigError("RandomErasing", "not with normalized views (one image tensor a batch)");
   erasing.validate();
   return std::make_unique<EraseStep>(*this, setup);
 }

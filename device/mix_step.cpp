@@ -102,6 +102,7 @@ std::unique_ptr<BatchStep> Mix::operator()(const BatchStepSetup& setup) const {
     throw ConfigError(name, "needs normalize on the device (the command's --normalize, Python's normalize=, "
                             "TransferConfig::normalize): it mixes normalized batches");
   }
+  if (!setup.normalize->views.empty()) throw ConfigError(name, "not with normalized views (one image tensor a batch)");
   mixing.validate();
   if (mixing.num_classes <= 0) throw ConfigError(name, "num_classes must be set (the dataset's number of classes)");
   return std::make_unique<MixStep>(*this, setup);

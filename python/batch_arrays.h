@@ -56,6 +56,7 @@ struct Held {
   DeviceBatch batch;
   std::vector<std::int64_t> sample_shape;
   std::vector<ViewLayout> views;  // views=: where each view lies in a sample
+  bool views_normalized = false;  // views= with normalize=: each view a dense tensor (DeviceBatch::view_data)
   Element element;
   void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
   std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);  // of the process whose pipeline it goes back to
@@ -86,7 +87,8 @@ enum class Part : std::uint8_t {
 };
 
 // images, labels or soft labels of one batch; with views=, one view of the
-// images: [N, H, W, 3] uint8 inside each sample, so its rows are a sample apart.
+// images: [N, H, W, 3] uint8 inside each sample, so its rows are a sample
+// apart, or with normalize= a dense [N, 3, H, W] tensor of its own.
 struct Array {
   std::shared_ptr<Held> held;
   Part part = Part::images;
@@ -100,6 +102,7 @@ struct Array {
       case Part::soft_labels: return soft()->data;
       case Part::images: break;
     }
+    if (view >= 0 && held->views_normalized) return held->batch.view_data(std::size_t(view));
     if (view >= 0) return static_cast<std::byte*>(held->batch.data()) + held->views.at(std::size_t(view)).offset;
     return held->batch.data();
   }
@@ -113,6 +116,7 @@ struct Array {
   }
   std::vector<std::int64_t> shape() const {
     if (part == Part::soft_labels) return soft()->shape;
+    if (view >= 0 && held->views_normalized) return held->batch.view_shape(std::size_t(view));
     std::vector<std::int64_t> s{std::int64_t(held->batch.size())};
     if (view >= 0) {
       const Size out = held->views.at(std::size_t(view)).out;
@@ -122,11 +126,11 @@ struct Array {
     }
     return s;
   }
-  // Elements between neighbours along each axis: C order, but a view's rows
-  // (samples) are a whole sample apart.
+  // Elements between neighbours along each axis: C order, but a uint8 view's
+  // rows (samples) are a whole sample apart.
   std::vector<std::int64_t> strides() const {
     std::vector<std::int64_t> st = c_order_strides(shape());
-    if (view >= 0) st[0] = std::int64_t(held->batch.host().sample_bytes);  // uint8: bytes are elements
+    if (view >= 0 && !held->views_normalized) st[0] = std::int64_t(held->batch.host().sample_bytes);  // uint8: bytes are elements
     return st;
   }
   bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }

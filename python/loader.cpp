@@ -83,8 +83,7 @@ Loader::Loader(Dataset dataset, ImageConfig image, LoaderSettings settings)
                                 "(float32, float16 or bfloat16)");
   }
   if (settings_.normalize) {
-    transfer_.normalize = TransferConfig::Normalization{std::size_t(out.height), std::size_t(out.width), 3, Normalize{},
-                                                        *settings_.normalize};
+    transfer_.normalize = device_normalization(*images_, *settings_.normalize);
     validate_normalization(*transfer_.normalize, settings_.config.sample_bytes);
     sample_shape_ = {3, out.height, out.width};
     element_ = element_of(*settings_.normalize);

@@ -403,10 +403,6 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
     if (arrays || !k["crop"].is_none() || augment || transforms) {
       throw py::value_error("views=: not with arrays=, crop=, augment= or transforms= (each view has its own list)");
     }
-    if (normalize) {
-      throw py::value_error("views=: normalize= is not supported with views yet (normalize each view's tensor in the "
-                            "training step)");
-    }
     try {
       ic.views = parse_views(*views);
     } catch (const AugmentError& e) {

@@ -71,4 +71,11 @@ ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::siz
   return parts;
 }
 
+TransferConfig::Normalization device_normalization(const ImageSource& images, DType out_type) {
+  const Size out = images.output();
+  TransferConfig::Normalization n{std::size_t(out.height), std::size_t(out.width), 3, Normalize{}, out_type};
+  for (const ViewLayout& v : images.views()) n.views.push_back({std::size_t(v.out.height), std::size_t(v.out.width)});
+  return n;
+}
+
 }  // namespace conveyor

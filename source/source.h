@@ -86,4 +86,9 @@ ImageSourceParts build_image_source(Dataset dataset, ImageConfig image, std::siz
                                     std::optional<double> gpu_decode, Device& device, TransferConfig& transfer,
                                     std::size_t gpu_decode_threads = 0);
 
+// Normalize on the device (TransferConfig::normalize) for what `images`
+// writes: its output size, or with ImageConfig::views each view a tensor of
+// its own; ImageNet's mean and std, 3 channels, out_type. Throws nothing.
+TransferConfig::Normalization device_normalization(const ImageSource& images, DType out_type);
+
 }  // namespace conveyor

@@ -150,7 +150,10 @@ grep -qF "views: entry 1: count '0' is not a whole number from 1 to 64" "$work/e
 expect_usage_error "--views: a bad list in the second entry" run --folder "$work/ds" --views "rrc(32); Flipp"
 grep -qF "views: entry 2: transforms: unknown transform 'Flipp'" "$work/err" || fail "--views Flipp: $(cat "$work/err")"
 expect_usage_error "--views with --transforms" run --folder "$work/ds" --views "rrc(32)" --transforms "rrc(32)"
-expect_usage_error "--views with --normalize on the device" run --folder "$work/ds" --views "rrc(32)" --normalize float16
+# Normalized on the device, each view a tensor of its own.
+"$bin" run --folder "$work/ds" --epochs 1 --workers 2 --batch 7 --views "2: rrc(32), flip; 3: rrc(16)" --normalize float16 \
+  >"$work/out" 2>&1 || fail "run --views --normalize float16: $(tail -3 "$work/out")"
+[ "$(grep -c "^delivered: .* 30 samples, 0 skipped" "$work/out")" -eq 1 ] || fail "run --views --normalize: $(tail -3 "$work/out")"
 expect_usage_error "--views with --gpu-decode" run --folder "$work/ds" --views "rrc(32)" --gpu-decode 0.5
 expect_usage_error "--views with RandomErasing" run --folder "$work/ds" --views "rrc(32), erase" --normalize float32 \
   --normalize-in workers

@@ -140,28 +140,31 @@ TEST_CASE("auto picks the GPU and says which", "[cuda]") {
   REQUIRE_THAT(d->describe(), Catch::Contains("cuda backend: device 0"));
 }
 
-TEST_CASE("the normalize kernel gives the host backend's bits for all three types, with and without a gather",
+TEST_CASE("the normalize kernel gives the host backend's bits for all three types, with and without a gather, dense or strided",
           "[cuda][normalize]") {
   auto g = gpu(), c = cpu();
-  const std::size_t n = 5, h = 17, w = 13, ch = 3;
-  std::vector<std::uint8_t> src(n * h * w * ch);
+  const std::size_t n = 5, h = 17, w = 13, ch = 3, apart = h * w * ch + 37;  // a view's samples, 37 bytes of others between
+  std::vector<std::uint8_t> src(n * apart);
   Rng rng(4, 5, 6);
   for (auto& v : src) v = static_cast<std::uint8_t>(rng.below(256));
-  for (bool gathered : {false, true}) {
-    std::vector<std::uint64_t> idx;
-    if (gathered) idx = {4, 0, 0, 2};
-    const std::size_t out_n = gathered ? idx.size() : n;
-    for (DType t : {DType::float32, DType::float16, DType::bfloat16}) {
-      INFO(dtype_name(t) << " gathered " << gathered);
-      NormalizeJob job;
-      job.samples = out_n;
-      job.height = h;
-      job.width = w;
-      job.channels = ch;
-      job.out_type = t;
-      for (std::size_t k = 0; k < ch; ++k) job.affine[k] = channel_affine(Normalize{}.mean[k], Normalize{}.std[k]);
-      const std::size_t bytes = out_n * ch * h * w * dtype_size(t);
-      REQUIRE(run_normalize(*g, src, idx, job, bytes) == run_normalize(*c, src, idx, job, bytes));
+  for (const std::size_t stride : {std::size_t(0), apart}) {
+    for (bool gathered : {false, true}) {
+      std::vector<std::uint64_t> idx;
+      if (gathered) idx = {4, 0, 0, 2};
+      const std::size_t out_n = gathered ? idx.size() : n;
+      for (DType t : {DType::float32, DType::float16, DType::bfloat16}) {
+        INFO(dtype_name(t) << " gathered " << gathered << " stride " << stride);
+        NormalizeJob job;
+        job.samples = out_n;
+        job.height = h;
+        job.width = w;
+        job.channels = ch;
+        job.src_stride = stride;
+        job.out_type = t;
+        for (std::size_t k = 0; k < ch; ++k) job.affine[k] = channel_affine(Normalize{}.mean[k], Normalize{}.std[k]);
+        const std::size_t bytes = out_n * ch * h * w * dtype_size(t);
+        REQUIRE(run_normalize(*g, src, idx, job, bytes) == run_normalize(*c, src, idx, job, bytes));
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // Multi-view samples (ImageConfig::views): each view is what a one-view source
 // renders from the Rng where that view's draws start, one decode serves them
-// all, and the bytes are the same for any worker count and queue depth.
+// all, and the bytes are the same for any worker count and queue depth;
+// normalized on the device, each view is a tensor of its own.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -12,9 +13,11 @@
 
 #include "catch_compat.h"
 #include "data/dataset.h"
+#include "device/device_pipeline.h"
 #include "image/image_source.h"
 #include "image_writers.h"
 #include "pipeline/pipeline.h"
+#include "source/source.h"
 #include "temp_dir.h"
 
 using namespace conveyor;
@@ -159,6 +162,78 @@ TEST_CASE("views: the same bytes for any worker count and queue depth, JPEG and 
       }
     }
     REQUIRE(seen[1] == seen[3]);
+  }
+}
+
+TEST_CASE("views: normalized on the device, each view a dense tensor, bit for bit the workers' normalize",
+          "[views][pipeline][normalize]") {
+  t::TempDir dir;
+  const Dataset d = images(dir.path(), 9, true);
+  ImageConfig c;
+  c.views = dino_like();
+  Config cfg;
+  cfg.batch_size = 4;
+  cfg.epochs = 2;
+  cfg.seed = 7;
+  // The workers' normalize (float32 CHW, each view in turn inside the sample): what each view must be.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::vector<float>>> want;
+  {
+    ImageConfig cw = c;
+    cw.normalize = Normalize{};
+    ImageSource src(d, cw, 2);
+    Config wc = cfg;
+    wc.workers = 2;
+    wc.sample_bytes = src.sample_bytes();
+    Pipeline p(wc, d.size(), {src.filler()});
+    while (auto b = p.next()) {
+      const Batch& batch = **b;
+      for (std::size_t j = 0; j < batch.size(); ++j) {
+        auto& views = want[{batch.epoch, batch.indices[j]}];
+        for (const ViewLayout& v : src.views()) {
+          const auto* at = reinterpret_cast<const float*>(batch.data + j * wc.sample_bytes + v.offset);
+          views.emplace_back(at, at + v.bytes / sizeof(float));
+        }
+      }
+    }
+  }
+  REQUIRE(want.size() == 2 * d.size());
+  DeviceConfig dc;
+  dc.backend = BackendChoice::host;
+  for (const std::size_t workers : {1, 3}) {
+    for (const std::size_t depth : {1, 3}) {
+      INFO("workers " << workers << " device queue " << depth);
+      auto task = std::async(std::launch::async, [&] {
+        ImageSource src(d, c, workers);
+        Config pc = cfg;
+        pc.workers = workers;
+        pc.device_queue_depth = depth;
+        pc.sample_bytes = src.sample_bytes();
+        TransferConfig tc;
+        tc.normalize = device_normalization(src, DType::float32);
+        DevicePipeline dp(pc, d.size(), src.filler(), tc, open_device(dc));
+        std::size_t samples = 0, wrong = 0;
+        while (auto b = dp.next()) {
+          const Batch& hb = b->host();
+          for (std::size_t v = 0; v < src.views().size(); ++v) {
+            const std::vector<std::int64_t> shape = b->view_shape(v);
+            const Size out = src.views()[v].out;
+            if (shape != std::vector<std::int64_t>{std::int64_t(b->size()), 3, out.height, out.width}) ++wrong;
+            const std::size_t each = 3 * std::size_t(out.height) * std::size_t(out.width);
+            const auto* tensor = static_cast<const float*>(b->view_data(v));
+            for (std::size_t j = 0; j < b->size(); ++j) {
+              const std::vector<float>& w = want.at({hb.epoch, hb.indices[j]}).at(v);
+              if (w.size() != each || std::memcmp(tensor + j * each, w.data(), each * sizeof(float)) != 0) ++wrong;
+            }
+          }
+          samples += b->size();
+        }
+        return std::pair{samples, wrong};
+      });
+      REQUIRE(task.wait_for(60s) == std::future_status::ready);
+      const auto [samples, wrong] = task.get();
+      REQUIRE(samples == 2 * d.size());
+      REQUIRE(wrong == 0);
+    }
   }
 }
 

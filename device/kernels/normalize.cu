@@ -22,18 +22,19 @@ struct Affines {
   ChannelAffine a[4];
 };
 
-// One thread per output pixel (n, p): reads its channels' bytes (NHWC), writes
-// one element per channel plane (NCHW). Writes are coalesced along p.
+// One thread per output pixel (n, p): reads its channels' bytes (HWC, samples
+// `stride` bytes apart), writes one element per channel plane (NCHW). Writes
+// are coalesced along p.
 template <DType T>
 __global__ void normalize_kernel(const std::uint8_t* __restrict__ src, void* __restrict__ dst,
                                  const std::uint64_t* __restrict__ indices, std::size_t samples, std::size_t hw,
-                                 unsigned channels, Affines affines) {
+                                 std::size_t stride, unsigned channels, Affines affines) {
   const std::size_t total = samples * hw;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t n = i / hw, p = i - n * hw;
     const std::size_t in_n = indices ? indices[n] : n;
-    const std::uint8_t* px = src + (in_n * hw + p) * channels;
+    const std::uint8_t* px = src + in_n * stride + p * channels;
     for (unsigned c = 0; c < channels; ++c) store_normalized<T>(dst, (n * channels + c) * hw + p, px[c], affines.a[c]);
   }
 }
@@ -42,7 +43,8 @@ template <DType T>
 void launch(const NormalizeJob& job, std::size_t hw, const Affines& affines, Stream& s) {
   const unsigned channels = static_cast<unsigned>(job.channels);
   CONVEYOR_CUDA_LAUNCH("normalize_kernel", normalize_kernel<T><<<grid_for(job.samples * hw), kBlock, 0, native(s)>>>(
-                                               job.src, job.dst, job.indices, job.samples, hw, channels, affines));
+                                               job.src, job.dst, job.indices, job.samples, hw, job.input_stride(),
+                                               channels, affines));
 }
 
 }  // namespace

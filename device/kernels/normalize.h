@@ -2,7 +2,9 @@
 // element store_normalized() (device/dtype.h) with its channel's affine, so the
 // host twin and the CUDA kernel compute the same bits from one definition.
 // With `indices`, a gather fused into it: output sample n reads input sample
-// indices[n].
+// indices[n]. With `src_stride`, the input samples lie that many bytes apart
+// (one view of a multi-view sample, the others between them); the output is
+// dense.
 //
 // Enqueued on a Stream of `device` like any of its operations: asynchronous to
 // the caller, in order with the stream's other work. On the host backend it
@@ -23,10 +25,14 @@ namespace conveyor {
 
 // src, dst and indices are memory of the device the job runs on.
 struct NormalizeJob {
+  // Bytes from one input sample to the next.
+  std::size_t input_stride() const { return src_stride ? src_stride : height * width * channels; }
+
   const std::uint8_t* src = nullptr;
   void* dst = nullptr;
   const std::uint64_t* indices = nullptr;
   std::size_t samples = 0, height = 0, width = 0, channels = 0;  // channels 1..4
+  std::size_t src_stride = 0;  // bytes from one input sample to the next; 0: height * width * channels
   ChannelAffine affine[4];
   DType out_type = DType::float32;
 };

@@ -25,9 +25,10 @@ void normalize_on_host(const NormalizeJob& job) {
     for (unsigned v = 0; v < 256; ++v) store_normalized<T>(lut[c], v, static_cast<unsigned char>(v), job.affine[c]);
   }
   Out* dst = static_cast<Out*>(job.dst);
+  const std::size_t stride = job.input_stride();
   for (std::size_t n = 0; n < job.samples; ++n) {
     const std::size_t in_n = job.indices ? job.indices[n] : n;
-    const std::uint8_t* in = job.src + in_n * hw * c_n;
+    const std::uint8_t* in = job.src + in_n * stride;
     Out* planes = dst + n * c_n * hw;
     if (c_n == 3) {
       Out *r = planes, *g = planes + hw, *b = planes + 2 * hw;

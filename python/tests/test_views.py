@@ -66,10 +66,32 @@ def test_torch_gets_one_strided_tensor_per_view_and_a_copy_on_request(folder):
     plain.close()
 
 
+def test_normalize_makes_each_view_a_dense_tensor_of_the_uint8_views_normalized(folder):
+    kw = dict(folder=str(folder), batch_size=7, workers=2, device="cpu", epochs=1, seed=3, shuffle=False, views=DINO)
+    plain = conveyor.Loader(**kw)
+    normalized = conveyor.Loader(normalize="float32", **kw)
+    mean, std = np.float32([0.485, 0.456, 0.406]), np.float32([0.229, 0.224, 0.225])
+    batches = 0
+    for (raw, _), (views, labels) in zip(plain, normalized):
+        assert [v.shape for v in views] == [(len(labels), 3, 32, 32)] * 2 + [(len(labels), 3, 16, 16)] * 3
+        assert all(v.dtype == "float32" for v in views)
+        for u8, f in zip(raw, views):
+            got = np.asarray(f)
+            assert got.flags["C_CONTIGUOUS"]  # a tensor of its own, not strided inside the samples
+            want = (np.asarray(u8).transpose(0, 3, 1, 2).astype(np.float32) / 255 - mean[:, None, None]) / std[:, None, None]
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+        batches += 1
+    assert batches == 5  # 30 samples: 4 x 7 + 2
+    half = conveyor.Loader(normalize="float16", **kw)
+    views, _ = next(iter(half))
+    assert [v.dtype for v in views] == ["float16"] * 5 and views[4].shape == (7, 3, 16, 16)
+    for loader in (plain, normalized, half):
+        loader.close()
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(views=DINO, transforms=[T.RandomResizedCrop(32)]), ValueError, r"views=: not with arrays=, crop=, augment= or transforms="),
     (dict(views=DINO, crop=32), ValueError, r"views=: not with"),
-    (dict(views=DINO, normalize="float32"), ValueError, r"views=: normalize= is not supported with views yet"),
     (dict(views=DINO, gpu_decode=0.5), ValueError, r"gpu_decode=: not with views="),
     (dict(views="0: rrc(32)"), ValueError, r"views=: entry 1: count '0' is not a whole number from 1 to 64"),
     (dict(views="rrc(32); Flipp"), ValueError, r"views=: entry 2: transforms: unknown transform 'Flipp'"),
