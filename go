@@ -111,9 +111,8 @@ SANITIZER_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 # The ASan+UBSan build is clang's, with libFuzzer's coverage hooks on every
 # target (fuzzer-no-link): one tree runs the tests under ASan+UBSan and holds
-# the fuzz targets, where a tree for each cost the test command minutes more
-# on 2 cores (docs/benchmarks.md); the hooks do not slow its tests. GCC builds
-# the other two trees.
+# the fuzz targets, so the test command makes one build less than with a tree
+# for each. GCC builds the other two trees.
 ASAN_ARGS=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${SANITIZER_FLAGS[@]}" -DCONVEYOR_WERROR=ON
            -DCONVEYOR_SANITIZE=address,undefined,fuzzer-no-link -DCONVEYOR_FUZZ=ON -DCONVEYOR_CUDA=OFF -DCONVEYOR_TORCH=OFF)
 
