@@ -334,26 +334,23 @@ std::vector<const BatchStep*> DevicePipeline::batch_steps() const {
   return steps;
 }
 
-std::size_t TransferConfig::Normalization::input_bytes() const {
+std::size_t TransferConfig::Normalization::input_offset(std::size_t v) const {
   std::size_t bytes = 0;
-  for (std::size_t v = 0; v < view_count(); ++v) bytes += view(v).height * view(v).width * channels;
+  for (std::size_t u = 0; u < v; ++u) bytes += view(u).height * view(u).width * channels;
   return bytes;
 }
 
 std::size_t TransferConfig::Normalization::output_bytes() const { return input_bytes() * dtype_size(out_type); }
 
 std::size_t TransferConfig::Normalization::view_offset(std::size_t v, std::size_t samples) const {
-  std::size_t bytes = 0;
-  for (std::size_t u = 0; u < v; ++u) bytes += view(u).height * view(u).width * channels;
-  return samples * bytes * dtype_size(out_type);
+  return samples * input_offset(v) * dtype_size(out_type);  // one element per input byte, a view's whole batch at a time
 }
 
 NormalizeJob TransferConfig::Normalization::job(const std::uint8_t* src, void* dst, std::size_t samples,
                                                 const std::uint64_t* indices, std::size_t v) const {
   const View shape = view(v);
   NormalizeJob j;
-  j.src = src;
-  for (std::size_t u = 0; u < v; ++u) j.src += view(u).height * view(u).width * channels;  // the views before it
+  j.src = src + input_offset(v);
   j.dst = static_cast<std::byte*>(dst) + view_offset(v, samples);
   j.indices = indices;
   j.samples = samples;

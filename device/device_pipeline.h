@@ -195,8 +195,10 @@ struct TransferConfig {
     std::size_t view_count() const { return views.empty() ? 1 : views.size(); }
     // View v's height and width (v < view_count()).
     View view(std::size_t v) const { return views.empty() ? View{height, width} : views.at(v); }
+    // Bytes of a uint8 sample before view v (v <= view_count()).
+    std::size_t input_offset(std::size_t v) const;
     // Bytes of one uint8 sample, every view's.
-    std::size_t input_bytes() const;
+    std::size_t input_bytes() const { return input_offset(view_count()); }
     // Bytes of one normalized sample, every view's: channels x height x width of out_type each.
     std::size_t output_bytes() const;
     // Where view v's tensor starts in the output of a batch of `samples`, in bytes.

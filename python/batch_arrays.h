@@ -56,7 +56,6 @@ struct Held {
   DeviceBatch batch;
   std::vector<std::int64_t> sample_shape;
   std::vector<ViewLayout> views;  // views=: where each view lies in a sample
-  bool views_normalized = false;  // views= with normalize=: each view a dense tensor (DeviceBatch::view_data)
   Element element;
   void* ready_on = nullptr;  // CUDA: the stream next() made the batch ready on
   std::uint64_t forks = forks_as_child.load(std::memory_order_relaxed);  // of the process whose pipeline it goes back to
@@ -94,6 +93,9 @@ struct Array {
   Part part = Part::images;
   int view = -1;  // Part::images with views=: which one
 
+  // views= with normalize=: the view is a dense tensor of its own (DeviceBatch::view_data).
+  bool dense_view() const { return view >= 0 && held->batch.dtype() != DType::uint8; }
+
   // The batch's soft labels (the Mix step's); null without.
   const BatchTensor* soft() const { return held->batch.extras().tensor(kSoftLabels); }
   void* data() const {
@@ -102,7 +104,7 @@ struct Array {
       case Part::soft_labels: return soft()->data;
       case Part::images: break;
     }
-    if (view >= 0 && held->views_normalized) return held->batch.view_data(std::size_t(view));
+    if (dense_view()) return held->batch.view_data(std::size_t(view));
     if (view >= 0) return static_cast<std::byte*>(held->batch.data()) + held->views.at(std::size_t(view)).offset;
     return held->batch.data();
   }
@@ -116,7 +118,7 @@ struct Array {
   }
   std::vector<std::int64_t> shape() const {
     if (part == Part::soft_labels) return soft()->shape;
-    if (view >= 0 && held->views_normalized) return held->batch.view_shape(std::size_t(view));
+    if (dense_view()) return held->batch.view_shape(std::size_t(view));
     std::vector<std::int64_t> s{std::int64_t(held->batch.size())};
     if (view >= 0) {
       const Size out = held->views.at(std::size_t(view)).out;
@@ -130,7 +132,7 @@ struct Array {
   // rows (samples) are a whole sample apart.
   std::vector<std::int64_t> strides() const {
     std::vector<std::int64_t> st = c_order_strides(shape());
-    if (view >= 0 && !held->views_normalized) st[0] = std::int64_t(held->batch.host().sample_bytes);  // uint8: bytes are elements
+    if (view >= 0 && !dense_view()) st[0] = std::int64_t(held->batch.host().sample_bytes);  // uint8: bytes are elements
     return st;
   }
   bool on_cuda() const { return held->batch.device().backend() == Backend::cuda; }

@@ -178,7 +178,6 @@ py::object next_batch(EpochIter& it) {
   held->batch = std::move(*batch);
   held->sample_shape = L.loader->sample_shape();
   held->views = L.loader->views();
-  held->views_normalized = !held->views.empty() && L.loader->normalizes();
   held->element = L.loader->element();
   held->ready_on = stream;
   // views=: (views, labels), views a tuple with one array per view.

@@ -108,8 +108,6 @@ class Loader {
   const Config& config() const { return settings_.config; }
   // One sample as the consumer sees it (the batch adds the first axis).
   const std::vector<std::int64_t>& sample_shape() const { return sample_shape_; }
-  // True when the device normalizes the images (normalize=).
-  bool normalizes() const { return transfer_.normalize.has_value(); }
   // views=: each view's place in a sample (uint8 HWC each); empty for one view.
   // With normalize=, each view is then a dense tensor of the batch (DeviceBatch::view_data).
   const std::vector<ViewLayout>& views() const {
