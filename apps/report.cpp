@@ -82,7 +82,16 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
     const auto& s = r.stats.stages[i];
     out << (i ? ", " : "") << "\"" << s.name << "\": {\"busy\": " << s.busy_fraction() << ", \"blocked\": "
         << s.blocked_fraction() << ", \"starved\": " << s.starved_fraction()
-        << ", \"consumer_wait\": " << s.consumer_wait_fraction() << "}";
+        << ", \"consumer_wait\": " << s.consumer_wait_fraction();
+    if (!s.parts.empty()) {
+      out << ", \"parts\": {";
+      for (std::size_t k = 0; k < s.parts.size(); ++k) {
+        out << (k ? ", " : "") << "\"" << s.parts[k].name << "\": {\"seconds\": " << s.parts[k].seconds
+            << ", \"calls\": " << s.parts[k].calls << "}";
+      }
+      out << "}";
+    }
+    out << "}";
   }
   out << "},\n";
   // Per epoch, for checking shards across ranks (tests/cli_test.sh): counts and digests.

@@ -76,10 +76,15 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
   // Builds the tap tables here, on the decoding thread (the GPU decode feed's),
   // so that render() on the delivery thread only copies and launches.
   std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
+    times_.call();
     std::vector<std::string> refused = decode_files(items, stream);
+    const Clock::time_point t0 = Clock::now();
     stage_taps(items, refused);
+    times_.add(DecodeTimeCounters::taps, t0);
     return refused;
   }
+
+  DecodeTimes times() const override { return times_.read(); }
 
   void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
     const ScopedDevice on(ordinal_);
@@ -105,6 +110,7 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
   std::vector<std::string> decode_files(std::span<const JpegItem> items, Stream& stream) {
     const ScopedDevice on(ordinal_);
     const NvJpegApi& api = handle_->library().api();
+    Clock::time_point t0 = Clock::now();
     std::vector<std::string> refused(items.size());
     // The files nvJPEG's header parse accepts, with the size the worker's parse
     // found, each at its 256-aligned place in the one arena.
@@ -148,13 +154,16 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
       lengths.push_back(items[i].file.size());
       outputs.push_back(out);
     }
+    t0 = times_.add(DecodeTimeCounters::parse, t0);
     if (accepted_.empty()) return refused;
     if (int(accepted_.size()) != batch_size_) {
       check(api.decode_batched_initialize(handle_->get(), state_, int(accepted_.size()), 1, nvjpeg::kOutputRgbInterleaved),
             "nvjpegDecodeBatchedInitialize");
       batch_size_ = int(accepted_.size());
+      t0 = times_.add(DecodeTimeCounters::setup, t0);
     }
     const nvjpeg::Status st = api.decode_batched(handle_->get(), state_, data.data(), lengths.data(), outputs.data(), native(stream));
+    t0 = times_.add(DecodeTimeCounters::decode, t0);
     if (st == nvjpeg::kSuccess) return refused;
     // The batch failed as a whole, as it does for one bad file among good ones:
     // each file goes again on its own (a batch of 1), so only those nvJPEG
@@ -174,6 +183,7 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
             refused[batch[k]] = "nvjpegDecodeBatched (alone, after its batch failed): " + nvjpeg_status_name(one);
           }
         }
+        times_.add(DecodeTimeCounters::decode, t0);
         return refused;
       }
     }
@@ -271,6 +281,7 @@ class CudaJpegDecoder final : public JpegBatchDecoder {
   PinnedBytes taps_staging_;
   CudaEvent taps_copied_;  // recorded after each copy out of taps_staging_
   std::unique_ptr<CudaBuffer> taps_device_;
+  DecodeTimeCounters times_;
 };
 
 // The nvJPEG handle of device `ordinal`, shared by its decoders while any

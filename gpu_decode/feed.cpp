@@ -1,5 +1,6 @@
 #include "gpu_decode/feed.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -17,9 +18,11 @@ GpuDecodeFeed::GpuDecodeFeed(std::shared_ptr<Device> device, std::shared_ptr<Def
   for (auto& d : decoders) {
     if (!d) throw std::invalid_argument("gpu decode feed: a decoder is null");
     free_lanes_.push_back(lanes_.size());
-    lanes_.push_back(Lane{std::move(d), device_->create_stream(), device_->create_event(EventKind::sync)});
+    const DecodeTimes before = d->times();
+    lanes_.push_back(Lane{std::move(d), device_->create_stream(), device_->create_event(EventKind::sync), before});
   }
   counters_ = std::make_unique<StageCounters[]>(threads);
+  started_ = Clock::now();
   try {
     for (std::size_t t = 0; t < threads; ++t) threads_.emplace_back([this, t] { thread_main(t); });
   } catch (...) {
@@ -239,7 +242,24 @@ StageStats GpuDecodeFeed::stats(double wall_s, Clock::time_point now) const {
   StageStats s{"gpu decode", threads_.size()};
   s.hint = "the GPU decode feed limits: a lower --gpu-decode share (auto balances it) moves work back to the CPU workers";
   for (std::size_t t = 0; t < threads_.size(); ++t) accumulate(s, counters_[t].read(), now);
-  s.wall_s = wall_s;
+  // Since the feed's threads started, which is before the pipeline's clock
+  // (the feed starts with the transfer stage's set-up): their waits from then
+  // on count, so their fractions take that wall.
+  s.wall_s = std::max(wall_s, double(elapsed_ns(started_, now)) * 1e-9);
+  DecodeTimes sum;
+  for (const Lane& l : lanes_) {
+    const DecodeTimes t = l.decoder->times();
+    sum.calls += t.calls - l.before.calls;
+    sum.setups += t.setups - l.before.setups;
+    sum.parse_ns += t.parse_ns - l.before.parse_ns;
+    sum.setup_ns += t.setup_ns - l.before.setup_ns;
+    sum.decode_ns += t.decode_ns - l.before.decode_ns;
+    sum.taps_ns += t.taps_ns - l.before.taps_ns;
+  }
+  s.parts = {{"parse", 1e-9 * double(sum.parse_ns), sum.calls},
+             {"setup", 1e-9 * double(sum.setup_ns), sum.setups},
+             {"decode", 1e-9 * double(sum.decode_ns), sum.calls},
+             {"taps", 1e-9 * double(sum.taps_ns), sum.calls}};
   return s;
 }
 

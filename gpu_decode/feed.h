@@ -105,6 +105,10 @@ class GpuDecodeFeed {
   // The feed's threads as a stage, "gpu decode": busy decoding, blocked
   // waiting for a free decoder (the delivery thread has not rendered enough
   // yet), starved waiting for the next batch to be completed by the workers.
+  // Its parts: the decoders' DecodeTimes since the feed started (parse,
+  // setup, decode, taps; per decode() call, setup per new batch size).
+  // `wall_s`: the pipeline's; the stage's is the longer of it and the time since the
+  // feed started.
   StageStats stats(double wall_s, Clock::time_point now) const;
 
  private:
@@ -112,6 +116,7 @@ class GpuDecodeFeed {
     std::shared_ptr<JpegBatchDecoder> decoder;
     std::unique_ptr<Stream> stream;
     std::unique_ptr<Event> decoded;
+    DecodeTimes before;  // the decoder's times when the feed started (a share's probe used it before)
   };
   void thread_main(std::size_t t);
   // Under mu_: the next job to start, advancing next_start_ past jobs without
@@ -133,6 +138,7 @@ class GpuDecodeFeed {
   bool stopping_ = false;
 
   std::unique_ptr<StageCounters[]> counters_;  // one per feed thread
+  Clock::time_point started_;                  // when the threads started: the stage's wall
   std::vector<std::thread> threads_;     // last: started once everything above exists
 };
 

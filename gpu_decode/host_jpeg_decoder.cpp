@@ -27,11 +27,14 @@ class HostJpegDecoder final : public JpegBatchDecoder {
 
   std::vector<std::string> decode(std::span<const JpegItem> items, Stream& stream) override {
     host_stream_drain(stream);  // the previous render() may still read the images
+    times_.call();
     if (images_.size() < items.size()) images_.resize(items.size());
     std::vector<std::string> refused(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
+      Clock::time_point t0 = Clock::now();
       try {
         const ImageInfo info = decoder_.open(items[i].file);
+        t0 = times_.add(DecodeTimeCounters::parse, t0);
         if (info.width != items[i].width || info.height != items[i].height) {
           throw DecodeError("the header says " + std::to_string(info.width) + "x" + std::to_string(info.height) +
                             ", the item " + std::to_string(items[i].width) + "x" + std::to_string(items[i].height));
@@ -45,12 +48,15 @@ class HostJpegDecoder final : public JpegBatchDecoder {
           std::memcpy(img.pixels.data() + std::size_t(y) * std::size_t(v.width) * 3, v.pixels + y * v.stride,
                       std::size_t(v.width) * 3);
         }
+        times_.add(DecodeTimeCounters::decode, t0);
       } catch (const std::exception& e) {
         refused[i] = e.what();
       }
     }
     return refused;
   }
+
+  DecodeTimes times() const override { return times_.read(); }
 
   void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -72,6 +78,7 @@ class HostJpegDecoder final : public JpegBatchDecoder {
   };
   ImageDecoder decoder_;  // full size only, as nvJPEG
   std::vector<Image> images_;  // grows to the largest batch; reused
+  DecodeTimeCounters times_;   // parse and decode only: the twin has no setup, and its taps are the render's
 };
 
 }  // namespace

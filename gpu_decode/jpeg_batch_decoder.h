@@ -12,6 +12,7 @@
 // to the largest batch seen and is reused after that.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -21,6 +22,7 @@
 #include "device/device.h"
 #include "image/augment.h"
 #include "image/decode.h"
+#include "pipeline/stats.h"  // Clock, elapsed_ns
 
 namespace conveyor {
 
@@ -32,6 +34,40 @@ struct JpegItem {
   int width = 0, height = 0;  // the image's, from its header
   Geometry geometry;          // a gpu_decodable() box
   std::uint8_t* dst = nullptr;  // device memory: the sample's place in its slot (set before render())
+};
+
+// What a decoder's decode() has spent on the host, summed over its calls since
+// it was made, by part: parse (checking each file's header), setup (preparing
+// for a batch of another size), decode (the decoder's own call; on CUDA
+// nvjpegDecodeBatched, which parses, stages the bitstreams and submits them),
+// taps (the render's tap tables). The GPU decode feed reports them as parts of
+// its busy time (the stats table, `--json`), which says where its threads go.
+struct DecodeTimes {
+  std::uint64_t calls = 0, setups = 0;  // decode() calls; how many of them prepared for a new batch size
+  std::uint64_t parse_ns = 0, setup_ns = 0, decode_ns = 0, taps_ns = 0;
+};
+
+// A decoder's DecodeTimes as it decodes on one thread, read from any other.
+class DecodeTimeCounters {
+ public:
+  enum Part { parse, setup, decode, taps };
+  void call() { calls_.fetch_add(1, std::memory_order_relaxed); }
+  // Adds the time since t0 to `part` (a setup also counts one), and returns
+  // now: the next part's t0.
+  Clock::time_point add(Part part, Clock::time_point t0) {
+    const Clock::time_point now = Clock::now();
+    ns_[part].fetch_add(elapsed_ns(t0, now), std::memory_order_relaxed);
+    if (part == setup) setups_.fetch_add(1, std::memory_order_relaxed);
+    return now;
+  }
+  DecodeTimes read() const {
+    const auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    return {get(calls_), get(setups_), get(ns_[parse]), get(ns_[setup]), get(ns_[decode]), get(ns_[taps])};
+  }
+
+ private:
+  std::atomic<std::uint64_t> calls_{0}, setups_{0};
+  std::atomic<std::uint64_t> ns_[4]{};
 };
 
 class JpegBatchDecoder {
@@ -47,6 +83,9 @@ class JpegBatchDecoder {
   // Renders each item whose `refused` entry is empty into its dst, on `stream`
   // after the work already there.
   virtual void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) = 0;
+  // What decode() has spent so far (DecodeTimes); thread-safe. Zeros from a
+  // decoder that keeps none.
+  virtual DecodeTimes times() const { return {}; }
 };
 
 // A decoder for `device`'s backend, whose streams it runs on, or null with

@@ -120,6 +120,17 @@ std::string PipelineStats::table() const {
                   pct(s.starved_fraction()));
     out += line;
   }
+  for (const auto& s : stages) {
+    if (s.parts.empty()) continue;
+    out += s.name + " parts:";
+    for (std::size_t i = 0; i < s.parts.size(); ++i) {
+      const StagePart& p = s.parts[i];
+      std::snprintf(line, sizeof line, "%s %s %.2f s over %llu calls (%.3f ms each)", i ? "," : "", p.name.c_str(),
+                    p.seconds, (unsigned long long)p.calls, p.calls ? 1e3 * p.seconds / double(p.calls) : 0.0);
+      out += line;
+    }
+    out += '\n';
+  }
   std::snprintf(line, sizeof line, "%-13s %8s %10s %10s\n", "queue", "capacity", "mean", "high-water");
   out += line;
   for (const auto& q : queues) {
@@ -151,6 +162,12 @@ PipelineStats PipelineStats::since(const PipelineStats& earlier) const {
     s.starved_s -= e.starved_s;
     s.consumer_wait_s -= e.consumer_wait_s;
     s.wall_s -= e.wall_s;
+    if (s.parts.size() == e.parts.size()) {
+      for (std::size_t k = 0; k < s.parts.size(); ++k) {
+        s.parts[k].seconds -= e.parts[k].seconds;
+        s.parts[k].calls -= e.parts[k].calls;
+      }
+    }
   }
   return d;
 }

@@ -182,6 +182,14 @@ struct alignas(64) StageCounters {
 // stays "transfer" though the thread is the delivery thread.
 inline constexpr std::string_view kDeliveryStage = "transfer";
 
+// A part of a helper stage's busy time, where the stage breaks it down (the
+// GPU decode feed: its decoder's calls, gpu_decode/jpeg_batch_decoder.h).
+struct StagePart {
+  std::string name;
+  double seconds = 0;       // summed over the stage's threads
+  std::uint64_t calls = 0;  // how often it ran
+};
+
 struct StageStats {
   std::string name;       // "workers", kDeliveryStage ("transfer"), "consumer", or a helper stage's
   std::size_t threads = 1;
@@ -190,6 +198,7 @@ struct StageStats {
   double consumer_wait_s = 0;  // part of blocked_s: waits for memory the consumer holds (delivery only)
   double wall_s = 0;  // the consumer's since its first next(), the others' since the start
   std::string hint;   // a helper stage's advice for the bottleneck line when it is the limit
+  std::vector<StagePart> parts;  // a helper stage's breakdown of busy_s (the table's "parts" line); mostly empty
 
   double busy_fraction() const { return fraction(busy_s); }
   double consumer_wait_fraction() const { return fraction(consumer_wait_s); }

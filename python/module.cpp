@@ -192,7 +192,9 @@ AugmentPreset pick_preset(const std::optional<std::string>& augment) {
 py::dict stats_dict(const PipelineStats& s) {
   py::dict stages, queues;
   for (const auto& st : s.stages) {
-    stages[py::str(st.name)] = py::dict("threads"_a = st.threads, "items"_a = st.items, "busy"_a = st.busy_fraction(),
+    py::dict parts;
+    for (const auto& p : st.parts) parts[py::str(p.name)] = py::dict("seconds"_a = p.seconds, "calls"_a = p.calls);
+    stages[py::str(st.name)] = py::dict("parts"_a = parts, "threads"_a = st.threads, "items"_a = st.items, "busy"_a = st.busy_fraction(),
                                         "blocked"_a = st.blocked_fraction(), "starved"_a = st.starved_fraction(),
                                         "busy_s"_a = st.busy_s, "blocked_s"_a = st.blocked_s, "starved_s"_a = st.starved_s,
                                         "consumer_wait"_a = st.consumer_wait_fraction(),

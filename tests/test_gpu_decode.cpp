@@ -337,6 +337,7 @@ class SlowDecoder final : public JpegBatchDecoder {
   void render(std::span<const JpegItem> items, const std::vector<std::string>& refused, Stream& stream) override {
     inner_->render(items, refused, stream);
   }
+  DecodeTimes times() const override { return inner_->times(); }  // the sleep is no part of the twin's
 
  private:
   std::unique_ptr<JpegBatchDecoder> inner_;
@@ -389,6 +390,21 @@ TEST_CASE("gpu decode feed: its threads are a stage, named the bottleneck when t
       REQUIRE(s.bottleneck()->name == "gpu decode");
       REQUIRE(s.bottleneck_summary().find("the GPU decode feed limits") != std::string::npos);
       REQUIRE(gpu_decode_counts(p).decoded == 48);
+      // Its busy time broken down by the decoders' own clocks: every batch's
+      // decode() counted once (2 epochs of 6 batches of 4), the twin's parse
+      // and decode timed, and the parts within the busy time.
+      const auto& parts = s.stages[1].parts;
+      REQUIRE(parts.size() == 4);
+      REQUIRE(parts[0].name == "parse");
+      REQUIRE(parts[2].name == "decode");
+      REQUIRE(parts[0].calls == 12);
+      REQUIRE(parts[2].calls == 12);
+      REQUIRE(parts[1].calls == 0);  // the twin has no setup
+      REQUIRE(parts[0].seconds > 0);
+      REQUIRE(parts[2].seconds > 0);
+      REQUIRE(parts[0].seconds + parts[2].seconds < s.stages[1].busy_s);  // the sleeps are busy time too
+      REQUIRE(s.table().find("gpu decode parts: parse ") != std::string::npos);
+      REQUIRE(s.since(s).stages[1].parts[2].calls == 0);
     }
     // Stopped after two batches, with the feed decoding ahead: stop() returns and the pipeline goes.
     DevicePipeline p(c, d.size(), src.filler(), tc, device);

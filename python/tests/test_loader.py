@@ -286,6 +286,10 @@ def test_gpu_decode_share_on_the_host_twin_gives_the_same_bytes_for_1_and_4_work
     half, one = batches(1, 0.5)
     assert half.gpu_share == 0.5
     assert half.gpu_decode_note.startswith("gpu decode: share 0.5 on host twin")
+    feed = half.stats()["stages"]["gpu decode"]  # its busy time by the decoders' parts
+    assert list(feed["parts"]) == ["parse", "setup", "decode", "taps"]
+    assert feed["parts"]["decode"]["calls"] > 0 and 0 < feed["parts"]["decode"]["seconds"] <= feed["busy_s"]
+    assert half.stats()["stages"]["workers"]["parts"] == {}
     _, four = batches(4, 0.5)
     assert one == four
     assert one != plain  # some samples took the GPU path's full decode + resize
