@@ -1,7 +1,9 @@
 #include "gpu_decode/share.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <stdexcept>
 #include <cstdio>
@@ -23,12 +25,6 @@ double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu
   return cpu > 0 ? gpu / (gpu + cpu) : 1;
 }
 
-std::string GpuShare::describe(std::size_t workers) const {
-  char line[200];
-  std::snprintf(line, sizeof line, "share %.2f: CPU %.0f samples/s per worker x %zu, GPU %.0f samples/s (%zu samples)",
-                share, cpu_per_worker, workers, gpu, samples);
-  return line;
-}
 
 std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores) {
   if (cores < 4 || workers + 2 <= cores) return {};
@@ -51,10 +47,6 @@ std::vector<std::shared_ptr<JpegBatchDecoder>> make_decoders(Device& device, con
   return decoders;
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 }  // namespace
 
 GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& probe, Device& device, std::size_t workers,
@@ -121,56 +113,117 @@ std::vector<DeferredDecode> pick_decodable(ImageSource& source, std::size_t samp
   return files;
 }
 
-// Samples/s of `decoders` decoding and rendering `files` all at once, each on
-// its own thread and stream, as the feed's threads run them: the median of
-// three rounds after one that grows their memory. Files a decoder refuses count
-// as none (a run decodes them on the CPU).
-double gpu_rate(const std::vector<DeferredDecode>& files, std::size_t sample_bytes,
-                std::span<const std::shared_ptr<JpegBatchDecoder>> decoders, Device& device) {
+// The GPU side's lanes: each decoder with its own stream and output slots,
+// decoding and rendering `files` as one batch per round, as the feed's threads
+// run them (one thread per decoder).
+struct GpuLanes {
   struct Lane {
     std::unique_ptr<Buffer> slots;
     std::unique_ptr<Stream> stream;
     std::vector<JpegItem> items;
-    std::size_t accepted = 0;
-    std::exception_ptr error;
   };
-  std::vector<Lane> lanes(decoders.size());
-  for (Lane& l : lanes) {
-    l.slots = device.allocate(sample_bytes * files.size());
-    l.stream = device.create_stream();
-    for (std::size_t k = 0; k < files.size(); ++k) {
-      l.items.push_back(JpegItem{files[k].file, files[k].width, files[k].height, files[k].geometry,
-                                 static_cast<std::uint8_t*>(l.slots->data()) + k * sample_bytes});
+  std::vector<Lane> lanes;
+  std::span<const std::shared_ptr<JpegBatchDecoder>> decoders;
+  Device& device;
+
+  GpuLanes(const std::vector<DeferredDecode>& files, std::size_t sample_bytes,
+           std::span<const std::shared_ptr<JpegBatchDecoder>> d, Device& dev)
+      : lanes(d.size()), decoders(d), device(dev) {
+    for (Lane& l : lanes) {
+      l.slots = device.allocate(sample_bytes * files.size());
+      l.stream = device.create_stream();
+      for (std::size_t k = 0; k < files.size(); ++k) {
+        l.items.push_back(JpegItem{files[k].file, files[k].width, files[k].height, files[k].geometry,
+                                   static_cast<std::uint8_t*>(l.slots->data()) + k * sample_bytes});
+      }
     }
   }
-  const auto round = [&] {  // seconds for every lane's batch, and how many samples they took
-    std::vector<std::thread> threads;
-    const auto t0 = Clock::now();
-    for (std::size_t k = 0; k < lanes.size(); ++k) {
-      threads.emplace_back([&, k] {
-        Lane& l = lanes[k];
-        try {
-          const std::vector<std::string> refused = decoders[k]->decode(l.items, *l.stream);
-          decoders[k]->render(l.items, refused, *l.stream);
-          device.synchronize(*l.stream);
-          l.accepted = std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
-        } catch (...) {
-          l.error = std::current_exception();
-        }
-      });
+  // Lane k's round: the samples its decoder took (files it refuses count as
+  // none: a run decodes them on the CPU).
+  std::size_t round(std::size_t k) {
+    Lane& l = lanes[k];
+    const std::vector<std::string> refused = decoders[k]->decode(l.items, *l.stream);
+    decoders[k]->render(l.items, refused, *l.stream);
+    device.synchronize(*l.stream);
+    return std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
+  }
+};
+
+// Runs body(k, stop) on `n` threads until each returns; the first error is rethrown.
+template <class Body>
+void on_threads(std::size_t n, Body body) {
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (std::size_t k = 0; k < n; ++k) {
+    threads.emplace_back([&, k] {
+      try {
+        body(k);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+double seconds(Clock::time_point t0, Clock::time_point t1) { return std::chrono::duration<double>(t1 - t0).count(); }
+
+// The GPU side alone, every lane at once, until its rate settles: the device's
+// decoders run slower for their first second or so (docs/benchmarks.md, "GPU
+// decode hybrid"), and a rate measured then set the share 0.58 in one run and
+// 0.71 in the next. Settled: two successive windows of kWindow within 5% of
+// each other, after kWarmupMin; at most kWarmupMax. Returns the seconds spent.
+constexpr double kWindow = 0.2, kWarmupMin = 0.5, kWarmupMax = 2.0;
+constexpr double kMeasure = 0.5;  // then both sides at once, for this long
+double warm_up(GpuLanes& gpu) {
+  const auto t0 = Clock::now();
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> done{0};
+  double settled_at = 0;
+  std::exception_ptr error;
+  std::thread watch([&] {
+    std::vector<double> rates;  // per window
+    std::size_t last = 0;
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kWindow));
+      const std::size_t now = done.load();
+      rates.push_back(double(now - last) / kWindow);
+      last = now;
+      const double t = seconds(t0, Clock::now());
+      const std::size_t w = rates.size();
+      const bool settled = w >= 2 && std::abs(rates[w - 1] - rates[w - 2]) <= 0.05 * std::max(rates[w - 1], rates[w - 2]);
+      if ((settled && t >= kWarmupMin) || t >= kWarmupMax || stop.load()) {
+        settled_at = t;
+        stop = true;
+        return;
+      }
     }
-    for (auto& t : threads) t.join();
-    std::size_t accepted = 0;
-    for (const Lane& l : lanes) {
-      if (l.error) std::rethrow_exception(l.error);
-      accepted += l.accepted;
-    }
-    return double(accepted) / std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  (void)round();  // grows the decoders' memory
-  return median_of({round(), round(), round()});
+  });
+  try {
+    on_threads(gpu.lanes.size(), [&](std::size_t k) {
+      while (!stop.load()) done += gpu.round(k);
+    });
+  } catch (...) {
+    error = std::current_exception();
+  }
+  stop = true;
+  watch.join();
+  if (error) std::rethrow_exception(error);
+  return settled_at;
 }
 }  // namespace
+
+std::string GpuShare::describe(std::size_t workers) const {
+  char line[300];
+  std::snprintf(line, sizeof line,
+                "share %.2f: CPU %.0f samples/s per worker x %zu, GPU %.0f samples/s (%zu samples; both sides at once "
+                "for %.1f s, after %.1f s of the GPU's warm-up)",
+                share, cpu_per_worker, workers, gpu, samples, measured_s, warmup_s);
+  return line;
+}
 
 GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<JpegBatchDecoder>> decoders,
                            Device& device, std::size_t workers, std::size_t samples) {
@@ -180,20 +233,64 @@ GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<
   GpuShare m;
   m.samples = picked.size();
   if (picked.empty()) return m;
-  // The CPU path, three rounds: one round's rate varied by a third between
-  // identical runs (the first reads the files cold, and a core's clock moves).
+  // Each picked file's CPU render once, on this thread, before anything is
+  // timed: a file that cannot be decoded throws here, naming it, and the first
+  // reads of the files are not timed.
   std::vector<unsigned char> out(source.sample_bytes());
-  std::vector<double> cpu_rates;
-  for (int round = 0; round < 3; ++round) {
-    const auto t0 = Clock::now();
-    for (const std::size_t i : picked) {  // their headers parsed; a bad body throws, naming the file
-      Rng rng(0, 0, i);
-      source.render_sample(i, rng, out, 0);
-    }
-    cpu_rates.push_back(double(picked.size()) / std::chrono::duration<double>(Clock::now() - t0).count());
+  for (const std::size_t i : picked) {
+    Rng rng(0, 0, i);
+    source.render_sample(i, rng, out, 0);
   }
-  m.cpu_per_worker = median_of(cpu_rates);
-  m.gpu = gpu_rate(files, source.sample_bytes(), decoders, device);  // 0 when it took none: share 0 below
+  GpuLanes gpu(files, source.sample_bytes(), decoders, device);
+  m.warmup_s = warm_up(gpu);
+  // Then both sides at once, as a run has them: the CPU workers (as many as
+  // the run's, up to the source's slots) rendering the picked samples over and
+  // over, and every GPU lane decoding them; each side's rate from what it
+  // completed. The workers' cores are the feed's too, so each side's rate is
+  // the one it has beside the other.
+  const std::size_t cpu_threads = std::max<std::size_t>(1, std::min(workers, source.worker_slots()));
+  struct Count {
+    std::size_t samples = 0;
+    Clock::time_point last;
+  };
+  std::vector<Count> cpu(cpu_threads), lanes(gpu.lanes.size());
+  std::atomic<bool> stop{false};
+  const auto t0 = Clock::now();
+  std::thread timer([&] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kMeasure));
+    stop = true;
+  });
+  std::exception_ptr error;
+  try {
+    on_threads(cpu_threads + gpu.lanes.size(), [&](std::size_t k) {
+      if (k < cpu_threads) {
+        std::vector<unsigned char> sample(source.sample_bytes());
+        for (std::size_t j = 0; !stop.load(); j = (j + 1) % picked.size()) {
+          Rng rng(0, 0, picked[j]);
+          source.render_sample(picked[j], rng, sample, k);
+          ++cpu[k].samples;
+          cpu[k].last = Clock::now();
+        }
+      } else {
+        Count& c = lanes[k - cpu_threads];
+        while (!stop.load()) {
+          c.samples += gpu.round(k - cpu_threads);
+          c.last = Clock::now();
+        }
+      }
+    });
+  } catch (...) {
+    error = std::current_exception();
+  }
+  stop = true;
+  timer.join();
+  if (error) std::rethrow_exception(error);
+  const auto rate = [&](const Count& c) { return c.samples ? double(c.samples) / seconds(t0, c.last) : 0.0; };
+  double cpu_rate = 0;
+  for (const Count& c : cpu) cpu_rate += rate(c);
+  for (const Count& c : lanes) m.gpu += rate(c);  // 0 when it took none: share 0 below
+  m.cpu_per_worker = cpu_rate / double(cpu_threads);
+  m.measured_s = seconds(t0, Clock::now());
   m.share = balanced_gpu_share(m.cpu_per_worker, workers, m.gpu);
   return m;
 }

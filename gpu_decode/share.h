@@ -1,5 +1,6 @@
 // The share of samples to decode on the GPU (`--gpu-decode auto`),
-// from both sides' rates measured at the start of a run and kept for the run.
+// from both sides' rates measured at the start of a run, at the same time
+// after the GPU's warm-up, and kept for the run.
 //
 // The CPU workers decode (1 - s) of the samples at workers x cpu_per_worker
 // samples/s, the GPU decoder s of them at gpu samples/s; both finish together
@@ -31,7 +32,10 @@ struct GpuShare {
                               // refuses count as none (a run decodes them on the CPU); 0 if it took none
   double share = 0;           // gpu / (gpu + workers x cpu_per_worker)
   std::size_t samples = 0;    // decodable samples measured on each side
-  // One line: "share 0.42: CPU 812 samples/s per worker x 16, GPU 9400 samples/s (64 samples)".
+  double warmup_s = 0;        // the GPU side's warm-up before the measure
+  double measured_s = 0;      // how long both sides ran together
+  // One line: "share 0.42: CPU 812 samples/s per worker x 16, GPU 9400
+  // samples/s (64 samples; both sides at once for 0.5 s, after 1.2 s of the GPU's warm-up)".
   std::string describe(std::size_t workers) const;
 };
 
@@ -80,11 +84,14 @@ double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu
 std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
 
 // Times the first `samples` GPU-decodable samples of the source's dataset
-// (epoch 0's random streams) through the source's CPU path on worker slot 0
-// (three rounds, the median), and through every decoder of `decoders` at once,
-// each on its own thread and stream of `device`, as the feed runs them (three
-// rounds, the median; a round before them grows the decoders' memory). Run it
-// before the pipeline starts.
+// (epoch 0's random streams). First every decoder of `decoders` decodes and
+// renders them, each on its own thread and stream of `device` as the feed runs
+// them, until its rate settles (two 0.2 s windows within 5% of each other,
+// after 0.5 s; 2 s at most): the device's decoders run slower for their first
+// second. Then both sides at once for 0.5 s, as a run has them: the CPU path
+// on min(workers, source.worker_slots()) threads (one worker slot each) and
+// the decoders as before; each side's rate is what it completed. Run it
+// before the pipeline starts; it takes 1-2.5 s.
 // Files that cannot be read or parsed are left out (the run reports them by
 // its error policy). Returns share 0 with samples 0 when the dataset has no
 // decodable sample among its first 4 x samples, and share 0 when the decoder

@@ -131,6 +131,8 @@ class ImageSource {
   const SampleReader& reader() const { return reader_; }
   const Augment& augment() const { return augment_; }
   const ImageConfig& config() const { return config_; }
+  // The worker slots it was built for (render_sample's `worker` is below it).
+  std::size_t worker_slots() const { return workers_.size(); }
   // The samples left to the GPU path (ImageConfig::gpu_share), shared with the
   // transfer stage; an empty store when gpu_share is 0.
   const std::shared_ptr<DeferredDecodes>& deferred_decodes() const { return deferred_; }
