@@ -10,10 +10,13 @@
 //                 on the host backend's twins (normalize, RandomErasing, MixUp, CutMix)
 //   full-decode LIST --threads N   full-size decode alone with N threads, the files
 //                 read from disk each epoch: the reference row of apps/peers/compare.py
+//   gpu-decode LIST --device cuda --threads 1,2,4   the device's JPEG decoder alone
+//                 (nvJPEG), T threads of two decoders each: the GPU decode feed's limit
 //
 // Files are read once into memory for `scales`, `decode` and `resize`, so disk
 // speed does not enter; `pipeline` reads them as the library does (page cache).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +40,9 @@
 #include "device/kernels/mix.h"
 #include "device/kernels/normalize.h"
 #include "data/files/list_file.h"
+#include "gpu_decode/jpeg_batch_decoder.h"
+#include "image/gpu_decode_plan.h"
+#include "pipeline/rng.h"
 
 using namespace conveyor;
 
@@ -271,6 +277,105 @@ void cmd_full_decode(const std::string& list, std::size_t threads, int epochs) {
   }
 }
 
+// The device's JPEG decoder alone (create_jpeg_decoder: nvJPEG on CUDA, the
+// host twin on the host backend), the limit the GPU decode feed's threads can
+// reach whatever the pipeline around them: every file of the list read once
+// into memory with a RandomResizedCrop(224) + flip box, then, for each count T
+// of `thread_counts`, T threads, each with two decoders and streams as a feed
+// thread has, decode() batches of `batch` files in turn (no render; a decoder
+// waits for its previous batch to complete before it takes the next), for
+// `seconds` after 1 s of warm-up. One line per T: images/s, and the decoders'
+// DecodeTimes per batch (where the threads' time goes).
+void cmd_gpu_decode(const std::string& list, BackendChoice backend, const std::vector<std::size_t>& thread_counts,
+                    std::size_t batch, double seconds) {
+  const Dataset ds = dataset_from_list(list);
+  DeviceConfig dc;
+  dc.backend = backend;
+  const std::shared_ptr<Device> device = open_device(dc);
+  const Augment augment({RandomResizedCrop{{224, 224}}, RandomHorizontalFlip{}});
+  struct GpuFile {
+    std::vector<unsigned char> bytes;
+    int width = 0, height = 0;
+    Geometry geometry;
+  };
+  std::vector<GpuFile> files;
+  ImageDecoder header;
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    GpuFile f;
+    read_file(ds.path(i), DecodeLimits{}.max_file_bytes, f.bytes);
+    const ImageInfo info = header.open(f.bytes);
+    Rng rng(0, 0, i);
+    f.geometry = augment.plan(info.width, info.height, rng);
+    if (!gpu_decodable(info, f.geometry)) continue;  // the feed never sees it
+    f.width = info.width;
+    f.height = info.height;
+    files.push_back(std::move(f));
+  }
+  if (files.empty()) throw std::runtime_error(list + ": no file the GPU decode path takes");
+  std::printf("gpu-decode: %zu of %zu files the GPU path takes, batch %zu, %s\n", files.size(), ds.size(), batch,
+              device->describe().c_str());
+  for (const std::size_t threads : thread_counts) {
+    struct Lane {
+      std::unique_ptr<JpegBatchDecoder> decoder;
+      std::unique_ptr<Stream> stream;
+    };
+    std::vector<Lane> lanes(2 * threads);
+    for (Lane& l : lanes) {
+      std::string why;
+      l.decoder = create_jpeg_decoder(*device, DecodeLimits{}, why);
+      if (!l.decoder) throw std::runtime_error("no JPEG decoder: " + why);
+      l.stream = device->create_stream();
+    }
+    std::atomic<int> phase{0};  // 0 warm-up, 1 measured, 2 stop
+    std::vector<std::size_t> decoded(threads, 0);
+    std::vector<DecodeTimes> at_start(lanes.size());
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        std::vector<JpegItem> items;
+        std::size_t next = t * batch;
+        for (std::size_t k = 0; phase.load() < 2; ++k) {
+          Lane& l = lanes[2 * t + k % 2];
+          device->synchronize(*l.stream);  // its previous batch is done
+          items.clear();
+          for (std::size_t j = 0; j < batch; ++j, ++next) {
+            const GpuFile& f = files[next % files.size()];
+            items.push_back(JpegItem{f.bytes, f.width, f.height, f.geometry, nullptr});
+          }
+          (void)l.decoder->decode(items, *l.stream);
+          if (phase.load() == 1) decoded[t] += batch;
+        }
+        for (std::size_t k = 0; k < 2; ++k) device->synchronize(*lanes[2 * t + k].stream);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    for (std::size_t k = 0; k < lanes.size(); ++k) at_start[k] = lanes[k].decoder->times();
+    const auto t0 = Clock::now();
+    phase = 1;
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    phase = 2;
+    for (auto& th : pool) th.join();
+    const double took = seconds_since(t0);
+    std::size_t n = 0;
+    for (const std::size_t d : decoded) n += d;
+    DecodeTimes sum;
+    for (std::size_t k = 0; k < lanes.size(); ++k) {
+      const DecodeTimes now = lanes[k].decoder->times();
+      sum.calls += now.calls - at_start[k].calls;
+      sum.setups += now.setups - at_start[k].setups;
+      sum.parse_ns += now.parse_ns - at_start[k].parse_ns;
+      sum.decode_ns += now.decode_ns - at_start[k].decode_ns;
+      sum.taps_ns += now.taps_ns - at_start[k].taps_ns;
+    }
+    const double per = sum.calls ? 1e-6 / double(sum.calls) : 0;  // ns summed -> ms per batch
+    std::printf("gpu-decode: %zu threads x 2 decoders: %.0f images/s; per batch of %zu, ms: parse %.3f, decode %.3f, "
+                "taps %.3f (%llu setups)\n",
+                threads, double(n) / took, batch, double(sum.parse_ns) * per, double(sum.decode_ns) * per,
+                double(sum.taps_ns) * per, (unsigned long long)sum.setups);
+    std::fflush(stdout);
+  }
+}
+
 // Each colour op on the photos' RandomResizedCrop(224) outputs: microseconds
 // per image (the median of `runs` passes over every photo), one thread. The
 // outputs are rendered once; each pass first copies them back, untimed, since
@@ -471,10 +576,26 @@ int main(int argc, char** argv) {
   full->add_option("list", list, "list file: `path label` per line")->required();
   full->add_option("--threads", threads, "decode threads")->check(CLI::Range(1, 1024));
   full->add_option("--epochs", epochs, "epochs (the first is a warm-up for compare.py)");
+  auto* gpu = app.add_subcommand("gpu-decode", "the device's JPEG decoder alone (nvJPEG on cuda), T threads: its limit");
+  std::string backend = "auto";
+  std::vector<std::size_t> gpu_threads{1, 2, 4};
+  std::size_t batch = 64;
+  double seconds = 3;
+  gpu->add_option("list", list, "list file: `path label` per line")->required();
+  gpu->add_option("--device", backend, "auto | cuda | host")->check(CLI::IsMember({"auto", "cuda", "host"}));
+  gpu->add_option("--threads", gpu_threads, "thread counts to run, two decoders each")->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  gpu->add_option("--batch", batch, "files per decode() call")->check(CLI::Range(1, 4096));
+  gpu->add_option("--seconds", seconds, "measured seconds per thread count, after 1 s of warm-up")
+      ->check(CLI::Range(0.1, 600.0));
   CLI11_PARSE(app, argc, argv);
   try {
     if (*full) {
       cmd_full_decode(list, threads, epochs);
+      return 0;
+    }
+    if (*gpu) {
+      cmd_gpu_decode(list, *parse_backend(backend), gpu_threads, batch, seconds);
       return 0;
     }
     const auto files = load(dir);
