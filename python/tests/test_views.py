@@ -89,6 +89,24 @@ def test_normalize_makes_each_view_a_dense_tensor_of_the_uint8_views_normalized(
         loader.close()
 
 
+def test_on_a_gpu_each_view_has_the_host_backends_bits_uint8_or_normalized(folder):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU this torch can use: the CUDA path is checked on a GPU machine (./go gpu)")
+    import conveyor.torch as ct
+    for extra in ({}, {"normalize": "float16"}, {"normalize": "float32"}):
+        kw = dict(folder=str(folder), batch_size=7, workers=2, epochs=1, seed=3, views=DINO, **extra)
+        cpu = [([v.clone() for v in views], labels.clone()) for views, labels in ct.Loader(device="cpu", **kw)]
+        gpu = []
+        for views, labels in ct.Loader(device="cuda", **kw):
+            assert all(v.is_cuda for v in views) and labels.is_cuda
+            gpu.append(([v.cpu() for v in views], labels.cpu()))
+        assert len(gpu) == len(cpu) == 5, extra
+        for (gv, gl), (cv, cl) in zip(gpu, cpu):
+            assert torch.equal(gl, cl) and [v.shape for v in gv] == [v.shape for v in cv], extra
+            assert all(torch.equal(g, c) for g, c in zip(gv, cv)), extra  # the strided kernel's bits are the twin's
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(views=DINO, transforms=[T.RandomResizedCrop(32)]), ValueError, r"views=: not with arrays=, crop=, augment= or transforms="),
     (dict(views=DINO, crop=32), ValueError, r"views=: not with"),
