@@ -83,8 +83,9 @@ double balanced_gpu_share(double cpu_per_worker, std::size_t workers, double gpu
 // hybrid ran 1.93x the CPU alone with 14 workers, 1.71x with 16. Empty otherwise.
 std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
 
-// Times the first `samples` GPU-decodable samples of the source's dataset
-// (epoch 0's random streams). First every decoder of `decoders` decodes and
+// Times `samples` GPU-decodable samples spread over the source's dataset
+// (epoch 0's random streams; evenly spaced indices, others standing in for
+// files that cannot be taken). First every decoder of `decoders` decodes and
 // renders them, each on its own thread and stream of `device` as the feed runs
 // them, until its rate settles (two 0.2 s windows within 5% of each other,
 // after 0.5 s; 2 s at most): the device's decoders run slower for their first
@@ -94,7 +95,7 @@ std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
 // before the pipeline starts; it takes 1-2.5 s.
 // Files that cannot be read or parsed are left out (the run reports them by
 // its error policy). Returns share 0 with samples 0 when the dataset has no
-// decodable sample among its first 4 x samples, and share 0 when the decoder
+// decodable sample among 4 x samples evenly spaced ones, and share 0 when the decoder
 // refuses every picked file. Throws what decoding a picked
 // file throws ("<file>: <reason>") and what the device throws.
 GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<JpegBatchDecoder>> decoders,
