@@ -35,7 +35,7 @@ struct GpuShare {
   double warmup_s = 0;        // the GPU side's warm-up before the measure
   double measured_s = 0;      // how long both sides ran together
   // One line: "share 0.42: CPU 812 samples/s per worker x 16, GPU 9400
-  // samples/s (64 samples; both sides at once for 0.5 s, after 1.2 s of the GPU's warm-up)".
+  // samples/s (64 samples; both sides at once for 1.0 s, after 1.6 s of the GPU's warm-up)".
   std::string describe(std::size_t workers) const;
 };
 
@@ -88,11 +88,11 @@ std::string gpu_decode_core_hint(std::size_t workers, std::size_t cores);
 // files that cannot be taken). First every decoder of `decoders` decodes and
 // renders them, each on its own thread and stream of `device` as the feed runs
 // them, until its rate settles (two 0.2 s windows within 5% of each other,
-// after 0.5 s; 2 s at most): the device's decoders run slower for their first
-// second. Then both sides at once for 0.5 s, as a run has them: the CPU path
+// after 1.5 s; 3 s at most): the device's decoders run slower for their first
+// second. Then both sides at once for 1 s, as a run has them: the CPU path
 // on min(workers, source.worker_slots()) threads (one worker slot each) and
 // the decoders as before; each side's rate is what it completed. Run it
-// before the pipeline starts; it takes 1-2.5 s.
+// before the pipeline starts; it takes 2.5-4 s.
 // Files that cannot be read or parsed are left out (the run reports them by
 // its error policy). Returns share 0 with samples 0 when the dataset has no
 // decodable sample among 4 x samples evenly spaced ones, and share 0 when the decoder
