@@ -347,6 +347,8 @@ PY
     : >"$list"
     photos=$(cd "$photos" && pwd)  # the list's relative paths would be read against $out
     for _ in $(seq 10); do for p in "$photos"/*; do echo "$p 0" >>"$list"; done; done
+    # The decoder alone, the limit the feed can reach: T threads of two decoders each.
+    step decode-limit "$b/apps/conveyor-bench-images" gpu-decode "$list" --device cuda --threads 1,2,4 --seconds 2
     for round in 1 2; do
       step "decode-cpu-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode off
       step "decode-hybrid-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode auto
@@ -372,7 +374,7 @@ PY
       if [ -f "$out/pipeline-step-5ms.log" ]; then grep -m1 -o "bottleneck: .*" "$out/pipeline-step-5ms.log" || true; fi
     fi
     if want decode; then
-      for f in "$out"/decode-*.log; do if [ -f "$f" ]; then grep -H -E "^(bench|gpu decode|nvjpeg_loop):" "$f" || true; fi; done
+      for f in "$out"/decode-*.log; do if [ -f "$f" ]; then grep -H -E "^(bench|gpu decode|gpu-decode|nvjpeg_loop):" "$f" || true; fi; done
       if [ -f "$out/peers-cuda.md" ]; then cat "$out/peers-cuda.md"; fi
     fi; } >"$summary.tmp"
   mv "$summary.tmp" "$summary"
