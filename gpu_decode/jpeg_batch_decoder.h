@@ -37,10 +37,11 @@ struct JpegItem {
 };
 
 // What a decoder's decode() has spent on the host, summed over its calls since
-// it was made, by part: parse (checking each file's header), setup (preparing
-// for a batch of another size), decode (the decoder's own call; on CUDA
-// nvjpegDecodeBatched, which parses, stages the bitstreams and submits them),
-// taps (the render's tap tables). The GPU decode feed reports them as parts of
+// it was made, by part: parse (checking each file's header; growing the
+// decoder's memory when a batch needs more), setup (preparing for a batch of
+// another size), decode (the decoder's own call; on CUDA nvjpegDecodeBatched,
+// which parses, stages the bitstreams and submits them), taps (the render's
+// tap tables). The GPU decode feed reports them as parts of
 // its busy time (the stats table, `--json`), which says where its threads go.
 struct DecodeTimes {
   std::uint64_t calls = 0, setups = 0;  // decode() calls; how many of them prepared for a new batch size

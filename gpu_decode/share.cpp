@@ -159,7 +159,7 @@ struct GpuLanes {
   }
 };
 
-// Runs body(k, stop) on `n` threads until each returns; the first error is rethrown.
+// Runs body(k) for k in [0, n), each on a thread of its own, until each returns; the first error is rethrown.
 template <class Body>
 void on_threads(std::size_t n, Body body) {
   std::vector<std::exception_ptr> errors(n);
@@ -183,10 +183,10 @@ double seconds(Clock::time_point t0, Clock::time_point t1) { return std::chrono:
 
 // The GPU side alone, every lane at once, until its rate settles: the device's
 // decoders run slower for their first second or so (docs/benchmarks.md, "GPU
-// decode hybrid"). On an H200 a probe that settled after 0.6 s still measured
-// 16.6-20.5 k images/s between identical runs, and shares from 0.66 to 0.73.
-// Settled: two successive windows of kWindow within 5% of each other, after
-// kWarmupMin; at most kWarmupMax. Returns the seconds spent.
+// decode hybrid"; settled after 0.5 s, the rate an H200 gave still varied by
+// a fifth between identical runs). Settled: two successive windows of kWindow
+// within 5% of each other, after kWarmupMin; at most kWarmupMax. Returns the
+// seconds spent.
 constexpr double kWindow = 0.2, kWarmupMin = 1.5, kWarmupMax = 3.0;
 constexpr double kMeasure = 1.0;  // then both sides at once, for this long
 double warm_up(GpuLanes& gpu) {
