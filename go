@@ -347,8 +347,12 @@ PY
     : >"$list"
     photos=$(cd "$photos" && pwd)  # the list's relative paths would be read against $out
     for _ in $(seq 10); do for p in "$photos"/*; do echo "$p 0" >>"$list"; done; done
-    # The decoder alone, the limit the feed can reach: T threads of two decoders each.
+    # The decoder alone, the limit the feed can reach: T threads of two decoders each, with
+    # nvidia-smi's utilisation samples beside it (its jpg column: are the JPEG engines full?).
+    nvidia-smi dmon -s u -d 1 -c 12 >"$out/decode-limit-dmon.log" 2>&1 &
+    local dmon=$!
     step decode-limit "$b/apps/conveyor-bench-images" gpu-decode "$list" --device cuda --threads 1,2,4 --seconds 2
+    wait "$dmon" 2>/dev/null || true
     for round in 1 2; do
       step "decode-cpu-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode off
       step "decode-hybrid-$round" "$b/apps/conveyor" bench --list "$list" --workers "$w" --normalize float16 --epochs 3 --gpu-decode auto
@@ -375,6 +379,7 @@ PY
     fi
     if want decode; then
       for f in "$out"/decode-*.log; do if [ -f "$f" ]; then grep -H -E "^(bench|gpu decode|gpu-decode|nvjpeg_loop):" "$f" || true; fi; done
+      if [ -f "$out/decode-limit-dmon.log" ]; then cat "$out/decode-limit-dmon.log"; fi
       if [ -f "$out/peers-cuda.md" ]; then cat "$out/peers-cuda.md"; fi
     fi; } >"$summary.tmp"
   mv "$summary.tmp" "$summary"
