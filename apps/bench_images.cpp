@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -284,8 +285,9 @@ void cmd_full_decode(const std::string& list, std::size_t threads, int epochs) {
 // of `thread_counts`, T threads, each with two decoders and streams as a feed
 // thread has, decode() batches of `batch` files in turn (no render; a decoder
 // waits for its previous batch to complete before it takes the next), for
-// `seconds` after 1 s of warm-up. One line per T: images/s, and the decoders'
-// DecodeTimes per batch (where the threads' time goes).
+// `seconds` after 1 s of warm-up. One line per T: images/s (the files the
+// decoders took; refused ones do not count), and the decoders' DecodeTimes
+// per batch (where the threads' time goes).
 void cmd_gpu_decode(const std::string& list, BackendChoice backend, const std::vector<std::size_t>& thread_counts,
                     std::size_t batch, double seconds) {
   const Dataset ds = dataset_from_list(list);
@@ -327,34 +329,46 @@ void cmd_gpu_decode(const std::string& list, BackendChoice backend, const std::v
       l.stream = device->create_stream();
     }
     std::atomic<int> phase{0};  // 0 warm-up, 1 measured, 2 stop
-    std::vector<std::size_t> decoded(threads, 0);
+    std::vector<std::size_t> decoded(threads, 0);  // the files each thread's decoders took, measured
+    std::vector<std::exception_ptr> errors(threads);
     std::vector<DecodeTimes> at_start(lanes.size());
     std::vector<std::thread> pool;
     for (std::size_t t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
-        std::vector<JpegItem> items;
-        std::size_t next = t * batch;
-        for (std::size_t k = 0; phase.load() < 2; ++k) {
-          Lane& l = lanes[2 * t + k % 2];
-          device->synchronize(*l.stream);  // its previous batch is done
-          items.clear();
-          for (std::size_t j = 0; j < batch; ++j, ++next) {
-            const GpuFile& f = files[next % files.size()];
-            items.push_back(JpegItem{f.bytes, f.width, f.height, f.geometry, nullptr});
+        try {
+          std::vector<JpegItem> items;
+          std::size_t next = t * batch;
+          for (std::size_t k = 0; phase.load() < 2; ++k) {
+            Lane& l = lanes[2 * t + k % 2];
+            device->synchronize(*l.stream);  // its previous batch is done
+            items.clear();
+            for (std::size_t j = 0; j < batch; ++j, ++next) {
+              const GpuFile& f = files[next % files.size()];
+              items.push_back(JpegItem{f.bytes, f.width, f.height, f.geometry, nullptr});
+            }
+            const std::vector<std::string> refused = l.decoder->decode(items, *l.stream);
+            if (phase.load() == 1) {
+              decoded[t] += std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
+            }
           }
-          (void)l.decoder->decode(items, *l.stream);
-          if (phase.load() == 1) decoded[t] += batch;
+          for (std::size_t k = 0; k < 2; ++k) device->synchronize(*lanes[2 * t + k].stream);
+        } catch (...) {
+          errors[t] = std::current_exception();
+          phase = 2;  // the other threads stop too
         }
-        for (std::size_t k = 0; k < 2; ++k) device->synchronize(*lanes[2 * t + k].stream);
       });
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
     for (std::size_t k = 0; k < lanes.size(); ++k) at_start[k] = lanes[k].decoder->times();
     const auto t0 = Clock::now();
-    phase = 1;
+    int warm = 0;
+    phase.compare_exchange_strong(warm, 1);  // unless an error stopped them
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     phase = 2;
     for (auto& th : pool) th.join();
+    for (const auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
     const double took = seconds_since(t0);
     std::size_t n = 0;
     for (const std::size_t d : decoded) n += d;
@@ -364,14 +378,15 @@ void cmd_gpu_decode(const std::string& list, BackendChoice backend, const std::v
       sum.calls += now.calls - at_start[k].calls;
       sum.setups += now.setups - at_start[k].setups;
       sum.parse_ns += now.parse_ns - at_start[k].parse_ns;
+      sum.setup_ns += now.setup_ns - at_start[k].setup_ns;
       sum.decode_ns += now.decode_ns - at_start[k].decode_ns;
       sum.taps_ns += now.taps_ns - at_start[k].taps_ns;
     }
     const double per = sum.calls ? 1e-6 / double(sum.calls) : 0;  // ns summed -> ms per batch
-    std::printf("gpu-decode: %zu threads x 2 decoders: %.0f images/s; per batch of %zu, ms: parse %.3f, decode %.3f, "
-                "taps %.3f (%llu setups)\n",
-                threads, double(n) / took, batch, double(sum.parse_ns) * per, double(sum.decode_ns) * per,
-                double(sum.taps_ns) * per, (unsigned long long)sum.setups);
+    std::printf("gpu-decode: %zu threads x 2 decoders: %.0f images/s; per batch of %zu, ms: parse %.3f, setup %.3f "
+                "(%llu setups), decode %.3f, taps %.3f\n",
+                threads, double(n) / took, batch, double(sum.parse_ns) * per, double(sum.setup_ns) * per,
+                (unsigned long long)sum.setups, double(sum.decode_ns) * per, double(sum.taps_ns) * per);
     std::fflush(stdout);
   }
 }

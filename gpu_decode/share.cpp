@@ -79,7 +79,12 @@ GpuDecodeChoice choose_gpu_decode(std::optional<double> wanted, ImageSource& pro
   std::vector<std::shared_ptr<JpegBatchDecoder>> measured;
   for (std::size_t t = 0; t < threads; ++t) measured.push_back(decoders[t]);
   const GpuShare m = measure_gpu_share(probe, measured, device, workers);
-  if (m.share == 0) return {0, {}, 0, "gpu decode: off (auto: none of the first samples is a JPEG the GPU takes)"};
+  if (m.share == 0) {
+    return {0, {}, 0,
+            m.samples == 0 ? std::string("gpu decode: off (auto: no sample spread over the dataset is a JPEG the GPU path takes)")
+                           : "gpu decode: off (auto: the GPU decoder refused all " + std::to_string(m.samples) +
+                                 " samples it was given)"};
+  }
   return {m.share, std::move(decoders), threads, "gpu decode: auto, " + m.describe(workers) + "," + on};
 }
 
@@ -87,38 +92,48 @@ namespace {
 // Up to `samples` decodable samples spread over the source's dataset (epoch
 // 0's random streams, seed 0: which crop each gets matters little to its
 // cost), with their files and geometry; `picked` gets their indices. The
-// candidates are min(size, 4 x samples) indices evenly spaced over the
-// dataset, taken in passes whose first is evenly spaced too, so the sample
-// spans the dataset and the other passes stand in for files that cannot be
-// taken (a dataset's first files may not be typical: the photos' first 64 are
-// 5% smaller than their mean). Files that cannot be read or parsed are left
-// out (the run reports them by its policy).
+// candidates are n = min(size, 4 x samples) indices evenly spaced over the
+// dataset, cut into `samples` cells of consecutive candidates; pass p takes
+// the p-th candidate of every cell, so the first pass alone spans the dataset
+// and the later ones stand in for files that cannot be taken (a dataset's
+// first files may not be typical: the photos' first 64 are 5% smaller than
+// their mean). Files that cannot be read or parsed are left out (the run
+// reports them by its policy).
 std::vector<DeferredDecode> pick_decodable(ImageSource& source, std::size_t samples, std::vector<std::size_t>& picked) {
   const Dataset& d = source.dataset();
   std::vector<DeferredDecode> files;
   ImageDecoder header(source.config().limits);
   const std::size_t n = std::min(d.size(), 4 * samples);
-  const std::size_t stride = std::max<std::size_t>(1, n / std::max<std::size_t>(1, samples));
-  for (std::size_t pass = 0; pass < stride; ++pass) {
-    for (std::size_t k = pass; k < n && picked.size() < samples; k += stride) {
-      const std::size_t i = k * d.size() / n;
-      DeferredDecode e;
-      ImageInfo info;
-      try {
-        source.reader().read(i, e.file);
-        info = header.open(e.file);
-        Rng rng(0, 0, i);
-        e.geometry = source.augment().plan(info.width, info.height, rng);
-      } catch (const std::exception&) {
-        continue;
-      }
-      if (!gpu_decodable(info, e.geometry)) continue;
-      e.width = info.width;
-      e.height = info.height;
-      e.name = d.name(i);
-      picked.push_back(i);
-      files.push_back(std::move(e));
+  const std::size_t cells = std::min(n, samples);
+  const auto try_candidate = [&](std::size_t k) {
+    const std::size_t i = k * d.size() / n;
+    DeferredDecode e;
+    ImageInfo info;
+    try {
+      source.reader().read(i, e.file);
+      info = header.open(e.file);
+      Rng rng(0, 0, i);
+      e.geometry = source.augment().plan(info.width, info.height, rng);
+    } catch (const std::exception&) {
+      return;
     }
+    if (!gpu_decodable(info, e.geometry)) return;
+    e.width = info.width;
+    e.height = info.height;
+    e.name = d.name(i);
+    picked.push_back(i);
+    files.push_back(std::move(e));
+  };
+  // Cell c holds candidates [c x n / cells, (c + 1) x n / cells): at most 5.
+  for (std::size_t pass = 0; picked.size() < samples; ++pass) {
+    bool any = false;
+    for (std::size_t c = 0; c < cells && picked.size() < samples; ++c) {
+      const std::size_t k = c * n / cells + pass;
+      if (k >= (c + 1) * n / cells) continue;
+      any = true;
+      try_candidate(k);
+    }
+    if (!any) break;  // every candidate tried
   }
   return files;
 }
@@ -160,18 +175,24 @@ struct GpuLanes {
 };
 
 // Runs body(k) for k in [0, n), each on a thread of its own, until each returns; the first error is rethrown.
+// A body must end once its caller's stop flag is set (the caller sets it on a timer, and on an error).
 template <class Body>
 void on_threads(std::size_t n, Body body) {
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
-  for (std::size_t k = 0; k < n; ++k) {
-    threads.emplace_back([&, k] {
-      try {
-        body(k);
-      } catch (...) {
-        errors[k] = std::current_exception();
-      }
-    });
+  try {
+    for (std::size_t k = 0; k < n; ++k) {
+      threads.emplace_back([&, k] {
+        try {
+          body(k);
+        } catch (...) {
+          errors[k] = std::current_exception();
+        }
+      });
+    }
+  } catch (...) {
+    for (auto& t : threads) t.join();  // the bodies end when the caller's stop flag is set
+    throw;
   }
   for (auto& t : threads) t.join();
   for (const auto& e : errors) {
@@ -196,14 +217,17 @@ double warm_up(GpuLanes& gpu) {
   double settled_at = 0;
   std::exception_ptr error;
   std::thread watch([&] {
-    std::vector<double> rates;  // per window
+    std::vector<double> rates;  // per window, over the time that really passed
     std::size_t last = 0;
+    Clock::time_point from = t0;
     for (;;) {
       std::this_thread::sleep_for(std::chrono::duration<double>(kWindow));
       const std::size_t now = done.load();
-      rates.push_back(double(now - last) / kWindow);
+      const Clock::time_point at = Clock::now();
+      rates.push_back(double(now - last) / seconds(from, at));
       last = now;
-      const double t = seconds(t0, Clock::now());
+      from = at;
+      const double t = seconds(t0, at);
       const std::size_t w = rates.size();
       const bool settled = w >= 2 && std::abs(rates[w - 1] - rates[w - 2]) <= 0.05 * std::max(rates[w - 1], rates[w - 2]);
       if ((settled && t >= kWarmupMin) || t >= kWarmupMax || stop.load()) {
@@ -215,7 +239,12 @@ double warm_up(GpuLanes& gpu) {
   });
   try {
     on_threads(gpu.lanes.size(), [&](std::size_t k) {
-      while (!stop.load()) done += gpu.round(k);
+      try {
+        while (!stop.load()) done += gpu.round(k);
+      } catch (...) {
+        stop = true;  // the other lanes and the watcher end too
+        throw;
+      }
     });
   } catch (...) {
     error = std::current_exception();
@@ -274,6 +303,12 @@ GpuShare measure_gpu_share(ImageSource& source, std::span<const std::shared_ptr<
   std::exception_ptr error;
   try {
     on_threads(cpu_threads + gpu.lanes.size(), [&](std::size_t k) {
+      struct StopOnError {  // an error ends every side's loop, not only this one's
+        std::atomic<bool>& stop;
+        ~StopOnError() {
+          if (std::uncaught_exceptions() > 0) stop = true;
+        }
+      } guard{stop};
       if (k < cpu_threads) {
         std::vector<unsigned char> sample(source.sample_bytes());
         for (std::size_t j = 0; !stop.load(); j = (j + 1) % picked.size()) {

@@ -155,7 +155,8 @@ class ImageSource {
 
   // Decodes and augments dataset sample `index` into out (sample_bytes(), and
   // float-aligned with ImageConfig::normalize), as the pipeline would with this
-  // rng, on worker slot `worker`. Throws std::runtime_error "path: reason" on
+  // rng, on worker slot `worker`; threads may call it at once on distinct
+  // slots, as the workers do. Throws std::runtime_error "path: reason" on
   // any failure, whatever the policy; std::invalid_argument for a wrong `out`;
   // ReadCancelled when *stopping is set during the read.
   void render_sample(std::size_t index, Rng& rng, std::span<unsigned char> out, std::size_t worker = 0,
