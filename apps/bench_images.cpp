@@ -347,9 +347,7 @@ void cmd_gpu_decode(const std::string& list, BackendChoice backend, const std::v
               items.push_back(JpegItem{f.bytes, f.width, f.height, f.geometry, nullptr});
             }
             const std::vector<std::string> refused = l.decoder->decode(items, *l.stream);
-            if (phase.load() == 1) {
-              decoded[t] += std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
-            }
+            if (phase.load() == 1) decoded[t] += taken_count(refused);
           }
           for (std::size_t k = 0; k < 2; ++k) device->synchronize(*lanes[2 * t + k].stream);
         } catch (...) {
@@ -373,15 +371,7 @@ void cmd_gpu_decode(const std::string& list, BackendChoice backend, const std::v
     std::size_t n = 0;
     for (const std::size_t d : decoded) n += d;
     DecodeTimes sum;
-    for (std::size_t k = 0; k < lanes.size(); ++k) {
-      const DecodeTimes now = lanes[k].decoder->times();
-      sum.calls += now.calls - at_start[k].calls;
-      sum.setups += now.setups - at_start[k].setups;
-      sum.parse_ns += now.parse_ns - at_start[k].parse_ns;
-      sum.setup_ns += now.setup_ns - at_start[k].setup_ns;
-      sum.decode_ns += now.decode_ns - at_start[k].decode_ns;
-      sum.taps_ns += now.taps_ns - at_start[k].taps_ns;
-    }
+    for (std::size_t k = 0; k < lanes.size(); ++k) sum += lanes[k].decoder->times().since(at_start[k]);
     const double per = sum.calls ? 1e-6 / double(sum.calls) : 0;  // ns summed -> ms per batch
     std::printf("gpu-decode: %zu threads x 2 decoders: %.0f images/s; per batch of %zu, ms: parse %.3f, setup %.3f "
                 "(%llu setups), decode %.3f, taps %.3f\n",

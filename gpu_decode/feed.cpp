@@ -247,15 +247,7 @@ StageStats GpuDecodeFeed::stats(double wall_s, Clock::time_point now) const {
   // on count, so their fractions take that wall.
   s.wall_s = std::max(wall_s, double(elapsed_ns(started_, now)) * 1e-9);
   DecodeTimes sum;
-  for (const Lane& l : lanes_) {
-    const DecodeTimes t = l.decoder->times();
-    sum.calls += t.calls - l.before.calls;
-    sum.setups += t.setups - l.before.setups;
-    sum.parse_ns += t.parse_ns - l.before.parse_ns;
-    sum.setup_ns += t.setup_ns - l.before.setup_ns;
-    sum.decode_ns += t.decode_ns - l.before.decode_ns;
-    sum.taps_ns += t.taps_ns - l.before.taps_ns;
-  }
+  for (const Lane& l : lanes_) sum += l.decoder->times().since(l.before);
   s.parts = {{"parse", 1e-9 * double(sum.parse_ns), sum.calls},
              {"setup", 1e-9 * double(sum.setup_ns), sum.setups},
              {"decode", 1e-9 * double(sum.decode_ns), sum.calls},

@@ -12,6 +12,7 @@
 // to the largest batch seen and is reused after that.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -46,6 +47,21 @@ struct JpegItem {
 struct DecodeTimes {
   std::uint64_t calls = 0, setups = 0;  // decode() calls; how many of them prepared for a new batch size
   std::uint64_t parse_ns = 0, setup_ns = 0, decode_ns = 0, taps_ns = 0;
+
+  // Each figure's growth since `earlier`, an earlier reading of the same decoder.
+  DecodeTimes since(const DecodeTimes& earlier) const {
+    return {calls - earlier.calls,       setups - earlier.setups,       parse_ns - earlier.parse_ns,
+            setup_ns - earlier.setup_ns, decode_ns - earlier.decode_ns, taps_ns - earlier.taps_ns};
+  }
+  DecodeTimes& operator+=(const DecodeTimes& o) {
+    calls += o.calls;
+    setups += o.setups;
+    parse_ns += o.parse_ns;
+    setup_ns += o.setup_ns;
+    decode_ns += o.decode_ns;
+    taps_ns += o.taps_ns;
+    return *this;
+  }
 };
 
 // A decoder's DecodeTimes as it decodes on one thread, read from any other.
@@ -88,6 +104,11 @@ class JpegBatchDecoder {
   // decoder that keeps none.
   virtual DecodeTimes times() const { return {}; }
 };
+
+// The files a decode() took: its result's empty entries.
+inline std::size_t taken_count(const std::vector<std::string>& refused) {
+  return std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
+}
 
 // A decoder for `device`'s backend, whose streams it runs on, or null with
 // `why` set to one line saying why there is none (on CUDA: no nvJPEG library,

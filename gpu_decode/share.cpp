@@ -170,7 +170,7 @@ struct GpuLanes {
     const std::vector<std::string> refused = decoders[k]->decode(l.items, *l.stream);
     decoders[k]->render(l.items, refused, *l.stream);
     device.synchronize(*l.stream);
-    return std::size_t(std::count_if(refused.begin(), refused.end(), [](const std::string& r) { return r.empty(); }));
+    return taken_count(refused);
   }
 };
 

@@ -194,11 +194,11 @@ py::dict stats_dict(const PipelineStats& s) {
   for (const auto& st : s.stages) {
     py::dict parts;
     for (const auto& p : st.parts) parts[py::str(p.name)] = py::dict("seconds"_a = p.seconds, "calls"_a = p.calls);
-    stages[py::str(st.name)] = py::dict("parts"_a = parts, "threads"_a = st.threads, "items"_a = st.items, "busy"_a = st.busy_fraction(),
+    stages[py::str(st.name)] = py::dict("threads"_a = st.threads, "items"_a = st.items, "busy"_a = st.busy_fraction(),
                                         "blocked"_a = st.blocked_fraction(), "starved"_a = st.starved_fraction(),
                                         "busy_s"_a = st.busy_s, "blocked_s"_a = st.blocked_s, "starved_s"_a = st.starved_s,
                                         "consumer_wait"_a = st.consumer_wait_fraction(),
-                                        "consumer_wait_s"_a = st.consumer_wait_s);
+                                        "consumer_wait_s"_a = st.consumer_wait_s, "parts"_a = parts);
   }
   for (const auto& q : s.queues) {
     queues[py::str(q.name)] = py::dict("mean_occupancy"_a = q.stats.mean_occupancy, "high_water"_a = q.stats.high_water,
