@@ -86,8 +86,35 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   };
   const auto range = [](std::size_t lo, std::size_t hi) { return CLI::Range(lo, hi); };
   add_dataset_flags(app, o);
-  option("--workers", o.workers, "decode/augment worker threads (default: the core count)")
-      ->check(range(1, Config::kMaxWorkers));
+  if (!app.get_option_no_throw("--workers")) {  // sweep's is a list of counts
+    app.add_option_function<std::string>(
+           "--workers",
+           [&o](const std::string& v) {
+             o.workers_auto = v == "auto";
+             if (!o.workers_auto) o.workers = std::stoul(v);  // the check took only 1 .. kMaxWorkers
+           },
+           "decode/augment worker threads, or auto: the pipeline runs as many of --max-workers as raise images/s "
+           "while a core is free, fewer when the consumer is the limit (default: the core count)")
+        ->type_name("UINT|auto")
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+              if (v == "auto") return {};
+              const bool digits = !v.empty() && v.size() <= 7 && std::all_of(v.begin(), v.end(), [](char c) {
+                return c >= '0' && c <= '9';
+              });
+              if (digits && std::stoul(v) >= 1 && std::stoul(v) <= Config::kMaxWorkers) return {};
+              return v + ": expected a count in 1 - " + std::to_string(Config::kMaxWorkers) + " or auto";
+            },
+            "INT in [1 - " + std::to_string(Config::kMaxWorkers) + "] or auto"));
+    option("--max-workers", o.max_workers,
+           "with --workers auto: the most worker threads it may run (default: twice the cores, " +
+               std::to_string(default_worker_ceiling()) + " here)")
+        ->check(range(1, Config::kMaxWorkers));
+    app.final_callback([&o] {
+      if (o.max_workers && !o.workers_auto) throw UsageError("--max-workers: only with --workers auto");
+      if (o.workers_auto) o.workers = o.max_workers ? o.max_workers : default_worker_ceiling();
+    });
+  }
   option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));
   option("--host-queue", o.host_queue, "finished batches waiting for the delivery thread (which copies them to the device)")->check(range(1, 4096));
   option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(range(1, 4096));
@@ -363,6 +390,7 @@ Config pipeline_config(const Options& o) {
   Config cfg;
   cfg.batch_size = o.batch;
   cfg.workers = o.workers;
+  cfg.tune_workers = o.workers_auto;
   cfg.host_queue_depth = o.host_queue;
   cfg.device_queue_depth = o.device_queue;
   cfg.wait_yields = o.wait_yields;

@@ -74,6 +74,11 @@ struct Options {
 
   // ---- pipeline
   std::size_t workers = std::max(1u, std::thread::hardware_concurrency());  // Default: the core count.
+  // --workers auto: the pipeline tunes how many of `workers` threads work
+  // (Config::tune_workers); `workers` is then --max-workers, by default
+  // Config's default_worker_ceiling(). Default: off.
+  bool workers_auto = false;
+  std::size_t max_workers = 0;  // --max-workers; 0: not given
   std::size_t batch = 64;                            // Default: 64.
   std::size_t host_queue = 2, device_queue = 2;      // Default: 2 and 2.
   std::size_t wait_yields = Config{}.wait_yields;    // Default: the library's (16).

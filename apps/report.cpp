@@ -94,6 +94,19 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
     out << "}";
   }
   out << "},\n";
+  // --workers auto: the tuner's count now and its changes (the latest kept).
+  out << "  \"tune_workers\": ";
+  if (o.workers_auto) {
+    out << "{\"working\": " << r.stats.workers_active << ", \"changes\": " << r.stats.tune_changes << ", \"decisions\": [";
+    for (std::size_t i = 0; i < r.stats.tuning.size(); ++i) {
+      const TuneDecision& d = r.stats.tuning[i];
+      out << (i ? ", " : "") << "{\"at_s\": " << d.at_s << ", \"from\": " << d.from << ", \"to\": " << d.to
+          << ", \"images_per_s\": " << d.images_per_s << ", \"reason\": \"" << json_escape(d.reason) << "\"}";
+    }
+    out << "]},\n";
+  } else {
+    out << "null,\n";
+  }
   // Per epoch, for checking shards across ranks (tests/cli_test.sh): counts and digests.
   out << "  \"rank\": " << o.rank << ", \"world_size\": " << o.world_size << ",\n";
   const auto list = [&](const char* name, auto field) {

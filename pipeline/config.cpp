@@ -1,8 +1,10 @@
 #include "pipeline/config.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 
 namespace conveyor {
 
@@ -20,6 +22,9 @@ void Config::validate() const {
   require_at_most("batch_size", batch_size, kMaxBatchSize);
   require_at_least_1("workers", workers);
   require_at_most("workers", workers, kMaxWorkers);
+  if (tune_window_ms < 10 || tune_window_ms > 60000) {
+    throw ConfigError("tune_window_ms", "must be 10 .. 60000 (got " + std::to_string(tune_window_ms) + ")");
+  }
   require_at_least_1("host_queue_depth", host_queue_depth);
   require_at_most("host_queue_depth", host_queue_depth, kMaxQueueDepth);
   require_at_least_1("device_queue_depth", device_queue_depth);
@@ -76,5 +81,14 @@ std::uint64_t default_pool_budget_bytes() {
   if (pages <= 0 || page <= 0) return std::uint64_t{4} << 30;
   return std::uint64_t(pages) * std::uint64_t(page) / 4;
 }
+
+std::size_t usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return std::size_t(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::size_t default_worker_ceiling() { return std::min(Config::kMaxWorkers, 2 * usable_cores()); }
 
 }  // namespace conveyor

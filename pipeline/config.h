@@ -53,6 +53,19 @@ struct Config : SampleOrder {
   // Worker threads running the filler. Default: 2. Range 1 .. kMaxWorkers.
   std::size_t workers = 2;
 
+  // Let the pipeline choose how many of its `workers` threads work, from what
+  // it measures (pipeline/autotune.h): it starts all of them, runs one at
+  // first and more while images/s rises and a core is free, fewer when the
+  // workers wait on the stages after them. `workers` is then the ceiling
+  // (the buffer pool is sized for it). Output is the same whatever it chooses.
+  // Default: false.
+  bool tune_workers = false;
+
+  // The tuner's window: it measures images/s and the stages' shares over
+  // windows this long, each from a quarter window after its last change
+  // (queues refill, woken workers start). Default: 200 ms. Range 10 .. 60000.
+  std::size_t tune_window_ms = 200;
+
   // Finished batches waiting for the delivery thread. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t host_queue_depth = 2;
 
@@ -115,6 +128,15 @@ struct Config : SampleOrder {
   // read-ahead list (two batches of indices). Saturates; throws nothing.
   std::size_t bookkeeping_bytes(std::size_t dataset_size) const;
 };
+
+// The cores this process may run on: its affinity mask (taskset, a
+// container's cpuset), not every core of the machine. At least 1.
+std::size_t usable_cores();
+
+// The worker threads a tuned pipeline (Config::tune_workers) starts when the
+// caller names no ceiling (`--workers auto`, workers="auto"): twice
+// usable_cores(), room for workers that wait on reads, within kMaxWorkers.
+std::size_t default_worker_ceiling();
 
 // The default ceiling on a pipeline's batch pools (host and device together),
 // for the command line's --max-memory-mb and the Python module's

@@ -5,7 +5,6 @@
 #include <sstream>
 #include <thread>
 
-#include <sched.h>
 #include <time.h>
 
 namespace conveyor {
@@ -115,14 +114,6 @@ double process_cpu_s() {
   timespec t{};
   return ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) == 0 ? double(t.tv_sec) + double(t.tv_nsec) * 1e-9 : 0.0;
 }
-// The cores this process may run on: its affinity mask (taskset, a container's
-// cpuset), not every core of the machine.
-std::size_t usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::size_t(CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 }  // namespace
 
 // Batch g while workers fill it. `tag` is g + 1 once the batch is ready to fill,
@@ -153,6 +144,7 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       ring_(std::make_unique<OpenBatch[]>(config_.host_buffer_count())),
       ring_size_(config_.host_buffer_count()),
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
+  active_workers_.store(config_.tune_workers ? 1 : config_.workers, std::memory_order_relaxed);
   if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
   for (std::size_t r = 0; r < ring_size_; ++r) grow_touched(ring_[r].skips, config_.batch_size, stages_.allocator.interrupted);
   // The clocks start with the threads, not before the pool's allocation
@@ -163,6 +155,7 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
     workers_.reserve(config_.workers);
     for (std::size_t w = 0; w < config_.workers; ++w) workers_.emplace_back(&Pipeline::worker_main, this, w);
     delivery_ = std::thread(&Pipeline::delivery_main, this);
+    if (config_.tune_workers) tuner_ = std::thread(&Pipeline::tuner_main, this);
   } catch (...) {
     stop();  // a failed spawn: shut down the threads that did start
     throw;
@@ -191,6 +184,7 @@ void Pipeline::stop() {
     if (t.joinable()) t.join();
   }
   if (delivery_.joinable()) delivery_.join();
+  if (tuner_.joinable()) tuner_.join();
 }
 
 void Pipeline::fail(const std::string& stage, std::uint64_t epoch, std::uint64_t sample, std::exception_ptr cause,
@@ -224,7 +218,7 @@ bool Pipeline::claim(std::uint64_t& g, std::size_t& slot, std::size_t& count) {
     slot = std::size_t(cur & kSlotMask);
     if (g >= plan_.total()) return false;
     const std::size_t left = sampler_.batch_length(plan_.at(g).batch) - slot;
-    count = std::max<std::size_t>(1, left / (2 * config_.workers));
+    count = std::max<std::size_t>(1, left / (2 * active_workers_.load(std::memory_order_relaxed)));
     const std::uint64_t next = count < left ? cur + count : (g + 1) << kSlotBits;
     if (cursor_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
   }
@@ -348,6 +342,7 @@ void Pipeline::worker_main(std::size_t w) {
   } catch (...) {
     worker_counters_[w].busy_since.store(0, std::memory_order_relaxed);
     worker_counters_[w].blocked_since.store(0, std::memory_order_relaxed);
+    worker_counters_[w].parked_since.store(0, std::memory_order_relaxed);
     // Only the loop body throws, after claim() set g to a batch of the plan.
     const Plan::Pos pos = plan_.at(g);
     fail("worker", pos.epoch, PipelineError::kNoSample, std::current_exception(),
@@ -364,7 +359,9 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
   // first runs from the pipeline's start: a thread's start-up (long with many
   // workers on few cores) is its time too, so the fractions add up.
   auto mark = start_;
-  while (claim(g, first, count)) {
+  for (;;) {
+    if (w >= active_workers_.load(std::memory_order_acquire) && !park(w, counters, mark)) return;
+    if (!claim(g, first, count)) return;
     OpenBatch& ob = ring_[g % ring_size_];
     if (!(first == 0 ? open_batch(g, counters, mark, ahead) : wait_open(g, counters, mark))) return;
     Batch& b = *ob.batch;
@@ -393,6 +390,67 @@ void Pipeline::worker_loop(std::size_t w, std::uint64_t& g) {
     const std::size_t length = ob.length;
     if (ob.done.fetch_add(count, std::memory_order_acq_rel) + count == length) complete(ob, counters, mark);
     if (stopping_flag()) return;
+  }
+}
+
+bool Pipeline::park(std::size_t w, StageCounters& counters, Clock::time_point& mark) {
+  const auto t0 = Clock::now();
+  StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
+  return counters.timed_wait(counters.parked_since, counters.parked_ns, t0, [&] {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return stopping_ || w < active_workers_.load(std::memory_order_relaxed); });
+    return !stopping_;
+  }, mark);
+}
+
+// ---- the tuner
+
+void Pipeline::tuner_main() {
+  try {
+    WorkerTuner tuner(config_.workers);
+    const auto window = std::chrono::milliseconds(config_.tune_window_ms);
+    // Each window is measured from a quarter window after the change before
+    // it (or the start): the queues refill, woken workers start their decoders.
+    const auto settle = window / 4;
+    const auto wait = [&](std::chrono::milliseconds t) {
+      std::unique_lock lk(mu_);
+      return !cv_.wait_for(lk, t, [&] { return stopping_; });
+    };
+    if (!wait(settle)) return;
+    PipelineStats before = stats();
+    for (;;) {
+      if (!wait(window)) return;
+      const PipelineStats now = stats();
+      const PipelineStats d = now.since(before);
+      before = now;
+      const StageStats& workers = d.stages.front();  // stats() lists the workers first
+      TuneWindow w;
+      w.active = tuner.active();
+      w.images_per_s = d.wall_s > 0 ? double(workers.items) / d.wall_s : 0.0;
+      w.busy = workers.busy_fraction();
+      w.blocked = workers.blocked_fraction();
+      w.cores_used = d.wall_s > 0 ? d.cpu_s / d.wall_s : 0.0;
+      w.cores = cores_;
+      TuneDecision decision;
+      const std::size_t n = tuner.next(w, &decision);
+      if (n == w.active) continue;
+      decision.at_s = now.wall_s;
+      {
+        std::lock_guard lk(tune_mu_);
+        if (tuning_.size() == PipelineStats::kMaxTuneDecisions) tuning_.erase(tuning_.begin());
+        tuning_.push_back(std::move(decision));
+        ++tune_changes_;
+      }
+      {
+        std::lock_guard lk(mu_);
+        active_workers_.store(n, std::memory_order_release);
+      }
+      cv_.notify_all();
+      if (!wait(settle)) return;
+      before = stats();
+    }
+  } catch (...) {
+    fail("tuner", PipelineError::kNoSample, PipelineError::kNoSample, std::current_exception());
   }
 }
 
@@ -513,6 +571,12 @@ PipelineStats Pipeline::stats() const {
   workers.wall_s = delivery.wall_s = s.wall_s;
   consumer.wall_s = consumer_from ? double(elapsed_ns(*consumer_from, now)) * 1e-9 : 0.0;
   for (StageStats* st : {&workers, &delivery, &consumer}) s.stages.push_back(*st);
+  if (config_.tune_workers) {
+    s.workers_active = active_workers_.load(std::memory_order_relaxed);
+    std::lock_guard lk(tune_mu_);
+    s.tuning = tuning_;
+    s.tune_changes = tune_changes_;
+  }
   s.queues.push_back({"host queue", host_queue_.stats()});
   s.queues.push_back({"device queue", device_queue_.stats()});
   s.queues.push_back({"buffer pool", pool_.stats()});

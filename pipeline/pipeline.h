@@ -20,6 +20,9 @@
 // (kDeliveryStage). Workers persist across epochs and prefetch into the next
 // one.
 //
+// With Config::tune_workers a tuning thread chooses how many of the workers
+// work, window by window (pipeline/autotune.h); the others wait, parked.
+//
 // Output depends on (seed, epoch, index) alone: the same bytes whatever the
 // worker count or the scheduling.
 //
@@ -265,6 +268,10 @@ class Pipeline {
   void worker_loop(std::size_t w, std::uint64_t& g);  // g: the batch position under way
   class Delivery;                   // the delivery thread's loop state and steps
   void delivery_main();             // delivery_loop, its errors turned into fail()
+  // Config::tune_workers: worker w waits here while w >= active_workers_;
+  // false when stopping. The wait is parked time in its counters.
+  bool park(std::size_t w, StageCounters& counters, Clock::time_point& mark);
+  void tuner_main();                // Config::tune_workers: windows, WorkerTuner, active_workers_
   void delivery_loop(std::uint64_t& delivered);  // delivered: batches of the plan handed on so far
   bool claim(std::uint64_t& g, std::size_t& slot, std::size_t& count);
   // `mark` is the worker's busy-time origin; each advances it past its waits.
@@ -327,6 +334,14 @@ class Pipeline {
   std::optional<Clock::time_point> last_return_;
   std::optional<Clock::time_point> consumer_first_;  // its first arrival; guarded by state_mu_
 
+  // Workers allowed to work: workers 0 .. active_workers_ - 1 (all but under
+  // Config::tune_workers). Written by the tuning thread under mu_, read lock-free.
+  std::atomic<std::size_t> active_workers_{1};
+  // The tuner's changes, for stats(): guarded by tune_mu_.
+  mutable std::mutex tune_mu_;
+  std::vector<TuneDecision> tuning_;
+  std::uint64_t tune_changes_ = 0;
+
   std::unique_ptr<StageCounters[]> worker_counters_;
   StageCounters delivery_counters_;
   StageCounters consumer_counters_;
@@ -334,6 +349,7 @@ class Pipeline {
   std::mutex join_mu_;
   std::vector<std::thread> workers_;
   std::thread delivery_;
+  std::thread tuner_;
 };
 
 }  // namespace conveyor

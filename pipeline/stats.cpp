@@ -14,6 +14,7 @@ void accumulate(StageStats& into, const StageCounters::Reading& r, Clock::time_p
   into.blocked_s += double(r.blocked_ns) * 1e-9 + so_far(r.blocked_since);
   into.starved_s += double(r.starved_ns) * 1e-9 + so_far(r.starved_since);
   into.consumer_wait_s += double(r.consumer_wait_ns) * 1e-9;
+  into.parked_s += double(r.parked_ns) * 1e-9 + so_far(r.parked_since);
 }
 
 namespace {
@@ -70,7 +71,7 @@ double cpu_share(const PipelineStats& s) {
 std::string hint_for(const StageStats& stage, const PipelineStats& s) {
   // As many workers as cores, and the process uses most of them (1.6-1.8 of 2
   // measured over a one-epoch bench that is CPU-bound; 1 worker: 1.0 of 2).
-  if (stage.name == "workers" && stage.threads >= s.cores && cpu_share(s) >= 0.75) {
+  if (stage.name == "workers" && stage.working_threads() + 0.5 >= double(s.cores) && cpu_share(s) >= 0.75) {
     char line[200];
     std::snprintf(line, sizeof line,
                   "the CPU is the limit (the process used %.1f of %zu cores): make each sample cheaper (smaller crop, "
@@ -131,6 +132,17 @@ std::string PipelineStats::table() const {
     }
     out += '\n';
   }
+  if (workers_active > 0) {
+    std::snprintf(line, sizeof line, "workers tuned: %zu working now; %llu changes%s\n", workers_active,
+                  (unsigned long long)tune_changes, tuning.empty() ? "" : ", the latest:");
+    out += line;
+    for (std::size_t i = tuning.size() > 3 ? tuning.size() - 3 : 0; i < tuning.size(); ++i) {
+      const TuneDecision& d = tuning[i];
+      std::snprintf(line, sizeof line, "  %.2f s: %zu -> %zu at %.0f images/s (%s)\n", d.at_s, d.from, d.to,
+                    d.images_per_s, d.reason.c_str());
+      out += line;
+    }
+  }
   std::snprintf(line, sizeof line, "%-13s %8s %10s %10s\n", "queue", "capacity", "mean", "high-water");
   out += line;
   for (const auto& q : queues) {
@@ -161,6 +173,7 @@ PipelineStats PipelineStats::since(const PipelineStats& earlier) const {
     s.blocked_s -= e.blocked_s;
     s.starved_s -= e.starved_s;
     s.consumer_wait_s -= e.consumer_wait_s;
+    s.parked_s -= e.parked_s;
     s.wall_s -= e.wall_s;
     if (s.parts.size() == e.parts.size()) {
       for (std::size_t k = 0; k < s.parts.size(); ++k) {

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/autotune.h"
 #include "pipeline/bounded_queue.h"
 
 namespace conveyor {
@@ -44,6 +45,9 @@ struct alignas(64) StageCounters {
   // for memory the consumer still uses (Batch::transfer_blocked_ns), as opposed to waits for
   // room in the device queue.
   std::atomic<std::uint64_t> consumer_wait_ns{0};
+  // A worker parked by the tuner (Config::tune_workers): time out of the
+  // stage's count, neither busy, blocked nor starved.
+  std::atomic<std::uint64_t> parked_ns{0};
 
   // The start of the wait (or, for busy_since, the work) under way, in Clock
   // ticks, 0 when none: a snapshot adds the interval so far, so a long one
@@ -52,6 +56,7 @@ struct alignas(64) StageCounters {
   std::atomic<std::int64_t> busy_since{0};
   std::atomic<std::int64_t> blocked_since{0};
   std::atomic<std::int64_t> starved_since{0};
+  std::atomic<std::int64_t> parked_since{0};
   // Odd while end_wait() moves an interval from under way into its total (or
   // as_one() changes several figures). Without it a reader that saw `since`
   // cleared but not yet the total would miss the interval, and one that saw
@@ -65,8 +70,8 @@ struct alignas(64) StageCounters {
   // clock read after read() bounds them all: a snapshot never shows more time
   // than passed.
   struct Reading {
-    std::uint64_t items = 0, busy_ns = 0, blocked_ns = 0, starved_ns = 0, consumer_wait_ns = 0;
-    std::int64_t busy_since = 0, blocked_since = 0, starved_since = 0;
+    std::uint64_t items = 0, busy_ns = 0, blocked_ns = 0, starved_ns = 0, consumer_wait_ns = 0, parked_ns = 0;
+    std::int64_t busy_since = 0, blocked_since = 0, starved_since = 0, parked_since = 0;
   };
   Reading read() const {
     for (;;) {
@@ -80,9 +85,11 @@ struct alignas(64) StageCounters {
       r.blocked_ns = blocked_ns.load(std::memory_order_acquire);
       r.starved_ns = starved_ns.load(std::memory_order_acquire);
       r.consumer_wait_ns = consumer_wait_ns.load(std::memory_order_acquire);
+      r.parked_ns = parked_ns.load(std::memory_order_acquire);
       r.busy_since = busy_since.load(std::memory_order_acquire);
       r.blocked_since = blocked_since.load(std::memory_order_acquire);
       r.starved_since = starved_since.load(std::memory_order_acquire);
+      r.parked_since = parked_since.load(std::memory_order_acquire);
       if (!(s0 & 1) && seq.load(std::memory_order_relaxed) == s0) return r;
       std::this_thread::yield();  // the writer may be preempted mid-update
     }
@@ -199,14 +206,21 @@ struct StageStats {
   double wall_s = 0;  // the consumer's since its first next(), the others' since the start
   std::string hint;   // a helper stage's advice for the bottleneck line when it is the limit
   std::vector<StagePart> parts;  // a helper stage's breakdown of busy_s (the table's "parts" line); mostly empty
+  double parked_s = 0;  // thread time parked by the tuner (workers under Config::tune_workers), outside the fractions
 
   double busy_fraction() const { return fraction(busy_s); }
   double consumer_wait_fraction() const { return fraction(consumer_wait_s); }
   double blocked_fraction() const { return fraction(blocked_s); }
   double starved_fraction() const { return fraction(starved_s); }
+  // The threads that worked, on average over wall_s: `threads` less the parked time.
+  double working_threads() const { return wall_s > 0 ? std::max(0.0, double(threads) - parked_s / wall_s) : 0.0; }
 
  private:
-  double fraction(double s) const { return wall_s > 0 ? s / (wall_s * double(threads)) : 0.0; }
+  // Of the time the stage's threads worked (parked time left out).
+  double fraction(double s) const {
+    const double t = wall_s * double(threads) - parked_s;
+    return t > 0 ? s / t : 0.0;
+  }
 };
 
 struct NamedQueueStats {
@@ -225,6 +239,13 @@ struct PipelineStats {
   std::size_t cores = 0;
   std::vector<StageStats> stages;
   std::vector<NamedQueueStats> queues;
+  // Config::tune_workers: the workers working now, and the tuner's changes
+  // (the latest kMaxTuneDecisions of them; tune_changes counts all). Empty
+  // and 0 otherwise.
+  static constexpr std::size_t kMaxTuneDecisions = 32;
+  std::size_t workers_active = 0;
+  std::uint64_t tune_changes = 0;
+  std::vector<TuneDecision> tuning;
 
   // The stage that sets the pace: the one with the highest busy fraction, or the
   // consumer when the delivery stage waited for memory the consumer still held

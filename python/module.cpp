@@ -83,15 +83,30 @@ constexpr std::array<std::pair<const char*, ErrorPolicy>, 2> kErrorPolicies{
 
 // The Loader's integer arguments, as Python objects until whole() checks them.
 struct Counts {
-  py::object batch_size, workers, seed, epochs, host_queue, device_queue, device_buffers, rank, world_size;
+  py::object batch_size, workers, seed, epochs, host_queue, device_queue, device_buffers, rank, world_size, max_workers;
 };
+
+// workers=: a count, or "auto" (Config::tune_workers, up to max_workers=
+// threads, default_worker_ceiling() when None). max_workers= only with "auto".
+void set_workers(Config& c, const py::object& workers, const py::object& max_workers) {
+  if (!py::isinstance<py::str>(workers)) {
+    c.workers = whole("workers", workers);
+    if (!max_workers.is_none()) throw py::value_error("max_workers=: only with workers='auto'");
+    return;
+  }
+  if (workers.cast<std::string>() != "auto") {
+    throw py::value_error("workers=" + std::string(py::repr(workers)) + ": expected a count of threads or 'auto'");
+  }
+  c.tune_workers = true;
+  c.workers = max_workers.is_none() ? default_worker_ceiling() : whole("max_workers", max_workers, 1, Config::kMaxWorkers);
+}
 
 LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std::string& device,
                         std::optional<std::string> normalize) {
   LoaderSettings s;
   Config& c = s.config;
   c.batch_size = whole("batch_size", n.batch_size);
-  c.workers = whole("workers", n.workers);
+  set_workers(c, n.workers, n.max_workers);
   c.seed = whole("seed", n.seed);
   c.shuffle = shuffle;
   c.drop_last = drop_last;
@@ -205,8 +220,18 @@ py::dict stats_dict(const PipelineStats& s) {
                                        "producer_blocked_s"_a = q.stats.producer_blocked_s,
                                        "consumer_starved_s"_a = q.stats.consumer_starved_s);
   }
+  py::object tuned = py::none();  // workers="auto": the count working now and the tuner's changes
+  if (s.workers_active > 0) {
+    py::list decisions;
+    for (const TuneDecision& d : s.tuning) {
+      decisions.append(py::dict("at_s"_a = d.at_s, "from"_a = d.from, "to"_a = d.to, "images_per_s"_a = d.images_per_s,
+                                "reason"_a = d.reason));
+    }
+    tuned = py::dict("working"_a = s.workers_active, "changes"_a = s.tune_changes, "decisions"_a = decisions);
+  }
   return py::dict("wall_s"_a = s.wall_s, "batches"_a = s.batches, "samples"_a = s.samples,
                   "samples_skipped"_a = s.samples_skipped, "stages"_a = stages, "queues"_a = queues,
+                  "tune_workers"_a = tuned,
                   "bottleneck"_a = s.stages.empty() ? std::string("no batch taken yet") : s.bottleneck_summary());
 }
 
@@ -304,6 +329,7 @@ constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
     {"arrays", none},
     {"batch_size", [] { return py::cast(Config{}.batch_size); }},
     {"workers", [] { return py::cast(Config{}.workers); }},
+    {"max_workers", none},  // None: twice the usable cores, with workers="auto"
     {"crop", none},
     {"augment", none},
     {"transforms", none},
@@ -430,7 +456,7 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   }
   if (rank.is_none()) rank = py::int_(Config{}.rank);
   LoaderSettings s = settings({k["batch_size"], k["workers"], k["seed"], k["epochs"], k["host_queue"], k["device_queue"],
-                               k["device_buffers"], rank, world_size},
+                               k["device_buffers"], rank, world_size, k["max_workers"]},
                               shuffle, drop_last, device, normalize);
   s.gpu_decode = gpu_decode_share(k["gpu_decode"]);
   s.max_memory_mb = non_negative("max_memory_mb", k["max_memory_mb"]);  // 0: a quarter of physical memory
@@ -449,7 +475,8 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   // What each property reads back (def_settings): the keyword as given, or as
   // checked where it was converted.
   Keywords read_back = k;
-  read_back["workers"] = py::cast(c.workers);
+  read_back["workers"] = c.tune_workers ? py::object(py::str("auto")) : py::object(py::cast(c.workers));
+  read_back["max_workers"] = c.tune_workers ? py::object(py::cast(c.workers)) : py::object(py::none());
   read_back["seed"] = py::cast(c.seed);
   read_back["shuffle"] = py::cast(c.shuffle);
   read_back["drop_last"] = py::cast(c.drop_last);

@@ -258,6 +258,30 @@ assert 0 < a["gpu_decoded"] < 60 and a["gpu_decoded"] == b["gpu_decoded"], (a["g
 PY
 fi
 
+# --workers auto: the same samples as a fixed count, its choice in --json; also from a TOML file.
+printf 'workers = "auto"\nmax-workers = 3\n' >"$work/auto.toml"
+"$bin" bench --folder "$work/ds" --device host --workers 2 --batch 4 --epochs 3 --json "$work/w2.json" >/dev/null 2>&1 \
+  || fail "bench --workers 2"
+"$bin" bench --folder "$work/ds" --device host --workers auto --batch 4 --epochs 3 --json "$work/wa.json" >"$work/out" 2>&1 \
+  || fail "bench --workers auto: $(tail -3 "$work/out")"
+grep -q "^workers tuned: [0-9]* working now" "$work/out" || fail "--workers auto: no 'workers tuned' line in the table"
+"$bin" bench --folder "$work/ds" --device host --config "$work/auto.toml" --batch 4 --epochs 3 --json "$work/wt.json" \
+  >/dev/null 2>&1 || fail "workers = \"auto\" in a TOML file"
+if command -v python3 >/dev/null; then
+  python3 - "$work/w2.json" "$work/wa.json" "$work/wt.json" <<'PY' || fail "--workers auto: other samples than --workers 2, or no tune_workers in --json"
+import json, sys
+fixed, auto, toml = (json.load(open(f)) for f in sys.argv[1:])
+assert fixed["tune_workers"] is None
+for r, ceiling in ((auto, None), (toml, 3)):
+    assert r["epoch_digest"] == fixed["epoch_digest"], (r["epoch_digest"], fixed["epoch_digest"])
+    t = r["tune_workers"]
+    assert 1 <= t["working"] <= r["workers"] and t["changes"] >= len(t["decisions"]), t
+    assert ceiling is None or r["workers"] == ceiling, r["workers"]
+PY
+fi
+expect_usage_error "--max-workers without --workers auto" bench --folder "$work/ds" --workers 2 --max-workers 4
+expect_usage_error "--workers many" bench --folder "$work/ds" --workers many
+
 # sweep --csv: one row per point.
 "$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --host-queue 1,3 --csv "$work/s.csv" >/dev/null 2>&1 \
   || fail "sweep"

@@ -77,7 +77,8 @@ class Loader:
         shards: Optional[_Path] = None,
         arrays: Optional[Tuple[Any, Any]] = None,
         batch_size: int = 32,
-        workers: int = 2,
+        workers: Union[int, Literal["auto"]] = 2,
+        max_workers: Optional[int] = None,
         crop: Optional[int] = None,
         augment: Optional[Literal["rrc", "crop", "center"]] = None,
         transforms: Optional[_Transforms] = None,
@@ -133,7 +134,9 @@ class Loader:
     @property
     def shards(self) -> Optional[_Path]: ...
     @property
-    def workers(self) -> int: ...
+    def workers(self) -> Union[int, Literal["auto"]]: ...
+    @property
+    def max_workers(self) -> Optional[int]: ...
     @property
     def crop(self) -> Optional[int]: ...
     @property

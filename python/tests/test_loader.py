@@ -33,6 +33,26 @@ def test_every_sample_once_per_epoch_and_the_same_bytes_for_1_and_4_workers(fold
     assert runs[1][0][2] != runs[1][5][2]  # each epoch its own order
 
 
+def test_workers_auto_gives_the_fixed_counts_bytes_and_shows_its_choice(folder):
+    fixed = conveyor.Loader(folder=str(folder), batch_size=7, workers=2, crop=16, seed=3, device="cpu")
+    tuned = conveyor.Loader(folder=str(folder), batch_size=7, workers="auto", max_workers=3, crop=16, seed=3,
+                            device="cpu")
+    assert (tuned.workers, tuned.max_workers, fixed.max_workers) == ("auto", 3, None)
+    assert run(tuned, 3) == run(fixed, 3)
+    t = tuned.stats()["tune_workers"]
+    assert 1 <= t["working"] <= 3 and t["changes"] >= len(t["decisions"])
+    for d in t["decisions"]:
+        assert set(d) == {"at_s", "from", "to", "images_per_s", "reason"} and 1 <= d["to"] <= 3
+    assert fixed.stats()["tune_workers"] is None
+    assert conveyor.Loader(folder=str(folder), workers="auto", device="cpu").max_workers >= 2  # twice the cores
+    with pytest.raises(ValueError, match="workers='many': expected a count of threads or 'auto'"):
+        conveyor.Loader(folder=str(folder), workers="many", device="cpu")
+    with pytest.raises(ValueError, match="max_workers=: only with workers='auto'"):
+        conveyor.Loader(folder=str(folder), workers=2, max_workers=4, device="cpu")
+    with pytest.raises(ValueError, match="max_workers"):
+        conveyor.Loader(folder=str(folder), workers="auto", max_workers=0, device="cpu")
+
+
 def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):
     import shutil
     import subprocess

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""`--workers auto` against the best fixed count `conveyor sweep` finds, side by side, round by round.
+
+    python3 apps/peers/autotune.py --folder ../shared/data/photos-200 --repeat 10 --rounds 5
+
+Two workloads over a list of the photos (each --repeat times):
+- photos: RandomResizedCrop 224 + flip, normalize to float32 on the host backend's
+  transfer thread, handed over, batch 64 (the CPU decodes: the answer is the cores);
+- synthetic: `--synthetic-ms 2` (each worker sleeps 2 ms a sample: 500 samples/s,
+  no CPU) and `--compute-ms 16` (the consumer sleeps 16 ms a batch of 64: 4000
+  samples/s), so 8 workers keep up and more cannot help: a known answer.
+Each round runs `conveyor sweep` over the fixed counts (one process per point)
+and `conveyor bench --workers auto`, the order alternating from round to round.
+Every run is --epochs long from a cold start, so auto's tuning counts against it.
+Reported per workload: the fixed counts' images/s (median over rounds), the best,
+auto's images/s over the whole run and over its first epoch, its ratio to the
+round's best (median, per round), and the count it chose.
+"""
+import csv
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from common import photo_bench_arguments, conveyor_binary  # this folder's
+
+EPOCH = re.compile(r"^epoch (\d+): (\d+) images in \d+ batches, [\d.]+ s, ([\d.]+) images/s")
+TOTAL = re.compile(r"^bench: ([\d.]+) images/s over")
+TUNED = re.compile(r"^workers tuned: (\d+) working now")
+
+WORKLOADS = {
+    "photos": {"flags": ["--batch", "64", "--crop", "224", "--augment", "rrc", "--normalize", "float32",
+                         "--device", "host", "--host-transfer", "handover"],
+               "fixed": None, "max_workers": None},  # fixed: 1 .. the ceiling auto uses
+    "synthetic": {"flags": ["--batch", "64", "--synthetic-ms", "2", "--compute-ms", "16", "--device", "host"],
+                  "fixed": [4, 6, 7, 8, 10, 12, 16], "max_workers": 16},
+}
+
+
+def sweep(conveyor, lst, w, epochs, counts, tmp):
+    out = os.path.join(tmp, "sweep.csv")
+    cmd = [conveyor, "sweep", "--list", lst, "--epochs", str(epochs), "--workers", ",".join(map(str, counts)),
+           "--csv", out] + w["flags"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    rows = list(csv.DictReader(open(out)))
+    if not all(r["ok"] == "1" for r in rows):
+        sys.exit(f"autotune: a sweep point failed: {rows}")
+    return {int(r["workers"]): float(r["images_per_s"]) for r in rows}
+
+
+def auto(conveyor, lst, w, epochs):
+    cmd = [conveyor, "bench", "--list", lst, "--epochs", str(epochs), "--workers", "auto"] + w["flags"]
+    if w["max_workers"]:
+        cmd += ["--max-workers", str(w["max_workers"])]
+    lines = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
+    epochs_rate = [float(m.group(3)) for m in map(EPOCH.match, lines) if m]
+    total = [float(m.group(1)) for m in map(TOTAL.match, lines) if m]
+    tuned = [int(m.group(1)) for m in map(TUNED.match, lines) if m]
+    if len(epochs_rate) != epochs or not total or not tuned:
+        sys.exit(f"autotune: {' '.join(cmd)}: unexpected output:\n" + "\n".join(lines[-20:]))
+    return total[0], epochs_rate[0], tuned[-1]
+
+
+def main():
+    ap = photo_bench_arguments(__doc__, rounds=5)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--only", default="photos,synthetic")
+    args = ap.parse_args()
+    conveyor = conveyor_binary(args)
+    photos = sorted(os.path.join(args.folder, f) for f in os.listdir(args.folder) if f.lower().endswith((".jpeg", ".jpg")))
+    cores = len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        lst = os.path.join(tmp, "photos.txt")
+        with open(lst, "w") as f:
+            for _ in range(args.repeat):
+                for p in photos:
+                    f.write(f"{os.path.abspath(p)} 0\n")
+        for name in args.only.split(","):
+            w = WORKLOADS[name]
+            counts = w["fixed"] or list(range(1, 2 * cores + 1))
+            fixed = {n: [] for n in counts}
+            autos, firsts, chosen, ratios = [], [], [], []
+            for r in range(args.rounds):
+                runs = ["sweep", "auto"] if r % 2 == 0 else ["auto", "sweep"]
+                for kind in runs:
+                    if kind == "sweep":
+                        got = sweep(conveyor, lst, w, args.epochs, counts, tmp)
+                        for n in counts:
+                            fixed[n].append(got[n])
+                        best_round = max(got.values())
+                    else:
+                        total, first, n = auto(conveyor, lst, w, args.epochs)
+                        autos.append(total)
+                        firsts.append(first)
+                        chosen.append(n)
+                ratios.append(autos[-1] / best_round)
+                print(f"{name} round {r + 1}: best fixed {best_round:.0f} images/s "
+                      f"({max(got, key=got.get)} workers), auto {autos[-1]:.0f} (first epoch {firsts[-1]:.0f}, "
+                      f"{chosen[-1]} working): {ratios[-1]:.3f}", flush=True)
+            print(f"\n{name}: {len(photos) * args.repeat} samples an epoch, {args.epochs} epochs, {cores} cores")
+            print("| workers | images/s, median (min-max) |")
+            print("|---|---|")
+            for n in counts:
+                v = fixed[n]
+                print(f"| {n} | {statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f}) |")
+            print(f"| auto | {statistics.median(autos):.0f} ({min(autos):.0f}-{max(autos):.0f}); first epoch "
+                  f"{statistics.median(firsts):.0f}; working at the end: {sorted(chosen)} |")
+            print(f"auto / the round's best fixed: median {statistics.median(ratios):.3f}, per round "
+                  + ", ".join(f"{x:.3f}" for x in ratios) + "\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+#include "pipeline/autotune.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace conveyor {
+
+WorkerTuner::WorkerTuner(std::size_t ceiling) : ceiling_(ceiling) {
+  if (ceiling == 0) throw std::invalid_argument("WorkerTuner: ceiling must be >= 1");
+}
+
+std::size_t WorkerTuner::change_to(std::size_t n, double rate, const std::string& why, TuneDecision* d) {
+  if (d) *d = TuneDecision{0, active_, n, rate, why};
+  active_ = n;
+  return n;
+}
+
+namespace {
+int pct(double f) { return int(f * 100.0 + (f < 0 ? -0.5 : 0.5)); }
+}  // namespace
+
+std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
+  const double rate = w.images_per_s;
+  char why[200];
+  if (trial_.on) {
+    trial_.on = false;
+    const double change = trial_.base_rate > 0 ? rate / trial_.base_rate - 1.0 : 0.0;
+    if (trial_.grow) {
+      const double share = double(active_ - trial_.base) / double(trial_.base);
+      const double need = std::max(kMinGain, kShareOfStep * share);
+      if (change < need) {
+        std::snprintf(why, sizeof why, "back: %zu workers gave %+d%% images/s over %zu (needed %+d%%)", active_,
+                      pct(change), trial_.base, pct(need));
+        if (step_ > 1) {
+          step_ /= 2;  // overshot: a smaller step next
+        } else {
+          growing_ = false;
+          refused_at_ = trial_.base;
+          refused_windows_ = 0;
+        }
+        return change_to(trial_.base, rate, why, d);
+      }
+      if (growing_) step_ = std::min(step_ * 2, ceiling_);
+      reference_rate_ = rate;
+    } else {
+      // Against the rate before the first shrink of a run of them, so that
+      // losses each under the limit do not add up.
+      if (rate < reference_rate_ * (1.0 - kShrinkLoss)) {
+        std::snprintf(why, sizeof why, "back: %zu workers gave %+d%% images/s against %zu", active_,
+                      pct(rate / reference_rate_ - 1.0), trial_.base);
+        floor_ = trial_.base;
+        floor_windows_ = 0;
+        return change_to(trial_.base, rate, why, d);
+      }
+    }
+  } else if (!shrinking_) {
+    reference_rate_ = rate;
+  }
+  ++refused_windows_;
+  ++floor_windows_;
+  if (floor_windows_ >= kRetryWindows) floor_ = 1;
+
+  if (w.blocked >= kBlockedShrink && active_ > std::max<std::size_t>(floor_, 1)) {
+    shrinking_ = true;
+    trial_ = {true, active_, rate, false};
+    std::snprintf(why, sizeof why, "shrink: workers blocked %d%% of their time on the stages after them", pct(w.blocked));
+    return change_to(active_ - 1, rate, why, d);
+  }
+  shrinking_ = false;
+  const double free_cores = double(w.cores) - w.cores_used;
+  const bool refused_here = refused_at_ == active_ && refused_windows_ < kRetryWindows;
+  if (active_ < ceiling_ && w.blocked < kBlockedGrow && free_cores >= kFreeCore && !refused_here) {
+    const std::size_t to = std::min(ceiling_, active_ + (growing_ ? step_ : 1));
+    trial_ = {true, active_, rate, true};
+    std::snprintf(why, sizeof why, "grow: workers busy %d%%, %.1f of %zu cores free", pct(w.busy), free_cores, w.cores);
+    return change_to(to, rate, why, d);
+  }
+  return active_;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,98 @@
+// WorkerTuner: how many of a pipeline's worker threads should work, chosen from
+// what the pipeline measures, as tf.data's AUTOTUNE chooses a map's parallelism.
+//
+// The pipeline (Config::tune_workers) starts Config::workers threads, lets the
+// first `active` of them work and parks the rest; every window its tuning
+// thread hands the tuner what the window measured and applies the count it
+// returns. Which thread fills a sample never changes the sample's bytes, so
+// output stays the same whatever the tuner chooses.
+//
+// The rules, in order:
+// - Grow while it pays: from one worker, try more (steps 1, 2, 4, ...) while
+//   the workers are busy, not held up downstream, and the process leaves a
+//   core free. A step is kept when images/s rose by at least a quarter of the
+//   step's share (1 -> 2 workers: +25%; 8 -> 9: +4%, and never less than 4%);
+//   otherwise the count goes back and the step halves, down to one worker.
+// - Give cores back: when the workers wait on the stages after them (the
+//   consumer, the transfer) a quarter of their time or more, try one fewer;
+//   it is kept unless images/s falls by more than 3%.
+// - Then hold, and look again: a grow refused at count n is retried only
+//   after kRetryWindows windows, so a training step that speeds up later still
+//   gets its workers.
+// The caller measures each window after a change from a quarter window past
+// it (Pipeline::tuner_main), which lets the queues refill and the woken
+// threads start their decoders.
+//
+// Thread safety: none; the pipeline's tuning thread owns it. Pure logic: no
+// clock, no threads, so the tests drive it with known stage costs.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace conveyor {
+
+// One window of a running pipeline, as the tuner reads it.
+struct TuneWindow {
+  std::size_t active = 1;    // workers that worked during the window
+  double images_per_s = 0;   // samples the workers filled per second
+  double busy = 0;           // the working workers' busy share of their time, 0..1
+  double blocked = 0;        // their share blocked on the stages after them, 0..1
+  double cores_used = 0;     // the whole process's CPU time over the window's wall time
+  std::size_t cores = 1;     // the cores the process may run on
+};
+
+// A change the tuner made, for stats() and --json.
+struct TuneDecision {
+  double at_s = 0;           // seconds since the pipeline started (the pipeline fills this in)
+  std::size_t from = 0, to = 0;
+  double images_per_s = 0;   // the window's rate that led to it
+  std::string reason;        // e.g. "grow: +92% images/s at 2" or "back: 3 gave +1% over 2"
+};
+
+class WorkerTuner {
+ public:
+  static constexpr std::size_t kRetryWindows = 20;
+  static constexpr double kMinGain = 0.04;      // a grow step's least gain
+  static constexpr double kShareOfStep = 0.25;  // ... or this share of the step's proportional gain
+  static constexpr double kShrinkLoss = 0.03;   // a shrink's most loss
+  static constexpr double kBlockedShrink = 0.25;  // workers blocked this share of their time: try one fewer
+  static constexpr double kBlockedGrow = 0.10;    // ... and under this share only, try more
+  static constexpr double kFreeCore = 0.5;        // the cores a grow needs left free
+
+  // ceiling: the threads the pipeline started (Config::workers), >= 1. The
+  // first count is 1.
+  explicit WorkerTuner(std::size_t ceiling);
+
+  std::size_t active() const { return active_; }
+
+  // Takes a window measured at active() workers; returns the count for the
+  // next window, and sets `decision` (its from/to/reason) when that differs
+  // from active() or a trial was undone. Never returns 0 or more than the
+  // ceiling. Allocates only for the reason's text.
+  std::size_t next(const TuneWindow& w, TuneDecision* decision);
+
+ private:
+  // A count being tried against the one before it.
+  struct Trial {
+    bool on = false;
+    std::size_t base = 0;     // the count before the trial
+    double base_rate = 0;     // its rate
+    bool grow = true;
+  };
+  std::size_t change_to(std::size_t n, double rate, const std::string& why, TuneDecision* d);
+
+  std::size_t ceiling_;
+  std::size_t active_ = 1;
+  std::size_t step_ = 1;
+  bool growing_ = true;        // still in the first climb
+  Trial trial_;
+  std::size_t refused_at_ = 0;      // a grow from this count was refused ...
+  std::size_t refused_windows_ = 0;  // ... this many windows ago
+  std::size_t floor_ = 1;            // a shrink below this was refused ...
+  std::size_t floor_windows_ = 0;    // ... this many windows ago
+  bool shrinking_ = false;           // in a run of kept shrinks
+  double reference_rate_ = 0;        // the rate a shrink must keep (within kShrinkLoss)
+};
+
+}  // namespace conveyor

@@ -1,0 +1,244 @@
+// The worker tuner: its rules on modelled stage costs with known best counts,
+// then in a pipeline whose stages sleep for known times.
+#include <cmath>
+#include <random>
+
+#include "pipeline/autotune.h"
+#include "pipeline_support.h"
+
+using namespace conveyor;
+using namespace conveyor::test;
+
+namespace {
+
+// A pipeline of known costs, window by window: each worker fills `per_worker`
+// images/s using `cpu_per_worker` of a core; past the cores, workers share
+// them (and lose `crowding` per extra thread); the consumer takes at most `cap`
+// images/s and spends `consumer_cpu` cores. Noise: each window's rate times
+// (1 + U(-noise, noise)).
+struct Model {
+  double per_worker = 100, cpu_per_worker = 1.0, cap = 1e9, consumer_cpu = 0.05, crowding = 0.0, noise = 0.0;
+  std::size_t cores = 2;
+
+  double rate(std::size_t n) const {
+    const double cpu_limit = cpu_per_worker > 0 ? (double(cores) - consumer_cpu) / cpu_per_worker : 1e9;
+    double workers = std::min(double(n), cpu_limit);
+    if (double(n) > cpu_limit) workers *= 1.0 - crowding * (double(n) - cpu_limit);
+    return std::min(workers * per_worker, cap);
+  }
+  TuneWindow window(std::size_t n, std::mt19937& rng) const {
+    TuneWindow w;
+    w.active = n;
+    const double r = rate(n);
+    w.images_per_s = r * (1.0 + std::uniform_real_distribution<double>(-noise, noise)(rng));
+    const double can = std::min(double(n), cpu_per_worker > 0 ? double(cores) / cpu_per_worker : 1e9) * per_worker;
+    w.blocked = can > 0 ? std::max(0.0, 1.0 - r / can) : 0.0;
+    w.busy = 1.0 - w.blocked;
+    w.cores_used = std::min(double(cores), (r / per_worker) * cpu_per_worker + consumer_cpu);
+    w.cores = cores;
+    return w;
+  }
+  // The best rate any count up to `ceiling` gives, and the fewest workers within 5% of it.
+  std::pair<double, std::size_t> best(std::size_t ceiling) const {
+    double top = 0;
+    for (std::size_t n = 1; n <= ceiling; ++n) top = std::max(top, rate(n));
+    for (std::size_t n = 1; n <= ceiling; ++n) {
+      if (rate(n) >= 0.95 * top) return {top, n};
+    }
+    return {top, ceiling};
+  }
+};
+
+// Runs f on a thread of its own and fails unless it ends within `seconds`.
+template <class F>
+void within_seconds(int seconds, F f) {
+  auto task = std::async(std::launch::async, f);
+  REQUIRE(task.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready);
+  task.get();
+}
+
+// Runs the tuner for `windows` windows; returns the count it holds at the end.
+std::size_t tune(const Model& m, std::size_t ceiling, std::size_t windows, unsigned seed = 1,
+                 std::vector<TuneDecision>* log = nullptr) {
+  WorkerTuner t(ceiling);
+  std::mt19937 rng(seed);
+  for (std::size_t i = 0; i < windows; ++i) {
+    TuneDecision d;
+    const std::size_t before = t.active();
+    const std::size_t n = t.next(m.window(t.active(), rng), &d);
+    REQUIRE(n >= 1);
+    REQUIRE(n <= ceiling);
+    REQUIRE(n == t.active());
+    if (n != before && log) log->push_back(d);
+  }
+  return t.active();
+}
+
+}  // namespace
+
+TEST_CASE("tuner: workers that sleep grow until the consumer is the limit, then give the extra back", "[autotune]") {
+  Model m;
+  m.cpu_per_worker = 0.02;  // sleeping workers: the cores stay free
+  m.cap = 550;               // best: 6 workers (5 give 500, 91%)
+  std::vector<TuneDecision> log;
+  const std::size_t n = tune(m, 16, 60, 1, &log);
+  CHECK(m.rate(n) >= 0.95 * m.best(16).first);
+  CHECK(n >= 6);
+  CHECK(n <= 7);
+  REQUIRE(!log.empty());
+  CHECK(log.front().from == 1);
+  CHECK(log.front().reason.rfind("grow:", 0) == 0);
+}
+
+TEST_CASE("tuner: CPU-bound workers stop at the cores", "[autotune]") {
+  for (std::size_t cores : {1u, 2u, 4u, 16u}) {
+    Model m;
+    m.cores = cores;
+    m.crowding = 0.02;
+    const std::size_t n = tune(m, 4 * cores, 80);
+    INFO("cores " << cores << ", tuned to " << n);
+    CHECK(m.rate(n) >= 0.95 * m.best(4 * cores).first);
+    CHECK(n <= cores);
+  }
+}
+
+TEST_CASE("tuner: a consumer that spins a core leaves the workers the rest", "[autotune]") {
+  Model m;
+  m.cores = 4;
+  m.consumer_cpu = 1.0;  // the training step's own thread
+  m.cap = 1e9;
+  const std::size_t n = tune(m, 16, 80);
+  CHECK(m.rate(n) >= 0.95 * m.best(16).first);
+  CHECK(n == 3);
+}
+
+TEST_CASE("tuner: the best count within 5% under 3% noise, over many runs", "[autotune]") {
+  struct Case {
+    double cpu, cap;
+    std::size_t cores, ceiling;
+  };
+  for (const Case& c : {Case{0.02, 550, 2, 16}, Case{1.0, 1e9, 2, 4}, Case{1.0, 1e9, 8, 16}, Case{0.3, 1200, 4, 32},
+                        Case{1.0, 250, 4, 8}}) {
+    Model m;
+    m.cpu_per_worker = c.cpu;
+    m.cap = c.cap;
+    m.cores = c.cores;
+    m.noise = 0.03;
+    const auto [top, fewest] = m.best(c.ceiling);
+    for (unsigned seed = 1; seed <= 20; ++seed) {
+      const std::size_t n = tune(m, c.ceiling, 100, seed);
+      INFO("cpu " << c.cpu << " cap " << c.cap << " cores " << c.cores << " seed " << seed << ": " << n
+                  << " workers, the fewest within 5% " << fewest);
+      CHECK(m.rate(n) >= 0.95 * top);
+      CHECK(n <= std::max<std::size_t>(fewest * 2, fewest + 2));  // cores given back
+    }
+  }
+}
+
+TEST_CASE("tuner: a consumer that speeds up later gets more workers", "[autotune]") {
+  Model m;
+  m.cpu_per_worker = 0.02;
+  m.cap = 250;
+  WorkerTuner t(16);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 60; ++i) t.next(m.window(t.active(), rng), nullptr);
+  CHECK(t.active() <= 4);
+  m.cap = 1000;  // the training step got faster (a warm-up ended, evaluation finished)
+  for (std::size_t i = 0; i < 2 * WorkerTuner::kRetryWindows + 20; ++i) t.next(m.window(t.active(), rng), nullptr);
+  CHECK(m.rate(t.active()) >= 0.95 * 1000);
+}
+
+TEST_CASE("tuner: the count stays within 1 .. ceiling", "[autotune]") {
+  Model m;
+  m.cpu_per_worker = 0.0;
+  CHECK(tune(m, 1, 30) == 1);
+  CHECK(tune(m, 3, 30) == 3);
+  m.cap = 0;  // nothing consumed: workers blocked all the time
+  CHECK(tune(m, 8, 30) == 1);
+  CHECK_THROWS_AS(WorkerTuner(0), std::invalid_argument);
+}
+
+namespace {
+// Sleeps per sample and fills the reference bytes.
+void sleepy_fill(Sample& s, std::chrono::microseconds per_sample) {
+  std::this_thread::sleep_for(per_sample);
+  fill_pattern(s);
+}
+}  // namespace
+
+TEST_CASE("pipeline: tune_workers reaches the consumer's pace and keeps the bytes", "[autotune]") {
+  // Each worker fills 8 samples in >= 16 ms (2 ms a sample); the consumer
+  // takes a batch of 8 every 4 ms: 4 workers keep up, more cannot help.
+  Config c = small_config();
+  c.batch_size = 8;
+  c.epochs = 1;
+  c.workers = 8;
+  c.tune_workers = true;
+  c.tune_window_ms = 50;
+  const std::size_t n = 4000;
+  within_seconds(120, [&] {
+    Pipeline p(c, n, {[](Sample& s) { sleepy_fill(s, std::chrono::microseconds(2000)); }});
+    std::uint64_t samples = 0;
+    const std::vector<std::uint64_t> order = p.sampler().epoch_order(0);
+    std::size_t bad = 0;
+    PipelineStats half;
+    while (auto b = p.next()) {
+      bad += bad_samples(c, **b, order);
+      samples += (*b)->size();
+      if (samples == n / 2) half = p.stats();
+      std::this_thread::sleep_for(std::chrono::milliseconds(4));
+    }
+    CHECK(bad == 0);
+    CHECK(samples == n);
+    const PipelineStats s = p.stats();
+    INFO(s.table());
+    CHECK(s.tune_changes >= 2);
+    REQUIRE(!s.tuning.empty());
+    CHECK(s.workers_active >= 3);
+    CHECK(s.workers_active <= 8);
+    // Parked workers are out of the fractions: the working ones' add up.
+    const StageStats& w = s.stages.front();
+    CHECK(w.parked_s > 0);
+    CHECK(w.busy_fraction() + w.blocked_fraction() <= 1.05);
+    CHECK(w.working_threads() < 8);
+    // The second half ran at the consumer's pace, give or take sleeps' slack
+    // on a loaded machine: 8 samples per >= 4 ms is at most 2000 a second.
+    const PipelineStats late = s.since(half);
+    CHECK(double(late.samples) / late.wall_s >= 0.6 * 2000);
+  });
+}
+
+TEST_CASE("pipeline: tune_workers' output is the fixed count's, workers x queue depths", "[autotune]") {
+  for (std::size_t workers : {1u, 3u}) {
+    for (std::size_t depth : {1u, 3u}) {
+      Config c = small_config();
+      c.workers = workers;
+      c.host_queue_depth = c.device_queue_depth = depth;
+      Config tuned = c;
+      tuned.tune_workers = true;
+      tuned.tune_window_ms = 10;
+      INFO("workers " << workers << ", queues " << depth);
+      within_seconds(60, [&] { CHECK(run_digests(tuned, 300) == run_digests(c, 300)); });
+    }
+  }
+}
+
+TEST_CASE("pipeline: a tuned pipeline stops promptly with workers parked", "[autotune]") {
+  Config c = small_config();
+  c.workers = 6;
+  c.epochs = 0;
+  c.tune_workers = true;
+  c.tune_window_ms = 10000;  // no window ends: five workers stay parked
+  within_seconds(30, [&] {
+    Pipeline p(c, 100, {fill_pattern});
+    REQUIRE(p.next());
+    CHECK(p.stats().workers_active == 1);
+    CHECK(seconds_to_stop(p) < 5.0);
+  });
+}
+
+TEST_CASE("config: tune_window_ms out of range names the field", "[autotune]") {
+  Config c = small_config();
+  c.tune_window_ms = 5;
+  CHECK_THROWS_WITH(c.validate(), "config: tune_window_ms must be 10 .. 60000 (got 5)");
+}
