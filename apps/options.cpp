@@ -94,7 +94,7 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
              if (!o.workers_auto) o.workers = std::stoul(v);  // the check took only 1 .. kMaxWorkers
            },
            "decode/augment worker threads, or auto: the pipeline runs as many of --max-workers as raise images/s "
-           "while a core is free, fewer when the consumer is the limit (default: the core count)")
+           "while half a core is free, fewer when the consumer is the limit (default: the core count)")
         ->type_name("UINT|auto")
         ->check(CLI::Validator(
             [](std::string& v) -> std::string {

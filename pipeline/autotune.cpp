@@ -1,6 +1,7 @@
 #include "pipeline/autotune.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -21,7 +22,12 @@ int pct(double f) { return int(f * 100.0 + (f < 0 ? -0.5 : 0.5)); }
 }  // namespace
 
 std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
-  const double rate = w.images_per_s;
+  if (w.consumer_images_per_s <= 0 && w.blocked >= kBlockedShrink) return active_;  // the consumer is away
+  const bool consumer_seen = w.consumer_images_per_s > 0;
+  const double rate = consumer_seen ? std::min(w.images_per_s, w.consumer_images_per_s) : w.images_per_s;
+  // What a shrink must keep: the consumer's pace (the workers' own rate is
+  // low while they wait on it, high while they refill buffers).
+  const double pace = consumer_seen ? w.consumer_images_per_s : w.images_per_s;
   char why[200];
   if (trial_.on) {
     trial_.on = false;
@@ -42,30 +48,33 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
         return change_to(trial_.base, rate, why, d);
       }
       if (growing_) step_ = std::min(step_ * 2, ceiling_);
-      reference_rate_ = rate;
     } else {
-      // Against the rate before the first shrink of a run of them, so that
-      // losses each under the limit do not add up.
-      if (rate < reference_rate_ * (1.0 - kShrinkLoss)) {
-        std::snprintf(why, sizeof why, "back: %zu workers gave %+d%% images/s against %zu", active_,
-                      pct(rate / reference_rate_ - 1.0), trial_.base);
-        floor_ = trial_.base;
+      // Workers still waiting on the consumer keep up. Otherwise their rate
+      // is their capacity: against the pace before the first shrink of a run
+      // of them, so that losses each under the limit do not add up.
+      if (w.blocked < kBlockedGrow && w.images_per_s < reference_rate_ * (1.0 - kShrinkLoss)) {
+        std::snprintf(why, sizeof why, "back: %zu workers made %+d%% images/s against the pace at %zu", active_,
+                      pct(w.images_per_s / reference_rate_ - 1.0), trial_.base);
+        floor_ = active_ + 1;  // the next shrink tries one more than this
         floor_windows_ = 0;
         return change_to(trial_.base, rate, why, d);
       }
     }
-  } else if (!shrinking_) {
-    reference_rate_ = rate;
   }
   ++refused_windows_;
   ++floor_windows_;
   if (floor_windows_ >= kRetryWindows) floor_ = 1;
 
   if (w.blocked >= kBlockedShrink && active_ > std::max<std::size_t>(floor_, 1)) {
+    if (!shrinking_) reference_rate_ = pace;
     shrinking_ = true;
-    trial_ = {true, active_, rate, false};
+    growing_ = false;  // from here on, grow one at a time
+    trial_ = {true, active_, pace, false};
+    // The workers' busy share of their time says how many would keep up.
+    const auto enough = std::size_t(std::ceil(double(active_) * (1.0 - w.blocked))) + 1;
+    const std::size_t to = std::max(std::max<std::size_t>(floor_, 1), std::min(active_ - 1, enough));
     std::snprintf(why, sizeof why, "shrink: workers blocked %d%% of their time on the stages after them", pct(w.blocked));
-    return change_to(active_ - 1, rate, why, d);
+    return change_to(to, rate, why, d);
   }
   shrinking_ = false;
   const double free_cores = double(w.cores) - w.cores_used;

@@ -7,15 +7,25 @@
 // returns. Which thread fills a sample never changes the sample's bytes, so
 // output stays the same whatever the tuner chooses.
 //
+// Images/s is the lower of the workers' rate and the consumer's: while the
+// buffers fill the workers outrun a slower consumer for a while, and while
+// they drain the consumer outruns the workers; neither lasts. A window in
+// which the consumer took nothing while the workers waited on it (it is away:
+// setup, evaluation) decides nothing.
+//
 // The rules, in order:
 // - Grow while it pays: from one worker, try more (steps 1, 2, 4, ...) while
-//   the workers are busy, not held up downstream, and the process leaves a
-//   core free. A step is kept when images/s rose by at least a quarter of the
-//   step's share (1 -> 2 workers: +25%; 8 -> 9: +4%, and never less than 4%);
+//   the workers are not held up downstream (blocked under kBlockedGrow) and
+//   the process leaves half a core free. A step is kept when images/s rose by at least a quarter of
+//   the step's share (1 -> 2 workers: +25%; 8 -> 9: +3.1%), and by 2% at least;
 //   otherwise the count goes back and the step halves, down to one worker.
 // - Give cores back: when the workers wait on the stages after them (the
-//   consumer, the transfer) a quarter of their time or more, try one fewer;
-//   it is kept unless images/s falls by more than 3%.
+//   consumer, the transfer) a quarter of their time or more, try the count
+//   their working share says would do, plus one (n x (1 - blocked), rounded
+//   up, + 1),
+//   and at least one fewer; it is kept while the workers still wait on the
+//   stages after them, or make within 3% of the consumer's pace before the
+//   first of a run of shrinks. After a shrink, grows go one at a time.
 // - Then hold, and look again: a grow refused at count n is retried only
 //   after kRetryWindows windows, so a training step that speeds up later still
 //   gets its workers.
@@ -36,6 +46,9 @@ namespace conveyor {
 struct TuneWindow {
   std::size_t active = 1;    // workers that worked during the window
   double images_per_s = 0;   // samples the workers filled per second
+  // Samples the consumer took per second, between the batches it took
+  // (0: fewer than two batches, or none since the window before).
+  double consumer_images_per_s = 0;
   double busy = 0;           // the working workers' busy share of their time, 0..1
   double blocked = 0;        // their share blocked on the stages after them, 0..1
   double cores_used = 0;     // the whole process's CPU time over the window's wall time
@@ -53,10 +66,10 @@ struct TuneDecision {
 class WorkerTuner {
  public:
   static constexpr std::size_t kRetryWindows = 20;
-  static constexpr double kMinGain = 0.04;      // a grow step's least gain
+  static constexpr double kMinGain = 0.02;      // a grow step's least gain
   static constexpr double kShareOfStep = 0.25;  // ... or this share of the step's proportional gain
   static constexpr double kShrinkLoss = 0.03;   // a shrink's most loss
-  static constexpr double kBlockedShrink = 0.25;  // workers blocked this share of their time: try one fewer
+  static constexpr double kBlockedShrink = 0.25;  // workers blocked this share of their time: try fewer
   static constexpr double kBlockedGrow = 0.10;    // ... and under this share only, try more
   static constexpr double kFreeCore = 0.5;        // the cores a grow needs left free
 
@@ -92,7 +105,7 @@ class WorkerTuner {
   std::size_t floor_ = 1;            // a shrink below this was refused ...
   std::size_t floor_windows_ = 0;    // ... this many windows ago
   bool shrinking_ = false;           // in a run of kept shrinks
-  double reference_rate_ = 0;        // the rate a shrink must keep (within kShrinkLoss)
+  double reference_rate_ = 0;        // the consumer's pace a shrink must keep (within kShrinkLoss)
 };
 
 }  // namespace conveyor

@@ -55,7 +55,7 @@ struct Config : SampleOrder {
 
   // Let the pipeline choose how many of its `workers` threads work, from what
   // it measures (pipeline/autotune.h): it starts all of them, runs one at
-  // first and more while images/s rises and a core is free, fewer when the
+  // first and more while images/s rises and half a core is free, fewer when the
   // workers wait on the stages after them. `workers` is then the ceiling
   // (the buffer pool is sized for it). Output is the same whatever it chooses.
   // Default: false.

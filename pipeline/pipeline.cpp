@@ -171,6 +171,7 @@ void Pipeline::request_stop() {
     stop_requested_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
+  idle_cv_.notify_all();
   pool_.close();
   host_queue_.close();
   device_queue_.close();
@@ -398,7 +399,7 @@ bool Pipeline::park(std::size_t w, StageCounters& counters, Clock::time_point& m
   StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
   return counters.timed_wait(counters.parked_since, counters.parked_ns, t0, [&] {
     std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return stopping_ || w < active_workers_.load(std::memory_order_relaxed); });
+    idle_cv_.wait(lk, [&] { return stopping_ || w < active_workers_.load(std::memory_order_relaxed); });
     return !stopping_;
   }, mark);
 }
@@ -414,7 +415,7 @@ void Pipeline::tuner_main() {
     const auto settle = window / 4;
     const auto wait = [&](std::chrono::milliseconds t) {
       std::unique_lock lk(mu_);
-      return !cv_.wait_for(lk, t, [&] { return stopping_; });
+      return !idle_cv_.wait_for(lk, t, [&] { return stopping_; });
     };
     if (!wait(settle)) return;
     PipelineStats before = stats();
@@ -422,15 +423,19 @@ void Pipeline::tuner_main() {
       if (!wait(window)) return;
       const PipelineStats now = stats();
       const PipelineStats d = now.since(before);
-      before = now;
       const StageStats& workers = d.stages.front();  // stats() lists the workers first
       TuneWindow w;
       w.active = tuner.active();
       w.images_per_s = d.wall_s > 0 ? double(workers.items) / d.wall_s : 0.0;
+      // From batch to batch, not over the window: whole batches in a fixed
+      // window would be off by up to one batch in a dozen.
+      const double between = now.last_delivery_s - before.last_delivery_s;
+      if (before.last_delivery_s > 0 && between > 0) w.consumer_images_per_s = double(d.samples) / between;
       w.busy = workers.busy_fraction();
       w.blocked = workers.blocked_fraction();
       w.cores_used = d.wall_s > 0 ? d.cpu_s / d.wall_s : 0.0;
       w.cores = cores_;
+      before = now;
       TuneDecision decision;
       const std::size_t n = tuner.next(w, &decision);
       if (n == w.active) continue;
@@ -445,7 +450,7 @@ void Pipeline::tuner_main() {
         std::lock_guard lk(mu_);
         active_workers_.store(n, std::memory_order_release);
       }
-      cv_.notify_all();
+      idle_cv_.notify_all();
       if (!wait(settle)) return;
       before = stats();
     }
@@ -511,6 +516,7 @@ void Pipeline::note_delivered(const Batch& b) {
   delivered_samples_ += b.size();
   for (const SkippedSample& k : b.skipped) skipped_.add(k);
   last_return_ = Clock::now();
+  last_delivery_ = last_return_;
 }
 
 PipelineState Pipeline::state() const {
@@ -556,6 +562,7 @@ PipelineStats Pipeline::stats() const {
     s.batches = delivered_batches_;
     s.samples = delivered_samples_;
     s.samples_skipped = skipped_.total();
+    if (last_delivery_) s.last_delivery_s = double(elapsed_ns(start_, *last_delivery_)) * 1e-9;
   }
   const auto now = Clock::now();
   s.wall_s = double(elapsed_ns(start_, now)) * 1e-9;

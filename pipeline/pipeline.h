@@ -314,8 +314,11 @@ class Pipeline {
   alignas(64) std::atomic<std::uint64_t> cursor_{0};
   std::unique_ptr<OpenBatch[]> ring_;
   std::size_t ring_size_;
-  std::mutex mu_;               // guards next_open_, ring tags' transitions, stopping_
+  std::mutex mu_;               // guards next_open_, ring tags' transitions, stopping_, changes to active_workers_
   std::condition_variable cv_;
+  // Parked workers and the tuning thread wait here (with mu_), apart from
+  // cv_, which every batch opened or completed wakes.
+  std::condition_variable idle_cv_;
   std::uint64_t next_open_ = 0;
   bool stopping_ = false;
   std::atomic<bool> stop_requested_{false};  // stopping_ for lock-free checks
@@ -333,6 +336,7 @@ class Pipeline {
   SkipLog skipped_;
   std::optional<Clock::time_point> last_return_;
   std::optional<Clock::time_point> consumer_first_;  // its first arrival; guarded by state_mu_
+  std::optional<Clock::time_point> last_delivery_;   // when next() last returned a batch; guarded by state_mu_
 
   // Workers allowed to work: workers 0 .. active_workers_ - 1 (all but under
   // Config::tune_workers). Written by the tuning thread under mu_, read lock-free.

@@ -237,6 +237,9 @@ struct PipelineStats {
   // process already fills are not helped by more workers.
   double cpu_s = 0;
   std::size_t cores = 0;
+  // Seconds from the start to when the consumer got its latest batch (0: none
+  // yet): with `samples`, a rate between deliveries (the worker tuner's).
+  double last_delivery_s = 0;
   std::vector<StageStats> stages;
   std::vector<NamedQueueStats> queues;
   // Config::tune_workers: the workers working now, and the tuner's changes

@@ -13,8 +13,9 @@ Each round runs `conveyor sweep` over the fixed counts (one process per point)
 and `conveyor bench --workers auto`, the order alternating from round to round.
 Every run is --epochs long from a cold start, so auto's tuning counts against it.
 Reported per workload: the fixed counts' images/s (median over rounds), the best,
-auto's images/s over the whole run and over its first epoch, its ratio to the
-round's best (median, per round), and the count it chose.
+auto's images/s over the whole run, over its first epoch and over the later ones
+(the median of their epoch lines), its ratios to the round's best (median, per
+round), and the count it works with at the end.
 """
 import csv
 import os
@@ -60,7 +61,7 @@ def auto(conveyor, lst, w, epochs):
     tuned = [int(m.group(1)) for m in map(TUNED.match, lines) if m]
     if len(epochs_rate) != epochs or not total or not tuned:
         sys.exit(f"autotune: {' '.join(cmd)}: unexpected output:\n" + "\n".join(lines[-20:]))
-    return total[0], epochs_rate[0], tuned[-1]
+    return total[0], epochs_rate[0], statistics.median(epochs_rate[1:]), tuned[-1]
 
 
 def main():
@@ -81,7 +82,7 @@ def main():
             w = WORKLOADS[name]
             counts = w["fixed"] or list(range(1, 2 * cores + 1))
             fixed = {n: [] for n in counts}
-            autos, firsts, chosen, ratios = [], [], [], []
+            autos, firsts, laters, chosen, ratios, later_ratios = [], [], [], [], [], []
             for r in range(args.rounds):
                 runs = ["sweep", "auto"] if r % 2 == 0 else ["auto", "sweep"]
                 for kind in runs:
@@ -91,14 +92,16 @@ def main():
                             fixed[n].append(got[n])
                         best_round = max(got.values())
                     else:
-                        total, first, n = auto(conveyor, lst, w, args.epochs)
+                        total, first, later, n = auto(conveyor, lst, w, args.epochs)
                         autos.append(total)
                         firsts.append(first)
+                        laters.append(later)
                         chosen.append(n)
                 ratios.append(autos[-1] / best_round)
+                later_ratios.append(laters[-1] / best_round)
                 print(f"{name} round {r + 1}: best fixed {best_round:.0f} images/s "
-                      f"({max(got, key=got.get)} workers), auto {autos[-1]:.0f} (first epoch {firsts[-1]:.0f}, "
-                      f"{chosen[-1]} working): {ratios[-1]:.3f}", flush=True)
+                      f"({max(got, key=got.get)} workers), auto {autos[-1]:.0f} (first epoch {firsts[-1]:.0f}, later "
+                      f"{laters[-1]:.0f}, {chosen[-1]} working): {ratios[-1]:.3f}, later {later_ratios[-1]:.3f}", flush=True)
             print(f"\n{name}: {len(photos) * args.repeat} samples an epoch, {args.epochs} epochs, {cores} cores")
             print("| workers | images/s, median (min-max) |")
             print("|---|---|")
@@ -106,9 +109,13 @@ def main():
                 v = fixed[n]
                 print(f"| {n} | {statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f}) |")
             print(f"| auto | {statistics.median(autos):.0f} ({min(autos):.0f}-{max(autos):.0f}); first epoch "
-                  f"{statistics.median(firsts):.0f}; working at the end: {sorted(chosen)} |")
-            print(f"auto / the round's best fixed: median {statistics.median(ratios):.3f}, per round "
-                  + ", ".join(f"{x:.3f}" for x in ratios) + "\n", flush=True)
+                  f"{statistics.median(firsts):.0f}, later epochs {statistics.median(laters):.0f}; working at the end: "
+                  f"{sorted(chosen)} |")
+            print(f"auto over the whole run / the round's best fixed: median {statistics.median(ratios):.3f}, per round "
+                  + ", ".join(f"{x:.3f}" for x in ratios))
+            print(f"auto's epochs after the first / the round's best fixed (whole run): median "
+                  f"{statistics.median(later_ratios):.3f}, per round " + ", ".join(f"{x:.3f}" for x in later_ratios)
+                  + "\n", flush=True)
 
 
 if __name__ == "__main__":
