@@ -340,6 +340,10 @@ std::optional<double> gpu_decode_share(const Options& o) {
   if (o.resident) throw UsageError("--gpu-decode: not with --resident, which decodes once on the CPU");
   if (o.serial) throw UsageError("--gpu-decode: not with --serial");
   if (o.synthetic_ms > 0) throw UsageError("--gpu-decode: not with --synthetic-ms, which decodes nothing");
+  if (!share && o.workers_auto) {
+    throw UsageError("--gpu-decode auto: not with --workers auto (the share balances a fixed worker count; give one, "
+                     "or a fixed share)");
+  }
   return share;
 }
 

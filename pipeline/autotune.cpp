@@ -29,6 +29,7 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
   // low while they wait on it, high while they refill buffers).
   const double pace = consumer_seen ? w.consumer_images_per_s : w.images_per_s;
   char why[200];
+  if (trial_.on && trial_.consumer_seen && !consumer_seen) return active_;  // no like-for-like rate yet: wait
   if (trial_.on) {
     trial_.on = false;
     const double change = trial_.base_rate > 0 ? rate / trial_.base_rate - 1.0 : 0.0;
@@ -69,7 +70,8 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
     if (!shrinking_) reference_rate_ = pace;
     shrinking_ = true;
     growing_ = false;  // from here on, grow one at a time
-    trial_ = {true, active_, pace, false};
+    step_ = 1;
+    trial_ = {true, active_, pace, false, consumer_seen};
     // The workers' busy share of their time says how many would keep up.
     const auto enough = std::size_t(std::ceil(double(active_) * (1.0 - w.blocked))) + 1;
     const std::size_t to = std::max(std::max<std::size_t>(floor_, 1), std::min(active_ - 1, enough));
@@ -81,7 +83,7 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
   const bool refused_here = refused_at_ == active_ && refused_windows_ < kRetryWindows;
   if (active_ < ceiling_ && w.blocked < kBlockedGrow && free_cores >= kFreeCore && !refused_here) {
     const std::size_t to = std::min(ceiling_, active_ + (growing_ ? step_ : 1));
-    trial_ = {true, active_, rate, true};
+    trial_ = {true, active_, rate, true, consumer_seen};
     std::snprintf(why, sizeof why, "grow: workers busy %d%%, %.1f of %zu cores free", pct(w.busy), free_cores, w.cores);
     return change_to(to, rate, why, d);
   }

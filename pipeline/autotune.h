@@ -92,6 +92,7 @@ class WorkerTuner {
     std::size_t base = 0;     // the count before the trial
     double base_rate = 0;     // its rate
     bool grow = true;
+    bool consumer_seen = false;  // the base rate had the consumer's: the trial waits for it too
   };
   std::size_t change_to(std::size_t n, double rate, const std::string& why, TuneDecision* d);
 

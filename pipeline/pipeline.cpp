@@ -344,7 +344,8 @@ void Pipeline::worker_main(std::size_t w) {
     worker_counters_[w].busy_since.store(0, std::memory_order_relaxed);
     worker_counters_[w].blocked_since.store(0, std::memory_order_relaxed);
     worker_counters_[w].parked_since.store(0, std::memory_order_relaxed);
-    // Only the loop body throws, after claim() set g to a batch of the plan.
+    // g is the batch of the last claim (0 before the first: park() may throw
+    // first, in theory, as any wait may).
     const Plan::Pos pos = plan_.at(g);
     fail("worker", pos.epoch, PipelineError::kNoSample, std::current_exception(),
          "batch " + std::to_string(pos.batch) + ": ");
@@ -399,7 +400,7 @@ bool Pipeline::park(std::size_t w, StageCounters& counters, Clock::time_point& m
   StageCounters::add(counters.busy_ns, elapsed_ns(mark, t0));
   return counters.timed_wait(counters.parked_since, counters.parked_ns, t0, [&] {
     std::unique_lock lk(mu_);
-    idle_cv_.wait(lk, [&] { return stopping_ || w < active_workers_.load(std::memory_order_relaxed); });
+    idle_cv_.wait(lk, [&] { return stopping_ || tuning_over_ || w < active_workers_.load(std::memory_order_relaxed); });
     return !stopping_;
   }, mark);
 }
@@ -421,6 +422,16 @@ void Pipeline::tuner_main() {
     PipelineStats before = stats();
     for (;;) {
       if (!wait(window)) return;
+      if ((cursor_.load(std::memory_order_relaxed) >> kSlotBits) >= plan_.total()) {
+        // Every sample of the plan is claimed: nothing left to tune. Parked
+        // workers are released to find the plan's end and return.
+        {
+          std::lock_guard lk(mu_);
+          tuning_over_ = true;
+        }
+        idle_cv_.notify_all();
+        return;
+      }
       const PipelineStats now = stats();
       const PipelineStats d = now.since(before);
       const StageStats& workers = d.stages.front();  // stats() lists the workers first
@@ -429,8 +440,12 @@ void Pipeline::tuner_main() {
       w.images_per_s = d.wall_s > 0 ? double(workers.items) / d.wall_s : 0.0;
       // From batch to batch, not over the window: whole batches in a fixed
       // window would be off by up to one batch in a dozen.
+      // A span much longer than the window held a pause (the consumer away):
+      // its mean is no pace.
       const double between = now.last_delivery_s - before.last_delivery_s;
-      if (before.last_delivery_s > 0 && between > 0) w.consumer_images_per_s = double(d.samples) / between;
+      if (before.last_delivery_s > 0 && between > 0 && between <= 2 * d.wall_s) {
+        w.consumer_images_per_s = double(d.samples) / between;
+      }
       w.busy = workers.busy_fraction();
       w.blocked = workers.blocked_fraction();
       w.cores_used = d.wall_s > 0 ? d.cpu_s / d.wall_s : 0.0;

@@ -341,6 +341,7 @@ class Pipeline {
   // Workers allowed to work: workers 0 .. active_workers_ - 1 (all but under
   // Config::tune_workers). Written by the tuning thread under mu_, read lock-free.
   std::atomic<std::size_t> active_workers_{1};
+  bool tuning_over_ = false;  // the plan is all claimed: parked workers return (guarded by mu_)
   // The tuner's changes, for stats(): guarded by tune_mu_.
   mutable std::mutex tune_mu_;
   std::vector<TuneDecision> tuning_;

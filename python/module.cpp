@@ -459,6 +459,10 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
                                k["device_buffers"], rank, world_size, k["max_workers"]},
                               shuffle, drop_last, device, normalize);
   s.gpu_decode = gpu_decode_share(k["gpu_decode"]);
+  if (!s.gpu_decode && s.config.tune_workers) {
+    throw py::value_error("gpu_decode='auto': not with workers='auto' (the share balances a fixed worker count; give "
+                          "one, or a fixed share)");
+  }
   s.max_memory_mb = non_negative("max_memory_mb", k["max_memory_mb"]);  // 0: a quarter of physical memory
   if (arrays && s.gpu_decode != 0.0) throw py::value_error("gpu_decode=: not for arrays= (nothing to decode)");
   if (!ic.views.empty() && s.gpu_decode != 0.0) {

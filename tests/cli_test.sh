@@ -281,6 +281,7 @@ PY
 fi
 expect_usage_error "--max-workers without --workers auto" bench --folder "$work/ds" --workers 2 --max-workers 4
 expect_usage_error "--workers many" bench --folder "$work/ds" --workers many
+expect_usage_error "--gpu-decode auto with --workers auto" bench --folder "$work/ds" --workers auto --gpu-decode auto
 
 # sweep --csv: one row per point.
 "$bin" sweep --folder "$work/ds" --batch 4 --workers 1,2 --host-queue 1,3 --csv "$work/s.csv" >/dev/null 2>&1 \

@@ -2,6 +2,7 @@
 // then in a pipeline whose stages sleep for known times.
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "pipeline/autotune.h"
 #include "pipeline_support.h"
@@ -185,6 +186,31 @@ TEST_CASE("tuner: blocked workers shrink to what their busy share says, plus one
   CHECK(counts.back() <= 9);
 }
 
+TEST_CASE("tuner: after a shrink, grows go one at a time and a refused one waits", "[autotune]") {
+  WorkerTuner t(16);
+  Model m;
+  m.cpu_per_worker = 0.0;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 30; ++i) t.next(m.window(t.active(), rng), nullptr);
+  REQUIRE(t.active() == 16);
+  m.cap = 800;
+  for (int i = 0; i < 6; ++i) t.next(m.window(t.active(), rng), nullptr);
+  REQUIRE(t.active() <= 9);
+  m.cap = 1000;  // 10 workers now
+  std::size_t grows = 0;
+  for (int i = 0; i < 15; ++i) {
+    TuneDecision d;
+    const std::size_t before = t.active();
+    t.next(m.window(t.active(), rng), &d);
+    if (t.active() != before && d.reason.rfind("grow:", 0) == 0) {
+      ++grows;
+      CHECK(d.to == d.from + 1);
+    }
+  }
+  CHECK(t.active() == 10);
+  CHECK(grows <= 3);  // 9 -> 10 kept, 10 -> 11 refused, then nothing for kRetryWindows
+}
+
 TEST_CASE("tuner: the count stays within 1 .. ceiling", "[autotune]") {
   Model m;
   m.cpu_per_worker = 0.0;
@@ -231,8 +257,8 @@ TEST_CASE("pipeline: tune_workers reaches the consumer's pace and keeps the byte
     INFO(s.table());
     CHECK(s.tune_changes >= 2);
     REQUIRE(!s.tuning.empty());
-    CHECK(s.workers_active >= 3);
-    CHECK(s.workers_active <= 6);  // not the 8 or 12 the climb tried: the consumer takes no more
+    CHECK(half.workers_active >= 3);
+    CHECK(half.workers_active <= 7);  // not the 8 or 12 the climb tried: the consumer takes no more
     // Parked workers are out of the fractions: the working ones' add up.
     const StageStats& w = s.stages.front();
     CHECK(w.parked_s > 0);
@@ -241,12 +267,24 @@ TEST_CASE("pipeline: tune_workers reaches the consumer's pace and keeps the byte
     // The second half ran at the consumer's pace, give or take sleeps' slack
     // on a loaded machine: 8 samples per >= 4 ms is at most 2000 a second.
     const PipelineStats late = s.since(half);
-    CHECK(double(late.samples) / late.wall_s >= 0.6 * 2000);
+    CHECK(double(late.samples) / late.wall_s >= 0.5 * 2000);
   });
 }
 
+namespace {
+// Digests of every batch of a run whose filler sleeps 300 us a sample, and
+// how many changes the tuner made.
+std::pair<std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t>, std::uint64_t> sleepy_digests(
+    const Config& c, std::size_t n) {
+  Pipeline p(c, n, {[](Sample& s) { sleepy_fill(s, std::chrono::microseconds(300)); }});
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> out;
+  while (auto b = p.next()) out[{(*b)->epoch, (*b)->index}] = batch_digest(**b);
+  return {out, p.stats().tune_changes};
+}
+}  // namespace
+
 TEST_CASE("pipeline: tune_workers' output is the fixed count's, workers x queue depths", "[autotune]") {
-  for (std::size_t workers : {1u, 3u}) {
+  for (std::size_t workers : {1u, 3u, 6u}) {
     for (std::size_t depth : {1u, 3u}) {
       Config c = small_config();
       c.workers = workers;
@@ -255,9 +293,38 @@ TEST_CASE("pipeline: tune_workers' output is the fixed count's, workers x queue 
       tuned.tune_workers = true;
       tuned.tune_window_ms = 10;
       INFO("workers " << workers << ", queues " << depth);
-      within_seconds(60, [&] { CHECK(run_digests(tuned, 300) == run_digests(c, 300)); });
+      within_seconds(60, [&] {
+        const auto [fixed, none] = sleepy_digests(c, 300);
+        const auto [got, changes] = sleepy_digests(tuned, 300);
+        CHECK(got == fixed);
+        if (workers > 1) CHECK(changes > 0);  // the count moved during the run
+      });
     }
   }
+}
+
+TEST_CASE("pipeline: at the plan's end the tuner stops and releases the parked workers", "[autotune]") {
+  Config c = small_config();
+  c.workers = 4;
+  c.epochs = 1;
+  c.tune_workers = true;
+  c.tune_window_ms = 10;
+  within_seconds(30, [&] {
+    Pipeline p(c, 50, {fill_pattern});
+    while (p.next()) {
+    }
+    // The parked workers return: their parked time stops growing.
+    double parked = p.stats().stages.front().parked_s;
+    CHECK(eventually([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const double now = p.stats().stages.front().parked_s;
+      return std::exchange(parked, now) == now;
+    }));
+    const std::uint64_t changes = p.stats().tune_changes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // ten windows: none decides anything
+    CHECK(p.stats().tune_changes == changes);
+    CHECK(seconds_to_stop(p) < 1.0);
+  });
 }
 
 TEST_CASE("pipeline: a tuned pipeline stops promptly with workers parked", "[autotune]") {
@@ -265,12 +332,12 @@ TEST_CASE("pipeline: a tuned pipeline stops promptly with workers parked", "[aut
   c.workers = 6;
   c.epochs = 0;
   c.tune_workers = true;
-  c.tune_window_ms = 10000;  // no window ends: five workers stay parked
+  c.tune_window_ms = 60000;  // no window ends: five workers stay parked, the tuner waits
   within_seconds(30, [&] {
     Pipeline p(c, 100, {fill_pattern});
     REQUIRE(p.next());
     CHECK(p.stats().workers_active == 1);
-    CHECK(seconds_to_stop(p) < 5.0);
+    CHECK(seconds_to_stop(p) < 1.0);
   });
 }
 

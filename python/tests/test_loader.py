@@ -51,6 +51,8 @@ def test_workers_auto_gives_the_fixed_counts_bytes_and_shows_its_choice(folder):
         conveyor.Loader(folder=str(folder), workers=2, max_workers=4, device="cpu")
     with pytest.raises(ValueError, match="max_workers"):
         conveyor.Loader(folder=str(folder), workers="auto", max_workers=0, device="cpu")
+    with pytest.raises(ValueError, match="gpu_decode='auto': not with workers='auto'"):
+        conveyor.Loader(folder=str(folder), workers="auto", gpu_decode="auto", device="cpu")
 
 
 def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):
