@@ -72,7 +72,7 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
     growing_ = false;  // from here on, grow one at a time
     step_ = 1;
     trial_ = {true, active_, pace, false, consumer_seen};
-    // The workers' busy share of their time says how many would keep up.
+    // The workers' share of their time not spent waiting says how many would keep up.
     const auto enough = std::size_t(std::ceil(double(active_) * (1.0 - w.blocked))) + 1;
     const std::size_t to = std::max(std::max<std::size_t>(floor_, 1), std::min(active_ - 1, enough));
     std::snprintf(why, sizeof why, "shrink: workers blocked %d%% of their time on the stages after them", pct(w.blocked));

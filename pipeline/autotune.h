@@ -16,16 +16,17 @@
 // The rules, in order:
 // - Grow while it pays: from one worker, try more (steps 1, 2, 4, ...) while
 //   the workers are not held up downstream (blocked under kBlockedGrow) and
-//   the process leaves half a core free. A step is kept when images/s rose by at least a quarter of
-//   the step's share (1 -> 2 workers: +25%; 8 -> 9: +3.1%), and by 2% at least;
-//   otherwise the count goes back and the step halves, down to one worker.
+//   the process leaves half a core free. A step is kept when images/s rose by
+//   a quarter of the step's share (1 -> 2 workers: +25%; 8 -> 9: +3.1%), and
+//   by 2% at least; otherwise the count goes back and the step halves, down
+//   to one worker.
 // - Give cores back: when the workers wait on the stages after them (the
 //   consumer, the transfer) a quarter of their time or more, try the count
 //   their working share says would do, plus one (n x (1 - blocked), rounded
-//   up, + 1),
-//   and at least one fewer; it is kept while the workers still wait on the
-//   stages after them, or make within 3% of the consumer's pace before the
-//   first of a run of shrinks. After a shrink, grows go one at a time.
+//   up, + 1), and at least one fewer. It is kept while the workers still wait
+//   on the stages after them, or make within 3% of the consumer's pace before
+//   the first of a run of shrinks; otherwise the count goes back and the next
+//   shrink tries one more. After a shrink, grows go one at a time.
 // - Then hold, and look again: a grow refused at count n is retried only
 //   after kRetryWindows windows, so a training step that speeds up later still
 //   gets its workers.
@@ -60,7 +61,7 @@ struct TuneDecision {
   double at_s = 0;           // seconds since the pipeline started (the pipeline fills this in)
   std::size_t from = 0, to = 0;
   double images_per_s = 0;   // the window's rate that led to it
-  std::string reason;        // e.g. "grow: +92% images/s at 2" or "back: 3 gave +1% over 2"
+  std::string reason;        // e.g. "grow: workers busy 100%, 1.0 of 2 cores free"
 };
 
 class WorkerTuner {
