@@ -77,6 +77,22 @@ std::size_t tune(const Model& m, std::size_t ceiling, std::size_t windows, unsig
   return t.active();
 }
 
+// Hands `t` `windows` windows of the model, each at the count it holds.
+void run_windows(WorkerTuner& t, const Model& m, std::mt19937& rng, std::size_t windows) {
+  for (std::size_t i = 0; i < windows; ++i) t.next(m.window(t.active(), rng), nullptr);
+}
+
+// A tuner that climbed to 16 sleeping workers for a consumer that takes all;
+// `m` then slows to what 8 workers make, so the 16 are blocked half their time.
+WorkerTuner at_16_then_slowed(Model& m, std::mt19937& rng) {
+  WorkerTuner t(16);
+  m.cpu_per_worker = 0.0;
+  run_windows(t, m, rng, 30);
+  REQUIRE(t.active() == 16);
+  m.cap = 800;
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("tuner: workers that sleep grow until the consumer is the limit, then give the extra back", "[autotune]") {
@@ -144,10 +160,10 @@ TEST_CASE("tuner: a consumer that speeds up later gets more workers", "[autotune
   m.cap = 250;
   WorkerTuner t(16);
   std::mt19937 rng(7);
-  for (int i = 0; i < 60; ++i) t.next(m.window(t.active(), rng), nullptr);
+  run_windows(t, m, rng, 60);
   CHECK(t.active() <= 4);
   m.cap = 1000;  // the training step got faster (a warm-up ended, evaluation finished)
-  for (std::size_t i = 0; i < 2 * WorkerTuner::kRetryWindows + 20; ++i) t.next(m.window(t.active(), rng), nullptr);
+  run_windows(t, m, rng, 2 * WorkerTuner::kRetryWindows + 20);
   CHECK(m.rate(t.active()) >= 0.95 * 1000);
 }
 
@@ -169,13 +185,9 @@ TEST_CASE("tuner: workers outrunning the consumer while the buffers fill do not 
 }
 
 TEST_CASE("tuner: blocked workers shrink to what their busy share says, plus one", "[autotune]") {
-  WorkerTuner t(16);
   Model m;
-  m.cpu_per_worker = 0.0;
   std::mt19937 rng(3);
-  for (int i = 0; i < 30; ++i) t.next(m.window(t.active(), rng), nullptr);
-  REQUIRE(t.active() == 16);  // a consumer that takes all
-  m.cap = 800;                // then slows to what 8 workers make: the 16 are blocked half their time
+  WorkerTuner t = at_16_then_slowed(m, rng);
   std::vector<std::size_t> counts;
   for (int i = 0; i < 6; ++i) {
     t.next(m.window(t.active(), rng), nullptr);
@@ -187,14 +199,10 @@ TEST_CASE("tuner: blocked workers shrink to what their busy share says, plus one
 }
 
 TEST_CASE("tuner: after a shrink, grows go one at a time and a refused one waits", "[autotune]") {
-  WorkerTuner t(16);
   Model m;
-  m.cpu_per_worker = 0.0;
   std::mt19937 rng(5);
-  for (int i = 0; i < 30; ++i) t.next(m.window(t.active(), rng), nullptr);
-  REQUIRE(t.active() == 16);
-  m.cap = 800;
-  for (int i = 0; i < 6; ++i) t.next(m.window(t.active(), rng), nullptr);
+  WorkerTuner t = at_16_then_slowed(m, rng);
+  run_windows(t, m, rng, 6);
   REQUIRE(t.active() <= 9);
   m.cap = 1000;  // 10 workers now
   std::size_t grows = 0;
