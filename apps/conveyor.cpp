@@ -152,6 +152,9 @@ Subcommands add_subcommands(CLI::App& app, Options& o) {
                      "resized first when larger than N pixels on its longest side: for small images (CIFAR-like), "
                      "where decoding costs more than reading")
       ->check(CLI::Range(1, 1 << 16));
+  s.pack->add_flag("--original-bytes", o.original_bytes,
+                   "store each JPEG's bytes as they are; by default sequential JPEGs are re-encoded losslessly (the "
+                   "same pixels) with restart markers, so that a crop decodes only the part of the file it covers");
   for (auto* sub : {s.run, s.bench, s.sweep, s.inspect, s.pack, s.make}) sub->fallthrough();  // `conveyor run --config F`
   s.make->add_option("--out", o.out, "folder to write (must not exist)")->required();
   s.make->add_option("--images-per-class", o.images_per_class, "images in each of the 10 classes")

@@ -71,6 +71,10 @@ struct Options {
   // resized when larger than N on its longest side (image/reencode.h).
   // Default: 0 (off).
   int raw = 0;
+  // pack --original-bytes: each JPEG stored as its file's bytes. By default pack
+  // re-encodes sequential JPEGs losslessly with restart markers
+  // (image/jpeg_restart.h), so that decoding a crop skips what it does not cover.
+  bool original_bytes = false;
 
   // ---- pipeline
   std::size_t workers = std::max(1u, std::thread::hardware_concurrency());  // Default: the core count.

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "data/atomic_file.h"
 #include "data/dataset.h"
 #include "image/decode.h"
+#include "image/jpeg_restart.h"
 #include "image/reencode.h"
 #include "data/file_system.h"
 #include "data/reader.h"
@@ -256,50 +258,126 @@ bool reencode_sample(const Dataset& d, std::size_t i, const ReencodeSettings& se
   }
 }
 
-// Every sample of `d` into `w`, in order, with a progress line; stops at the
-// first SIGINT or SIGTERM. With `reencode`, images larger than its max_side
-// go in re-encoded (counted in `reencoded`); with raw > 0, every image goes in
-// as a PPM of its pixels at most `raw` on a side. Returns how many were written:
-// d.size(), or fewer when a signal stopped it. Throws naming the sample that
-// cannot be read.
-std::size_t write_samples(const Dataset& d, ShardWriter& w, const std::optional<ReencodeSettings>& reencode, int raw,
-                          std::size_t& reencoded) {
-  const SampleReader reader(d, nullptr, DecodeLimits{}.max_file_bytes, 1);  // one shard at a time, in order
+// What pack does to each image's bytes, and how many it did it to.
+struct Recode {
+  std::optional<ReencodeSettings> reencode;  // --max-side: images larger than its max_side re-encoded
+  int raw = 0;                               // --raw N: every image as a PPM of its pixels at most N on a side
+  bool restart = true;                       // not --original-bytes: JPEGs re-encoded losslessly with restart markers
+};
+struct RecodeCounts {
+  std::size_t reencoded = 0, restarted = 0, kept_jpegs = 0;
+  std::string first_kept;  // the first JPEG kept as it is, and why
+};
+
+// One sample between its read and its write.
+struct PackItem {
   std::vector<unsigned char> bytes;
+  std::string ext;
+  bool restarted = false, kept = false;  // a JPEG re-encoded with restart markers, or kept as it was
+  std::string kept_why;
+};
+
+// The lossless restart-marker re-encode of a JPEG sample, in place
+// (image/jpeg_restart.h). A JPEG it cannot re-encode (progressive, arithmetic,
+// or one libjpeg cannot read) is kept as it is and marked: reading it is the
+// reader's to judge, as for any file pack stores.
+void add_restart_markers_to(PackItem& item) {
+  if (sniff_format(item.bytes) != ImageFormat::jpeg) return;
+  try {
+    if (auto marked = add_restart_markers(item.bytes)) {
+      item.bytes = std::move(*marked);
+      item.restarted = true;
+      return;
+    }
+    item.kept_why = "progressive or arithmetic-coded";
+  } catch (const DecodeError& e) {
+    item.kept_why = e.what();
+  }
+  item.kept = true;
+}
+
+// The restart re-encode of items[0, n) on every core: it costs about four
+// times a decode (libjpeg reads the coefficients, then writes them twice to
+// optimize the Huffman tables), where reading and writing cost little.
+void add_restart_markers_to(std::vector<PackItem>& items, std::size_t n) {
+  const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), unsigned(n)));
+  std::vector<std::exception_ptr> errors(threads);
+  const auto work = [&](unsigned t) {
+    try {
+      for (std::size_t j = t; j < n; j += threads) add_restart_markers_to(items[j]);
+    } catch (...) {
+      errors[t] = std::current_exception();  // out of memory: rethrown below, after the join
+    }
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work, t);
+    work(0);
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// Every sample of `d` into `w`, in order, with a progress line; stops at the
+// first SIGINT or SIGTERM. Each image's bytes are recoded as `recode` says:
+// samples go through in chunks, read and recoded for --max-side or --raw in
+// order, given restart markers on every core, then written in order.
+// Returns how many were written: d.size(), or fewer when a signal stopped it.
+// Throws naming the sample that cannot be read.
+std::size_t write_samples(const Dataset& d, ShardWriter& w, const Recode& recode, RecodeCounts& counts) {
+  const SampleReader reader(d, nullptr, DecodeLimits{}.max_file_bytes, 1);  // one shard at a time, in order
   ImageDecoder decoder;  // --max-side's and --raw's, reused from sample to sample
   ReencodeScratch scratch;
   const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
   const std::size_t folder = d.common_folder();
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    if (interrupt_signal() != 0) return i;
-    try {
-      reader.read(i, bytes);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("pack: " + d.name(i) + ": " + e.what());
-    }
-    char key[24];
-    std::snprintf(key, sizeof key, "%09zu", i);
-    const std::int64_t label = d.label(i);
-    const std::string source = d.relative_name(i, folder);
-    if (source.size() > kMaxPackedName) {
-      throw UsageError("pack: " + d.name(i) + ": a name of more than " + std::to_string(kMaxPackedName) + " bytes");
-    }
-    std::string ext = image_extension(d, i);
-    if (reencode && reencode_sample(d, i, *reencode, bytes, decoder, scratch)) {
-      ext = ".jpg";
-      ++reencoded;
-    }
-    if (raw > 0) {
+  constexpr std::size_t kChunk = 64;
+  std::vector<PackItem> items(kChunk);
+  for (std::size_t begin = 0; begin < d.size(); begin += kChunk) {
+    const std::size_t n = std::min(kChunk, d.size() - begin);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (interrupt_signal() != 0) return begin;
+      const std::size_t i = begin + j;
+      PackItem& item = items[j];
+      std::vector<unsigned char> buffer = std::move(item.bytes);  // kept from sample to sample
+      item = PackItem{};
+      item.bytes = std::move(buffer);
       try {
-        bytes = raw_within(bytes, raw, decoder, scratch);
+        reader.read(i, item.bytes);
       } catch (const std::exception& e) {
-        throw std::runtime_error("pack: " + d.name(i) + ": cannot decode it for --raw: " + e.what());
+        throw std::runtime_error("pack: " + d.name(i) + ": " + e.what());
       }
-      ext = ".ppm";
+      item.ext = image_extension(d, i);
+      if (recode.reencode && reencode_sample(d, i, *recode.reencode, item.bytes, decoder, scratch)) {
+        item.ext = ".jpg";
+        ++counts.reencoded;
+      }
+      if (recode.raw > 0) {
+        try {
+          item.bytes = raw_within(item.bytes, recode.raw, decoder, scratch);
+        } catch (const std::exception& e) {
+          throw std::runtime_error("pack: " + d.name(i) + ": cannot decode it for --raw: " + e.what());
+        }
+        item.ext = ".ppm";
+      }
     }
-    w.sample(key, ext, bytes, label, source,
-             d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
-    if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
+    if (recode.restart && recode.raw == 0) add_restart_markers_to(items, n);
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t i = begin + j;
+      const PackItem& item = items[j];
+      counts.restarted += item.restarted;
+      if (item.kept && counts.kept_jpegs++ == 0) counts.first_kept = d.name(i) + " (" + item.kept_why + ")";
+      char key[24];
+      std::snprintf(key, sizeof key, "%09zu", i);
+      const std::int64_t label = d.label(i);
+      const std::string source = d.relative_name(i, folder);
+      if (source.size() > kMaxPackedName) {
+        throw UsageError("pack: " + d.name(i) + ": a name of more than " + std::to_string(kMaxPackedName) + " bytes");
+      }
+      w.sample(key, item.ext, item.bytes, label, source,
+               d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
+      if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
+    }
   }
   w.finish();
   return d.size();
@@ -348,6 +426,7 @@ int pack(const Options& o) {
   check_outputs(o, {{"--out", o.out, true}});
   if (o.quality > 0 && o.max_side == 0) throw UsageError("--quality: only with --max-side (pack keeps the files' bytes otherwise)");
   if (o.raw > 0 && o.max_side > 0) throw UsageError("--raw, --max-side: give one (--raw N stores pixels at most N on a side)");
+  if (o.raw > 0 && o.original_bytes) throw UsageError("--raw, --original-bytes: give one (--raw stores pixels, not the files)");
   fs::path out = fs::path(o.out).lexically_normal();
   if (!out.has_filename() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();  // "shards/"
   std::error_code ec;
@@ -385,10 +464,12 @@ int pack(const Options& o) {
       return 128 + sig;
     }
     ShardWriter w(partial, std::uint64_t(o.shard_mb) << 20);
-    std::optional<ReencodeSettings> reencode;
-    if (o.max_side > 0) reencode = ReencodeSettings{o.max_side, o.quality > 0 ? o.quality : 90};
-    std::size_t reencoded = 0;
-    if (const std::size_t written = write_samples(d, w, reencode, o.raw, reencoded); written < d.size()) {
+    Recode recode;
+    if (o.max_side > 0) recode.reencode = ReencodeSettings{o.max_side, o.quality > 0 ? o.quality : 90};
+    recode.raw = o.raw;
+    recode.restart = !o.original_bytes;
+    RecodeCounts counts;
+    if (const std::size_t written = write_samples(d, w, recode, counts); written < d.size()) {
       const int sig = interrupt_signal();
       wipe_progress_line();
       undo();
@@ -411,9 +492,17 @@ int pack(const Options& o) {
     if (o.raw > 0) {
       std::printf("stored %zu samples as RGB pixels (PPM) at most %d px on the longest side\n", d.size(), o.raw);
     }
-    if (reencode) {
-      std::printf("re-encoded %zu of %zu samples to at most %d px on the longest side, JPEG quality %d\n", reencoded,
-                  d.size(), reencode->max_side, reencode->quality);
+    if (recode.reencode) {
+      std::printf("re-encoded %zu of %zu samples to at most %d px on the longest side, JPEG quality %d\n",
+                  counts.reencoded, d.size(), recode.reencode->max_side, recode.reencode->quality);
+    }
+    if (counts.restarted > 0) {
+      std::printf("added restart markers to %zu JPEG(s), losslessly: a crop decodes only its part of them\n",
+                  counts.restarted);
+    }
+    if (counts.kept_jpegs > 0) {
+      std::printf("kept %zu JPEG(s) as they are, decoded whole rows above a crop; the first: %s\n", counts.kept_jpegs,
+                  counts.first_kept.c_str());
     }
     std::printf("packed %zu samples into %zu shard(s), %.1f MB, in %s (index: %s)\n", d.size(), w.shards(),
                 double(w.total_bytes()) / 1e6, out.c_str(),

@@ -1,6 +1,8 @@
 // `conveyor pack`: a dataset (list, folder, or shards again) written as
 // WebDataset tar shards: for sample i in dataset order, KEY.ext with the image
-// file's bytes as they are (not re-encoded), KEY.cls with its label,
+// file's bytes (a sequential JPEG's re-encoded losslessly with restart markers,
+// the same pixels, unless --original-bytes; --max-side and --raw recode them),
+// KEY.cls with its label,
 // KEY.conveyor-source
 // with its name below the dataset's folder (Dataset::relative_name: a resume
 // compares those, so a run goes on across a folder and its shards) and, for a

@@ -7,12 +7,11 @@
 #include <cstring>
 #include <string>
 
-// jpeglib.h needs size_t and FILE declared first.
-#include <jpeglib.h>
-#include <jerror.h>
 #include <stb/stb_image.h>
 
 #include "image/container_check.h"
+#include "image/jpeg_errors.h"
+#include "image/jpeg_restart.h"
 
 namespace conveyor {
 
@@ -56,40 +55,17 @@ ImageFormat sniff_format(std::span<const unsigned char> b) {
 
 std::vector<int> default_jpeg_scales() { return {1, 2, 4, 8}; }
 
-// ---- libjpeg: errors become a longjmp back into the function that called it,
-// which turns them into DecodeError once no libjpeg frame is on the stack.
+// ---- libjpeg: errors become a longjmp back into the function that called it
+// (image/jpeg_errors.h), which turns them into DecodeError once no libjpeg frame
+// is on the stack.
 
-namespace {
-
-struct JpegErrors {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-extern "C" void jpeg_fail(j_common_ptr c) {
-  auto* e = reinterpret_cast<JpegErrors*>(c->err);
-  (*c->err->format_message)(c, e->message);
-  std::longjmp(e->jump, 1);
-}
-
-// Warnings: libjpeg pads a truncated file with grey and only warns. Missing
-// data is an error here, so truncation is never delivered as a half-grey image;
-// other warnings (e.g. stray bytes between markers) are tolerated, as PIL does.
-extern "C" void jpeg_warn(j_common_ptr c, int level) {
-  if (level == -1 && (c->err->msg_code == JWRN_JPEG_EOF || c->err->msg_code == JWRN_HIT_MARKER)) jpeg_fail(c);
-}
-
-}  // namespace
+using detail::JpegErrors;
 
 struct ImageDecoder::Jpeg {
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
   Jpeg() {
-    cinfo.err = jpeg_std_error(&errors.pub);
-    errors.pub.error_exit = jpeg_fail;
-    errors.pub.emit_message = jpeg_warn;
-    errors.message[0] = '\0';
+    cinfo.err = detail::jpeg_errors_init(errors);
     jpeg_create_decompress(&cinfo);  // only fails on out-of-memory, which cannot happen before any allocation
   }
   ~Jpeg() { jpeg_destroy_decompress(&cinfo); }
@@ -254,7 +230,11 @@ void pnm_to_rgb(std::span<const unsigned char> b, const PnmHeader& h, std::vecto
 }  // namespace
 
 ImageDecoder::ImageDecoder(DecodeLimits limits, std::vector<int> jpeg_scales)
-    : limits_(limits), scales_(std::move(jpeg_scales)), jpeg_(std::make_unique<Jpeg>()), stb_pixels_(nullptr, std::free) {
+    : limits_(limits),
+      scales_(std::move(jpeg_scales)),
+      jpeg_(std::make_unique<Jpeg>()),
+      restart_scratch_(std::make_unique<RestartScratch>()),
+      stb_pixels_(nullptr, std::free) {
   for (int m : scales_) {
     if (m < 1 || m > 8) throw std::invalid_argument("jpeg scales: " + std::to_string(m) + " is not an M of M/8 in 1..8");
   }
@@ -352,7 +332,30 @@ DecodedView ImageDecoder::decode_jpeg(Rect region, double min_scale) {
       break;
     }
   }
+  // A file with restart markers that line up with its rows: decode only the
+  // intervals that cover the region (image/jpeg_restart.h). The view reaches
+  // kEdge scaled pixels past the region (plus one for rounding), and the
+  // subset must hold all of it: then libjpeg-turbo decodes the view's columns
+  // as one crop window in both files, and upsampling reads no row of the
+  // subset's edges (a chroma sample, two rows, beyond the view at most). So
+  // 3 scaled pixels; tests/test_jpeg_restart.cpp checks every pixel of the
+  // view against the whole file's, and sees differences with 1.
+  RestartSubset subset;  // the whole file until a subset is made
+  if (jpeg_->cinfo.restart_interval > 0) {
+    const int margin = 24 / int(job.scale);  // 3 scaled pixels, in source pixels
+    if (const auto s = restart_subset(bytes_, region, margin, subset_bytes_, *restart_scratch_)) {
+      jpeg_abort_decompress(&jpeg_->cinfo);
+      if (!jpeg_read_header_safely(jpeg_->cinfo, jpeg_->errors, subset_bytes_)) {
+        throw DecodeError(std::string("JPEG (restart intervals of the region): ") + jpeg_->errors.message);
+      }
+      subset = *s;
+      job.region.x -= s->x;
+      job.region.y -= s->y;
+    }
+  }
   if (!jpeg_decode_safely(jpeg_->cinfo, jpeg_->errors, job)) throw DecodeError(std::string("JPEG: ") + jpeg_->errors.message);
+  job.x += JDIMENSION(subset.x * int(job.scale) / 8);  // whole pixels: subset.x is a multiple of the MCU
+  job.y += JDIMENSION(subset.y * int(job.scale) / 8);
   DecodedView v;
   v.pixels = pixels_.data();
   v.width = int(job.width);
@@ -363,6 +366,7 @@ DecodedView ImageDecoder::decode_jpeg(Rect region, double min_scale) {
   v.x0 = job.x / v.scale_x;
   v.y0 = job.y / v.scale_y;
   v.dct_scale = int(job.scale);
+  v.restart_subset = subset.width > 0;
   return v;
 }
 

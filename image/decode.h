@@ -8,6 +8,9 @@
 // that region: columns outside it are cropped (jpeg_crop_scanline), rows above
 // it skipped (jpeg_skip_scanlines), decoding stops after its last row, and the
 // DCT scale is reduced when the caller will downscale by at least that much.
+// A JPEG with restart markers aligned to its rows (`conveyor pack` writes them)
+// is not even entropy-decoded outside the region: only the restart intervals
+// that cover it are handed to libjpeg-turbo (image/jpeg_restart.h).
 // stb_image cannot decode part of an image, so other formats decode whole.
 //
 // Thread safety: none; use one decoder per thread. It keeps its libjpeg state and
@@ -24,6 +27,8 @@
 #include <vector>
 
 namespace conveyor {
+
+struct RestartScratch;  // image/jpeg_restart.h
 
 enum class ImageFormat { unknown, jpeg, png, bmp, pnm, tga, gif };
 const char* format_name(ImageFormat f);
@@ -76,6 +81,9 @@ struct DecodedView {
   double x0 = 0, y0 = 0;      // source position of the view's top-left corner
   double scale_x = 1, scale_y = 1;
   int dct_scale = 8;          // JPEG: the M of the M/8 scale used; 8 otherwise
+  // JPEG: only the restart intervals covering the region were decoded
+  // (image/jpeg_restart.h), not every row from the top.
+  bool restart_subset = false;
 };
 
 class ImageDecoder {
@@ -109,6 +117,8 @@ class ImageDecoder {
   DecodeLimits limits_;
   std::vector<int> scales_;  // sorted ascending, includes 8
   std::unique_ptr<Jpeg> jpeg_;
+  std::vector<unsigned char> subset_bytes_;  // the region's restart intervals as a JPEG
+  std::unique_ptr<RestartScratch> restart_scratch_;
   std::span<const unsigned char> bytes_;
   ImageInfo info_;
   std::vector<unsigned char> pixels_, row_;                  // JPEG or PNM output; a CMYK row

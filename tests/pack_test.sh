@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # conveyor pack: a dataset written as WebDataset tar shards and read
-# back. The members are the files' bytes (cmp after `tar -x`), labels in .cls,
+# back. With --original-bytes the members are the files' bytes (cmp after
+# `tar -x`); by default a JPEG's are re-encoded with restart markers (a DRI
+# segment; the pixels are tests/test_jpeg_restart.cpp's to check), other
+# formats' kept as they are; labels in .cls,
 # each file's name below the dataset's folder in .conveyor-source, a folder's
 # class names in .conveyor-class,
 # shards split at --shard-mb, readable by GNU tar and Python's tarfile, and by
@@ -18,8 +21,9 @@ for _ in $(seq 30); do
   find "$work/data" -name '*.png' -o -name '*.jpg' | sort | awk '{ print $0, NR % 10 }'
 done >"$work/list.txt"
 samples=$(wc -l <"$work/list.txt")
-"$conveyor" pack --list "$work/list.txt" --out "$work/shards" --shard-mb 1 >"$work/pack.log"
+"$conveyor" pack --list "$work/list.txt" --out "$work/shards" --shard-mb 1 --original-bytes >"$work/pack.log"
 grep -q "^packed $samples samples into" "$work/pack.log" || fail "pack said: $(cat "$work/pack.log")"
+grep -q "restart markers" "$work/pack.log" && fail "pack --original-bytes re-encoded: $(cat "$work/pack.log")"
 shards=$(ls "$work/shards"/*.tar | wc -l)
 [ "$shards" -ge 2 ] || fail "expected several shards at --shard-mb 1, got $shards"
 for s in "$work/shards"/*.tar; do
@@ -53,6 +57,30 @@ PY
 fi
 "$conveyor" inspect --shards "$work/shards" --workers 2 >"$work/inspect.log"
 grep -q "^$samples samples decoded, 0 unreadable" "$work/inspect.log" || fail "inspect --shards: $(head -3 "$work/inspect.log")"
+
+# By default: every JPEG re-encoded with restart markers (said, and a DRI
+# segment, FF DD, in each), every PNG kept byte for byte; all of them readable.
+"$conveyor" pack --list "$work/list.txt" --out "$work/marked" >"$work/marked.log"
+jpegs=$(grep -c '\.jpg ' "$work/list.txt")
+[ "$jpegs" -gt 0 ] || fail "the generated dataset has no JPEG"
+grep -q "^added restart markers to $jpegs JPEG(s), losslessly" "$work/marked.log" \
+  || fail "pack (restart markers) said: $(cat "$work/marked.log")"
+mkdir "$work/m"
+for s in "$work/marked"/*.tar; do tar -xf "$s" -C "$work/m"; done
+i=0
+while read -r path label; do
+  key=$(printf '%09d' "$i")
+  case $path in
+    *.jpg) od -An -tx1 -v "$work/m/$key.jpg" | tr -d ' \n' | grep -q 'ffdd0004' || fail "$key.jpg has no DRI segment"
+           cmp -s "$path" "$work/m/$key.jpg" && fail "$key.jpg was not re-encoded" ;;
+    *) cmp -s "$path" "$work/m/$key.${path##*.}" || fail "member $key.${path##*.} differs from $path" ;;
+  esac
+  i=$((i + 1))
+done < <(head -40 "$work/list.txt")
+"$conveyor" inspect --shards "$work/marked" --workers 2 >"$work/inspect.log"
+grep -q "^$samples samples decoded, 0 unreadable" "$work/inspect.log" || fail "inspect (restart markers): $(head -3 "$work/inspect.log")"
+out=$("$conveyor" pack --list "$work/list.txt" --out "$work/rawo" --raw 8 --original-bytes 2>&1) && status=0 || status=$?
+[ "$status" = 2 ] && [[ $out == *"--raw, --original-bytes: give one"* ]] || fail "--raw with --original-bytes gave status $status and: $out"
 
 # A folder's class names travel in .conveyor-class, and a skip names the file the
 # sample came from as well as its member.

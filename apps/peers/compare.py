@@ -11,6 +11,9 @@ TrivialAugmentWide and RandomErasing(0.1); then normalize to float32; batch
                       the consumer, as CPU training does; normalize on the transfer thread)
   conveyor-1          the same with 1 worker (the scaling figure: conveyor / conveyor-1)
   conveyor-wn(-1)     only with --only: the workers normalize (--normalize-in workers)
+  conveyor-packed     `conveyor bench --shards`: the list packed first by `conveyor pack`
+                      (JPEGs re-encoded losslessly with restart markers, its default)
+  conveyor-packed-original  the same shards packed with --original-bytes (the files' bytes)
   conveyor-python     conveyor.torch.Loader from Python (conveyor_python.py): the same
                       pipeline, tensors through DLPack (needs BUILD/python: CONVEYOR_PYTHON)
   dataloader-0/1/2    PyTorch's DataLoader with num_workers 0, 1, 2 (pin_memory off: no GPU)
@@ -190,9 +193,10 @@ def main():
         total = a.epochs + 1
         w = str(a.workers)
         gpu = a.device == "cuda"
-        def conveyor_bench(workers, normalize_in="device"):
+        packs = {"conveyor-packed": [], "conveyor-packed-original": ["--original-bytes"]}  # made when wanted
+        def conveyor_bench(workers, normalize_in="device", source=None):
             where = ["--device", "cuda"] if gpu else ["--device", "host", "--host-transfer", "handover"]
-            return ([conveyor, "bench", "--list", listfile, "--workers", workers, "--batch", "64",
+            return ([conveyor, "bench", *(source or ["--list", listfile]), "--workers", workers, "--batch", "64",
                      "--transforms", RECIPES[a.recipe], "--normalize", "float32", "--normalize-in", normalize_in] +
                     where + ["--epochs", str(total)], CONVEYOR_EPOCH)
         peer_device = (["--device", "cuda"] if gpu else []) + ["--recipe", a.recipe]
@@ -203,6 +207,7 @@ def main():
         systems = {
             "conveyor": conveyor_bench(w),
             "conveyor-1": conveyor_bench("1"),
+            **{n: conveyor_bench(w, source=["--shards", os.path.join(work, n)]) for n in packs},
             "dataloader-0": dataloader("0"),
             "dataloader-1": dataloader("1"),
             "dataloader-2": dataloader("2"),
@@ -224,6 +229,10 @@ def main():
             sys.exit(f"compare: unknown system(s) {', '.join(unknown)}; known: {', '.join(list(systems) + list(extras))}")
         systems.update(extras)
         names = [n for n in wanted if n in systems]
+        for n in names:
+            if n in packs:
+                subprocess.run([conveyor, "pack", "--list", listfile, "--out", os.path.join(work, n), *packs[n]],
+                               check=True, stdout=subprocess.DEVNULL)
         results = {n: [] for n in names}
         print(f"{size} samples per epoch ({listfile}); {a.rounds} rounds x {len(names)} systems, "
               f"1 warm-up + {a.epochs} measured epochs each; torch from {py}", flush=True)

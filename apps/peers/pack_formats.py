@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What `conveyor pack --max-side N --quality Q` (FFCV's max_resolution) and `--raw N` (FFCV's RAW)
-buy: the same photos packed as they are, re-encoded smaller, and stored as pixels, read side by side.
+"""What `conveyor pack`'s restart markers (its default), `--max-side N --quality Q` (FFCV's
+max_resolution) and `--raw N` (FFCV's RAW) buy: the same photos packed as they are
+(`--original-bytes`), with restart markers, re-encoded smaller, and stored as pixels, read side by side.
 
     python3 apps/peers/pack_formats.py --folder ../shared/data/photos-200 --repeat 5 --rounds 5 \\
         --max-side 256,384
@@ -8,12 +9,14 @@ buy: the same photos packed as they are, re-encoded smaller, and stored as pixel
         --max-side 32 --raw 32 --crop 32     # small images (CIFAR-like): JPEG against pixels
 
 The photos are copied --repeat times (distinct files), listed, and packed with
-`conveyor pack --shard-mb 64`: once as they are, and once per --max-side N with
---quality (default 90), and once per --raw N. Each round runs every packing, in an order rotated from round
+`conveyor pack --shard-mb 64`: once as they are (--original-bytes), once with
+pack's default (JPEGs re-encoded losslessly with restart markers), once per
+--max-side N with --quality (default 90), and once per --raw N. Each round runs every packing, in an order rotated from round
 to round, as `conveyor bench --shards DIR` for one warm-up epoch and --epochs measured
 ones (RandomResizedCrop --crop, default 224, + flip, normalize to float32 on the host backend's
 transfer thread, handed over, batch 64, --workers), the shards' pages warm (read just
-before). Reported per packing: the shards' size, the pack's wall time, images/s
+before). Reported per packing: the shards' size, the pack's wall time (and, beside
+it, one epoch's at the median rate), images/s
 (median, min-max, from bench's epoch lines over the measured epochs) and CPU per image
 (the bench process's user + system time over all its epochs, divided by their images).
 """
@@ -78,8 +81,8 @@ def main():
     work = tempfile.mkdtemp(prefix="conveyor-pack-formats-")
     try:
         listfile, files = copy_photos(a.folder, a.repeat, work)
-        packings = {"as they are": []}
-        for side in a.max_side.split(","):
+        packings = {"as they are (--original-bytes)": ["--original-bytes"], "restart markers (default)": []}
+        for side in filter(None, a.max_side.split(",")):
             packings[f"--max-side {side} --quality {a.quality}"] = ["--max-side", side, "--quality", str(a.quality)]
         for side in filter(None, a.raw.split(",")):
             packings[f"--raw {side}"] = ["--raw", side]
@@ -104,18 +107,21 @@ def main():
                 ips, cpu = run_bench(conveyor, d, a.workers, a.epochs, a.crop, os.path.join(work, "bench.txt"))
                 results[n].append((ips, cpu))
                 print(f"  round {r + 1}: {n:28s} {ips:8.1f} images/s  {1e3 * cpu:5.2f} ms CPU/image", flush=True)
-        print("| packing | shards (MB) | pack (s) | images/s, median (min-max) | per core | CPU ms / image |")
-        print("|---|---|---|---|---|---|")
+        print("| packing | shards (MB) | pack (s) | one epoch (s) | images/s, median (min-max) | per core | CPU ms / image |")
+        print("|---|---|---|---|---|---|---|")
         for n in names:
             xs = [x[0] for x in results[n]]
             cpu = statistics.median(x[1] for x in results[n])
-            print(f"| {n} | {sizes[n]:.0f} | {pack_s[n]:.1f} | {statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f}) "
-                  f"| {statistics.median(xs) / a.workers:.0f} | {1e3 * cpu:.2f} |")
+            print(f"| {n} | {sizes[n]:.1f} | {pack_s[n]:.1f} | {len(files) / statistics.median(xs):.2f} "
+                  f"| {statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f}) "
+                  f"| {statistics.median(xs) / a.workers:.0f} | {1e3 * cpu:.3f} |")
         base = results[names[0]]
         for n in names[1:]:
             ratios = [x[0] / b[0] for x, b in zip(results[n], base)]
-            print(f"{n} / as they are, images/s per round: " + ", ".join(f"{v:.2f}" for v in ratios) +
-                  f" (median {statistics.median(ratios):.2f})")
+            cpu = [x[1] / b[1] for x, b in zip(results[n], base)]
+            print(f"{n} / as they are, per round: images/s " + ", ".join(f"{v:.3f}" for v in ratios) +
+                  f" (median {statistics.median(ratios):.3f}); CPU per image " + ", ".join(f"{v:.3f}" for v in cpu) +
+                  f" (median {statistics.median(cpu):.3f}); shards {sizes[n] / sizes[names[0]]:.4f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -4,6 +4,7 @@
     cmake -S . -B build/profile -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g \\
           -DCONVEYOR_TESTS=OFF -DCONVEYOR_STATIC_JPEG=ON && cmake --build build/profile
     python3 apps/peers/perf_profile.py --list photos.txt [--build build/profile] [-- extra bench flags]
+    python3 apps/peers/perf_profile.py --shards DIR ...     # what `conveyor pack` wrote
 
 Debian's libjpeg-turbo shared libraries are stripped, so a profile of the
 normal build shows one anonymous blob for the whole decoder; CONVEYOR_STATIC_JPEG
@@ -46,7 +47,9 @@ BUCKETS = [
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--list", required=True, help="list file of images (`path label` per line)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--list", help="list file of images (`path label` per line)")
+    src.add_argument("--shards", help="a folder `conveyor pack` wrote")
     ap.add_argument("--build", default="build/profile", help="build folder with symbols (see above)")
     ap.add_argument("--workers", default="2")
     ap.add_argument("--epochs", default="8")
@@ -58,7 +61,7 @@ def main():
         sys.exit(f"perf_profile: {conveyor} is not built (see the configure line in this script's help)")
     with tempfile.TemporaryDirectory(prefix="conveyor-profile-") as work:
         data = os.path.join(work, "perf.data")
-        bench = [conveyor, "bench", "--list", a.list, "--workers", a.workers, "--batch", "64", "--crop", "224",
+        bench = [conveyor, "bench", *(["--list", a.list] if a.list else ["--shards", a.shards]), "--workers", a.workers, "--batch", "64", "--crop", "224",
                  "--augment", "rrc", "--normalize", "float32", "--device", "host", "--host-transfer", "handover",
                  "--epochs", a.epochs] + a.extra
         rec = subprocess.run(["perf", "record", "-F", "1999", "--delay", a.delay_ms, "-o", data, "--"] + bench,

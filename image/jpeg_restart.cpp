@@ -1,0 +1,220 @@
+#include "image/jpeg_restart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "image/jpeg_errors.h"
+
+namespace conveyor {
+
+int restart_interval_for(int mcus_per_row) {
+  int best = 1;
+  double best_distance = std::abs(std::log(1.0 / kRestartTarget));
+  for (int d = 2; d <= mcus_per_row; ++d) {
+    if (mcus_per_row % d != 0) continue;
+    const double distance = std::abs(std::log(double(d) / kRestartTarget));
+    if (distance <= best_distance) {  // ties to the larger divisor
+      best = d;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+// ---- The lossless re-encode: libjpeg's coefficient API, as jpegtran uses it.
+
+namespace {
+
+struct Transcode {
+  jpeg_decompress_struct in{};  // zeroed: jpeg_destroy_* is a no-op on a struct never created
+  jpeg_compress_struct out{};
+  detail::JpegErrors errors;
+  unsigned char* bytes = nullptr;  // jpeg_mem_dest's malloc'd buffer
+  unsigned long size = 0;
+  bool sequential_huffman = false;
+  ~Transcode() {
+    jpeg_destroy_compress(&out);
+    jpeg_destroy_decompress(&in);
+    std::free(bytes);
+  }
+};
+
+// False (with t.errors.message) on a libjpeg error. Only libjpeg calls and
+// trivially destructible locals here: a longjmp skips destructors.
+bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
+  if (setjmp(t.errors.jump)) return false;
+  t.in.err = detail::jpeg_errors_init(t.errors);
+  t.out.err = &t.errors.pub;
+  jpeg_create_decompress(&t.in);
+  jpeg_create_compress(&t.out);
+  jpeg_mem_src(&t.in, jpeg.data(), (unsigned long)jpeg.size());
+  jpeg_read_header(&t.in, TRUE);
+  if (t.in.progressive_mode || t.in.arith_code) return true;
+  t.sequential_huffman = true;
+  jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&t.in);
+  jpeg_copy_critical_parameters(&t.in, &t.out);
+  // jpeg_write_coefficients writes one interleaved scan (a single-component
+  // scan when the image has one component), whose MCU is the iMCU: 8 x max_h
+  // pixels wide, or one 8x8 block.
+  const int mcu_width = t.in.num_components == 1 ? DCTSIZE : DCTSIZE * t.in.max_h_samp_factor;
+  const int mcus_per_row = int((t.in.image_width + JDIMENSION(mcu_width) - 1) / JDIMENSION(mcu_width));
+  t.out.restart_interval = unsigned(restart_interval_for(mcus_per_row));
+  t.out.optimize_coding = TRUE;
+  jpeg_mem_dest(&t.out, &t.bytes, &t.size);
+  jpeg_write_coefficients(&t.out, coefficients);
+  jpeg_finish_compress(&t.out);
+  jpeg_finish_decompress(&t.in);
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg) {
+  Transcode t;
+  if (!transcode_safely(t, jpeg)) throw DecodeError(std::string("JPEG: ") + t.errors.message);
+  if (!t.sequential_huffman) return std::nullopt;
+  return std::vector<unsigned char>(t.bytes, t.bytes + t.size);
+}
+
+// ---- The subset. The header is read here by hand, not through libjpeg: the
+// subset needs byte offsets (the SOF's size fields, the entropy data's start)
+// and the restart markers' positions, none of which libjpeg's API gives.
+
+namespace {
+
+unsigned be16(const unsigned char* p) { return unsigned(p[0]) << 8 | p[1]; }
+
+struct Header {
+  std::size_t sof_payload = 0;  // offset of the SOF segment's precision byte
+  std::size_t entropy = 0;      // first byte after the SOS segment
+  int width = 0, height = 0, components = 0, scan_components = 0;
+  int max_h = 1, max_v = 1;
+  unsigned restart_interval = 0;
+};
+
+// The segments up to the first SOS. nullopt for anything but one baseline or
+// extended sequential Huffman frame (SOF0/SOF1) of 8-bit samples.
+std::optional<Header> read_header(std::span<const unsigned char> b) {
+  if (b.size() < 4 || b[0] != 0xFF || b[1] != 0xD8) return std::nullopt;
+  Header h;
+  bool have_frame = false;
+  std::size_t i = 2;
+  for (;;) {
+    if (i >= b.size() || b[i] != 0xFF) return std::nullopt;
+    while (i < b.size() && b[i] == 0xFF) ++i;  // fill bytes
+    if (i + 3 > b.size()) return std::nullopt;
+    const unsigned marker = b[i++];
+    const std::size_t length = be16(&b[i]);
+    if (length < 2 || i + length > b.size()) return std::nullopt;
+    const unsigned char* p = &b[i + 2];
+    const std::size_t n = length - 2;
+    if (marker == 0xC0 || marker == 0xC1) {  // SOF0, SOF1: sequential, Huffman
+      if (have_frame || n < 6 || p[0] != 8) return std::nullopt;
+      h.sof_payload = i + 2;
+      h.height = int(be16(p + 1));
+      h.width = int(be16(p + 3));
+      h.components = p[5];
+      if (h.width < 1 || h.height < 1 || h.components < 1 || h.components > 4 || n < 6 + 3 * std::size_t(h.components)) {
+        return std::nullopt;
+      }
+      for (int c = 0; c < h.components; ++c) {
+        const int hs = p[7 + 3 * c] >> 4, vs = p[7 + 3 * c] & 15;
+        if (hs < 1 || hs > 4 || vs < 1 || vs > 4) return std::nullopt;
+        h.max_h = std::max(h.max_h, hs);
+        h.max_v = std::max(h.max_v, vs);
+      }
+      have_frame = true;
+    } else if (marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8) {
+      return std::nullopt;  // progressive, lossless, hierarchical, arithmetic (and its DAC)
+    } else if (marker == 0xDD) {  // DRI
+      if (n < 2) return std::nullopt;
+      h.restart_interval = be16(p);
+    } else if (marker == 0xDA) {  // SOS
+      if (!have_frame || n < 1) return std::nullopt;
+      h.scan_components = p[0];
+      h.entropy = i + length;
+      return h;
+    } else if (marker == 0xD8 || marker == 0xD9 || (marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) {
+      return std::nullopt;  // a marker without a length, out of place in a header
+    }
+    i += length;
+  }
+}
+
+}  // namespace
+
+std::optional<RestartSubset> restart_subset(std::span<const unsigned char> b, Rect region, int margin,
+                                            std::vector<unsigned char>& out, RestartScratch& scratch) {
+  const std::optional<Header> found = read_header(b);
+  if (!found) return std::nullopt;
+  const Header& h = *found;
+  // One scan holding every component: its MCU is the iMCU (one 8x8 block for
+  // a single component).
+  if (h.restart_interval == 0 || h.scan_components != h.components) return std::nullopt;
+  const int mcu_w = h.components == 1 ? 8 : 8 * h.max_h, mcu_h = h.components == 1 ? 8 : 8 * h.max_v;
+  const int mcus_per_row = (h.width + mcu_w - 1) / mcu_w, mcu_rows = (h.height + mcu_h - 1) / mcu_h;
+  const int k = int(h.restart_interval);
+  if (mcus_per_row % k != 0) return std::nullopt;
+  const int per_row = mcus_per_row / k;  // intervals in a row of MCUs
+  const std::size_t total = std::size_t(per_row) * std::size_t(mcu_rows);
+
+  const int x0 = std::max(0, region.x - margin), x1 = std::min(h.width, region.x + region.w + margin);
+  const int y0 = std::max(0, region.y - margin), y1 = std::min(h.height, region.y + region.h + margin);
+  if (x0 >= x1 || y0 >= y1) return std::nullopt;
+  const int c0 = x0 / (mcu_w * k), c1 = (x1 + mcu_w * k - 1) / (mcu_w * k);  // intervals across
+  const int r0 = y0 / mcu_h, r1 = (y1 + mcu_h - 1) / mcu_h;                  // MCU rows
+  if (r0 == 0 && c0 == 0 && c1 == per_row) return std::nullopt;  // the decoder skips nothing of it
+
+  // Where each interval ends, as far as the last one needed: the restart
+  // markers in order, RST0..RST7 repeating, then the scan's end (EOI).
+  const std::size_t last = std::size_t(r1 - 1) * std::size_t(per_row) + std::size_t(c1 - 1);
+  auto& ends = scratch.marker_ends;  // ends[j]: just past the marker that ends interval j
+  ends.clear();
+  std::size_t pos = h.entropy;
+  while (ends.size() <= last) {
+    const void* ff = pos < b.size() ? std::memchr(b.data() + pos, 0xFF, b.size() - pos) : nullptr;
+    if (ff == nullptr) return std::nullopt;  // cut short
+    const std::size_t at = std::size_t(static_cast<const unsigned char*>(ff) - b.data());
+    if (at + 1 >= b.size()) return std::nullopt;
+    const unsigned code = b[at + 1];
+    if (code == 0x00 || code == 0xFF) {  // a stuffed 0xFF data byte, or a fill byte
+      pos = at + (code == 0x00 ? 2 : 1);
+      continue;
+    }
+    const bool rst = code >= 0xD0 && code <= 0xD7;
+    if (rst ? (ends.size() + 1 >= total || code - 0xD0 != ends.size() % 8) : ends.size() + 1 != total) {
+      return std::nullopt;  // a marker out of sequence, or too few or too many of them
+    }
+    ends.push_back(at + 2);
+    pos = at + 2;
+  }
+
+  out.assign(b.begin(), b.begin() + std::ptrdiff_t(h.entropy));
+  RestartSubset s;
+  s.x = c0 * k * mcu_w;
+  s.y = r0 * mcu_h;
+  s.width = c1 == per_row ? h.width - s.x : (c1 - c0) * k * mcu_w;
+  s.height = r1 == mcu_rows ? h.height - s.y : (r1 - r0) * mcu_h;
+  unsigned char* sof = out.data() + h.sof_payload;
+  sof[1] = (unsigned char)(s.height >> 8);
+  sof[2] = (unsigned char)(s.height & 0xFF);
+  sof[3] = (unsigned char)(s.width >> 8);
+  sof[4] = (unsigned char)(s.width & 0xFF);
+  unsigned written = 0;
+  for (int r = r0; r < r1; ++r) {
+    for (int c = c0; c < c1; ++c) {
+      const std::size_t j = std::size_t(r) * std::size_t(per_row) + std::size_t(c);
+      const std::size_t begin = j == 0 ? h.entropy : ends[j - 1], end = ends[j] - 2;
+      if (written > 0) out.insert(out.end(), {0xFF, (unsigned char)(0xD0 + (written - 1) % 8)});
+      out.insert(out.end(), b.begin() + std::ptrdiff_t(begin), b.begin() + std::ptrdiff_t(end));
+      ++written;
+    }
+  }
+  out.insert(out.end(), {0xFF, 0xD9});
+  return s;
+}
+
+}  // namespace conveyor

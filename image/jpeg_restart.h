@@ -1,0 +1,73 @@
+// JPEG restart markers, so that decoding costs what the crop covers.
+//
+// A JPEG's entropy-coded data is one sequential bit stream: to reach a crop,
+// a decoder must Huffman-decode every block above it and to its left. A restart
+// marker (RSTn) every `interval` MCUs ends the stream's dependencies: each
+// interval starts byte-aligned with its DC predictors reset, so it decodes on
+// its own. Two halves:
+//
+//  - add_restart_markers (`conveyor pack`'s default): a lossless re-encode of a
+//    sequential Huffman JPEG, the same DCT coefficients and so the same pixels,
+//    with a restart marker every restart_interval_for() MCUs (a divisor of the
+//    MCUs in a row, so the intervals line up with the rows) and optimized
+//    Huffman tables (which pay for the markers' bytes). jpegtran's
+//    `-restart N -optimize`, through libjpeg's coefficient API.
+//
+//  - restart_subset (the decoder, image/decode.cpp): of a JPEG whose intervals
+//    line up with its rows, a smaller valid JPEG holding only the intervals
+//    that cover a region, renumbered, under the original header with the
+//    size patched. libjpeg-turbo decodes it as it would any file; its pixels
+//    are the original's wherever the margin keeps the edges' upsampling away
+//    (tests/test_jpeg_restart.cpp checks them bit for bit). The markers are
+//    found by scanning the entropy data for 0xFF, which costs a small fraction
+//    of decoding it, so any file that has them gains, packed or not, and the
+//    shard index needs nothing new.
+//
+// Stateless but for the caller's scratch; one scratch per thread.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "image/decode.h"
+
+namespace conveyor {
+
+// The restart interval add_restart_markers gives a row of `mcus_per_row` MCUs:
+// the divisor of it nearest kRestartTarget MCUs (ties to the larger, which
+// costs fewer bytes). A row of a prime number of MCUs gets one marker per row
+// when that is nearer the target in ratio than one per MCU.
+inline constexpr int kRestartTarget = 4;
+int restart_interval_for(int mcus_per_row);
+
+// `jpeg` re-encoded losslessly with restart markers and optimized Huffman
+// tables, or nullopt when it is not a sequential Huffman-coded JPEG
+// (progressive and arithmetic-coded files are kept as they are). Markers
+// other than JFIF and Adobe (EXIF, ICC, comments) are not copied; pixels are
+// unchanged. Throws DecodeError for a file libjpeg cannot read to its end.
+std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg);
+
+// Where a subset's pixels lie in the original image, in whole source pixels.
+// x and y are multiples of the MCU's size, so a DCT-scaled decode (M/8) of the
+// subset maps to the original's by a whole number of pixels.
+struct RestartSubset {
+  int x = 0, y = 0, width = 0, height = 0;
+};
+
+struct RestartScratch {
+  std::vector<std::size_t> marker_ends;  // entropy data offsets just past each RST marker
+};
+
+// Into `out`: a JPEG made of the restart intervals of `jpeg` that cover
+// `region` widened by `margin` source pixels each side (clamped to the image).
+// nullopt, leaving `out` unspecified, when the file has no usable intervals
+// (no DRI, intervals that do not divide a row, progressive, arithmetic, more
+// than one scan, markers missing or out of sequence, a truncated file) or when
+// the subset would hold every row from the top and every column: then the
+// caller decodes the file as it is. Never throws for bad data.
+std::optional<RestartSubset> restart_subset(std::span<const unsigned char> jpeg, Rect region, int margin,
+                                            std::vector<unsigned char>& out, RestartScratch& scratch);
+
+}  // namespace conveyor

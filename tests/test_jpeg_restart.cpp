@@ -1,0 +1,180 @@
+// image/jpeg_restart.h: the lossless re-encode with restart markers keeps
+// every pixel; the decoder's subset of a region's restart intervals gives the
+// same pixels as decoding the original file, bit for bit, for 4:4:4, 4:2:2,
+// 4:2:0, 4:4:0 and grey, at every DCT scale, for regions at every edge and
+// across interval boundaries; a file whose markers are missing, out of order or
+// cut short is decoded as a whole (or refused) as before.
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+
+#include "image_writers.h"
+#include "image/decode.h"
+#include "image/jpeg_restart.h"
+
+using namespace conveyor;
+namespace t = conveyor::test;
+
+namespace {
+
+// A JPEG of a photo-like picture through TurboJPEG, which offers every subsampling.
+std::vector<unsigned char> encode(int w, int h, int subsampling, std::uint64_t seed) {
+  const t::Rgb img = t::photo_like(w, h, seed);
+  std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitCompress(), tjDestroy);
+  REQUIRE(tj);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  REQUIRE(tjCompress2(tj.get(), img.px.data(), w, w * 3, h, TJPF_RGB, &out, &size, subsampling, 92, 0) == 0);
+  std::vector<unsigned char> bytes(out, out + size);
+  tjFree(out);
+  return bytes;
+}
+
+struct View {
+  int width = 0, height = 0;
+  double x0 = 0, y0 = 0;
+  bool subset = false;
+  std::vector<unsigned char> px;
+};
+
+View decode(const std::vector<unsigned char>& file, Rect region, int scale) {
+  ImageDecoder d;
+  d.open(file);
+  const DecodedView v = d.decode(region, scale / 8.0);
+  REQUIRE(v.dct_scale == scale);
+  View out{v.width, v.height, v.x0, v.y0, v.restart_subset, {}};
+  for (int y = 0; y < v.height; ++y) out.px.insert(out.px.end(), v.pixels + y * v.stride, v.pixels + y * v.stride + v.width * 3);
+  return out;
+}
+
+struct Kind {
+  const char* name;
+  int tj;
+};
+constexpr Kind kKinds[] = {{"4:4:4", TJSAMP_444}, {"4:2:2", TJSAMP_422}, {"4:2:0", TJSAMP_420},
+                           {"4:4:0", TJSAMP_440}, {"grey", TJSAMP_GRAY}};
+
+}  // namespace
+
+TEST_CASE("jpeg_restart: the interval is the divisor of a row's MCUs nearest 4", "[jpeg_restart]") {
+  CHECK(restart_interval_for(32) == 4);
+  CHECK(restart_interval_for(24) == 4);
+  CHECK(restart_interval_for(21) == 3);  // 3 is nearer 4 than 7 is
+  CHECK(restart_interval_for(6) == 3);
+  CHECK(restart_interval_for(10) == 5);  // 5 against 2: a ratio of 1.25 against 2
+  CHECK(restart_interval_for(23) == 1);  // prime: one per MCU is nearer than one per row (23)
+  CHECK(restart_interval_for(7) == 7);
+  CHECK(restart_interval_for(1) == 1);
+}
+
+TEST_CASE("jpeg_restart: the re-encode keeps every pixel and adds aligned restart markers", "[jpeg_restart]") {
+  for (const Kind& kind : kKinds) {
+    for (const auto& [w, h] : {std::pair{203, 157}, std::pair{64, 48}, std::pair{17, 9}}) {
+      INFO(kind.name << " " << w << "x" << h);
+      const auto original = encode(w, h, kind.tj, 5);
+      const auto marked = add_restart_markers(original);
+      REQUIRE(marked);
+      const View a = decode(original, {0, 0, w, h}, 8), b = decode(*marked, {0, 0, w, h}, 8);
+      REQUIRE((b.width == w && b.height == h));
+      CHECK(a.px == b.px);
+      // The markers are there: a region away from the top decodes from a subset.
+      if (h > 40) CHECK(decode(*marked, {0, h - 8, w, 8}, 8).subset);
+    }
+  }
+  // Progressive and arithmetic-coded files are kept as they are.
+  const t::Rgb img = t::photo_like(64, 64, 1);
+  CHECK_FALSE(add_restart_markers(t::jpeg(img, {t::JpegKind::progressive, 90})));
+  CHECK_FALSE(add_restart_markers(t::jpeg(img, {t::JpegKind::arithmetic, 90})));
+  // A file cut short is an error, not a file with grey rows.
+  auto cut = encode(64, 64, TJSAMP_420, 2);
+  cut.resize(cut.size() / 2);
+  CHECK_THROWS_AS(add_restart_markers(cut), DecodeError);
+}
+
+TEST_CASE("jpeg_restart: a region's intervals decode to the whole file's pixels, bit for bit", "[jpeg_restart]") {
+  constexpr int W = 317, H = 229;  // neither a multiple of 16: partial MCUs at the right and bottom
+  std::mt19937 rng(11);
+  for (const Kind& kind : kKinds) {
+    const auto original = encode(W, H, kind.tj, 9);
+    const auto marked = *add_restart_markers(original);
+    // Boxes at every edge and corner, the whole image, thin strips, and boxes
+    // walking across interval boundaries one pixel at a time.
+    std::vector<Rect> regions = {{0, 0, W, H},        {0, 0, 40, 30},     {W - 40, 0, 40, 30},  {0, H - 30, 40, 30},
+                                 {W - 40, H - 30, 40, 30}, {0, 100, W, 20}, {150, 0, 20, H},    {W - 1, H - 1, 1, 1},
+                                 {0, 0, 1, 1},        {100, 80, 1, 1},    {1, 1, W - 2, H - 2}, {0, 50, 10, H - 50}};
+    for (int x = 56; x < 76; ++x) regions.push_back({x, 60 + x % 7, 50, 40});
+    for (int y = 40; y < 52; ++y) regions.push_back({90, y, 70, 33});
+    for (int i = 0; i < 40; ++i) {
+      const int w = 1 + int(rng() % W), h = 1 + int(rng() % H);
+      regions.push_back({int(rng() % unsigned(W - w + 1)), int(rng() % unsigned(H - h + 1)), w, h});
+    }
+    int subsets = 0;
+    for (const int scale : {8, 4, 2, 1}) {
+      for (const Rect& r : regions) {
+        INFO(kind.name << " scale " << scale << "/8, region " << r.x << "," << r.y << " " << r.w << "x" << r.h);
+        const View want = decode(original, r, scale), got = decode(marked, r, scale);
+        REQUIRE_FALSE(want.subset);
+        subsets += got.subset;
+        REQUIRE((got.width == want.width && got.height == want.height && got.x0 == want.x0 && got.y0 == want.y0));
+        REQUIRE(got.px == want.px);
+      }
+    }
+    CHECK(subsets > int(regions.size()) * 3);  // most regions are decoded from a subset
+  }
+}
+
+TEST_CASE("jpeg_restart: a subset holds the region's share of the data", "[jpeg_restart]") {
+  const auto marked = *add_restart_markers(encode(512, 384, TJSAMP_420, 4));
+  std::vector<unsigned char> out;
+  RestartScratch scratch;
+  const auto s = restart_subset(marked, {192, 144, 128, 96}, 5, out, scratch);  // a sixteenth of the image
+  REQUIRE(s);
+  CHECK(s->x == 128);  // intervals of 4 MCUs: 64 pixels
+  CHECK(s->y == 128);
+  CHECK((s->width == 256 && s->height == 128));
+  CHECK(out.size() < marked.size() / 4);
+  // The whole image, or all of it from the top: nothing to skip, no subset.
+  CHECK_FALSE(restart_subset(marked, {0, 0, 512, 384}, 5, out, scratch));
+  CHECK_FALSE(restart_subset(marked, {0, 0, 512, 100}, 5, out, scratch));
+  // A file without markers has none to use.
+  CHECK_FALSE(restart_subset(encode(512, 384, TJSAMP_420, 4), {192, 144, 128, 96}, 5, out, scratch));
+}
+
+TEST_CASE("jpeg_restart: markers missing, out of order or cut short: the file is decoded as it is", "[jpeg_restart]") {
+  const auto original = encode(256, 192, TJSAMP_420, 6);
+  const auto marked = *add_restart_markers(original);
+  const Rect region{100, 100, 60, 60};
+  std::vector<unsigned char> out;
+  RestartScratch scratch;
+  REQUIRE(restart_subset(marked, region, 5, out, scratch));
+  // The third marker renumbered: out of sequence.
+  auto renumbered = marked;
+  int seen = 0;
+  for (std::size_t i = 0; i + 1 < renumbered.size(); ++i) {
+    if (renumbered[i] == 0xFF && renumbered[i + 1] >= 0xD0 && renumbered[i + 1] <= 0xD7 && ++seen == 3) {
+      renumbered[i + 1] = 0xD7;
+      break;
+    }
+  }
+  REQUIRE(seen == 3);
+  CHECK_FALSE(restart_subset(renumbered, region, 5, out, scratch));
+  // Cut inside the region's rows: no subset, and the decoder refuses the file as before.
+  auto cut = marked;
+  cut.resize(cut.size() * 2 / 3);
+  CHECK_FALSE(restart_subset(cut, region, 5, out, scratch));
+  ImageDecoder d;
+  d.open(cut);
+  CHECK_THROWS_AS(d.decode(region, 1.0), DecodeError);
+  // Cut below the region: the region still decodes, as it did without markers.
+  auto cut_below = marked;
+  cut_below.resize(marked.size() * 95 / 100);
+  const View a = decode(original, region, 8), b = decode(cut_below, region, 8);
+  CHECK(b.subset);
+  CHECK(a.px == b.px);
+}
