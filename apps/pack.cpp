@@ -331,11 +331,16 @@ std::size_t write_samples(const Dataset& d, ShardWriter& w, const Recode& recode
   ReencodeScratch scratch;
   const std::size_t step = std::max<std::size_t>(1, d.size() / 100);
   const std::size_t folder = d.common_folder();
-  constexpr std::size_t kChunk = 64;
-  std::vector<PackItem> items(kChunk);
-  for (std::size_t begin = 0; begin < d.size(); begin += kChunk) {
-    const std::size_t n = std::min(kChunk, d.size() - begin);
-    for (std::size_t j = 0; j < n; ++j) {
+  // A chunk: 64 samples, or fewer when their files pass 64 MiB; one sample when
+  // nothing is re-encoded on every core.
+  const bool parallel = recode.restart && recode.raw == 0;
+  const std::size_t chunk = parallel ? 64 : 1;
+  constexpr std::size_t kChunkBytes = std::size_t{64} << 20, kKeptCapacity = std::size_t{16} << 20;
+  std::vector<PackItem> items(chunk);
+  for (std::size_t begin = 0, n = 0; begin < d.size(); begin += n) {
+    n = 0;
+    for (std::size_t bytes = 0; n < chunk && begin + n < d.size() && bytes < kChunkBytes; ++n) {
+      const std::size_t j = n;
       if (interrupt_signal() != 0) return begin;
       const std::size_t i = begin + j;
       PackItem& item = items[j];
@@ -360,8 +365,9 @@ std::size_t write_samples(const Dataset& d, ShardWriter& w, const Recode& recode
         }
         item.ext = ".ppm";
       }
+      bytes += item.bytes.size();
     }
-    if (recode.restart && recode.raw == 0) add_restart_markers_to(items, n);
+    if (parallel) add_restart_markers_to(items, n);
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t i = begin + j;
       const PackItem& item = items[j];
@@ -377,6 +383,7 @@ std::size_t write_samples(const Dataset& d, ShardWriter& w, const Recode& recode
       w.sample(key, item.ext, item.bytes, label, source,
                d.classes().empty() ? std::string_view() : std::string_view(d.classes()[std::size_t(label)]));
       if (i % step == 0) progress(i, d.size(), w.shards(), w.total_bytes());
+      if (items[j].bytes.capacity() > kKeptCapacity) items[j].bytes = {};  // a large file's buffer not kept for the next
     }
   }
   w.finish();

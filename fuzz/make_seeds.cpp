@@ -57,9 +57,9 @@ int main(int argc, char** argv) {
   }
   seed(t::jpeg(img, {t::JpegKind::baseline, 50, false}));
   // Restart markers as `conveyor pack` writes them: crops decode a subset of the
-  // intervals (image/jpeg_restart.h), grey and colour.
+  // intervals, columns as well as rows (image/jpeg_restart.h), grey and colour.
   for (auto kind : {t::JpegKind::baseline, t::JpegKind::gray}) {
-    seed(*conveyor::add_restart_markers(t::jpeg(t::photo_like(97, 71, 2), {kind, 90, true})));
+    seed(*conveyor::add_restart_markers(t::jpeg(t::photo_like(128, 72, 2), {kind, 90, true})));  // rows of 2 and 4 intervals
   }
   for (auto kind : {t::PngKind::rgb8, t::PngKind::rgba8, t::PngKind::gray8, t::PngKind::gray_alpha8,
                     t::PngKind::palette8, t::PngKind::rgb16, t::PngKind::gray16}) {

@@ -342,7 +342,7 @@ DecodedView ImageDecoder::decode_jpeg(Rect region, double min_scale) {
   // view against the whole file's, and sees differences with 1.
   RestartSubset subset;  // the whole file until a subset is made
   if (jpeg_->cinfo.restart_interval > 0) {
-    const int margin = 24 / int(job.scale);  // 3 scaled pixels, in source pixels
+    const int margin = 24 / int(job.scale);  // 3 scaled pixels (2.5 at least for 5/8 or 7/8), in source pixels
     if (const auto s = restart_subset(bytes_, region, margin, subset_bytes_, *restart_scratch_)) {
       jpeg_abort_decompress(&jpeg_->cinfo);
       if (!jpeg_read_header_safely(jpeg_->cinfo, jpeg_->errors, subset_bytes_)) {

@@ -8,9 +8,9 @@
 // that region: columns outside it are cropped (jpeg_crop_scanline), rows above
 // it skipped (jpeg_skip_scanlines), decoding stops after its last row, and the
 // DCT scale is reduced when the caller will downscale by at least that much.
-// A JPEG with restart markers aligned to its rows (`conveyor pack` writes them)
-// is not even entropy-decoded outside the region: only the restart intervals
-// that cover it are handed to libjpeg-turbo (image/jpeg_restart.h).
+// Of a JPEG with restart markers aligned to its rows (`conveyor pack` writes
+// them), only the restart intervals that cover the region and a small margin
+// are handed to libjpeg-turbo, and so entropy-decoded (image/jpeg_restart.h).
 // stb_image cannot decode part of an image, so other formats decode whole.
 //
 // Thread safety: none; use one decoder per thread. It keeps its libjpeg state and

@@ -21,11 +21,11 @@ struct JpegErrors {
 jpeg_error_mgr* jpeg_errors_init(JpegErrors& e);
 
 // error_exit: formats the message into JpegErrors::message and longjmps.
-extern "C" void jpeg_fail(j_common_ptr c);
+extern "C" void conveyor_jpeg_fail(j_common_ptr c);
 
 // emit_message: libjpeg pads a truncated file with grey and only warns. Missing
 // data is an error here, so truncation is never delivered as a half-grey image;
 // other warnings (e.g. stray bytes between markers) are tolerated, as PIL does.
-extern "C" void jpeg_warn(j_common_ptr c, int level);
+extern "C" void conveyor_jpeg_warn(j_common_ptr c, int level);
 
 }  // namespace conveyor::detail

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
+
+#include <jerror.h>
 
 #include "image/jpeg_errors.h"
 
@@ -28,19 +32,52 @@ int restart_interval_for(int mcus_per_row) {
 
 namespace {
 
+// The re-encoded file, in a buffer this struct owns: jpeg_mem_dest would hand
+// its own buffer back only at the end, so an error after it grew would leave
+// the caller's pointer on freed memory.
 struct Transcode {
   jpeg_decompress_struct in{};  // zeroed: jpeg_destroy_* is a no-op on a struct never created
   jpeg_compress_struct out{};
   detail::JpegErrors errors;
-  unsigned char* bytes = nullptr;  // jpeg_mem_dest's malloc'd buffer
-  unsigned long size = 0;
-  bool sequential_huffman = false;
+  jpeg_destination_mgr dest{};
+  unsigned char* bytes = nullptr;  // malloc'd, grown by realloc; freed here
+  std::size_t capacity = 0, size = 0;
+  std::uint64_t max_pixels = 0;
+  enum class Outcome { written, not_sequential, over_limit } outcome = Outcome::written;
   ~Transcode() {
     jpeg_destroy_compress(&out);
     jpeg_destroy_decompress(&in);
     std::free(bytes);
   }
 };
+
+Transcode& transcode_of(j_compress_ptr c) { return *static_cast<Transcode*>(c->client_data); }
+
+extern "C" void transcode_dest_init(j_compress_ptr c) {
+  Transcode& t = transcode_of(c);
+  c->dest->next_output_byte = t.bytes;
+  c->dest->free_in_buffer = t.capacity;
+}
+
+extern "C" boolean transcode_dest_grow(j_compress_ptr c) {  // libjpeg wants the whole buffer taken
+  Transcode& t = transcode_of(c);
+  auto* grown = static_cast<unsigned char*>(std::realloc(t.bytes, t.capacity * 2));
+  if (grown == nullptr) ERREXIT1(c, JERR_OUT_OF_MEMORY, 0);  // t.bytes still owned, freed by ~Transcode
+  t.bytes = grown;
+  c->dest->next_output_byte = t.bytes + t.capacity;
+  c->dest->free_in_buffer = t.capacity;
+  t.capacity *= 2;
+  return TRUE;
+}
+
+extern "C" void transcode_dest_term(j_compress_ptr c) {
+  Transcode& t = transcode_of(c);
+  t.size = t.capacity - c->dest->free_in_buffer;
+}
+
+bool is_marker(const jpeg_saved_marker_ptr m, int code, const char* tag, unsigned tag_length) {
+  return m->marker == code && m->data_length >= tag_length && std::memcmp(m->data, tag, tag_length) == 0;
+}
 
 // False (with t.errors.message) on a libjpeg error. Only libjpeg calls and
 // trivially destructible locals here: a longjmp skips destructors.
@@ -51,11 +88,28 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
   jpeg_create_decompress(&t.in);
   jpeg_create_compress(&t.out);
   jpeg_mem_src(&t.in, jpeg.data(), (unsigned long)jpeg.size());
+  // Every marker is carried over, as `jpegtran -copy all` does: EXIF (its
+  // orientation), ICC profiles and comments stay with the pixels.
+  jpeg_save_markers(&t.in, JPEG_COM, 0xFFFF);
+  for (int m = 0; m < 16; ++m) jpeg_save_markers(&t.in, JPEG_APP0 + m, 0xFFFF);
   jpeg_read_header(&t.in, TRUE);
-  if (t.in.progressive_mode || t.in.arith_code) return true;
-  t.sequential_huffman = true;
+  if (t.in.progressive_mode || t.in.arith_code) {
+    t.outcome = Transcode::Outcome::not_sequential;
+    return true;
+  }
+  // The coefficients of the whole image are held at once: no more of them
+  // than the decoder would accept.
+  if (std::uint64_t(t.in.image_width) * t.in.image_height > t.max_pixels) {
+    t.outcome = Transcode::Outcome::over_limit;
+    return true;
+  }
   jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&t.in);
   jpeg_copy_critical_parameters(&t.in, &t.out);
+  // The JFIF and Adobe segments as the file had them: jpeg_copy_critical_parameters
+  // asks for the colour space's usual ones, and an Adobe segment added to a
+  // CMYK file that had none would invert its inks for a reader (decode.cpp's too).
+  t.out.write_JFIF_header = t.in.saw_JFIF_marker;
+  t.out.write_Adobe_marker = t.in.saw_Adobe_marker;
   // jpeg_write_coefficients writes one interleaved scan (a single-component
   // scan when the image has one component), whose MCU is the iMCU: 8 x max_h
   // pixels wide, or one 8x8 block.
@@ -63,8 +117,17 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
   const int mcus_per_row = int((t.in.image_width + JDIMENSION(mcu_width) - 1) / JDIMENSION(mcu_width));
   t.out.restart_interval = unsigned(restart_interval_for(mcus_per_row));
   t.out.optimize_coding = TRUE;
-  jpeg_mem_dest(&t.out, &t.bytes, &t.size);
+  t.out.client_data = &t;
+  t.dest.init_destination = transcode_dest_init;
+  t.dest.empty_output_buffer = transcode_dest_grow;
+  t.dest.term_destination = transcode_dest_term;
+  t.out.dest = &t.dest;
   jpeg_write_coefficients(&t.out, coefficients);
+  for (jpeg_saved_marker_ptr m = t.in.marker_list; m != nullptr; m = m->next) {
+    if (t.out.write_JFIF_header && is_marker(m, JPEG_APP0, "JFIF", 5)) continue;  // written by libjpeg already
+    if (t.out.write_Adobe_marker && is_marker(m, JPEG_APP0 + 14, "Adobe", 5)) continue;
+    jpeg_write_marker(&t.out, int(m->marker), m->data, m->data_length);
+  }
   jpeg_finish_compress(&t.out);
   jpeg_finish_decompress(&t.in);
   return true;
@@ -72,10 +135,19 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
 
 }  // namespace
 
-std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg) {
+std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg, const DecodeLimits& limits) {
   Transcode t;
+  t.max_pixels = limits.max_pixels;
+  // Room for the file as it is and a little: the re-encode is about its size.
+  t.capacity = jpeg.size() + jpeg.size() / 8 + 4096;
+  t.bytes = static_cast<unsigned char*>(std::malloc(t.capacity));
+  if (t.bytes == nullptr) throw std::bad_alloc();
   if (!transcode_safely(t, jpeg)) throw DecodeError(std::string("JPEG: ") + t.errors.message);
-  if (!t.sequential_huffman) return std::nullopt;
+  if (t.outcome == Transcode::Outcome::not_sequential) return std::nullopt;
+  if (t.outcome == Transcode::Outcome::over_limit) {
+    throw DecodeError("JPEG header claims " + std::to_string(t.in.image_width) + "x" + std::to_string(t.in.image_height) +
+                      " pixels, over the limit of " + std::to_string(limits.max_pixels) + " (max_pixels)");
+  }
   return std::vector<unsigned char>(t.bytes, t.bytes + t.size);
 }
 
@@ -107,9 +179,10 @@ std::optional<Header> read_header(std::span<const unsigned char> b) {
     while (i < b.size() && b[i] == 0xFF) ++i;  // fill bytes
     if (i + 3 > b.size()) return std::nullopt;
     const unsigned marker = b[i++];
-    const std::size_t length = be16(&b[i]);
+    if (marker < 0xC0 || marker == 0xC8) return std::nullopt;  // a stuffed zero, or a reserved marker
+    const std::size_t length = be16(b.data() + i);
     if (length < 2 || i + length > b.size()) return std::nullopt;
-    const unsigned char* p = &b[i + 2];
+    const unsigned char* p = b.data() + i + 2;
     const std::size_t n = length - 2;
     if (marker == 0xC0 || marker == 0xC1) {  // SOF0, SOF1: sequential, Huffman
       if (have_frame || n < 6 || p[0] != 8) return std::nullopt;

@@ -44,10 +44,13 @@ int restart_interval_for(int mcus_per_row);
 
 // `jpeg` re-encoded losslessly with restart markers and optimized Huffman
 // tables, or nullopt when it is not a sequential Huffman-coded JPEG
-// (progressive and arithmetic-coded files are kept as they are). Markers
-// other than JFIF and Adobe (EXIF, ICC, comments) are not copied; pixels are
-// unchanged. Throws DecodeError for a file libjpeg cannot read to its end.
-std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg);
+// (progressive and arithmetic-coded files are kept as they are). Every APPn
+// and COM segment is carried over (EXIF, ICC, comments; JFIF and Adobe as the
+// file had them, so a reader sees the same colour space); pixels are unchanged.
+// Throws DecodeError for a file libjpeg cannot read to its end, or one over
+// limits.max_pixels (the whole image's coefficients are held at once).
+std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg,
+                                                              const DecodeLimits& limits = {});
 
 // Where a subset's pixels lie in the original image, in whole source pixels.
 // x and y are multiples of the MCU's size, so a DCT-scaled decode (M/8) of the
@@ -64,7 +67,8 @@ struct RestartScratch {
 // `region` widened by `margin` source pixels each side (clamped to the image).
 // nullopt, leaving `out` unspecified, when the file has no usable intervals
 // (no DRI, intervals that do not divide a row, progressive, arithmetic, more
-// than one scan, markers missing or out of sequence, a truncated file) or when
+// than one scan, markers missing or out of sequence, a file cut short above
+// the last interval the region needs) or when
 // the subset would hold every row from the top and every column: then the
 // caller decodes the file as it is. Never throws for bad data.
 std::optional<RestartSubset> restart_subset(std::span<const unsigned char> jpeg, Rect region, int margin,

@@ -1,7 +1,7 @@
 // image/jpeg_restart.h: the lossless re-encode with restart markers keeps
 // every pixel; the decoder's subset of a region's restart intervals gives the
 // same pixels as decoding the original file, bit for bit, for 4:4:4, 4:2:2,
-// 4:2:0, 4:4:0 and grey, at every DCT scale, for regions at every edge and
+// 4:2:0, 4:4:0 and grey, at every DCT scale (M/8, M = 1..8), for regions at every edge and
 // across interval boundaries; a file whose markers are missing, out of order or
 // cut short is decoded as a whole (or refused) as before.
 #include <turbojpeg.h>
@@ -44,13 +44,37 @@ struct View {
 };
 
 View decode(const std::vector<unsigned char>& file, Rect region, int scale) {
-  ImageDecoder d;
+  ImageDecoder d(DecodeLimits{}, {1, 2, 3, 4, 5, 6, 7, 8});  // every M/8, not only the default ones
   d.open(file);
   const DecodedView v = d.decode(region, scale / 8.0);
   REQUIRE(v.dct_scale == scale);
   View out{v.width, v.height, v.x0, v.y0, v.restart_subset, {}};
   for (int y = 0; y < v.height; ++y) out.px.insert(out.px.end(), v.pixels + y * v.stride, v.pixels + y * v.stride + v.width * 3);
   return out;
+}
+
+// `file` without its segments of marker `code` (between SOI and SOS).
+std::vector<unsigned char> without_segment(const std::vector<unsigned char>& file, unsigned char code) {
+  std::vector<unsigned char> out(file.begin(), file.begin() + 2);
+  std::size_t i = 2;
+  while (file[i + 1] != 0xDA) {
+    const std::size_t length = std::size_t(file[i + 2]) << 8 | file[i + 3];
+    if (file[i + 1] != code) out.insert(out.end(), file.begin() + std::ptrdiff_t(i), file.begin() + std::ptrdiff_t(i + 2 + length));
+    i += 2 + length;
+  }
+  out.insert(out.end(), file.begin() + std::ptrdiff_t(i), file.end());
+  return out;
+}
+
+// The RST markers in a JPEG's entropy data, in order (0..7 each).
+std::vector<int> restart_markers(const std::vector<unsigned char>& file) {
+  std::size_t i = 2;
+  while (file[i + 1] != 0xDA) i += 2 + (std::size_t(file[i + 2]) << 8 | file[i + 3]);
+  std::vector<int> seen;
+  for (i += 2 + (std::size_t(file[i + 2]) << 8 | file[i + 3]); i + 1 < file.size(); ++i) {
+    if (file[i] == 0xFF && file[i + 1] >= 0xD0 && file[i + 1] <= 0xD7) seen.push_back(file[i + 1] - 0xD0);
+  }
+  return seen;
 }
 
 struct Kind {
@@ -87,6 +111,23 @@ TEST_CASE("jpeg_restart: the re-encode keeps every pixel and adds aligned restar
       if (h > 40) CHECK(decode(*marked, {0, h - 8, w, 8}, 8).subset);
     }
   }
+  // CMYK with and without an Adobe segment (whose presence says the inks are
+  // stored inverted): the same pixels, so the segment is kept or left out as it was.
+  const auto cmyk = t::jpeg(t::photo_like(64, 48, 3), {t::JpegKind::cmyk_adobe, 90});
+  for (const auto& file : {cmyk, without_segment(cmyk, 0xEE)}) {
+    const auto marked = add_restart_markers(file);
+    REQUIRE(marked);
+    CHECK(decode(file, {0, 0, 64, 48}, 8).px == decode(*marked, {0, 0, 64, 48}, 8).px);
+    CHECK((without_segment(*marked, 0xEE) == *marked) == (without_segment(file, 0xEE) == file));
+  }
+  // EXIF, ICC and comments travel with the pixels (an APP1 put in by hand).
+  auto exif = encode(40, 30, TJSAMP_420, 8);
+  const std::vector<unsigned char> app1 = {0xFF, 0xE1, 0x00, 0x0E, 'E', 'x', 'i', 'f', 0, 0, 'o', 'r', 'i', 'e', 'n', 't'};
+  exif.insert(exif.begin() + 2, app1.begin(), app1.end());
+  const auto exif_marked = *add_restart_markers(exif);
+  CHECK(std::search(exif_marked.begin(), exif_marked.end(), app1.begin(), app1.end()) != exif_marked.end());
+  // The whole image's coefficients are held at once: not over the pixel limit.
+  CHECK_THROWS_AS(add_restart_markers(exif, DecodeLimits{1000, 1 << 20}), DecodeError);
   // Progressive and arithmetic-coded files are kept as they are.
   const t::Rgb img = t::photo_like(64, 64, 1);
   CHECK_FALSE(add_restart_markers(t::jpeg(img, {t::JpegKind::progressive, 90})));
@@ -115,7 +156,7 @@ TEST_CASE("jpeg_restart: a region's intervals decode to the whole file's pixels,
       regions.push_back({int(rng() % unsigned(W - w + 1)), int(rng() % unsigned(H - h + 1)), w, h});
     }
     int subsets = 0;
-    for (const int scale : {8, 4, 2, 1}) {
+    for (const int scale : {8, 7, 6, 5, 4, 3, 2, 1}) {
       for (const Rect& r : regions) {
         INFO(kind.name << " scale " << scale << "/8, region " << r.x << "," << r.y << " " << r.w << "x" << r.h);
         const View want = decode(original, r, scale), got = decode(marked, r, scale);
@@ -125,7 +166,7 @@ TEST_CASE("jpeg_restart: a region's intervals decode to the whole file's pixels,
         REQUIRE(got.px == want.px);
       }
     }
-    CHECK(subsets > int(regions.size()) * 3);  // most regions are decoded from a subset
+    CHECK(subsets > int(regions.size()) * 6);  // most regions are decoded from a subset
   }
 }
 
@@ -139,6 +180,10 @@ TEST_CASE("jpeg_restart: a subset holds the region's share of the data", "[jpeg_
   CHECK(s->y == 128);
   CHECK((s->width == 256 && s->height == 128));
   CHECK(out.size() < marked.size() / 4);
+  // 8 rows of 4 intervals: 31 markers, renumbered RST0..RST7 in turn.
+  const std::vector<int> rst = restart_markers(out);
+  REQUIRE(rst.size() == 31);
+  for (std::size_t j = 0; j < rst.size(); ++j) CHECK(rst[j] == int(j % 8));
   // The whole image, or all of it from the top: nothing to skip, no subset.
   CHECK_FALSE(restart_subset(marked, {0, 0, 512, 384}, 5, out, scratch));
   CHECK_FALSE(restart_subset(marked, {0, 0, 512, 100}, 5, out, scratch));
