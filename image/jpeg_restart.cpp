@@ -14,13 +14,16 @@
 
 namespace conveyor {
 
-int restart_interval_for(int mcus_per_row) {
-  int best = 1;
-  double best_distance = std::abs(std::log(1.0 / kRestartTarget));
-  for (int d = 2; d <= mcus_per_row; ++d) {
-    if (mcus_per_row % d != 0) continue;
-    const double distance = std::abs(std::log(double(d) / kRestartTarget));
-    if (distance <= best_distance) {  // ties to the larger divisor
+int restart_interval_for(int mcus_per_row, int mcu_width) {
+  const double target = double(kRestartTargetPixels) / mcu_width;  // in MCUs
+  // Nothing under half the target: each marker costs bytes (about 4), so a
+  // row of a prime number of MCUs gets one marker, not one per MCU.
+  int best = mcus_per_row;
+  double best_distance = std::abs(std::log(double(mcus_per_row) / target));
+  for (int d = 1; d < mcus_per_row; ++d) {
+    if (mcus_per_row % d != 0 || d < target / 2) continue;
+    const double distance = std::abs(std::log(double(d) / target));
+    if (distance < best_distance || (distance == best_distance && d > best)) {  // ties to the larger
       best = d;
       best_distance = distance;
     }
@@ -115,7 +118,7 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
   // pixels wide, or one 8x8 block.
   const int mcu_width = t.in.num_components == 1 ? DCTSIZE : DCTSIZE * t.in.max_h_samp_factor;
   const int mcus_per_row = int((t.in.image_width + JDIMENSION(mcu_width) - 1) / JDIMENSION(mcu_width));
-  t.out.restart_interval = unsigned(restart_interval_for(mcus_per_row));
+  t.out.restart_interval = unsigned(restart_interval_for(mcus_per_row, mcu_width));
   t.out.optimize_coding = TRUE;
   t.out.client_data = &t;
   t.dest.init_destination = transcode_dest_init;

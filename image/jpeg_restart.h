@@ -9,7 +9,8 @@
 //  - add_restart_markers (`conveyor pack`'s default): a lossless re-encode of a
 //    sequential Huffman JPEG, the same DCT coefficients and so the same pixels,
 //    with a restart marker every restart_interval_for() MCUs (a divisor of the
-//    MCUs in a row, so the intervals line up with the rows) and optimized
+//    MCUs in a row, so the intervals line up with the rows; about 48 pixels
+//    wide: docs/benchmarks.md weighs 32 to 128) and optimized
 //    Huffman tables (which pay for the markers' bytes). jpegtran's
 //    `-restart N -optimize`, through libjpeg's coefficient API.
 //
@@ -35,12 +36,12 @@
 
 namespace conveyor {
 
-// The restart interval add_restart_markers gives a row of `mcus_per_row` MCUs:
-// the divisor of it nearest kRestartTarget MCUs (ties to the larger, which
-// costs fewer bytes). A row of a prime number of MCUs gets one marker per row
-// when that is nearer the target in ratio than one per MCU.
-inline constexpr int kRestartTarget = 4;
-int restart_interval_for(int mcus_per_row);
+// The restart interval add_restart_markers gives a row of `mcus_per_row` MCUs
+// of `mcu_width` pixels: the divisor of it nearest, in ratio, to
+// kRestartTargetPixels wide (ties to the larger, which costs fewer bytes),
+// never under half that: a row of a prime number of MCUs gets one per row.
+inline constexpr int kRestartTargetPixels = 48;
+int restart_interval_for(int mcus_per_row, int mcu_width);
 
 // `jpeg` re-encoded losslessly with restart markers and optimized Huffman
 // tables, or nullopt when it is not a sequential Huffman-coded JPEG

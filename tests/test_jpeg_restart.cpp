@@ -86,15 +86,19 @@ constexpr Kind kKinds[] = {{"4:4:4", TJSAMP_444}, {"4:2:2", TJSAMP_422}, {"4:2:0
 
 }  // namespace
 
-TEST_CASE("jpeg_restart: the interval is the divisor of a row's MCUs nearest 4", "[jpeg_restart]") {
-  CHECK(restart_interval_for(32) == 4);
-  CHECK(restart_interval_for(24) == 4);
-  CHECK(restart_interval_for(21) == 3);  // 3 is nearer 4 than 7 is
-  CHECK(restart_interval_for(6) == 3);
-  CHECK(restart_interval_for(10) == 5);  // 5 against 2: a ratio of 1.25 against 2
-  CHECK(restart_interval_for(23) == 1);  // prime: one per MCU is nearer than one per row (23)
-  CHECK(restart_interval_for(7) == 7);
-  CHECK(restart_interval_for(1) == 1);
+TEST_CASE("jpeg_restart: the interval is the divisor of a row's MCUs nearest 48 pixels", "[jpeg_restart]") {
+  // 16-pixel MCUs (4:2:0, 4:2:2): 3 MCUs wanted.
+  CHECK(restart_interval_for(32, 16) == 4);  // 4 is nearer 3 in ratio than 2 is
+  CHECK(restart_interval_for(24, 16) == 3);
+  CHECK(restart_interval_for(10, 16) == 2);  // 2 against 5: ratios of 1.5 and 1.67
+  CHECK(restart_interval_for(23, 16) == 23);  // prime: one per row, never one per MCU (+8% bytes)
+  CHECK(restart_interval_for(7, 16) == 7);
+  CHECK(restart_interval_for(1, 16) == 1);
+  CHECK(restart_interval_for(9, 32) == 1);  // 32-pixel MCUs (4:1:1): 1.5 wanted, one per MCU allowed
+  // 8-pixel MCUs (4:4:4, grey): 6 wanted.
+  CHECK(restart_interval_for(63, 8) == 7);
+  CHECK(restart_interval_for(48, 8) == 6);
+  CHECK(restart_interval_for(47, 8) == 47);  // prime: one per row
 }
 
 TEST_CASE("jpeg_restart: the re-encode keeps every pixel and adds aligned restart markers", "[jpeg_restart]") {
