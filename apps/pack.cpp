@@ -279,8 +279,8 @@ struct PackItem {
 
 // The lossless restart-marker re-encode of a JPEG sample, in place
 // (image/jpeg_restart.h). A JPEG it cannot re-encode (progressive, arithmetic,
-// or one libjpeg cannot read) is kept as it is and marked: reading it is the
-// reader's to judge, as for any file pack stores.
+// over the decoder's pixel limit, or one libjpeg cannot read) is kept as it is
+// and marked: reading it is the reader's to judge, as for any file pack stores.
 void add_restart_markers_to(PackItem& item) {
   if (sniff_format(item.bytes) != ImageFormat::jpeg) return;
   try {
