@@ -14,6 +14,17 @@
 
 namespace conveyor {
 
+namespace {
+
+// The side, in pixels, of the MCU of a scan holding every component, across
+// (max_sampling: the largest horizontal sampling factor) or down (the largest
+// vertical one): one 8x8 block when the image has one component, else the
+// iMCU. The re-encode sets its interval by it and the subset cuts by it, so
+// both must count alike.
+int mcu_side(int components, int max_sampling) { return components == 1 ? 8 : 8 * max_sampling; }
+
+}  // namespace
+
 int restart_interval_for(int mcus_per_row, int mcu_width) {
   const double target = double(kRestartTargetPixels) / mcu_width;  // in MCUs
   // Nothing under half the target: each marker costs bytes (about 4), so a
@@ -113,10 +124,8 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
   // CMYK file that had none would invert its inks for a reader (decode.cpp's too).
   t.out.write_JFIF_header = t.in.saw_JFIF_marker;
   t.out.write_Adobe_marker = t.in.saw_Adobe_marker;
-  // jpeg_write_coefficients writes one interleaved scan (a single-component
-  // scan when the image has one component), whose MCU is the iMCU: 8 x max_h
-  // pixels wide, or one 8x8 block.
-  const int mcu_width = t.in.num_components == 1 ? DCTSIZE : DCTSIZE * t.in.max_h_samp_factor;
+  // jpeg_write_coefficients writes one scan holding every component.
+  const int mcu_width = mcu_side(t.in.num_components, t.in.max_h_samp_factor);
   const int mcus_per_row = int((t.in.image_width + JDIMENSION(mcu_width) - 1) / JDIMENSION(mcu_width));
   t.out.restart_interval = unsigned(restart_interval_for(mcus_per_row, mcu_width));
   t.out.optimize_coding = TRUE;
@@ -203,7 +212,7 @@ std::optional<Header> read_header(std::span<const unsigned char> b) {
         h.max_v = std::max(h.max_v, vs);
       }
       have_frame = true;
-    } else if (marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8) {
+    } else if (marker >= 0xC2 && marker <= 0xCF && marker != 0xC4) {
       return std::nullopt;  // progressive, lossless, hierarchical, arithmetic (and its DAC)
     } else if (marker == 0xDD) {  // DRI
       if (n < 2) return std::nullopt;
@@ -213,7 +222,7 @@ std::optional<Header> read_header(std::span<const unsigned char> b) {
       h.scan_components = p[0];
       h.entropy = i + length;
       return h;
-    } else if (marker == 0xD8 || marker == 0xD9 || (marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) {
+    } else if (marker == 0xD8 || marker == 0xD9 || (marker >= 0xD0 && marker <= 0xD7)) {
       return std::nullopt;  // a marker without a length, out of place in a header
     }
     i += length;
@@ -227,10 +236,9 @@ std::optional<RestartSubset> restart_subset(std::span<const unsigned char> b, Re
   const std::optional<Header> found = read_header(b);
   if (!found) return std::nullopt;
   const Header& h = *found;
-  // One scan holding every component: its MCU is the iMCU (one 8x8 block for
-  // a single component).
+  // One scan holding every component, as the re-encode writes.
   if (h.restart_interval == 0 || h.scan_components != h.components) return std::nullopt;
-  const int mcu_w = h.components == 1 ? 8 : 8 * h.max_h, mcu_h = h.components == 1 ? 8 : 8 * h.max_v;
+  const int mcu_w = mcu_side(h.components, h.max_h), mcu_h = mcu_side(h.components, h.max_v);
   const int mcus_per_row = (h.width + mcu_w - 1) / mcu_w, mcu_rows = (h.height + mcu_h - 1) / mcu_h;
   const int k = int(h.restart_interval);
   if (mcus_per_row % k != 0) return std::nullopt;

@@ -53,14 +53,17 @@ View decode(const std::vector<unsigned char>& file, Rect region, int scale) {
   return out;
 }
 
+// The length of the segment starting at file[i] (its marker), marker included.
+std::size_t segment_bytes(const std::vector<unsigned char>& file, std::size_t i) {
+  return 2 + (std::size_t(file[i + 2]) << 8 | file[i + 3]);
+}
+
 // `file` without its segments of marker `code` (between SOI and SOS).
 std::vector<unsigned char> without_segment(const std::vector<unsigned char>& file, unsigned char code) {
   std::vector<unsigned char> out(file.begin(), file.begin() + 2);
   std::size_t i = 2;
-  while (file[i + 1] != 0xDA) {
-    const std::size_t length = std::size_t(file[i + 2]) << 8 | file[i + 3];
-    if (file[i + 1] != code) out.insert(out.end(), file.begin() + std::ptrdiff_t(i), file.begin() + std::ptrdiff_t(i + 2 + length));
-    i += 2 + length;
+  for (; file[i + 1] != 0xDA; i += segment_bytes(file, i)) {
+    if (file[i + 1] != code) out.insert(out.end(), file.begin() + std::ptrdiff_t(i), file.begin() + std::ptrdiff_t(i + segment_bytes(file, i)));
   }
   out.insert(out.end(), file.begin() + std::ptrdiff_t(i), file.end());
   return out;
@@ -69,9 +72,9 @@ std::vector<unsigned char> without_segment(const std::vector<unsigned char>& fil
 // The RST markers in a JPEG's entropy data, in order (0..7 each).
 std::vector<int> restart_markers(const std::vector<unsigned char>& file) {
   std::size_t i = 2;
-  while (file[i + 1] != 0xDA) i += 2 + (std::size_t(file[i + 2]) << 8 | file[i + 3]);
+  while (file[i + 1] != 0xDA) i += segment_bytes(file, i);
   std::vector<int> seen;
-  for (i += 2 + (std::size_t(file[i + 2]) << 8 | file[i + 3]); i + 1 < file.size(); ++i) {
+  for (i += segment_bytes(file, i); i + 1 < file.size(); ++i) {
     if (file[i] == 0xFF && file[i + 1] >= 0xD0 && file[i + 1] <= 0xD7) seen.push_back(file[i + 1] - 0xD0);
   }
   return seen;
