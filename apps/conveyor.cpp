@@ -231,6 +231,10 @@ int dispatch(const Subcommands& s, const Options& o) {
   check_writable("--csv", o.csv);
   check_writable("--plot", o.plot);
   check_normalize(o);  // one usage error, not a failed row per sweep point
+  if ((o.synthetic_stall_ms > 0 || o.synthetic_stall_every > 0) &&
+      (o.synthetic_ms <= 0 || o.synthetic_stall_ms <= 0 || o.synthetic_stall_every == 0)) {
+    throw UsageError("--synthetic-stall-ms and --synthetic-stall-every: both, and with --synthetic-ms");
+  }
   (void)transforms_of(o);
   check_device_transforms(o);
   for (const CLI::App* sub : {s.run, s.bench, s.sweep}) {

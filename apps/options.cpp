@@ -2,10 +2,12 @@
 
 #include "apps/cli.h"
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
+#include <optional>
 
 #include "data/dataset.h"
 #include "data/remote/remote_shards.h"
@@ -29,6 +31,16 @@ CLI::Validator link_range() {
       },
       "0 or 0.01-1e6");
 }
+// A whole number of at most `max` written in decimal digits alone (no sign,
+// no space), as the counts that also take "auto" must be; nullopt otherwise.
+std::optional<std::size_t> parse_count(const std::string& v, std::size_t max) {
+  std::size_t n = 0;
+  const char* end = v.data() + v.size();
+  const auto [at, ec] = std::from_chars(v.data(), end, n);
+  if (v.empty() || v[0] == '+' || ec != std::errc() || at != end || n > max) return std::nullopt;
+  return n;
+}
+
 // Adds a flag unless the subcommand already has one of that name (sweep's
 // axes), which then keeps its own meaning; returns whichever it has.
 template <typename T>
@@ -99,10 +111,8 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
         ->check(CLI::Validator(
             [](std::string& v) -> std::string {
               if (v == "auto") return {};
-              const bool digits = !v.empty() && v.size() <= 7 && std::all_of(v.begin(), v.end(), [](char c) {
-                return c >= '0' && c <= '9';
-              });
-              if (digits && std::stoul(v) >= 1 && std::stoul(v) <= Config::kMaxWorkers) return {};
+              const auto n = parse_count(v, Config::kMaxWorkers);
+              if (n && *n >= 1) return {};
               return v + ": expected a count in 1 - " + std::to_string(Config::kMaxWorkers) + " or auto";
             },
             "INT in [1 - " + std::to_string(Config::kMaxWorkers) + "] or auto"));
@@ -110,13 +120,39 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
            "with --workers auto: the most worker threads it may run (default: twice the cores, " +
                std::to_string(default_worker_ceiling()) + " here)")
         ->check(range(1, Config::kMaxWorkers));
+  }
+  if (!app.get_option_no_throw("--host-queue")) {  // sweep's is a list of depths
+    app.add_option_function<std::string>(
+           "--host-queue",
+           [&o](const std::string& v) {
+             o.host_queue_auto = v == "auto";
+             if (!o.host_queue_auto) o.host_queue = std::stoul(v);  // the check took only 1 .. 4096
+           },
+           "finished batches waiting for the delivery thread (which copies them to the device), or auto: deeper, "
+           "up to --max-host-queue, while the consumer waits on batches held up behind a slow one (default: 2)")
+        ->type_name("UINT|auto")
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+              if (v == "auto") return {};
+              const auto n = parse_count(v, 4096);
+              if (n && *n >= 1) return {};
+              return v + ": expected a depth in 1 - 4096 or auto";
+            },
+            "INT in [1 - 4096] or auto"));
+    option("--max-host-queue", o.max_host_queue,
+           "with --host-queue auto: the deepest it may go; the memory check counts its buffers, allocated as the "
+           "depth grows (default: " + std::to_string(kDefaultHostQueueCeiling) + ")")
+        ->check(range(1, 4096));
+  }
+  if (app.get_option_no_throw("--max-workers") || app.get_option_no_throw("--max-host-queue")) {
     app.final_callback([&o] {
       if (o.max_workers && !o.workers_auto) throw UsageError("--max-workers: only with --workers auto");
       if (o.workers_auto) o.workers = o.max_workers ? o.max_workers : default_worker_ceiling();
+      if (o.max_host_queue && !o.host_queue_auto) throw UsageError("--max-host-queue: only with --host-queue auto");
+      if (o.host_queue_auto) o.host_queue = o.max_host_queue ? o.max_host_queue : kDefaultHostQueueCeiling;
     });
   }
   option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));
-  option("--host-queue", o.host_queue, "finished batches waiting for the delivery thread (which copies them to the device)")->check(range(1, 4096));
   option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(range(1, 4096));
   option("--wait-yields", o.wait_yields, "times a waiting thread yields its core before it sleeps (0: sleep at once)")
       ->check(range(0, Config::kMaxWaitYields));
@@ -175,6 +211,13 @@ void add_run_flags(CLI::App& app, Options& o) {
   add_or_keep(app, "--synthetic-ms", o.synthetic_ms,
               "teaching: workers sleep this long per sample instead of decoding (known stage costs)")
       ->check(CLI::Range(0.0, 1e6));
+  add_or_keep(app, "--synthetic-stall-ms", o.synthetic_stall_ms,
+              "with --synthetic-ms: a stalled read, this many milliseconds more for every --synthetic-stall-every'th "
+              "sample (by index)")
+      ->check(CLI::Range(0.0, 1e6));
+  add_or_keep(app, "--synthetic-stall-every", o.synthetic_stall_every,
+              "with --synthetic-stall-ms: one sample in this many stalls (default 0: none)")
+      ->check(CLI::Range(std::size_t(0), std::size_t(1) << 40));
   add_or_keep(app, "--gpu-decode", o.gpu_decode,
               "decode a share of the JPEGs on the GPU beside the CPU workers: off | auto (a share from the measured "
               "rates; off without a GPU decoder) | SHARE in [0, 1] (on the host backend: its CPU twin, a test path)");
@@ -396,6 +439,7 @@ Config pipeline_config(const Options& o) {
   cfg.workers = o.workers;
   cfg.tune_workers = o.workers_auto;
   cfg.host_queue_depth = o.host_queue;
+  cfg.tune_host_queue = o.host_queue_auto;
   cfg.device_queue_depth = o.device_queue;
   cfg.wait_yields = o.wait_yields;
   cfg.seed = o.seed;

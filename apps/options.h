@@ -84,7 +84,12 @@ struct Options {
   bool workers_auto = false;
   std::size_t max_workers = 0;  // --max-workers; 0: not given
   std::size_t batch = 64;                            // Default: 64.
-  std::size_t host_queue = 2, device_queue = 2;      // Default: 2 and 2.
+  std::size_t host_queue = 2, device_queue = 2;      // Default: 2 and 2 (under --host-queue auto, host_queue is the ceiling).
+  // --host-queue auto: the pipeline deepens the host queue from what it
+  // measures (Config::tune_host_queue), up to --max-host-queue, by default
+  // kDefaultHostQueueCeiling. Default: off.
+  bool host_queue_auto = false;
+  std::size_t max_host_queue = 0;  // --max-host-queue; 0: not given
   std::size_t wait_yields = Config{}.wait_yields;    // Default: the library's (16).
   std::size_t epochs = 1;                            // Default: 1 (train: 5).
   std::uint64_t seed = 0;                            // Default: 0.
@@ -114,6 +119,10 @@ struct Options {
   Compute compute = Compute::sleep;                  // Default: sleep.
   double compute_ms = 0;                             // Default: 0, no step.
   double synthetic_ms = 0;                           // Default: 0, decode for real.
+  // With --synthetic-ms: every synthetic_stall_every'th sample (by dataset
+  // index) sleeps synthetic_stall_ms more. Default: 0 and 0, no stall.
+  double synthetic_stall_ms = 0;
+  std::size_t synthetic_stall_every = 0;
   bool serial = false;                               // Default: off.
   bool resident = false;                             // Default: off.
   std::string gpu_decode = "off";  // --gpu-decode off | auto | SHARE in [0, 1]. Default: off.

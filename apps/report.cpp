@@ -94,16 +94,31 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
     out << "}";
   }
   out << "},\n";
-  // --workers auto: the tuner's count now and its changes (the latest kept).
-  out << "  \"tune_workers\": ";
-  if (o.workers_auto) {
-    out << "{\"working\": " << r.stats.workers_active << ", \"changes\": " << r.stats.tune_changes << ", \"decisions\": [";
-    for (std::size_t i = 0; i < r.stats.tuning.size(); ++i) {
-      const TuneDecision& d = r.stats.tuning[i];
+  const auto decisions = [&](const std::vector<TuneDecision>& list) {
+    out << "\"decisions\": [";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const TuneDecision& d = list[i];
       out << (i ? ", " : "") << "{\"at_s\": " << d.at_s << ", \"from\": " << d.from << ", \"to\": " << d.to
           << ", \"images_per_s\": " << d.images_per_s << ", \"reason\": \"" << json_escape(d.reason) << "\"}";
     }
-    out << "]},\n";
+    out << "]}";
+  };
+  // --workers auto: the tuner's count now and its changes (the latest kept).
+  out << "  \"tune_workers\": ";
+  if (o.workers_auto) {
+    out << "{\"working\": " << r.stats.workers_active << ", \"changes\": " << r.stats.tune_changes << ", ";
+    decisions(r.stats.tuning);
+    out << ",\n";
+  } else {
+    out << "null,\n";
+  }
+  // --host-queue auto: the depth now, its ceiling and the changes (from/to are depths).
+  out << "  \"tune_host_queue\": ";
+  if (o.host_queue_auto) {
+    out << "{\"depth\": " << r.stats.host_queue_depth << ", \"ceiling\": " << r.stats.host_queue_ceiling
+        << ", \"changes\": " << r.stats.queue_tune_changes << ", ";
+    decisions(r.stats.queue_tuning);
+    out << ",\n";
   } else {
     out << "null,\n";
   }

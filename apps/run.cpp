@@ -163,13 +163,16 @@ void synthetic_step(const Options& o) {
   }
 }
 
-Filler synthetic_filler(double ms) {
-  return [ms](Sample& s) {
+Filler synthetic_filler(const Options& o) {
+  const std::uint64_t every = o.synthetic_stall_every;
+  const double stall_ms = o.synthetic_stall_ms;
+  return [ms = o.synthetic_ms, every, stall_ms](Sample& s) {
     const std::uint64_t id[2] = {s.epoch, s.index};
     std::memcpy(s.data.data(), id, std::min(s.data.size(), sizeof id));
     s.label = 0;
     // A pipeline's worker stops on the pipeline's flag; --serial's loop on the signal.
-    sleep_unless(ms, [&s] { return s.stop_requested() || interrupt_signal() != 0; });
+    const double stall = every && s.index % every == 0 ? stall_ms : 0.0;
+    sleep_unless(ms + stall, [&s] { return s.stop_requested() || interrupt_signal() != 0; });
   };
 }
 
@@ -194,7 +197,7 @@ RunResult run_once(const Options& o, Output output) {
   if (output == Output::print) print_header(o, dataset, device->describe());
   const GpuDecodeChoice& gpu = parts.gpu;
   if (!gpu.line.empty() && output == Output::print) std::printf("%s\n", gpu.line.c_str());
-  const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o.synthetic_ms) : parts.images->filler();
+  const Filler fill = o.synthetic_ms > 0 ? synthetic_filler(o) : parts.images->filler();
   if (o.serial) {
     RunResult r = run_serial(o, cfg, dataset.size(), fill, device, output);
     r.remote = remote_counters(dataset);

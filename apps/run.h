@@ -35,7 +35,9 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
 
 // --compute-ms of --compute: the consumer's synthetic training step.
 void synthetic_step(const Options& o);
-// --synthetic-ms: a filler of known cost (the sample's identity in its first bytes, then a sleep).
-Filler synthetic_filler(double ms);
+// --synthetic-ms: a filler of known cost (the sample's identity in its first
+// bytes, then a sleep); with --synthetic-stall-ms, every --synthetic-stall-every'th
+// sample of the dataset (by index) sleeps that much longer: a stalled read.
+Filler synthetic_filler(const Options& o);
 
 }  // namespace conveyor::apps

@@ -62,6 +62,7 @@ std::string memory_refusal(const MemoryEstimate& estimate, const Config& config,
   s += names.host_queue;
   s += " ";
   s += std::to_string(config.host_queue_depth);
+  if (config.tune_host_queue) s += " (auto: the deepest it may go)";
   s += ", ";
   s += names.device_queue;
   s += " ";

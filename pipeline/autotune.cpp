@@ -90,4 +90,30 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
   return active_;
 }
 
+QueueTuner::QueueTuner(std::size_t start, std::size_t ceiling) : depth_(start), ceiling_(ceiling) {
+  if (start == 0 || ceiling < start) throw std::invalid_argument("QueueTuner: needs 1 <= start <= ceiling");
+}
+
+std::size_t QueueTuner::next(const QueueWindow& w, TuneDecision* d) {
+  if (!w.consumer_seen || w.consumer_starved < kStarved || w.buffer_wait < kSlack || w.delivery_busy >= kDeliveryBusy ||
+      depth_ == ceiling_) {
+    step_ = 1;
+    return depth_;
+  }
+  // The steps the consumer missed while it waited: that many more batches
+  // ready ahead of it would have carried it through.
+  const double missed = w.consumer_step_s > 0 ? w.consumer_starved * w.window_s / w.consumer_step_s : 0.0;
+  const std::size_t need = std::size_t(std::min(std::ceil(missed), double(ceiling_)));
+  const std::size_t add = std::max(step_, need);
+  const std::size_t to = std::min(ceiling_, depth_ + add);
+  char why[200];
+  std::snprintf(why, sizeof why,
+                "grow: the consumer waited %d%% of the window (%.1f of its steps), the workers %d%% for a free buffer",
+                pct(w.consumer_starved), missed, pct(w.buffer_wait));
+  if (d) *d = TuneDecision{0, depth_, to, 0, why};
+  step_ = 2 * add;
+  depth_ = to;
+  return depth_;
+}
+
 }  // namespace conveyor

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -14,7 +15,9 @@ namespace conveyor {
 struct BatchHandle::Core {
   Allocator allocator;
   std::size_t bytes_per_batch = 0;
-  std::vector<std::unique_ptr<Batch>> batches;
+  std::size_t batch_capacity = 0, sample_bytes = 0, max_count = 0;
+  std::vector<std::unique_ptr<Batch>> batches;  // reserved for max_count: grow() never moves it
+  std::atomic<std::size_t> allocated{0};  // batches.size(), for count() from any thread
   BoundedQueue<Batch*> free;
 
   Core(std::size_t count, Allocator a, std::size_t wait_yields)
@@ -106,48 +109,64 @@ void BatchHandle::reset() {
 }
 
 BatchPool::BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator,
-                     std::size_t wait_yields) {
+                     std::size_t wait_yields, std::size_t max_count) {
   if (count == 0) throw std::invalid_argument("batch pool: count must be >= 1");
   if (batch_capacity == 0) throw std::invalid_argument("batch pool: batch capacity must be >= 1");
+  if (max_count == 0) max_count = count;
+  if (max_count < count) throw std::invalid_argument("batch pool: max_count must be >= count");
   if (!allocator.allocate || !allocator.deallocate) {
     throw std::invalid_argument("batch pool: allocator '" + allocator.name + "' lacks allocate or deallocate");
   }
-  core_ = std::make_shared<BatchHandle::Core>(count, std::move(allocator), wait_yields);
+  core_ = std::make_shared<BatchHandle::Core>(max_count, std::move(allocator), wait_yields);
   core_->bytes_per_batch = batch_capacity * sample_bytes;
-  core_->batches.reserve(count);
-  const Interrupt& interrupted = core_->allocator.interrupted;
-  for (std::size_t i = 0; i < count; ++i) {
+  core_->batch_capacity = batch_capacity;
+  core_->sample_bytes = sample_bytes;
+  core_->max_count = max_count;
+  core_->batches.reserve(max_count);
+  grow(count);
+}
+
+std::size_t BatchPool::grow(std::size_t more) {
+  BatchHandle::Core& c = *core_;
+  const Interrupt& interrupted = c.allocator.interrupted;
+  const std::size_t to = c.batches.size() + std::min(more, c.max_count - c.batches.size());
+  while (c.batches.size() < to) {
+    const std::size_t i = c.batches.size();
     if (interrupted && interrupted()) throw Interrupted();
     auto b = std::make_unique<Batch>();
     try {
       // Written once now, then emptied: the capacity stays, resident.
-      grow_touched(b->indices, batch_capacity, interrupted);
-      grow_touched(b->labels, batch_capacity, interrupted);
+      grow_touched(b->indices, c.batch_capacity, interrupted);
+      grow_touched(b->labels, c.batch_capacity, interrupted);
       b->indices.clear();
       b->labels.clear();
     } catch (const std::bad_alloc&) {
       throw PoolAllocationError("batch pool: out of memory allocating the index and label slots of buffer " +
-                                std::to_string(i + 1) + " of " + std::to_string(count) + " (" +
-                                std::to_string(batch_capacity) + " samples)");
+                                std::to_string(i + 1) + " of " + std::to_string(to) + " (" +
+                                std::to_string(c.batch_capacity) + " samples)");
     }
-    b->sample_bytes = sample_bytes;
-    b->batch_capacity = batch_capacity;
+    b->sample_bytes = c.sample_bytes;
+    b->batch_capacity = c.batch_capacity;
     // Even 0 bytes (labels only): an allocator may add room of its own (the
     // device pipeline's label tail), and data is never null for a stage to check.
     const auto out_of_memory = [&] {
       return PoolAllocationError("batch pool: out of memory allocating buffer " + std::to_string(i + 1) + " of " +
-                                 std::to_string(count) + " (" + std::to_string(core_->bytes_per_batch) +
-                                 " bytes each, " + core_->allocator.name + " memory)");
+                                 std::to_string(to) + " (" + std::to_string(c.bytes_per_batch) + " bytes each, " +
+                                 c.allocator.name + " memory)");
     };
     try {
-      b->data = static_cast<std::byte*>(core_->allocator.allocate(core_->bytes_per_batch));
+      b->data = static_cast<std::byte*>(c.allocator.allocate(c.bytes_per_batch));
     } catch (const std::bad_alloc&) {
       throw out_of_memory();
     }
     if (!b->data) throw out_of_memory();
-    core_->batches.push_back(std::move(b));  // owned before anything else can throw
-    if (!core_->free.try_push(core_->batches.back().get())) throw std::logic_error("batch pool: free list full");
+    c.batches.push_back(std::move(b));  // owned before anything else can throw
+    c.allocated.store(c.batches.size(), std::memory_order_relaxed);
+    if (!c.free.try_push(c.batches.back().get()) && !c.free.closed()) {
+      throw std::logic_error("batch pool: free list full");
+    }
   }
+  return c.batches.size();
 }
 
 BatchPool::~BatchPool() { close(); }
@@ -160,7 +179,7 @@ std::optional<BatchHandle> BatchPool::acquire() {
 }
 
 void BatchPool::close() { core_->free.close(); }
-std::size_t BatchPool::count() const { return core_->batches.size(); }
+std::size_t BatchPool::count() const { return core_->allocated.load(std::memory_order_relaxed); }
 QueueStats BatchPool::stats() const { return core_->free.stats(); }
 
 std::uint64_t batch_digest(const Batch& b) {

@@ -196,8 +196,10 @@ class BatchPool {
   // PoolAllocationError when an allocation throws std::bad_alloc, and whatever
   // else the allocator throws (having freed, in every case, what it had allocated). wait_yields: how
   // acquire() waits for a free batch, as in BoundedQueue.
+  //
+  // max_count (0: count): the most batches grow() may bring the pool to.
   BatchPool(std::size_t count, std::size_t batch_capacity, std::size_t sample_bytes, Allocator allocator,
-            std::size_t wait_yields = kDefaultWaitYields);
+            std::size_t wait_yields = kDefaultWaitYields, std::size_t max_count = 0);
   ~BatchPool();
   BatchPool(const BatchPool&) = delete;
   BatchPool& operator=(const BatchPool&) = delete;
@@ -206,6 +208,13 @@ class BatchPool {
   std::optional<BatchHandle> acquire();
   // Wakes every thread blocked in acquire(); later acquires return empty. Idempotent.
   void close();
+
+  // Allocates and first-touches `more` batches, as the constructor does, and
+  // frees them for acquire(); stops at max_count. Returns the count now.
+  // Called by one thread at a time (the pipeline's tuning thread) while
+  // others acquire and release. Throws PoolAllocationError (the batches added
+  // before it stay), or what the allocator throws.
+  std::size_t grow(std::size_t more);
 
   std::size_t count() const;
   QueueStats stats() const;       // the free list: consumers starved = waits for a buffer

@@ -30,6 +30,10 @@ void Config::validate() const {
   require_at_least_1("device_queue_depth", device_queue_depth);
   require_at_most("device_queue_depth", device_queue_depth, kMaxQueueDepth);
   require_at_most("host_buffers", host_buffers, kMaxBuffers);
+  if (tune_host_queue && host_buffers) {
+    throw ConfigError("host_buffers", "fixes the buffer pool, which a tuned host queue sizes (tune_host_queue): "
+                                      "leave it 0");
+  }
   require_at_most("device_buffers", device_buffers, kMaxBuffers);
   require_at_least_1("world_size", world_size);
   require_at_most("world_size", world_size, kMaxWorldSize);
@@ -51,6 +55,12 @@ std::size_t Config::host_buffer_count() const {
   return saturating_add(saturating_add(workers, host_queue_depth),
                         std::max(saturating_add(device_queue_depth, 2), device_buffers));
 }
+
+std::size_t Config::host_queue_start() const {
+  return tune_host_queue ? std::min(kTunedHostQueueStart, host_queue_depth) : host_queue_depth;
+}
+
+std::size_t Config::host_buffer_start() const { return host_buffer_count() - (host_queue_depth - host_queue_start()); }
 
 std::size_t Config::host_pool_bytes() const {
   // Each buffer: the pixels, plus an index, a label and a skip slot per sample.

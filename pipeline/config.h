@@ -69,6 +69,17 @@ struct Config : SampleOrder {
   // Finished batches waiting for the delivery thread. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t host_queue_depth = 2;
 
+  // Let the pipeline choose the host queue's depth from the jitter it
+  // measures (pipeline/autotune.h, QueueTuner): it starts at
+  // host_queue_start() and goes deeper while the consumer waits for batches
+  // that workers with room to spare could have finished. host_queue_depth is
+  // then the ceiling: host_pool_bytes() (the memory budget's figure) counts
+  // it, while the pool starts with host_buffer_start() buffers and allocates
+  // the others only as the depth grows. Not with host_buffers, which fixes
+  // the pool. Output is the same whatever it chooses. Default: false.
+  bool tune_host_queue = false;
+  static constexpr std::size_t kTunedHostQueueStart = 2;
+
   // Delivered (and transferred) batches waiting for the consumer. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t device_queue_depth = 2;
 
@@ -113,6 +124,12 @@ struct Config : SampleOrder {
 
   // host_buffers and device_buffers with 0 replaced by their defaults.
   std::size_t host_buffer_count() const;
+  // Under tune_host_queue: the first depth, kTunedHostQueueStart or the
+  // ceiling where that is less, and the buffers the pool starts with (those
+  // of host_buffer_count() the depths above it would add left out).
+  // Otherwise host_queue_depth and host_buffer_count().
+  std::size_t host_queue_start() const;
+  std::size_t host_buffer_start() const;
   std::size_t device_buffer_count() const;
   // Bytes of host memory a Pipeline with this config allocates and touches
   // for its buffers: host_buffer_count() buffers of batch_size * sample_bytes
@@ -137,6 +154,12 @@ std::size_t usable_cores();
 // caller names no ceiling (`--workers auto`, workers="auto"): twice
 // usable_cores(), room for workers that wait on reads, within kMaxWorkers.
 std::size_t default_worker_ceiling();
+
+// The deepest a tuned host queue (Config::tune_host_queue) goes when the
+// caller names no ceiling (`--host-queue auto`, host_queue="auto"): 8
+// batches, room for a stall of 6 of the consumer's steps beyond the default
+// depth of 2.
+inline constexpr std::size_t kDefaultHostQueueCeiling = 8;
 
 // The default ceiling on a pipeline's batch pools (host and device together),
 // for the command line's --max-memory-mb and the Python module's

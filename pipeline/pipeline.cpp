@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <utility>
 #include <thread>
 
 #include <time.h>
@@ -137,14 +138,15 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       position_(checked_start(config_, sampler_, dataset_size, resume)),
       plan_(make_plan(config_, sampler_, position_)),
       cores_(usable_cores()),
-      pool_(config_.host_buffer_count(), config_.batch_size, config_.sample_bytes, stages_.allocator,
-            config_.wait_yields),
+      pool_(config_.host_buffer_start(), config_.batch_size, config_.sample_bytes, stages_.allocator,
+            config_.wait_yields, config_.host_buffer_count()),
       host_queue_(config_.host_queue_depth, config_.wait_yields),
       device_queue_(config_.device_queue_depth, config_.wait_yields),
       ring_(std::make_unique<OpenBatch[]>(config_.host_buffer_count())),
       ring_size_(config_.host_buffer_count()),
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
   active_workers_.store(config_.tune_workers ? 1 : config_.workers, std::memory_order_relaxed);
+  host_queue_now_ = config_.host_queue_start();
   if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
   for (std::size_t r = 0; r < ring_size_; ++r) grow_touched(ring_[r].skips, config_.batch_size, stages_.allocator.interrupted);
   // The clocks start with the threads, not before the pool's allocation
@@ -155,7 +157,7 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
     workers_.reserve(config_.workers);
     for (std::size_t w = 0; w < config_.workers; ++w) workers_.emplace_back(&Pipeline::worker_main, this, w);
     delivery_ = std::thread(&Pipeline::delivery_main, this);
-    if (config_.tune_workers) tuner_ = std::thread(&Pipeline::tuner_main, this);
+    if (config_.tune_workers || config_.tune_host_queue) tuner_ = std::thread(&Pipeline::tuner_main, this);
   } catch (...) {
     stop();  // a failed spawn: shut down the threads that did start
     throw;
@@ -407,9 +409,22 @@ bool Pipeline::park(std::size_t w, StageCounters& counters, Clock::time_point& m
 
 // ---- the tuner
 
+namespace {
+// Seconds workers waited for a free buffer since the start.
+double pool_waits(const PipelineStats& s) {
+  for (const NamedQueueStats& q : s.queues) {
+    if (q.name == "buffer pool") return q.stats.consumer_starved_s;
+  }
+  return 0.0;
+}
+}  // namespace
+
 void Pipeline::tuner_main() {
   try {
-    WorkerTuner tuner(config_.workers);
+    std::optional<WorkerTuner> tuner;
+    if (config_.tune_workers) tuner.emplace(config_.workers);
+    std::optional<QueueTuner> queue;
+    if (config_.tune_host_queue) queue.emplace(config_.host_queue_start(), config_.host_queue_depth);
     const auto window = std::chrono::milliseconds(config_.tune_window_ms);
     // Each window is measured from a quarter window after the change before
     // it (or the start): the queues refill, woken workers start their decoders.
@@ -435,24 +450,57 @@ void Pipeline::tuner_main() {
       const PipelineStats now = stats();
       const PipelineStats d = now.since(before);
       const StageStats& workers = d.stages.front();  // stats() lists the workers first
-      TuneWindow w;
-      w.active = tuner.active();
-      w.images_per_s = d.wall_s > 0 ? double(workers.items) / d.wall_s : 0.0;
       // From batch to batch, not over the window: whole batches in a fixed
       // window would be off by up to one batch in a dozen.
       // A span much longer than the window held a pause (the consumer away):
       // its mean is no pace.
+      double consumer_rate = 0;
       const double between = now.last_delivery_s - before.last_delivery_s;
       if (before.last_delivery_s > 0 && between > 0 && between <= 2 * d.wall_s) {
-        w.consumer_images_per_s = double(d.samples) / between;
+        consumer_rate = double(d.samples) / between;
       }
+      const PipelineStats prior = std::exchange(before, now);
+      if (queue) {
+        // One change a window: a deeper queue is tried before the worker
+        // count moves, since a consumer held up by a slow batch would make
+        // the worker tuner's rates noise.
+        QueueWindow q;
+        q.consumer_seen = d.batches > 0;
+        for (const StageStats& st : d.stages) {
+          if (st.name == "consumer") {
+            q.consumer_starved = st.starved_fraction();
+            q.consumer_step_s = st.items > 0 ? st.busy_s / double(st.items) : 0.0;
+          }
+          if (st.name == kDeliveryStage) q.delivery_busy = st.busy_fraction();
+        }
+        // The pool's waits (queue figures count from the start: the window's
+        // is the difference), summed over the workers that waited: the share
+        // of the window the pool stood empty, near enough, up to 1.
+        q.buffer_wait = d.wall_s > 0 ? std::min(1.0, (pool_waits(now) - pool_waits(prior)) / d.wall_s) : 0.0;
+        q.window_s = d.wall_s;
+        TuneDecision decision;
+        const std::size_t had = queue->depth();
+        const std::size_t depth = queue->next(q, &decision);
+        if (depth != had) {
+          decision.at_s = now.wall_s;
+          decision.images_per_s = consumer_rate;
+          if (!deepen_host_queue(depth, std::move(decision))) queue.reset();  // no memory for more: done
+          if (!wait(settle)) return;
+          before = stats();
+          continue;
+        }
+      }
+      if (!tuner) continue;
+      TuneWindow w;
+      w.active = tuner->active();
+      w.images_per_s = d.wall_s > 0 ? double(workers.items) / d.wall_s : 0.0;
+      w.consumer_images_per_s = consumer_rate;
       w.busy = workers.busy_fraction();
       w.blocked = workers.blocked_fraction();
       w.cores_used = d.wall_s > 0 ? d.cpu_s / d.wall_s : 0.0;
       w.cores = cores_;
-      before = now;
       TuneDecision decision;
-      const std::size_t n = tuner.next(w, &decision);
+      const std::size_t n = tuner->next(w, &decision);
       if (n == w.active) continue;
       decision.at_s = now.wall_s;
       {
@@ -472,6 +520,24 @@ void Pipeline::tuner_main() {
   } catch (...) {
     fail("tuner", PipelineError::kNoSample, PipelineError::kNoSample, std::current_exception());
   }
+}
+
+bool Pipeline::deepen_host_queue(std::size_t depth, TuneDecision d) {
+  bool grown = true;
+  try {
+    pool_.grow(depth - host_queue_now_);
+  } catch (const PoolAllocationError& e) {
+    // A deeper queue is an optimization: the run goes on at the depth it has.
+    grown = false;
+    d.to = d.from;
+    d.reason = std::string("stays: ") + e.what();
+  }
+  std::lock_guard lk(tune_mu_);
+  if (grown) host_queue_now_ = depth;
+  if (queue_tuning_.size() == PipelineStats::kMaxTuneDecisions) queue_tuning_.erase(queue_tuning_.begin());
+  queue_tuning_.push_back(std::move(d));
+  ++queue_tune_changes_;
+  return grown;
 }
 
 // ---- consumer
@@ -598,6 +664,13 @@ PipelineStats Pipeline::stats() const {
     std::lock_guard lk(tune_mu_);
     s.tuning = tuning_;
     s.tune_changes = tune_changes_;
+  }
+  if (config_.tune_host_queue) {
+    std::lock_guard lk(tune_mu_);
+    s.host_queue_depth = host_queue_now_;
+    s.host_queue_ceiling = config_.host_queue_depth;
+    s.queue_tuning = queue_tuning_;
+    s.queue_tune_changes = queue_tune_changes_;
   }
   s.queues.push_back({"host queue", host_queue_.stats()});
   s.queues.push_back({"device queue", device_queue_.stats()});

@@ -21,7 +21,9 @@
 // one.
 //
 // With Config::tune_workers a tuning thread chooses how many of the workers
-// work, window by window (pipeline/autotune.h); the others wait, parked.
+// work, window by window (pipeline/autotune.h); the others wait, parked. With
+// Config::tune_host_queue the same thread deepens the host queue, adding the
+// buffers each step needs to the pool.
 //
 // Output depends on (seed, epoch, index) alone: the same bytes whatever the
 // worker count or the scheduling.
@@ -271,7 +273,11 @@ class Pipeline {
   // Config::tune_workers: worker w waits here while w >= active_workers_;
   // false when stopping. The wait is parked time in its counters.
   bool park(std::size_t w, StageCounters& counters, Clock::time_point& mark);
-  void tuner_main();                // Config::tune_workers: windows, WorkerTuner, active_workers_
+  void tuner_main();                // Config::tune_*: windows, WorkerTuner, QueueTuner
+  // Config::tune_host_queue: the host queue's depth goes to `depth`, the pool
+  // growing by the buffers it adds; logs `d`. False when the pool could not
+  // grow (out of memory: the depth stays, noted in the log).
+  bool deepen_host_queue(std::size_t depth, TuneDecision d);
   void delivery_loop(std::uint64_t& delivered);  // delivered: batches of the plan handed on so far
   bool claim(std::uint64_t& g, std::size_t& slot, std::size_t& count);
   // `mark` is the worker's busy-time origin; each advances it past its waits.
@@ -346,6 +352,10 @@ class Pipeline {
   mutable std::mutex tune_mu_;
   std::vector<TuneDecision> tuning_;
   std::uint64_t tune_changes_ = 0;
+  // Config::tune_host_queue: the depth now and the queue tuner's changes (guarded by tune_mu_).
+  std::size_t host_queue_now_ = 0;
+  std::vector<TuneDecision> queue_tuning_;
+  std::uint64_t queue_tune_changes_ = 0;
 
   std::unique_ptr<StageCounters[]> worker_counters_;
   StageCounters delivery_counters_;

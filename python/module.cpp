@@ -83,7 +83,8 @@ constexpr std::array<std::pair<const char*, ErrorPolicy>, 2> kErrorPolicies{
 
 // The Loader's integer arguments, as Python objects until whole() checks them.
 struct Counts {
-  py::object batch_size, workers, seed, epochs, host_queue, device_queue, device_buffers, rank, world_size, max_workers;
+  py::object batch_size, workers, seed, epochs, host_queue, device_queue, device_buffers, rank, world_size, max_workers,
+      max_host_queue;
 };
 
 // workers=: a count, or "auto" (Config::tune_workers, up to max_workers=
@@ -101,6 +102,23 @@ void set_workers(Config& c, const py::object& workers, const py::object& max_wor
   c.workers = max_workers.is_none() ? default_worker_ceiling() : whole("max_workers", max_workers, 1, Config::kMaxWorkers);
 }
 
+// host_queue=: a depth, or "auto" (Config::tune_host_queue, up to
+// max_host_queue= batches, kDefaultHostQueueCeiling when None).
+// max_host_queue= only with "auto".
+void set_host_queue(Config& c, const py::object& depth, const py::object& ceiling) {
+  if (!py::isinstance<py::str>(depth)) {
+    c.host_queue_depth = whole("host_queue", depth, 1, Config::kMaxQueueDepth);
+    if (!ceiling.is_none()) throw py::value_error("max_host_queue=: only with host_queue='auto'");
+    return;
+  }
+  if (depth.cast<std::string>() != "auto") {
+    throw py::value_error("host_queue=" + std::string(py::repr(depth)) + ": expected a depth in batches or 'auto'");
+  }
+  c.tune_host_queue = true;
+  c.host_queue_depth =
+      ceiling.is_none() ? kDefaultHostQueueCeiling : whole("max_host_queue", ceiling, 1, Config::kMaxQueueDepth);
+}
+
 LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std::string& device,
                         std::optional<std::string> normalize) {
   LoaderSettings s;
@@ -112,7 +130,7 @@ LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std
   c.drop_last = drop_last;
   c.epochs = whole("epochs", n.epochs);
   // Config's upper limits, checked here so the message names the argument.
-  c.host_queue_depth = whole("host_queue", n.host_queue, 1, Config::kMaxQueueDepth);
+  set_host_queue(c, n.host_queue, n.max_host_queue);
   c.device_queue_depth = whole("device_queue", n.device_queue, 1, Config::kMaxQueueDepth);
   c.device_buffers = whole("device_buffers", n.device_buffers, 0, Config::kMaxBuffers);
   c.rank = whole("rank", n.rank);
@@ -220,18 +238,26 @@ py::dict stats_dict(const PipelineStats& s) {
                                        "producer_blocked_s"_a = q.stats.producer_blocked_s,
                                        "consumer_starved_s"_a = q.stats.consumer_starved_s);
   }
+  const auto decisions = [](const std::vector<TuneDecision>& list) {
+    py::list out;
+    for (const TuneDecision& d : list) {
+      out.append(py::dict("at_s"_a = d.at_s, "from"_a = d.from, "to"_a = d.to, "images_per_s"_a = d.images_per_s,
+                          "reason"_a = d.reason));
+    }
+    return out;
+  };
   py::object tuned = py::none();  // workers="auto": the count working now and the tuner's changes
   if (s.workers_active > 0) {
-    py::list decisions;
-    for (const TuneDecision& d : s.tuning) {
-      decisions.append(py::dict("at_s"_a = d.at_s, "from"_a = d.from, "to"_a = d.to, "images_per_s"_a = d.images_per_s,
-                                "reason"_a = d.reason));
-    }
-    tuned = py::dict("working"_a = s.workers_active, "changes"_a = s.tune_changes, "decisions"_a = decisions);
+    tuned = py::dict("working"_a = s.workers_active, "changes"_a = s.tune_changes, "decisions"_a = decisions(s.tuning));
+  }
+  py::object queue_tuned = py::none();  // host_queue="auto": the depth now, its ceiling and the changes
+  if (s.host_queue_depth > 0) {
+    queue_tuned = py::dict("depth"_a = s.host_queue_depth, "ceiling"_a = s.host_queue_ceiling,
+                           "changes"_a = s.queue_tune_changes, "decisions"_a = decisions(s.queue_tuning));
   }
   return py::dict("wall_s"_a = s.wall_s, "batches"_a = s.batches, "samples"_a = s.samples,
                   "samples_skipped"_a = s.samples_skipped, "stages"_a = stages, "queues"_a = queues,
-                  "tune_workers"_a = tuned,
+                  "tune_workers"_a = tuned, "tune_host_queue"_a = queue_tuned,
                   "bottleneck"_a = s.stages.empty() ? std::string("no batch taken yet") : s.bottleneck_summary());
 }
 
@@ -341,6 +367,7 @@ constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
     {"device", [] { return py::cast(name_of(DeviceConfig{}.backend, kDevices)); }},
     {"normalize", none},
     {"host_queue", [] { return py::cast(Config{}.host_queue_depth); }},
+    {"max_host_queue", none},  // None: kDefaultHostQueueCeiling, with host_queue="auto"
     {"device_queue", [] { return py::cast(Config{}.device_queue_depth); }},
     {"device_buffers", [] { return py::cast(Config{}.device_buffers); }},
     {"on_error", [] { return py::cast(name_of(ImageConfig{}.on_error, kErrorPolicies)); }},
@@ -456,7 +483,7 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   }
   if (rank.is_none()) rank = py::int_(Config{}.rank);
   LoaderSettings s = settings({k["batch_size"], k["workers"], k["seed"], k["epochs"], k["host_queue"], k["device_queue"],
-                               k["device_buffers"], rank, world_size, k["max_workers"]},
+                               k["device_buffers"], rank, world_size, k["max_workers"], k["max_host_queue"]},
                               shuffle, drop_last, device, normalize);
   s.gpu_decode = gpu_decode_share(k["gpu_decode"]);
   if (!s.gpu_decode && s.config.tune_workers) {
@@ -485,7 +512,8 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   read_back["shuffle"] = py::cast(c.shuffle);
   read_back["drop_last"] = py::cast(c.drop_last);
   read_back["epochs"] = py::cast(c.epochs);
-  read_back["host_queue"] = py::cast(c.host_queue_depth);
+  read_back["host_queue"] = c.tune_host_queue ? py::object(py::str("auto")) : py::object(py::cast(c.host_queue_depth));
+  read_back["max_host_queue"] = c.tune_host_queue ? py::object(py::cast(c.host_queue_depth)) : py::object(py::none());
   read_back["device_queue"] = py::cast(c.device_queue_depth);
   read_back["device_buffers"] = py::cast(c.device_buffers);
   read_back["on_error"] = py::cast(on_error);

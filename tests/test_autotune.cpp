@@ -1,6 +1,8 @@
 // The worker tuner: its rules on modelled stage costs with known best counts,
 // then in a pipeline whose stages sleep for known times.
+#include <atomic>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <utility>
 
@@ -347,6 +349,170 @@ TEST_CASE("pipeline: a tuned pipeline stops promptly with workers parked", "[aut
     CHECK(p.stats().workers_active == 1);
     CHECK(seconds_to_stop(p) < 1.0);
   });
+}
+
+// ---- the host queue's depth
+
+namespace {
+QueueWindow queue_window(double consumer_starved, double buffer_wait, double delivery_busy = 0.1,
+                         bool consumer_seen = true) {
+  QueueWindow w;
+  w.consumer_seen = consumer_seen;
+  w.consumer_starved = consumer_starved;
+  w.buffer_wait = buffer_wait;
+  w.delivery_busy = delivery_busy;
+  return w;
+}
+}  // namespace
+
+TEST_CASE("queue tuner: a consumer waiting while the workers ran out of buffers deepens the queue by the steps it missed",
+          "[autotune]") {
+  QueueTuner t(2, 12);
+  CHECK(t.depth() == 2);
+  std::vector<std::size_t> depths;
+  for (int i = 0; i < 5; ++i) {
+    TuneDecision d;
+    const std::size_t before = t.depth();
+    const std::size_t to = t.next(queue_window(0.30, 0.40), &d);
+    depths.push_back(to);
+    if (to == before) continue;  // at the ceiling: no decision
+    CHECK(d.from == before);
+    CHECK(d.to == to);
+    CHECK(d.reason == "grow: the consumer waited 30% of the window (0.0 of its steps), the workers 40% for a free buffer");
+  }
+  CHECK(depths == std::vector<std::size_t>{3, 5, 9, 12, 12});  // +1, +2, +4, then the ceiling
+  // The consumer's own pace says how many steps it missed: 30% of 0.2 s at
+  // 8 ms a step is 7.5, so 8 batches more at once.
+  QueueTuner p(2, 64);
+  QueueWindow w = queue_window(0.30, 0.40);
+  w.window_s = 0.2;
+  w.consumer_step_s = 0.008;
+  TuneDecision d;
+  CHECK(p.next(w, &d) == 10);
+  CHECK(d.reason == "grow: the consumer waited 30% of the window (7.5 of its steps), the workers 40% for a free buffer");
+  CHECK(p.next(w, &d) == 26);  // windows in a row: at least double the step before
+  // A window without the signature starts the step again at 1.
+  QueueTuner u(2, 64);
+  u.next(queue_window(0.3, 0.4), nullptr);
+  u.next(queue_window(0.3, 0.4), nullptr);
+  CHECK(u.depth() == 5);
+  u.next(queue_window(0.0, 0.4), nullptr);
+  CHECK(u.depth() == 5);
+  u.next(queue_window(0.3, 0.4), nullptr);
+  CHECK(u.depth() == 6);
+}
+
+TEST_CASE("queue tuner: slow workers, a slow transfer, a consumer that keeps up, or one away leave the depth",
+          "[autotune]") {
+  QueueTuner t(2, 8);
+  TuneDecision d;
+  d.reason = "untouched";
+  // Workers too slow overall: the consumer waits, but they never run out of buffers.
+  CHECK(t.next(queue_window(0.8, 0.0), &d) == 2);
+  CHECK(t.next(queue_window(0.8, QueueTuner::kSlack / 2), &d) == 2);
+  // A slow transfer: the consumer waits, the buffers queue up before the
+  // delivery thread, which is busy: more of them would not help.
+  CHECK(t.next(queue_window(0.5, 0.5, 0.95), &d) == 2);
+  // A consumer that keeps up: the workers wait on it, it never waits.
+  CHECK(t.next(queue_window(0.0, 0.9), &d) == 2);
+  CHECK(t.next(queue_window(QueueTuner::kStarved / 2, 0.9), &d) == 2);
+  // A consumer away takes nothing: its window decides nothing.
+  CHECK(t.next(queue_window(0.5, 0.5, 0.1, false), &d) == 2);
+  CHECK(d.reason == "untouched");
+  // Never shallower, never past the ceiling.
+  for (int i = 0; i < 10; ++i) t.next(queue_window(0.5, 0.5), nullptr);
+  CHECK(t.depth() == 8);
+  CHECK_THROWS_AS(QueueTuner(0, 4), std::invalid_argument);
+  CHECK_THROWS_AS(QueueTuner(5, 4), std::invalid_argument);
+}
+
+namespace {
+// A run over `n` samples whose filler sleeps 200 us a sample and 60 ms more
+// for every 256th sample (a stalled read), with a consumer that steps 4 ms a
+// batch of 8: every batch's digest, the stats at the end, and the batch
+// buffers the pool had allocated then.
+struct StalledRun {
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> digests;
+  PipelineStats stats;
+  std::size_t buffers = 0;
+};
+StalledRun stalled_run(const Config& c, std::size_t n) {
+  auto buffers = std::make_shared<std::atomic<std::size_t>>(0);
+  StageFunctions stages{[](Sample& s) { sleepy_fill(s, std::chrono::microseconds(s.index % 256 == 0 ? 60200 : 200)); }};
+  const auto plain = stages.allocator.allocate;
+  stages.allocator.allocate = [plain, buffers](std::size_t bytes) {
+    ++*buffers;
+    return plain(bytes);
+  };
+  StalledRun r;
+  Pipeline p(c, n, std::move(stages));
+  while (auto b = p.next()) {
+    r.digests[{(*b)->epoch, (*b)->index}] = batch_digest(**b);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  }
+  r.stats = p.stats();
+  r.buffers = *buffers;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("pipeline: tune_host_queue deepens the queue behind stalled reads, allocates as it goes, keeps the bytes",
+          "[autotune]") {
+  // A 60 ms stall is 15 of the consumer's steps: the default depth's
+  // buffers (about 8 batches ahead of it) leave it waiting at every stall;
+  // the workers (4 x 5,000 samples/s against the consumer's 2,000) run out
+  // of buffers in between.
+  Config c = small_config();
+  c.batch_size = 8;
+  c.epochs = 1;
+  c.workers = 4;
+  c.tune_window_ms = 50;
+  Config tuned = c;
+  tuned.tune_host_queue = true;
+  tuned.host_queue_depth = 16;  // the ceiling
+  const std::size_t n = 4096;
+  within_seconds(120, [&] {
+    const StalledRun fixed = stalled_run(c, n);
+    const StalledRun got = stalled_run(tuned, n);
+    const PipelineStats& s = got.stats;
+    INFO(s.table());
+    INFO(fixed.stats.table());
+    CHECK(got.digests == fixed.digests);
+    // The pool holds the buffers of the depth reached, not the ceiling's:
+    // 4 workers + the depth + 2 + the device queue's 2.
+    CHECK(fixed.buffers == 4 + 2 + 4);
+    CHECK(got.buffers == 4 + s.host_queue_depth + 4);
+    CHECK(s.host_queue_ceiling == 16);
+    CHECK(s.host_queue_depth >= 8);  // 15 steps, less the 8 or so the default's buffers carry
+    CHECK(s.queue_tune_changes >= 1);
+    REQUIRE(!s.queue_tuning.empty());
+    CHECK(s.queue_tuning.front().from == 2);
+    CHECK(s.queue_tuning.back().to == s.host_queue_depth);
+    CHECK(s.queue_tuning.front().reason.rfind("grow: the consumer waited ", 0) == 0);
+    CHECK(s.table().find("host queue tuned: depth " + std::to_string(s.host_queue_depth) + " of at most 16") !=
+          std::string::npos);
+    CHECK(fixed.stats.host_queue_depth == 0);  // untuned: none reported
+  });
+}
+
+TEST_CASE("config: tune_host_queue starts at 2 (or the ceiling), its pool at that depth's buffers", "[autotune]") {
+  Config c = small_config();  // 3 workers, queues of 2
+  c.tune_host_queue = true;
+  c.host_queue_depth = 10;
+  CHECK(c.host_queue_start() == 2);
+  CHECK(c.host_buffer_count() == 3 + 10 + 4);  // the ceiling's, which the memory budget counts
+  CHECK(c.host_buffer_start() == 3 + 2 + 4);
+  c.host_queue_depth = 1;
+  CHECK(c.host_queue_start() == 1);
+  CHECK(c.host_buffer_start() == c.host_buffer_count());
+  c.tune_host_queue = false;
+  c.host_queue_depth = 10;
+  CHECK(c.host_queue_start() == 10);
+  CHECK(c.host_buffer_start() == c.host_buffer_count());
+  c.tune_host_queue = true;
+  c.host_buffers = 20;
+  CHECK_THROWS_WITH(c.validate(), Catch::Matchers::Contains("host_buffers") &&
+                                      Catch::Matchers::Contains("tune_host_queue"));
 }
 
 TEST_CASE("config: tune_window_ms out of range names the field", "[autotune]") {

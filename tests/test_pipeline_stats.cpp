@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
@@ -258,6 +259,53 @@ TEST_CASE("batch pool: running out of memory names the buffer, its size and the 
     CHECK(std::string(e.what()) == "batch pool: out of memory allocating buffer 3 of 5 (400 bytes each, test memory)");
   }
   CHECK(live == 0);
+}
+
+TEST_CASE("batch pool: grow adds usable buffers up to max_count, while others acquire and release", "[pipeline]") {
+  std::atomic<std::size_t> live{0};
+  Allocator a = Allocator::host();
+  const auto plain_allocate = a.allocate;
+  const auto plain_deallocate = a.deallocate;
+  a.allocate = [&, plain_allocate](std::size_t bytes) {
+    ++live;
+    return plain_allocate(bytes);
+  };
+  a.deallocate = [&, plain_deallocate](void* p, std::size_t bytes) {
+    --live;
+    plain_deallocate(p, bytes);
+  };
+  {
+    BatchPool pool(2, 4, 100, a, kDefaultWaitYields, 6);
+    CHECK(pool.count() == 2);
+    CHECK(live == 2);
+    // Two threads take and give back buffers while the pool grows.
+    std::atomic<bool> done{false};
+    std::vector<std::thread> users;
+    for (int t = 0; t < 2; ++t) {
+      users.emplace_back([&] {
+        while (!done) {
+          auto h = pool.acquire();
+          if (!h) return;
+          std::memset((*h)->data, 7, 400);
+        }
+      });
+    }
+    CHECK(pool.grow(3) == 5);
+    CHECK(pool.grow(10) == 6);  // stops at max_count
+    CHECK(pool.grow(1) == 6);
+    done = true;
+    for (auto& u : users) u.join();
+    CHECK(pool.count() == 6);
+    CHECK(live == 6);
+    // All six can be held at once.
+    std::vector<BatchHandle> held;
+    for (int i = 0; i < 6; ++i) held.push_back(std::move(*pool.acquire()));
+    std::set<Batch*> distinct;
+    for (auto& h : held) distinct.insert(h.get());
+    CHECK(distinct.size() == 6);
+  }
+  CHECK(live == 0);
+  CHECK_THROWS_AS(BatchPool(3, 4, 100, a, kDefaultWaitYields, 2), std::invalid_argument);
 }
 
 TEST_CASE("config: the host pool's bytes, saturating instead of overflowing", "[pipeline][config]") {

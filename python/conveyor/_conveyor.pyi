@@ -89,7 +89,8 @@ class Loader:
         epochs: int = 0,
         device: str = "auto",
         normalize: Optional[Literal["float32", "float16", "bfloat16"]] = None,
-        host_queue: int = 2,
+        host_queue: Union[int, Literal["auto"]] = 2,
+        max_host_queue: Optional[int] = None,
         device_queue: int = 2,
         device_buffers: int = 0,
         on_error: Literal["fail", "skip"] = "fail",
@@ -156,7 +157,9 @@ class Loader:
     @property
     def normalize(self) -> Optional[str]: ...
     @property
-    def host_queue(self) -> int: ...
+    def host_queue(self) -> Union[int, Literal["auto"]]: ...
+    @property
+    def max_host_queue(self) -> Optional[int]: ...
     @property
     def device_queue(self) -> int: ...
     @property

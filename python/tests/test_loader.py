@@ -55,6 +55,27 @@ def test_workers_auto_gives_the_fixed_counts_bytes_and_shows_its_choice(folder):
         conveyor.Loader(folder=str(folder), workers="auto", gpu_decode="auto", device="cpu")
 
 
+def test_host_queue_auto_gives_the_fixed_depths_bytes_and_shows_its_depth(folder):
+    fixed = conveyor.Loader(folder=str(folder), batch_size=7, workers=2, crop=16, seed=3, device="cpu")
+    tuned = conveyor.Loader(folder=str(folder), batch_size=7, workers=2, host_queue="auto", max_host_queue=5, crop=16,
+                            seed=3, device="cpu")
+    assert (tuned.host_queue, tuned.max_host_queue, fixed.host_queue, fixed.max_host_queue) == ("auto", 5, 2, None)
+    assert run(tuned, 3) == run(fixed, 3)
+    t = tuned.stats()["tune_host_queue"]
+    assert set(t) == {"depth", "ceiling", "changes", "decisions"}
+    assert 2 <= t["depth"] <= 5 and t["ceiling"] == 5 and t["changes"] >= len(t["decisions"])
+    for d in t["decisions"]:
+        assert set(d) == {"at_s", "from", "to", "images_per_s", "reason"} and d["from"] < d["to"] <= 5
+    assert fixed.stats()["tune_host_queue"] is None
+    assert conveyor.Loader(folder=str(folder), host_queue="auto", device="cpu").max_host_queue == 8
+    with pytest.raises(ValueError, match="host_queue='deep': expected a depth in batches or 'auto'"):
+        conveyor.Loader(folder=str(folder), host_queue="deep", device="cpu")
+    with pytest.raises(ValueError, match="max_host_queue=: only with host_queue='auto'"):
+        conveyor.Loader(folder=str(folder), host_queue=2, max_host_queue=4, device="cpu")
+    with pytest.raises(ValueError, match="max_host_queue"):
+        conveyor.Loader(folder=str(folder), host_queue="auto", max_host_queue=0, device="cpu")
+
+
 def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):
     import shutil
     import subprocess
