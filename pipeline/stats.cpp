@@ -132,27 +132,26 @@ std::string PipelineStats::table() const {
     }
     out += '\n';
   }
-  if (workers_active > 0) {
-    std::snprintf(line, sizeof line, "workers tuned: %zu working now; %llu changes%s\n", workers_active,
-                  (unsigned long long)tune_changes, tuning.empty() ? "" : ", the latest:");
-    out += line;
-    for (std::size_t i = tuning.size() > 3 ? tuning.size() - 3 : 0; i < tuning.size(); ++i) {
-      const TuneDecision& d = tuning[i];
+  // A tuner's latest three changes, under its heading line.
+  const auto latest = [&](const std::vector<TuneDecision>& list) {
+    for (std::size_t i = list.size() > 3 ? list.size() - 3 : 0; i < list.size(); ++i) {
+      const TuneDecision& d = list[i];
       std::snprintf(line, sizeof line, "  %.2f s: %zu -> %zu at %.0f images/s (%s)\n", d.at_s, d.from, d.to,
                     d.images_per_s, d.reason.c_str());
       out += line;
     }
+  };
+  if (workers_active > 0) {
+    std::snprintf(line, sizeof line, "workers tuned: %zu working now; %llu changes%s\n", workers_active,
+                  (unsigned long long)tune_changes, tuning.empty() ? "" : ", the latest:");
+    out += line;
+    latest(tuning);
   }
   if (host_queue_depth > 0) {
     std::snprintf(line, sizeof line, "host queue tuned: depth %zu of at most %zu; %llu changes%s\n", host_queue_depth,
                   host_queue_ceiling, (unsigned long long)queue_tune_changes, queue_tuning.empty() ? "" : ", the latest:");
     out += line;
-    for (std::size_t i = queue_tuning.size() > 3 ? queue_tuning.size() - 3 : 0; i < queue_tuning.size(); ++i) {
-      const TuneDecision& d = queue_tuning[i];
-      std::snprintf(line, sizeof line, "  %.2f s: %zu -> %zu at %.0f images/s (%s)\n", d.at_s, d.from, d.to,
-                    d.images_per_s, d.reason.c_str());
-      out += line;
-    }
+    latest(queue_tuning);
   }
   std::snprintf(line, sizeof line, "%-13s %8s %10s %10s\n", "queue", "capacity", "mean", "high-water");
   out += line;

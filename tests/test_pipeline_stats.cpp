@@ -261,19 +261,25 @@ TEST_CASE("batch pool: running out of memory names the buffer, its size and the 
   CHECK(live == 0);
 }
 
+namespace {
+// The host allocator, counting the buffers it holds in `live`.
+Allocator counting_host(std::atomic<std::size_t>& live) {
+  Allocator a = Allocator::host();
+  a.allocate = [&live, plain = a.allocate](std::size_t bytes) {
+    ++live;
+    return plain(bytes);
+  };
+  a.deallocate = [&live, plain = a.deallocate](void* p, std::size_t bytes) {
+    --live;
+    plain(p, bytes);
+  };
+  return a;
+}
+}  // namespace
+
 TEST_CASE("batch pool: grow adds usable buffers up to max_count, while others acquire and release", "[pipeline]") {
   std::atomic<std::size_t> live{0};
-  Allocator a = Allocator::host();
-  const auto plain_allocate = a.allocate;
-  const auto plain_deallocate = a.deallocate;
-  a.allocate = [&, plain_allocate](std::size_t bytes) {
-    ++live;
-    return plain_allocate(bytes);
-  };
-  a.deallocate = [&, plain_deallocate](void* p, std::size_t bytes) {
-    --live;
-    plain_deallocate(p, bytes);
-  };
+  const Allocator a = counting_host(live);
   {
     BatchPool pool(2, 4, 100, a, kDefaultWaitYields, 6);
     CHECK(pool.count() == 2);
@@ -348,18 +354,9 @@ TEST_CASE("batch pool: labels-only buffers are allocated, and a null from the al
 }
 
 TEST_CASE("batch pool: an interrupt between buffers abandons the build and frees what it took", "[pipeline][error]") {
-  std::size_t live = 0, polls = 0;
-  Allocator a = Allocator::host();
-  const auto plain_allocate = a.allocate;
-  const auto plain_deallocate = a.deallocate;
-  a.allocate = [&, plain_allocate](std::size_t bytes) {
-    ++live;
-    return plain_allocate(bytes);
-  };
-  a.deallocate = [&, plain_deallocate](void* p, std::size_t bytes) {
-    --live;
-    plain_deallocate(p, bytes);
-  };
+  std::atomic<std::size_t> live{0};
+  std::size_t polls = 0;
+  Allocator a = counting_host(live);
   a.interrupted = [&] { return ++polls > 6; };  // a few buffers in
   CHECK_THROWS_AS(BatchPool(8, 4, 100, a), Interrupted);
   CHECK(live == 0);
