@@ -41,6 +41,28 @@ std::optional<std::size_t> parse_count(const std::string& v, std::size_t max) {
   return n;
 }
 
+// Adds `name`, which takes a whole number in 1 .. max (into `count`) or
+// "auto" (sets `is_auto`); `noun` names the number in the error ("count").
+void add_count_or_auto(CLI::App& app, const std::string& name, std::size_t& count, bool& is_auto, std::size_t max,
+                       const std::string& noun, const std::string& help) {
+  app.add_option_function<std::string>(
+         name,
+         [&count, &is_auto](const std::string& v) {
+           is_auto = v == "auto";
+           if (!is_auto) count = std::stoul(v);  // the check took only 1 .. max
+         },
+         help)
+      ->type_name("UINT|auto")
+      ->check(CLI::Validator(
+          [max, noun](std::string& v) -> std::string {
+            if (v == "auto") return {};
+            const auto n = parse_count(v, max);
+            if (n && *n >= 1) return {};
+            return v + ": expected a " + noun + " in 1 - " + std::to_string(max) + " or auto";
+          },
+          "INT in [1 - " + std::to_string(max) + "] or auto"));
+}
+
 // Adds a flag unless the subcommand already has one of that name (sweep's
 // axes), which then keeps its own meaning; returns whichever it has.
 template <typename T>
@@ -99,46 +121,20 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   const auto range = [](std::size_t lo, std::size_t hi) { return CLI::Range(lo, hi); };
   add_dataset_flags(app, o);
   if (!app.get_option_no_throw("--workers")) {  // sweep's is a list of counts
-    app.add_option_function<std::string>(
-           "--workers",
-           [&o](const std::string& v) {
-             o.workers_auto = v == "auto";
-             if (!o.workers_auto) o.workers = std::stoul(v);  // the check took only 1 .. kMaxWorkers
-           },
-           "decode/augment worker threads, or auto: the pipeline runs as many of --max-workers as raise images/s "
-           "while half a core is free, fewer when the consumer is the limit (default: the core count)")
-        ->type_name("UINT|auto")
-        ->check(CLI::Validator(
-            [](std::string& v) -> std::string {
-              if (v == "auto") return {};
-              const auto n = parse_count(v, Config::kMaxWorkers);
-              if (n && *n >= 1) return {};
-              return v + ": expected a count in 1 - " + std::to_string(Config::kMaxWorkers) + " or auto";
-            },
-            "INT in [1 - " + std::to_string(Config::kMaxWorkers) + "] or auto"));
+    add_count_or_auto(app, "--workers", o.workers, o.workers_auto, Config::kMaxWorkers, "count",
+                      "decode/augment worker threads, or auto: the pipeline runs as many of --max-workers as raise "
+                      "images/s while half a core is free, fewer when the consumer is the limit (default: the core "
+                      "count)");
     option("--max-workers", o.max_workers,
            "with --workers auto: the most worker threads it may run (default: twice the cores, " +
                std::to_string(default_worker_ceiling()) + " here)")
         ->check(range(1, Config::kMaxWorkers));
   }
   if (!app.get_option_no_throw("--host-queue")) {  // sweep's is a list of depths
-    app.add_option_function<std::string>(
-           "--host-queue",
-           [&o](const std::string& v) {
-             o.host_queue_auto = v == "auto";
-             if (!o.host_queue_auto) o.host_queue = std::stoul(v);  // the check took only 1 .. 4096
-           },
-           "finished batches waiting for the delivery thread (which copies them to the device), or auto: deeper, "
-           "up to --max-host-queue, while the consumer waits on batches held up behind a slow one (default: 2)")
-        ->type_name("UINT|auto")
-        ->check(CLI::Validator(
-            [](std::string& v) -> std::string {
-              if (v == "auto") return {};
-              const auto n = parse_count(v, 4096);
-              if (n && *n >= 1) return {};
-              return v + ": expected a depth in 1 - 4096 or auto";
-            },
-            "INT in [1 - 4096] or auto"));
+    add_count_or_auto(app, "--host-queue", o.host_queue, o.host_queue_auto, 4096, "depth",
+                      "finished batches waiting for the delivery thread (which copies them to the device), or auto: "
+                      "deeper, up to --max-host-queue, while the consumer waits on batches held up behind a slow one "
+                      "(default: 2)");
     option("--max-host-queue", o.max_host_queue,
            "with --host-queue auto: the deepest it may go; the memory check counts its buffers, allocated as the "
            "depth grows (default: " + std::to_string(kDefaultHostQueueCeiling) + ")")

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
-#include <utility>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include <time.h>
 
@@ -410,10 +411,13 @@ bool Pipeline::park(std::size_t w, StageCounters& counters, Clock::time_point& m
 // ---- the tuner
 
 namespace {
+// The buffer pool's name in stats()' queues, which the tuner reads back.
+constexpr std::string_view kPoolQueue = "buffer pool";
+
 // Seconds workers waited for a free buffer since the start.
 double pool_waits(const PipelineStats& s) {
   for (const NamedQueueStats& q : s.queues) {
-    if (q.name == "buffer pool") return q.stats.consumer_starved_s;
+    if (q.name == kPoolQueue) return q.stats.consumer_starved_s;
   }
   return 0.0;
 }
@@ -674,7 +678,7 @@ PipelineStats Pipeline::stats() const {
   }
   s.queues.push_back({"host queue", host_queue_.stats()});
   s.queues.push_back({"device queue", device_queue_.stats()});
-  s.queues.push_back({"buffer pool", pool_.stats()});
+  s.queues.push_back({std::string(kPoolQueue), pool_.stats()});
   return s;
 }
 

@@ -20,12 +20,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -87,36 +89,27 @@ struct Counts {
       max_host_queue;
 };
 
-// workers=: a count, or "auto" (Config::tune_workers, up to max_workers=
-// threads, default_worker_ceiling() when None). max_workers= only with "auto".
-void set_workers(Config& c, const py::object& workers, const py::object& max_workers) {
-  if (!py::isinstance<py::str>(workers)) {
-    c.workers = whole("workers", workers);
-    if (!max_workers.is_none()) throw py::value_error("max_workers=: only with workers='auto'");
-    return;
-  }
-  if (workers.cast<std::string>() != "auto") {
-    throw py::value_error("workers=" + std::string(py::repr(workers)) + ": expected a count of threads or 'auto'");
-  }
-  c.tune_workers = true;
-  c.workers = max_workers.is_none() ? default_worker_ceiling() : whole("max_workers", max_workers, 1, Config::kMaxWorkers);
-}
+// An argument that takes a whole number or "auto": `name`= a number in
+// lo .. hi, or "auto", tuned then up to `ceiling_name`= (1 .. ceiling_hi;
+// `fallback` when None), which is refused without "auto". `expected` says
+// what the number is in the error ("a count of threads").
+struct CountOrAuto {
+  const char *name, *ceiling_name, *expected;
+  std::uint64_t lo, hi, ceiling_hi, fallback;
+};
 
-// host_queue=: a depth, or "auto" (Config::tune_host_queue, up to
-// max_host_queue= batches, kDefaultHostQueueCeiling when None).
-// max_host_queue= only with "auto".
-void set_host_queue(Config& c, const py::object& depth, const py::object& ceiling) {
-  if (!py::isinstance<py::str>(depth)) {
-    c.host_queue_depth = whole("host_queue", depth, 1, Config::kMaxQueueDepth);
-    if (!ceiling.is_none()) throw py::value_error("max_host_queue=: only with host_queue='auto'");
-    return;
+// The number (the ceiling under "auto") and whether it was "auto".
+std::pair<std::uint64_t, bool> count_or_auto(const CountOrAuto& a, const py::object& v, const py::object& ceiling) {
+  const std::string name = a.name, ceiling_name = a.ceiling_name;
+  if (!py::isinstance<py::str>(v)) {
+    const std::uint64_t n = whole(a.name, v, a.lo, a.hi);
+    if (!ceiling.is_none()) throw py::value_error(ceiling_name + "=: only with " + name + "='auto'");
+    return {n, false};
   }
-  if (depth.cast<std::string>() != "auto") {
-    throw py::value_error("host_queue=" + std::string(py::repr(depth)) + ": expected a depth in batches or 'auto'");
+  if (v.cast<std::string>() != "auto") {
+    throw py::value_error(name + "=" + std::string(py::repr(v)) + ": expected " + a.expected + " or 'auto'");
   }
-  c.tune_host_queue = true;
-  c.host_queue_depth =
-      ceiling.is_none() ? kDefaultHostQueueCeiling : whole("max_host_queue", ceiling, 1, Config::kMaxQueueDepth);
+  return {ceiling.is_none() ? a.fallback : whole(a.ceiling_name, ceiling, 1, a.ceiling_hi), true};
 }
 
 LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std::string& device,
@@ -124,13 +117,21 @@ LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std
   LoaderSettings s;
   Config& c = s.config;
   c.batch_size = whole("batch_size", n.batch_size);
-  set_workers(c, n.workers, n.max_workers);
+  // workers="auto": Config::tune_workers, up to max_workers= threads.
+  std::tie(c.workers, c.tune_workers) =
+      count_or_auto({"workers", "max_workers", "a count of threads", 0, std::numeric_limits<std::uint64_t>::max(),
+                     Config::kMaxWorkers, default_worker_ceiling()},
+                    n.workers, n.max_workers);
   c.seed = whole("seed", n.seed);
   c.shuffle = shuffle;
   c.drop_last = drop_last;
   c.epochs = whole("epochs", n.epochs);
   // Config's upper limits, checked here so the message names the argument.
-  set_host_queue(c, n.host_queue, n.max_host_queue);
+  // host_queue="auto": Config::tune_host_queue, up to max_host_queue= batches deep.
+  std::tie(c.host_queue_depth, c.tune_host_queue) =
+      count_or_auto({"host_queue", "max_host_queue", "a depth in batches", 1, Config::kMaxQueueDepth,
+                     Config::kMaxQueueDepth, kDefaultHostQueueCeiling},
+                    n.host_queue, n.max_host_queue);
   c.device_queue_depth = whole("device_queue", n.device_queue, 1, Config::kMaxQueueDepth);
   c.device_buffers = whole("device_buffers", n.device_buffers, 0, Config::kMaxBuffers);
   c.rank = whole("rank", n.rank);
