@@ -235,6 +235,9 @@ int dispatch(const Subcommands& s, const Options& o) {
       (o.synthetic_ms <= 0 || o.synthetic_stall_ms <= 0 || o.synthetic_stall_every == 0)) {
     throw UsageError("--synthetic-stall-ms and --synthetic-stall-every: both, and with --synthetic-ms");
   }
+  if ((o.compute_stall_ms > 0) != (o.compute_stall_every > 0)) {
+    throw UsageError("--compute-stall-ms and --compute-stall-every: both or neither");
+  }
   (void)transforms_of(o);
   check_device_transforms(o);
   for (const CLI::App* sub : {s.run, s.bench, s.sweep}) {

@@ -140,16 +140,30 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
            "depth grows (default: " + std::to_string(kDefaultHostQueueCeiling) + ")")
         ->check(range(1, 4096));
   }
-  if (app.get_option_no_throw("--max-workers") || app.get_option_no_throw("--max-host-queue")) {
+  if (!app.get_option_no_throw("--device-queue")) {  // sweep's is a list of depths
+    add_count_or_auto(app, "--device-queue", o.device_queue, o.device_queue_auto, 4096, "depth",
+                      "transferred batches waiting for the consumer, or auto: deeper, up to --max-device-queue, while "
+                      "the consumer waits on batches the transfer could have moved earlier had the queue had room (a "
+                      "consumer whose steps come in bursts) (default: 2)");
+    option("--max-device-queue", o.max_device_queue,
+           "with --device-queue auto: the deepest it may go; the memory check counts its buffers and device slots, "
+           "allocated as the depth grows (default: " + std::to_string(kDefaultDeviceQueueCeiling) + ")")
+        ->check(range(1, 4096));
+  }
+  if (app.get_option_no_throw("--max-workers") || app.get_option_no_throw("--max-host-queue") ||
+      app.get_option_no_throw("--max-device-queue")) {
     app.final_callback([&o] {
       if (o.max_workers && !o.workers_auto) throw UsageError("--max-workers: only with --workers auto");
       if (o.workers_auto) o.workers = o.max_workers ? o.max_workers : default_worker_ceiling();
       if (o.max_host_queue && !o.host_queue_auto) throw UsageError("--max-host-queue: only with --host-queue auto");
       if (o.host_queue_auto) o.host_queue = o.max_host_queue ? o.max_host_queue : kDefaultHostQueueCeiling;
+      if (o.max_device_queue && !o.device_queue_auto) {
+        throw UsageError("--max-device-queue: only with --device-queue auto");
+      }
+      if (o.device_queue_auto) o.device_queue = o.max_device_queue ? o.max_device_queue : kDefaultDeviceQueueCeiling;
     });
   }
   option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));
-  option("--device-queue", o.device_queue, "transferred batches waiting for the consumer")->check(range(1, 4096));
   option("--wait-yields", o.wait_yields, "times a waiting thread yields its core before it sleeps (0: sleep at once)")
       ->check(range(0, Config::kMaxWaitYields));
   option("--epochs", o.epochs, "epochs to run")->check(range(1, std::size_t(1) << 30));
@@ -204,6 +218,13 @@ void add_run_flags(CLI::App& app, Options& o) {
              "the consumer's synthetic step: sleep (frees the CPU, like a GPU) or spin");
   add_or_keep(app, "--compute-ms", o.compute_ms, "milliseconds of synthetic step per batch; 0: no step")
       ->check(CLI::Range(0.0, 1e6));
+  add_or_keep(app, "--compute-stall-ms", o.compute_stall_ms,
+              "a long step, this many milliseconds more for every --compute-stall-every'th batch (a consumer whose "
+              "steps come in bursts)")
+      ->check(CLI::Range(0.0, 1e6));
+  add_or_keep(app, "--compute-stall-every", o.compute_stall_every,
+              "with --compute-stall-ms: one step in this many is long (default 0: none)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30));
   add_or_keep(app, "--synthetic-ms", o.synthetic_ms,
               "teaching: workers sleep this long per sample instead of decoding (known stage costs)")
       ->check(CLI::Range(0.0, 1e6));
@@ -436,6 +457,7 @@ Config pipeline_config(const Options& o) {
   cfg.tune_workers = o.workers_auto;
   cfg.host_queue_depth = o.host_queue;
   cfg.tune_host_queue = o.host_queue_auto;
+  cfg.tune_device_queue = o.device_queue_auto;
   cfg.device_queue_depth = o.device_queue;
   cfg.wait_yields = o.wait_yields;
   cfg.seed = o.seed;

@@ -84,12 +84,16 @@ struct Options {
   bool workers_auto = false;
   std::size_t max_workers = 0;  // --max-workers; 0: not given
   std::size_t batch = 64;                            // Default: 64.
-  std::size_t host_queue = 2, device_queue = 2;      // Default: 2 and 2 (under --host-queue auto, host_queue is the ceiling).
+  std::size_t host_queue = 2, device_queue = 2;      // Default: 2 and 2 (under auto, each is the ceiling).
   // --host-queue auto: the pipeline deepens the host queue from what it
   // measures (Config::tune_host_queue), up to --max-host-queue, by default
   // kDefaultHostQueueCeiling. Default: off.
   bool host_queue_auto = false;
   std::size_t max_host_queue = 0;  // --max-host-queue; 0: not given
+  // --device-queue auto: the same for the device queue (Config::tune_device_queue),
+  // up to --max-device-queue, by default kDefaultDeviceQueueCeiling. Default: off.
+  bool device_queue_auto = false;
+  std::size_t max_device_queue = 0;  // --max-device-queue; 0: not given
   std::size_t wait_yields = Config{}.wait_yields;    // Default: the library's (16).
   std::size_t epochs = 1;                            // Default: 1 (train: 5).
   std::uint64_t seed = 0;                            // Default: 0.
@@ -118,6 +122,11 @@ struct Options {
   NormalizeIn normalize_in = NormalizeIn::device;    // Default: device.
   Compute compute = Compute::sleep;                  // Default: sleep.
   double compute_ms = 0;                             // Default: 0, no step.
+  // Every compute_stall_every'th step (counted from the run's first) takes
+  // compute_stall_ms more: a consumer whose steps come in bursts (an
+  // evaluation or a checkpoint every so many). Default: 0 and 0, none.
+  double compute_stall_ms = 0;
+  std::size_t compute_stall_every = 0;
   double synthetic_ms = 0;                           // Default: 0, decode for real.
   // With --synthetic-ms: every synthetic_stall_every'th sample (by dataset
   // index) sleeps synthetic_stall_ms more. Default: 0 and 0, no stall.

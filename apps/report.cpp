@@ -112,15 +112,18 @@ void write_json(const std::string& file, const Options& o, const RunResult& r) {
   } else {
     out << "null,\n";
   }
-  // --host-queue auto: the depth now, its ceiling and the changes (from/to are depths).
-  out << "  \"tune_host_queue\": ";
-  if (o.host_queue_auto) {
-    out << "{\"depth\": " << r.stats.host_queue_depth << ", \"ceiling\": " << r.stats.host_queue_ceiling
-        << ", \"changes\": " << r.stats.queue_tune_changes << ", ";
-    decisions(r.stats.queue_tuning);
-    out << ",\n";
-  } else {
-    out << "null,\n";
+  // --host-queue auto, --device-queue auto: the depth now, its ceiling and
+  // the changes (from/to are depths).
+  for (const auto& [name, q] : {std::pair{"tune_host_queue", &r.stats.host_queue_tuning},
+                                std::pair{"tune_device_queue", &r.stats.device_queue_tuning}}) {
+    out << "  \"" << name << "\": ";
+    if (q->depth > 0) {
+      out << "{\"depth\": " << q->depth << ", \"ceiling\": " << q->ceiling << ", \"changes\": " << q->changes << ", ";
+      decisions(q->decisions);
+      out << ",\n";
+    } else {
+      out << "null,\n";
+    }
   }
   // Per epoch, for checking shards across ranks (tests/cli_test.sh): counts and digests.
   out << "  \"rank\": " << o.rank << ", \"world_size\": " << o.world_size << ",\n";

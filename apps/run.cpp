@@ -108,6 +108,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
   DevicePipeline& pipeline = *built;
   const PipelineTrace::Sampling sampling(trace.get(), pipeline);  // joined before the pipeline goes
   StreamingReporter reporter(output, pipeline, dataset);
+  std::uint64_t steps = 0;  // the consumer's, over the run
   result.interrupted = for_each_epoch(
       0, o.epochs, reporter, result.epochs, pipeline.started_at(), [&](std::uint64_t) { return pipeline.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
@@ -118,7 +119,7 @@ RunResult run_streaming(const Options& o, const Config& cfg, const Dataset& data
         if (!batch_ready()) return;
         for (auto& batch : pipeline.epoch(tally.epoch())) {
           const auto a = Clock::now();
-          synthetic_step(o);
+          synthetic_step(o, steps++);
           if (trace) trace->step(batch.host().index, a, Clock::now());
           tally.add(batch.host());
           if (!tally.go_on()) break;  // after this step: report what ran
@@ -151,11 +152,13 @@ void sleep_unless(double ms, Stop&& stop) {
 }
 }  // namespace
 
-void synthetic_step(const Options& o) {
-  if (o.compute_ms <= 0) return;
-  const auto d = std::chrono::duration<double, std::milli>(o.compute_ms);
+void synthetic_step(const Options& o, std::uint64_t step) {
+  const bool long_step = o.compute_stall_every && (step + 1) % o.compute_stall_every == 0;
+  const double ms = o.compute_ms + (long_step ? o.compute_stall_ms : 0.0);
+  if (ms <= 0) return;
+  const auto d = std::chrono::duration<double, std::milli>(ms);
   if (o.compute == Compute::sleep) {
-    sleep_unless(o.compute_ms, [] { return interrupt_signal() != 0; });
+    sleep_unless(ms, [] { return interrupt_signal() != 0; });
   } else {
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(d);
     while (Clock::now() < until && interrupt_signal() == 0) {

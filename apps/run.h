@@ -33,8 +33,9 @@ RunResult run_resident(const Options& o, Dataset dataset, Output output);
 RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_size, const Filler& fill,
                      const std::shared_ptr<Device>& device, Output output);
 
-// --compute-ms of --compute: the consumer's synthetic training step.
-void synthetic_step(const Options& o);
+// --compute-ms of --compute: the consumer's synthetic training step, `step`
+// counting the run's steps from 0 (--compute-stall-ms makes some long).
+void synthetic_step(const Options& o, std::uint64_t step);
 // --synthetic-ms: a filler of known cost (the sample's identity in its first
 // bytes, then a sleep); with --synthetic-stall-ms, every --synthetic-stall-every'th
 // sample of the dataset (by index) sleeps that much longer: a stalled read.

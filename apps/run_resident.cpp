@@ -109,6 +109,7 @@ RunResult run_resident(const Options& o, Dataset dataset, Output output) {
   for (const SkippedSample& k : result.skipped) skipped_digest += sample_digest(k.index);
   const bool counts_skips = o.rank == 0;
   EpochLinePrinter reporter(output == Output::print ? print_epoch : EpochLinePrinter::Print());
+  std::uint64_t steps = 0;  // the consumer's, over the run
   result.interrupted = for_each_epoch(
       0, o.epochs, reporter, result.epochs, Clock::now(), [&](std::uint64_t) { return resident.batches_per_epoch(); },
       [](std::uint64_t) { return std::size_t{0}; },
@@ -120,7 +121,7 @@ RunResult run_resident(const Options& o, Dataset dataset, Output output) {
         for (std::size_t i = 0; i < resident.batches_per_epoch(); ++i) {
           auto b = resident.next();
           if (!b) break;
-          synthetic_step(o);
+          synthetic_step(o, steps++);
           std::uint64_t digest = 0;
           for (const std::uint64_t row : b->indices()) digest += sample_digest(set.index[row]);
           tally.add(b->size(), 0, digest);

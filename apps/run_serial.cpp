@@ -33,6 +33,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
   std::vector<std::byte> host(cfg.batch_size * cfg.sample_bytes);
   auto dev = device->allocate(host.size());
   auto stream = device->wrap_stream(nullptr);
+  std::uint64_t steps = 0;  // the consumer's, over the run
   // One batch: its samples filled, copied, stepped. As the pipeline does, a
   // sample the filler skips (--on-error skip) is left out and listed, and the
   // next one takes its place. Counts the batch in `tally`.
@@ -55,7 +56,7 @@ RunResult run_serial(const Options& o, const Config& cfg, std::size_t dataset_si
     const auto filled = Clock::now();
     device->copy_to_device(dev->data(), host.data(), kept * cfg.sample_bytes, *stream);
     const auto copied = Clock::now();
-    synthetic_step(o);
+    synthetic_step(o, steps++);
     if (tracer) {
       tracer->span("fill", 1, a, filled);
       tracer->span("transfer", 1, filled, copied);

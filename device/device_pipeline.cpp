@@ -89,7 +89,12 @@ struct TransferCore {
   std::shared_ptr<Device> device;
   TransferConfig config;
   std::size_t sample_bytes = 0, batch_capacity = 0;
-  std::vector<DeviceSlot> slots;
+  // Room for the most slots the run may have; the first slot_count are set
+  // up (add_slots). Never moved, so a DeviceSlot* stays valid while more are
+  // added; a slot's setup reaches the delivery thread through free_slots.
+  std::unique_ptr<DeviceSlot[]> slots;
+  std::size_t max_slots = 0;
+  std::atomic<std::size_t> slot_count{0};
   BoundedQueue<std::size_t> free_slots;
   // Streams after the slots: destroyed first, so their queued work (which
   // names the slots' events and buffers) finishes before those die.
@@ -129,14 +134,15 @@ struct TransferCore {
     for (auto& step : steps) step->release(id);
   }
 
-  TransferCore(std::size_t slot_count) : slots(slot_count), free_slots(slot_count) {}
+  explicit TransferCore(std::size_t most)
+      : slots(std::make_unique<DeviceSlot[]>(most)), max_slots(most), free_slots(most) {}
   ~TransferCore() {
     // Work on the consumer's stream (which we do not own) may still name our
     // events: wait for the last release of each slot before anything is freed.
     if (!device) return;
     try {
-      for (auto& s : slots) {
-        if (s.consumed) device->synchronize(*s.consumed);
+      for (std::size_t i = 0; i < slot_count.load(); ++i) {
+        if (slots[i].consumed) device->synchronize(*slots[i].consumed);
       }
       if (copy_stream) device->synchronize(*copy_stream);
       if (normalize_stream) device->synchronize(*normalize_stream);
@@ -161,6 +167,36 @@ struct TransferCore {
       // Out of memory while keeping an error: the free slots close regardless.
     }
     free_slots.close();
+  }
+
+  // Sets up slots slot_count .. to-1 (their device buffers and events) and
+  // frees them for the delivery thread: all of them at the start (protocol
+  // point 1), and more from the tuning thread as a tuned device queue
+  // deepens (every device call binds the device itself). Throws
+  // PoolAllocationError when a slot's memory is not to be had (the slots set
+  // up so far stay), DeviceError from the device, Interrupted when
+  // config.interrupted says so.
+  void add_slots(std::size_t to) {
+    if (to > max_slots) throw std::logic_error("device pipeline: more slots than the most it was made for");
+    const std::size_t raw_bytes = batch_capacity * sample_bytes + label_tail_bytes(batch_capacity);
+    const std::size_t out_bytes = config.normalize ? batch_capacity * config.normalize->output_bytes() : 0;
+    for (std::size_t i = slot_count.load(); i < to; ++i) {
+      DeviceSlot& s = slots[i];
+      s.id = i;
+      try {
+        if (!device->hands_over()) s.raw = device->allocate_interruptibly(raw_bytes, config.interrupted);
+        if (out_bytes) s.out = device->allocate_interruptibly(out_bytes, config.interrupted);
+      } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
+        throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
+                                  std::to_string(to) + " (" +
+                                  std::to_string((device->hands_over() ? 0 : raw_bytes) + out_bytes) + " bytes each)");
+      }
+      s.copied = device->create_event(EventKind::sync);
+      s.consumed = device->create_event(EventKind::sync);
+      if (config.normalize) s.staged = device->create_event(EventKind::sync);
+      slot_count.store(i + 1);
+      (void)free_slots.try_push(i);  // capacity = max_slots: never full; publishes the slot's setup
+    }
   }
 
   // The delivery thread's first phase for one finished batch (protocol point
@@ -494,38 +530,17 @@ namespace {
 // transfer.interrupted says so.
 std::shared_ptr<TransferCore> make_core(const Config& config, const TransferConfig& transfer,
                                         const std::shared_ptr<Device>& device) {
-  auto core = std::make_shared<TransferCore>(config.device_buffer_count());
+  auto core = std::make_shared<TransferCore>(config.device_buffer_count());  // the most: a tuned queue's ceiling
   core->device = device;
   core->config = transfer;
   core->observer = combine_observers({nvtx_observer(), transfer.observer});
   core->sample_bytes = config.sample_bytes;
   core->batch_capacity = config.batch_size;
-  for (std::size_t i = 0; i < core->slots.size(); ++i) {
-    DeviceSlot& s = core->slots[i];
-    s.id = i;
-    try {
-      if (!device->hands_over()) {
-        s.raw = device->allocate_interruptibly(config.batch_size * config.sample_bytes + label_tail_bytes(config.batch_size),
-                                               transfer.interrupted);
-      }
-      if (transfer.normalize) {
-        s.out = device->allocate_interruptibly(config.batch_size * transfer.normalize->output_bytes(), transfer.interrupted);
-      }
-    } catch (const std::bad_alloc&) {  // the host backend's device memory; CUDA's throws DeviceError naming cudaMalloc
-      throw PoolAllocationError("device pool: out of memory allocating slot " + std::to_string(i + 1) + " of " +
-                                std::to_string(core->slots.size()) + " (" +
-                                std::to_string(device_pool_bytes(config, transfer, *device) / core->slots.size()) +
-                                " bytes each)");
-    }
-    s.copied = device->create_event(EventKind::sync);
-    s.consumed = device->create_event(EventKind::sync);
-    if (transfer.normalize) s.staged = device->create_event(EventKind::sync);
-    (void)core->free_slots.try_push(i);
-  }
+  core->add_slots(config.device_buffer_start());
   core->copy_stream = device->create_stream();  // 2: its own non-blocking stream
   if (transfer.normalize) core->normalize_stream = device->create_stream();  // 10: and normalize's
   core->consumer_stream = device->wrap_stream(transfer.consumer_stream);
-  const BatchStepSetup setup{device,      config.sample_bytes, config.batch_size, core->slots.size(),
+  const BatchStepSetup setup{device,      config.sample_bytes, config.batch_size, core->max_slots,
                              config.seed, transfer.normalize};
   for (const auto& make : transfer.batch_steps) {
     if (!make) throw std::invalid_argument("device pipeline: transfer.batch_steps holds an empty maker");
@@ -580,10 +595,26 @@ DevicePipeline::DevicePipeline(const Config& config, std::size_t dataset_size, F
   core_ = make_core(config, transfer, device);
   // The stages hold a plain pointer: core_ outlives pipeline_ (declared before it).
   StageFunctions stages = stage_functions(core_.get(), std::move(fill), config.batch_size, transfer.interrupted);
-  pipeline_ = std::make_unique<Pipeline>(config, dataset_size, std::move(stages), std::move(resume));
   // A batch held keeps its host buffer too (its indices and labels; handed
   // over, its bytes), so the host pool bounds it as well, copying or not.
-  max_held_ = std::min(core_->slots.size(), config.host_buffer_count());
+  // The pool holds a buffer for every slot set up, whatever the depth.
+  max_held_ = std::min(core_->slot_count.load(), config.host_buffer_count());
+  if (config.tune_device_queue) {
+    // On the core's tuning thread, before the device queue widens to
+    // `depth`: that depth's slots. A slot the device cannot give leaves the
+    // depth where it was (PoolAllocationError), the run goes on.
+    stages.deepen_device_queue = [this, config](std::size_t depth) {
+      Config at = config;
+      at.device_queue_depth = depth;
+      try {
+        core_->add_slots(at.device_buffer_count());
+      } catch (const DeviceError& e) {
+        throw PoolAllocationError(std::string("device pool: ") + e.what());
+      }
+      max_held_.store(std::min(core_->slot_count.load(), config.host_buffer_count()));
+    };
+  }
+  pipeline_ = std::make_unique<Pipeline>(config, dataset_size, std::move(stages), std::move(resume));
 }
 
 DevicePipeline::~DevicePipeline() {
@@ -599,11 +630,11 @@ void DevicePipeline::stop() {
 }
 
 Device& DevicePipeline::device() const { return *core_->device; }
-std::size_t DevicePipeline::device_slots() const { return core_->slots.size(); }
+std::size_t DevicePipeline::device_slots() const { return core_->slot_count.load(); }
 std::size_t DevicePipeline::held_slots() const { return core_->held.load(); }
 
 bool DevicePipeline::wait_ready(std::chrono::microseconds timeout) {
-  if (stopped_ || core_->held.load() >= max_held_) return true;
+  if (stopped_ || core_->held.load() >= max_held_.load()) return true;
   {
     std::lock_guard lk(core_->error_mu);
     if (!core_->consumer_error.empty()) return true;
@@ -621,17 +652,21 @@ std::optional<DeviceBatch> DevicePipeline::next() {
   }
   const Observed observed(core_->observer.get(), {Work::next, 0, 0, 0});
   if (stopped_) return std::nullopt;
-  if (core_->held.load() >= max_held_) {
+  if (const std::size_t most = max_held_.load(); core_->held.load() >= most) {
     // The delivery thread (or the workers, for a host buffer) needs one of
     // them back before it can publish again.
-    if (max_held_ < core_->slots.size()) {
-      throw std::logic_error("device pipeline: the consumer holds " + std::to_string(max_held_) +
+    const std::size_t slots = core_->slot_count.load();
+    if (most < slots) {
+      throw std::logic_error("device pipeline: the consumer holds " + std::to_string(most) +
                              " batch(es), every buffer of the host pool (a batch held keeps its host buffer); "
                              "release a batch before taking another (or raise host_buffers)");
     }
-    throw std::logic_error("device pipeline: all " + std::to_string(core_->slots.size()) +
+    throw std::logic_error("device pipeline: all " + std::to_string(slots) +
                            " device slots are held by the consumer; release a batch before taking another "
-                           "(or raise device_buffers)");
+                           "(or raise device_buffers" +
+                           (slots < core_->max_slots ? ", or fix device_queue: a tuned one adds slots only as it deepens"
+                                                     : "") +
+                           ")");
   }
   auto host = pipeline_->next();
   if (!host) return std::nullopt;

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <cstddef>
@@ -411,13 +412,15 @@ class DevicePipeline {
   // Config::host_buffers below the slots): a batch held keeps its host buffer
   // until released (its indices and labels; handed over, its bytes too), and
   // with all of them held the workers have none to fill.
-  std::size_t max_held() const { return max_held_; }
+  // Under Config::tune_device_queue: the slots set up so far, which grow
+  // with the depth.
+  std::size_t max_held() const { return max_held_.load(); }
 
  private:
   std::shared_ptr<TransferCore> core_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
   std::atomic<bool> stopped_{false};    // stop() was called
-  std::size_t max_held_ = 0;
+  std::atomic<std::size_t> max_held_{0};  // grows with a tuned device queue (its tuning thread)
 };
 
 }  // namespace conveyor

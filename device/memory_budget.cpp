@@ -67,6 +67,7 @@ std::string memory_refusal(const MemoryEstimate& estimate, const Config& config,
   s += names.device_queue;
   s += " ";
   s += std::to_string(config.device_queue_depth);
+  if (config.tune_device_queue) s += " (auto: the deepest it may go)";
   s += "; ";
   s += amount(double(saturating_add(estimate.slots, estimate.dataset)) / mib);
   s += " MiB of it per-sample bookkeeping), over ";

@@ -90,13 +90,18 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
   return active_;
 }
 
-QueueTuner::QueueTuner(std::size_t start, std::size_t ceiling) : depth_(start), ceiling_(ceiling) {
+QueueTuner::QueueTuner(TunedQueue queue, std::size_t start, std::size_t ceiling)
+    : queue_(queue), depth_(start), ceiling_(ceiling) {
   if (start == 0 || ceiling < start) throw std::invalid_argument("QueueTuner: needs 1 <= start <= ceiling");
 }
 
 std::size_t QueueTuner::next(const QueueWindow& w, TuneDecision* d) {
-  if (!w.consumer_seen || w.consumer_starved < kStarved || w.buffer_wait < kSlack || w.delivery_busy >= kDeliveryBusy ||
-      depth_ == ceiling_) {
+  const bool behind_workers = w.delivery_starved >= kBehindWorkers * w.consumer_starved;
+  const bool host = queue_ == TunedQueue::host;
+  // The stage before the queue ran ahead and waited for room in it.
+  const double ahead = host ? w.buffer_wait : w.delivery_blocked;
+  if (!w.consumer_seen || w.consumer_starved < kStarved || ahead < kSlack || w.delivery_busy >= kDeliveryBusy ||
+      behind_workers != host || depth_ == ceiling_) {
     step_ = 1;
     return depth_;
   }
@@ -107,9 +112,9 @@ std::size_t QueueTuner::next(const QueueWindow& w, TuneDecision* d) {
   const std::size_t add = std::max(step_, need);
   const std::size_t to = std::min(ceiling_, depth_ + add);
   char why[200];
-  std::snprintf(why, sizeof why,
-                "grow: the consumer waited %d%% of the window (%.1f of its steps), the workers %d%% for a free buffer",
-                pct(w.consumer_starved), missed, pct(w.buffer_wait));
+  std::snprintf(why, sizeof why, "grow: the consumer waited %d%% of the window (%.1f of its steps), %s %d%% for %s",
+                pct(w.consumer_starved), missed, host ? "the workers" : "the transfer", pct(ahead),
+                host ? "a free buffer" : "room");
   if (d) *d = TuneDecision{0, depth_, to, 0, why};
   step_ = 2 * add;
   depth_ = to;

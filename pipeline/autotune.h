@@ -110,26 +110,36 @@ class WorkerTuner {
   double reference_rate_ = 0;        // the consumer's pace a shrink must keep (within kShrinkLoss)
 };
 
-// QueueTuner: how deep the host queue should be, from the jitter the
-// pipeline measures, as tf.data's AUTOTUNE sizes a prefetch buffer.
+// QueueTuner: how deep a queue should be, from the jitter the pipeline
+// measures, as tf.data's AUTOTUNE sizes a prefetch buffer. One tuner a queue:
+// the host queue (batches the workers finished ahead of the delivery thread)
+// or the device queue (batches delivered, and on a device transferred, ahead
+// of the consumer).
 //
-// Depth here is the batches the workers may finish ahead of the delivery
-// thread. With Config::tune_host_queue the pipeline starts at a shallow depth
-// and the buffer pool holds only the buffers that depth needs; each step up
-// allocates the buffers it adds (BatchPool::grow), up to the ceiling the
+// With Config::tune_host_queue or tune_device_queue the pipeline starts the
+// queue shallow and allocates only the buffers (and device slots) that depth
+// needs; each step up allocates the ones it adds, up to the ceiling the
 // memory budget was checked against. Depth never goes down: the buffers are
 // allocated, and a stall the queue absorbed once comes again.
 //
 // The rule: in one window, the consumer waited for batches (kStarved of the
-// window or more) while the workers waited for a free buffer (kSlack or
-// more) and the delivery thread had time to spare (busy under
-// kDeliveryBusy). Workers run out of buffers only when they are ahead, so the
-// consumer waited on a batch held up behind a slow one (a stalled read, a
-// large image), not on workers too slow overall, nor on the transfer; a
-// deeper queue lets the workers finish more batches ahead of the consumer,
-// which then carry it through the next stall. Workers too slow overall never
-// run out of buffers, and a consumer that keeps up never waits: neither
-// deepens the queue. A step adds the batches the consumer could have taken
+// window or more) while the stage before the queue had run ahead of it and
+// had to wait for room (kSlack or more), and the delivery thread had time to
+// spare (busy under kDeliveryBusy: a transfer too slow overall is helped by
+// no queue). Which queue the wait is put down to:
+// - the host queue's, when the delivery thread waited for the workers for
+//   at least kBehindWorkers of the consumer's wait (the consumer waited on a
+//   batch held up behind a slow one: a stalled read, a large image) and the
+//   workers had waited for a free buffer (they were ahead before it);
+// - the device queue's, when it waited less than that (the batches were
+//   there, the transfer was not done: the consumer's steps came faster than
+//   the transfer for a while, as after a long step) and the delivery thread
+//   had waited for room in the device queue or a free device slot.
+// A deeper queue lets the stage before it finish more batches ahead of the
+// consumer, which then carry it through the next such spell. Workers too
+// slow overall never run out of buffers, a transfer too slow overall never
+// waits for room, and a consumer that keeps up never waits: none of them
+// deepens a queue. A step adds the batches the consumer could have taken
 // while it waited (its wait over its own time per batch), at least 1, and at
 // least double the step before while windows in a row call for more; a
 // window that does not starts the doubling again.
@@ -140,20 +150,26 @@ struct QueueWindow {
   double consumer_starved = 0;   // its share of the window spent waiting for a batch, 0..1
   double buffer_wait = 0;        // the share of the window a worker waited for a free buffer, 0..1
   double delivery_busy = 0;      // the delivery thread's busy share (the transfer), 0..1
+  double delivery_starved = 0;   // its share waiting for the workers' batches, 0..1
+  double delivery_blocked = 0;   // its share waiting for room downstream (the device queue, a device slot), 0..1
   double window_s = 0;           // the window's length
   double consumer_step_s = 0;    // the consumer's busy time per batch it took (0: unknown)
 };
+
+enum class TunedQueue { host, device };
 
 class QueueTuner {
  public:
   static constexpr double kStarved = 0.05;
   static constexpr double kSlack = 0.05;
   static constexpr double kDeliveryBusy = 0.75;
+  static constexpr double kBehindWorkers = 0.5;
 
   // start: the first depth; ceiling: the most, >= start >= 1.
-  QueueTuner(std::size_t start, std::size_t ceiling);
+  QueueTuner(TunedQueue queue, std::size_t start, std::size_t ceiling);
 
   std::size_t depth() const { return depth_; }
+  TunedQueue queue() const { return queue_; }
 
   // Takes a window measured at depth(); returns the depth for the next window
   // (never less than depth(), never more than the ceiling), and sets
@@ -161,6 +177,7 @@ class QueueTuner {
   std::size_t next(const QueueWindow& w, TuneDecision* decision);
 
  private:
+  TunedQueue queue_;
   std::size_t depth_, ceiling_;
   std::size_t step_ = 1;
 };

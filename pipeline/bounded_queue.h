@@ -56,7 +56,7 @@ inline constexpr std::size_t kDefaultWaitYields = 16;
 
 // A snapshot of a queue's counters. Times are totals over all threads.
 struct QueueStats {
-  std::size_t capacity = 0;
+  std::size_t capacity = 0;        // the slots open (BoundedQueue::open())
   std::uint64_t pushes = 0;
   std::uint64_t pops = 0;
   double mean_occupancy = 0;       // items present, averaged over time since construction
@@ -68,14 +68,18 @@ struct QueueStats {
 template <typename T>
 class BoundedQueue {
  public:
-  // Throws std::invalid_argument if capacity is 0. wait_yields: as
-  // Config::wait_yields (0: sleep at once).
-  explicit BoundedQueue(std::size_t capacity, std::size_t wait_yields = kDefaultWaitYields)
+  // Throws std::invalid_argument if capacity is 0, or if open is more than
+  // capacity. wait_yields: as Config::wait_yields (0: sleep at once). open:
+  // the slots usable at first (0: all of them); widen() opens the others.
+  explicit BoundedQueue(std::size_t capacity, std::size_t wait_yields = kDefaultWaitYields, std::size_t open = 0)
       : capacity_(capacity == 0 ? throw std::invalid_argument("BoundedQueue: capacity must be >= 1")
                                 : capacity),
         wait_yields_(wait_yields),
+        open_(open == 0 ? capacity
+                        : open <= capacity ? open
+                                           : throw std::invalid_argument("BoundedQueue: open must be <= capacity")),
         queue_(capacity),
-        free_slots_(static_cast<moodycamel::LightweightSemaphore::ssize_t>(capacity)) {}
+        free_slots_(static_cast<moodycamel::LightweightSemaphore::ssize_t>(open_.load())) {}
 
   BoundedQueue(const BoundedQueue&) = delete;
   BoundedQueue& operator=(const BoundedQueue&) = delete;
@@ -124,8 +128,22 @@ class BoundedQueue {
     ready_items_.signal(kWakeAll);
   }
 
+  // Opens `more` of the slots the constructor left closed (fewer where fewer
+  // are left); a push waiting for room may go on at once. Returns the slots
+  // open now. Safe from any thread; the open slots never close again.
+  std::size_t widen(std::size_t more) {
+    std::size_t now = open_.load(std::memory_order_relaxed), to = 0;
+    do {
+      to = std::min(capacity_, now + more);
+    } while (!open_.compare_exchange_weak(now, to, std::memory_order_relaxed));
+    if (to > now) free_slots_.signal(static_cast<Sema::ssize_t>(to - now));
+    return to;
+  }
+
   bool closed() const { return closed_.load(std::memory_order_acquire); }
+  // The most slots it may ever open; open(): those usable now.
   std::size_t capacity() const { return capacity_; }
+  std::size_t open() const { return open_.load(std::memory_order_relaxed); }
   // Approximate: exact only when no other thread is pushing or popping.
   std::size_t size() const {
     std::lock_guard lk(occupancy_mu_);
@@ -134,7 +152,7 @@ class BoundedQueue {
 
   QueueStats stats() const {
     QueueStats s;
-    s.capacity = capacity_;
+    s.capacity = open();
     s.pushes = pushes_.load(std::memory_order_relaxed);
     s.pops = pops_.load(std::memory_order_relaxed);
     {
@@ -244,6 +262,7 @@ class BoundedQueue {
 
   const std::size_t capacity_;
   const std::size_t wait_yields_;
+  std::atomic<std::size_t> open_;
   moodycamel::ConcurrentQueue<T> queue_;
   Sema free_slots_;
   Sema ready_items_{0};

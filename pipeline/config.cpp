@@ -35,6 +35,10 @@ void Config::validate() const {
                                       "leave it 0");
   }
   require_at_most("device_buffers", device_buffers, kMaxBuffers);
+  if (tune_device_queue && device_buffers) {
+    throw ConfigError("device_buffers", "fixes the device slots, which a tuned device queue sizes "
+                                        "(tune_device_queue): leave it 0");
+  }
   require_at_least_1("world_size", world_size);
   require_at_most("world_size", world_size, kMaxWorldSize);
   if (rank >= world_size) {
@@ -60,7 +64,18 @@ std::size_t Config::host_queue_start() const {
   return tune_host_queue ? std::min(kTunedHostQueueStart, host_queue_depth) : host_queue_depth;
 }
 
-std::size_t Config::host_buffer_start() const { return host_buffer_count() - (host_queue_depth - host_queue_start()); }
+std::size_t Config::host_buffer_start() const {
+  if (host_buffers) return host_buffers;  // fixed (not with tune_host_queue): a tuned device queue grows within it
+  return host_buffer_count() - (host_queue_depth - host_queue_start()) - (device_queue_depth - device_queue_start());
+}
+
+std::size_t Config::device_queue_start() const {
+  return tune_device_queue ? std::min(kTunedDeviceQueueStart, device_queue_depth) : device_queue_depth;
+}
+
+std::size_t Config::device_buffer_start() const {
+  return device_buffer_count() - (device_queue_depth - device_queue_start());
+}
 
 std::size_t Config::host_pool_bytes() const {
   // Each buffer: the pixels, plus an index, a label and a skip slot per sample.

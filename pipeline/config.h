@@ -83,6 +83,17 @@ struct Config : SampleOrder {
   // Delivered (and transferred) batches waiting for the consumer. Default: 2. Range 1 .. kMaxQueueDepth.
   std::size_t device_queue_depth = 2;
 
+  // Let the pipeline choose the device queue's depth (pipeline/autotune.h,
+  // QueueTuner): it starts at device_queue_start() and goes deeper while the
+  // consumer waits for batches the transfer could have moved earlier, had
+  // the queue had room (a consumer whose steps come in bursts). As with
+  // tune_host_queue, device_queue_depth is then the ceiling the memory
+  // budget counts, and the buffers and device slots the depths above the
+  // start would add are allocated only as it grows. Not with device_buffers.
+  // Output is the same whatever it chooses. Default: false.
+  bool tune_device_queue = false;
+  static constexpr std::size_t kTunedDeviceQueueStart = 2;
+
   // Batch buffers in the pool, which bounds the batches in flight.
   // Default: 0, meaning workers + host_queue_depth + device_queue_depth + 2
   // (batches being filled, queued both sides, one being delivered, one held by the
@@ -128,9 +139,17 @@ struct Config : SampleOrder {
   // ceiling where that is less, and the buffers the pool starts with (those
   // of host_buffer_count() the depths above it would add left out).
   // Otherwise host_queue_depth and host_buffer_count().
+  // Under tune_device_queue, the pool leaves out the buffers of the device
+  // queue's depths above its start as well.
   std::size_t host_queue_start() const;
   std::size_t host_buffer_start() const;
   std::size_t device_buffer_count() const;
+  // Under tune_device_queue: the first depth (kTunedDeviceQueueStart or the
+  // ceiling where that is less) and the device slots a DevicePipeline starts
+  // with (the depths above it left out). Otherwise device_queue_depth and
+  // device_buffer_count().
+  std::size_t device_queue_start() const;
+  std::size_t device_buffer_start() const;
   // Bytes of host memory a Pipeline with this config allocates and touches
   // for its buffers: host_buffer_count() buffers of batch_size * sample_bytes
   // (plain host memory; an allocator may add room of its own), and per slot
@@ -160,6 +179,9 @@ std::size_t default_worker_ceiling();
 // batches, room for a stall of 6 of the consumer's steps beyond the default
 // depth of 2.
 inline constexpr std::size_t kDefaultHostQueueCeiling = 8;
+
+// The same for a tuned device queue (Config::tune_device_queue): 8 batches.
+inline constexpr std::size_t kDefaultDeviceQueueCeiling = 8;
 
 // The default ceiling on a pipeline's batch pools (host and device together),
 // for the command line's --max-memory-mb and the Python module's

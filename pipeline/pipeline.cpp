@@ -142,12 +142,13 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       pool_(config_.host_buffer_start(), config_.batch_size, config_.sample_bytes, stages_.allocator,
             config_.wait_yields, config_.host_buffer_count()),
       host_queue_(config_.host_queue_depth, config_.wait_yields),
-      device_queue_(config_.device_queue_depth, config_.wait_yields),
+      device_queue_(config_.device_queue_depth, config_.wait_yields, config_.device_queue_start()),
       ring_(std::make_unique<OpenBatch[]>(config_.host_buffer_count())),
       ring_size_(config_.host_buffer_count()),
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
   active_workers_.store(config_.tune_workers ? 1 : config_.workers, std::memory_order_relaxed);
-  host_queue_now_ = config_.host_queue_start();
+  if (config_.tune_host_queue) host_tuned_ = {config_.host_queue_start(), config_.host_queue_depth, 0, {}};
+  if (config_.tune_device_queue) device_tuned_ = {config_.device_queue_start(), config_.device_queue_depth, 0, {}};
   if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
   for (std::size_t r = 0; r < ring_size_; ++r) grow_touched(ring_[r].skips, config_.batch_size, stages_.allocator.interrupted);
   // The clocks start with the threads, not before the pool's allocation
@@ -158,7 +159,9 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
     workers_.reserve(config_.workers);
     for (std::size_t w = 0; w < config_.workers; ++w) workers_.emplace_back(&Pipeline::worker_main, this, w);
     delivery_ = std::thread(&Pipeline::delivery_main, this);
-    if (config_.tune_workers || config_.tune_host_queue) tuner_ = std::thread(&Pipeline::tuner_main, this);
+    if (config_.tune_workers || config_.tune_host_queue || config_.tune_device_queue) {
+      tuner_ = std::thread(&Pipeline::tuner_main, this);
+    }
   } catch (...) {
     stop();  // a failed spawn: shut down the threads that did start
     throw;
@@ -427,8 +430,12 @@ void Pipeline::tuner_main() {
   try {
     std::optional<WorkerTuner> tuner;
     if (config_.tune_workers) tuner.emplace(config_.workers);
-    std::optional<QueueTuner> queue;
-    if (config_.tune_host_queue) queue.emplace(config_.host_queue_start(), config_.host_queue_depth);
+    // One tuner a tuned queue, the host queue's first.
+    std::vector<QueueTuner> queues;
+    if (config_.tune_host_queue) queues.emplace_back(TunedQueue::host, config_.host_queue_start(), config_.host_queue_depth);
+    if (config_.tune_device_queue) {
+      queues.emplace_back(TunedQueue::device, config_.device_queue_start(), config_.device_queue_depth);
+    }
     const auto window = std::chrono::milliseconds(config_.tune_window_ms);
     // Each window is measured from a quarter window after the change before
     // it (or the start): the queues refill, woken workers start their decoders.
@@ -464,7 +471,7 @@ void Pipeline::tuner_main() {
         consumer_rate = double(d.samples) / between;
       }
       const PipelineStats prior = std::exchange(before, now);
-      if (queue) {
+      if (!queues.empty()) {
         // One change a window: a deeper queue is tried before the worker
         // count moves, since a consumer held up by a slow batch would make
         // the worker tuner's rates noise.
@@ -475,20 +482,29 @@ void Pipeline::tuner_main() {
             q.consumer_starved = st.starved_fraction();
             q.consumer_step_s = st.items > 0 ? st.busy_s / double(st.items) : 0.0;
           }
-          if (st.name == kDeliveryStage) q.delivery_busy = st.busy_fraction();
+          if (st.name == kDeliveryStage) {
+            q.delivery_busy = st.busy_fraction();
+            q.delivery_starved = st.starved_fraction();
+            q.delivery_blocked = st.blocked_fraction();
+          }
         }
         // The pool's waits (queue figures count from the start: the window's
         // is the difference), summed over the workers that waited: the share
         // of the window the pool stood empty, near enough, up to 1.
         q.buffer_wait = d.wall_s > 0 ? std::min(1.0, (pool_waits(now) - pool_waits(prior)) / d.wall_s) : 0.0;
         q.window_s = d.wall_s;
-        TuneDecision decision;
-        const std::size_t had = queue->depth();
-        const std::size_t depth = queue->next(q, &decision);
-        if (depth != had) {
+        bool changed = false;
+        for (auto it = queues.begin(); it != queues.end() && !changed; ++it) {
+          TuneDecision decision;
+          const std::size_t had = it->depth();
+          const std::size_t depth = it->next(q, &decision);
+          if (depth == had) continue;
+          changed = true;
           decision.at_s = now.wall_s;
           decision.images_per_s = consumer_rate;
-          if (!deepen_host_queue(depth, std::move(decision))) queue.reset();  // no memory for more: done
+          if (!deepen(it->queue(), depth, std::move(decision))) queues.erase(it);  // no memory for more: done
+        }
+        if (changed) {
           if (!wait(settle)) return;
           before = stats();
           continue;
@@ -526,21 +542,28 @@ void Pipeline::tuner_main() {
   }
 }
 
-bool Pipeline::deepen_host_queue(std::size_t depth, TuneDecision d) {
+bool Pipeline::deepen(TunedQueue queue, std::size_t depth, TuneDecision d) {
+  const bool host = queue == TunedQueue::host;
+  PipelineStats::QueueTuning& tuned = host ? host_tuned_ : device_tuned_;
+  const std::size_t more = depth - d.from;  // d.from: the depth now (only this thread changes it)
   bool grown = true;
   try {
-    pool_.grow(depth - host_queue_now_);
+    // Every batch a queue holds holds a host buffer; a fixed pool
+    // (host_buffers, not with a tuned host queue) stays as it is.
+    if (host || config_.host_buffers == 0) pool_.grow(more);
+    if (!host && stages_.deepen_device_queue) stages_.deepen_device_queue(depth);
   } catch (const PoolAllocationError& e) {
     // A deeper queue is an optimization: the run goes on at the depth it has.
     grown = false;
     d.to = d.from;
     d.reason = std::string("stays: ") + e.what();
   }
+  if (grown && !host) device_queue_.widen(more);
   std::lock_guard lk(tune_mu_);
-  if (grown) host_queue_now_ = depth;
-  if (queue_tuning_.size() == PipelineStats::kMaxTuneDecisions) queue_tuning_.erase(queue_tuning_.begin());
-  queue_tuning_.push_back(std::move(d));
-  ++queue_tune_changes_;
+  if (grown) tuned.depth = depth;
+  if (tuned.decisions.size() == PipelineStats::kMaxTuneDecisions) tuned.decisions.erase(tuned.decisions.begin());
+  tuned.decisions.push_back(std::move(d));
+  ++tuned.changes;
   return grown;
 }
 
@@ -669,12 +692,10 @@ PipelineStats Pipeline::stats() const {
     s.tuning = tuning_;
     s.tune_changes = tune_changes_;
   }
-  if (config_.tune_host_queue) {
+  if (config_.tune_host_queue || config_.tune_device_queue) {
     std::lock_guard lk(tune_mu_);
-    s.host_queue_depth = host_queue_now_;
-    s.host_queue_ceiling = config_.host_queue_depth;
-    s.queue_tuning = queue_tuning_;
-    s.queue_tune_changes = queue_tune_changes_;
+    s.host_queue_tuning = host_tuned_;
+    s.device_queue_tuning = device_tuned_;
   }
   s.queues.push_back({"host queue", host_queue_.stats()});
   s.queues.push_back({"device queue", device_queue_.stats()});

@@ -22,8 +22,8 @@
 //
 // With Config::tune_workers a tuning thread chooses how many of the workers
 // work, window by window (pipeline/autotune.h); the others wait, parked. With
-// Config::tune_host_queue the same thread deepens the host queue, adding the
-// buffers each step needs to the pool.
+// Config::tune_host_queue and tune_device_queue the same thread deepens those
+// queues, adding the buffers (and device slots) each step needs.
 //
 // Output depends on (seed, epoch, index) alone: the same bytes whatever the
 // worker count or the scheduling.
@@ -168,6 +168,11 @@ struct StageFunctions {
   std::function<void(const Batch&)> filled;
   // Optional: told of each sample's fill, on its worker (pipeline/observer.h).
   std::shared_ptr<Observer> observer;
+  // Optional, for Config::tune_device_queue: called on the tuning thread
+  // before the device queue deepens to `depth`, to set up what that depth
+  // needs beyond the host buffers (a DevicePipeline's device slots). Throws
+  // PoolAllocationError when it cannot: the depth then stays where it was.
+  std::function<void(std::size_t depth)> deepen_device_queue;
 };
 
 // Thrown by the consumer's calls after any stage failed. It names where the
@@ -274,10 +279,12 @@ class Pipeline {
   // false when stopping. The wait is parked time in its counters.
   bool park(std::size_t w, StageCounters& counters, Clock::time_point& mark);
   void tuner_main();                // Config::tune_*: windows, WorkerTuner, QueueTuner
-  // Config::tune_host_queue: the host queue's depth goes to `depth`, the pool
-  // growing by the buffers it adds; logs `d`. False when the pool could not
-  // grow (out of memory: the depth stays, noted in the log).
-  bool deepen_host_queue(std::size_t depth, TuneDecision d);
+  // Config::tune_host_queue or tune_device_queue: that queue's depth goes
+  // to `depth`, the pool growing by the buffers it adds (and, for the device
+  // queue, stages_.deepen_device_queue setting up the rest); logs `d`. False
+  // when that could not be had (out of memory: the depth stays, noted in the
+  // log).
+  bool deepen(TunedQueue queue, std::size_t depth, TuneDecision d);
   void delivery_loop(std::uint64_t& delivered);  // delivered: batches of the plan handed on so far
   bool claim(std::uint64_t& g, std::size_t& slot, std::size_t& count);
   // `mark` is the worker's busy-time origin; each advances it past its waits.
@@ -352,10 +359,9 @@ class Pipeline {
   mutable std::mutex tune_mu_;
   std::vector<TuneDecision> tuning_;
   std::uint64_t tune_changes_ = 0;
-  // Config::tune_host_queue: the depth now and the queue tuner's changes (guarded by tune_mu_).
-  std::size_t host_queue_now_ = 0;
-  std::vector<TuneDecision> queue_tuning_;
-  std::uint64_t queue_tune_changes_ = 0;
+  // Config::tune_host_queue and tune_device_queue: each queue's depth now
+  // and its tuner's changes (guarded by tune_mu_; depth 0 when not tuned).
+  PipelineStats::QueueTuning host_tuned_, device_tuned_;
 
   std::unique_ptr<StageCounters[]> worker_counters_;
   StageCounters delivery_counters_;

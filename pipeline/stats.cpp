@@ -147,11 +147,12 @@ std::string PipelineStats::table() const {
     out += line;
     latest(tuning);
   }
-  if (host_queue_depth > 0) {
-    std::snprintf(line, sizeof line, "host queue tuned: depth %zu of at most %zu; %llu changes%s\n", host_queue_depth,
-                  host_queue_ceiling, (unsigned long long)queue_tune_changes, queue_tuning.empty() ? "" : ", the latest:");
+  for (const auto& [name, q] : {std::pair{"host", &host_queue_tuning}, std::pair{"device", &device_queue_tuning}}) {
+    if (q->depth == 0) continue;
+    std::snprintf(line, sizeof line, "%s queue tuned: depth %zu of at most %zu; %llu changes%s\n", name, q->depth,
+                  q->ceiling, (unsigned long long)q->changes, q->decisions.empty() ? "" : ", the latest:");
     out += line;
-    latest(queue_tuning);
+    latest(q->decisions);
   }
   std::snprintf(line, sizeof line, "%-13s %8s %10s %10s\n", "queue", "capacity", "mean", "high-water");
   out += line;

@@ -249,12 +249,15 @@ struct PipelineStats {
   std::size_t workers_active = 0;
   std::uint64_t tune_changes = 0;
   std::vector<TuneDecision> tuning;
-  // Config::tune_host_queue: the host queue's depth now, its ceiling, and the
-  // queue tuner's changes (from/to are depths; the latest kMaxTuneDecisions).
-  // 0 and empty otherwise.
-  std::size_t host_queue_depth = 0, host_queue_ceiling = 0;
-  std::uint64_t queue_tune_changes = 0;
-  std::vector<TuneDecision> queue_tuning;
+  // A tuned queue (Config::tune_host_queue, tune_device_queue): its depth
+  // now, its ceiling, and its tuner's changes (from/to are depths; the latest
+  // kMaxTuneDecisions of them; `changes` counts all). 0 and empty otherwise.
+  struct QueueTuning {
+    std::size_t depth = 0, ceiling = 0;
+    std::uint64_t changes = 0;
+    std::vector<TuneDecision> decisions;
+  };
+  QueueTuning host_queue_tuning, device_queue_tuning;
 
   // The stage that sets the pace: the one with the highest busy fraction, or the
   // consumer when the delivery stage waited for memory the consumer still held

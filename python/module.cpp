@@ -86,7 +86,7 @@ constexpr std::array<std::pair<const char*, ErrorPolicy>, 2> kErrorPolicies{
 // The Loader's integer arguments, as Python objects until whole() checks them.
 struct Counts {
   py::object batch_size, workers, seed, epochs, host_queue, device_queue, device_buffers, rank, world_size, max_workers,
-      max_host_queue;
+      max_host_queue, max_device_queue;
 };
 
 // An argument that takes a whole number or "auto": `name`= a number in
@@ -132,7 +132,11 @@ LoaderSettings settings(const Counts& n, bool shuffle, bool drop_last, const std
       count_or_auto({"host_queue", "max_host_queue", "a depth in batches", 1, Config::kMaxQueueDepth,
                      Config::kMaxQueueDepth, kDefaultHostQueueCeiling},
                     n.host_queue, n.max_host_queue);
-  c.device_queue_depth = whole("device_queue", n.device_queue, 1, Config::kMaxQueueDepth);
+  // device_queue="auto": Config::tune_device_queue, up to max_device_queue= batches deep.
+  std::tie(c.device_queue_depth, c.tune_device_queue) =
+      count_or_auto({"device_queue", "max_device_queue", "a depth in batches", 1, Config::kMaxQueueDepth,
+                     Config::kMaxQueueDepth, kDefaultDeviceQueueCeiling},
+                    n.device_queue, n.max_device_queue);
   c.device_buffers = whole("device_buffers", n.device_buffers, 0, Config::kMaxBuffers);
   c.rank = whole("rank", n.rank);
   c.world_size = whole("world_size", n.world_size, 1, Config::kMaxWorldSize);
@@ -251,14 +255,16 @@ py::dict stats_dict(const PipelineStats& s) {
   if (s.workers_active > 0) {
     tuned = py::dict("working"_a = s.workers_active, "changes"_a = s.tune_changes, "decisions"_a = decisions(s.tuning));
   }
-  py::object queue_tuned = py::none();  // host_queue="auto": the depth now, its ceiling and the changes
-  if (s.host_queue_depth > 0) {
-    queue_tuned = py::dict("depth"_a = s.host_queue_depth, "ceiling"_a = s.host_queue_ceiling,
-                           "changes"_a = s.queue_tune_changes, "decisions"_a = decisions(s.queue_tuning));
-  }
+  // host_queue="auto", device_queue="auto": the depth now, its ceiling and the changes.
+  const auto queue_tuned = [&](const PipelineStats::QueueTuning& q) -> py::object {
+    if (q.depth == 0) return py::none();
+    return py::dict("depth"_a = q.depth, "ceiling"_a = q.ceiling, "changes"_a = q.changes,
+                    "decisions"_a = decisions(q.decisions));
+  };
   return py::dict("wall_s"_a = s.wall_s, "batches"_a = s.batches, "samples"_a = s.samples,
                   "samples_skipped"_a = s.samples_skipped, "stages"_a = stages, "queues"_a = queues,
-                  "tune_workers"_a = tuned, "tune_host_queue"_a = queue_tuned,
+                  "tune_workers"_a = tuned, "tune_host_queue"_a = queue_tuned(s.host_queue_tuning),
+                  "tune_device_queue"_a = queue_tuned(s.device_queue_tuning),
                   "bottleneck"_a = s.stages.empty() ? std::string("no batch taken yet") : s.bottleneck_summary());
 }
 
@@ -370,6 +376,7 @@ constexpr auto kLoaderKeywords = std::to_array<LoaderKeyword>({
     {"host_queue", [] { return py::cast(Config{}.host_queue_depth); }},
     {"max_host_queue", none},  // None: kDefaultHostQueueCeiling, with host_queue="auto"
     {"device_queue", [] { return py::cast(Config{}.device_queue_depth); }},
+    {"max_device_queue", none},  // None: kDefaultDeviceQueueCeiling, with device_queue="auto"
     {"device_buffers", [] { return py::cast(Config{}.device_buffers); }},
     {"on_error", [] { return py::cast(name_of(ImageConfig{}.on_error, kErrorPolicies)); }},
     {"rank", none},  // rank and world_size None: Config's 0 of 1, a warning where WORLD_SIZE says otherwise
@@ -484,7 +491,8 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   }
   if (rank.is_none()) rank = py::int_(Config{}.rank);
   LoaderSettings s = settings({k["batch_size"], k["workers"], k["seed"], k["epochs"], k["host_queue"], k["device_queue"],
-                               k["device_buffers"], rank, world_size, k["max_workers"], k["max_host_queue"]},
+                               k["device_buffers"], rank, world_size, k["max_workers"], k["max_host_queue"],
+                               k["max_device_queue"]},
                               shuffle, drop_last, device, normalize);
   s.gpu_decode = gpu_decode_share(k["gpu_decode"]);
   if (!s.gpu_decode && s.config.tune_workers) {
@@ -507,15 +515,18 @@ std::unique_ptr<PyLoader> new_loader(const Keywords& k) {
   // What each property reads back (def_settings): the keyword as given, or as
   // checked where it was converted.
   Keywords read_back = k;
-  read_back["workers"] = c.tune_workers ? py::object(py::str("auto")) : py::object(py::cast(c.workers));
-  read_back["max_workers"] = c.tune_workers ? py::object(py::cast(c.workers)) : py::object(py::none());
+  // A count that takes "auto": "auto" and its ceiling, or the count and None.
+  const auto read_back_count = [&](KeywordAt name, KeywordAt ceiling, bool tuned, std::size_t n) {
+    read_back[name] = tuned ? py::object(py::str("auto")) : py::object(py::cast(n));
+    read_back[ceiling] = tuned ? py::object(py::cast(n)) : py::object(py::none());
+  };
+  read_back_count("workers", "max_workers", c.tune_workers, c.workers);
   read_back["seed"] = py::cast(c.seed);
   read_back["shuffle"] = py::cast(c.shuffle);
   read_back["drop_last"] = py::cast(c.drop_last);
   read_back["epochs"] = py::cast(c.epochs);
-  read_back["host_queue"] = c.tune_host_queue ? py::object(py::str("auto")) : py::object(py::cast(c.host_queue_depth));
-  read_back["max_host_queue"] = c.tune_host_queue ? py::object(py::cast(c.host_queue_depth)) : py::object(py::none());
-  read_back["device_queue"] = py::cast(c.device_queue_depth);
+  read_back_count("host_queue", "max_host_queue", c.tune_host_queue, c.host_queue_depth);
+  read_back_count("device_queue", "max_device_queue", c.tune_device_queue, c.device_queue_depth);
   read_back["device_buffers"] = py::cast(c.device_buffers);
   read_back["on_error"] = py::cast(on_error);
   read_back["rank"] = py::cast(c.rank);

@@ -283,28 +283,33 @@ expect_usage_error "--max-workers without --workers auto" bench --folder "$work/
 expect_usage_error "--workers many" bench --folder "$work/ds" --workers many
 expect_usage_error "--gpu-decode auto with --workers auto" bench --folder "$work/ds" --workers auto --gpu-decode auto
 
-# --host-queue auto: the same samples as the fixed depth, its depth in the
-# table and --json; also from a TOML file. (That it deepens behind stalled
-# reads: test_autotune; by how much it pays: docs/benchmarks.md.)
-printf 'host-queue = "auto"\nmax-host-queue = 5\n' >"$work/hq.toml"
-"$bin" bench --folder "$work/ds" --device host --workers 2 --batch 4 --epochs 3 --host-queue auto --json "$work/ha.json" \
-  >"$work/out" 2>&1 || fail "bench --host-queue auto: $(tail -3 "$work/out")"
-grep -q "^host queue tuned: depth [0-9]* of at most 8" "$work/out" || fail "--host-queue auto: no 'host queue tuned' line"
-"$bin" bench --folder "$work/ds" --device host --workers 2 --config "$work/hq.toml" --batch 4 --epochs 3 \
-  --json "$work/ht.json" >/dev/null 2>&1 || fail "host-queue = \"auto\" in a TOML file"
-if command -v python3 >/dev/null; then
-  python3 - "$work/w2.json" "$work/ha.json" "$work/ht.json" <<'PY' || fail "--host-queue auto: other samples than the fixed depth, or no tune_host_queue in --json"
+# --host-queue auto and --device-queue auto: the same samples as the fixed
+# depths, the depth in the table and --json; also from a TOML file. (That
+# each deepens where it should: test_autotune; by how much it pays:
+# docs/benchmarks.md.)
+for q in host device; do
+  printf '%s-queue = "auto"\nmax-%s-queue = 5\n' "$q" "$q" >"$work/q.toml"
+  "$bin" bench --folder "$work/ds" --device host --workers 2 --batch 4 --epochs 3 --$q-queue auto \
+    --json "$work/qa.json" >"$work/out" 2>&1 || fail "bench --$q-queue auto: $(tail -3 "$work/out")"
+  grep -q "^$q queue tuned: depth [0-9]* of at most 8" "$work/out" || fail "--$q-queue auto: no '$q queue tuned' line"
+  "$bin" bench --folder "$work/ds" --device host --workers 2 --config "$work/q.toml" --batch 4 --epochs 3 \
+    --json "$work/qt.json" >/dev/null 2>&1 || fail "$q-queue = \"auto\" in a TOML file"
+  if command -v python3 >/dev/null; then
+    python3 - "$q" "$work/w2.json" "$work/qa.json" "$work/qt.json" <<'PY' || fail "--$q-queue auto: other samples than the fixed depth, or no tune_${q}_queue in --json"
 import json, sys
-fixed, auto, toml = (json.load(open(f)) for f in sys.argv[1:])
-assert fixed["tune_host_queue"] is None
+key = "tune_%s_queue" % sys.argv[1]
+fixed, auto, toml = (json.load(open(f)) for f in sys.argv[2:])
+assert fixed[key] is None
 for r, ceiling in ((auto, 8), (toml, 5)):
     assert r["epoch_digest"] == fixed["epoch_digest"], (r["epoch_digest"], fixed["epoch_digest"])
-    t = r["tune_host_queue"]
+    t = r[key]
     assert 2 <= t["depth"] <= ceiling and t["ceiling"] == ceiling and t["changes"] >= len(t["decisions"]), t
 PY
-fi
-expect_usage_error "--max-host-queue without --host-queue auto" bench --folder "$work/ds" --max-host-queue 4
-expect_usage_error "--host-queue deep" bench --folder "$work/ds" --host-queue deep
+  fi
+  expect_usage_error "--max-$q-queue without --$q-queue auto" bench --folder "$work/ds" --max-$q-queue 4
+  expect_usage_error "--$q-queue deep" bench --folder "$work/ds" --$q-queue deep
+done
+expect_usage_error "--compute-stall-ms without --compute-stall-every" run --compute-stall-ms 40
 expect_usage_error "--synthetic-stall-ms without --synthetic-ms" run --synthetic-stall-ms 5 --synthetic-stall-every 10
 
 # sweep --csv: one row per point.

@@ -354,6 +354,8 @@ TEST_CASE("pipeline: a tuned pipeline stops promptly with workers parked", "[aut
 // ---- the host queue's depth
 
 namespace {
+// A window in which the delivery thread waited for the workers as long as
+// the consumer waited for it: the wait is the host queue's.
 QueueWindow queue_window(double consumer_starved, double buffer_wait, double delivery_busy = 0.1,
                          bool consumer_seen = true) {
   QueueWindow w;
@@ -361,13 +363,14 @@ QueueWindow queue_window(double consumer_starved, double buffer_wait, double del
   w.consumer_starved = consumer_starved;
   w.buffer_wait = buffer_wait;
   w.delivery_busy = delivery_busy;
+  w.delivery_starved = consumer_starved;
   return w;
 }
 }  // namespace
 
 TEST_CASE("queue tuner: a consumer waiting while the workers ran out of buffers deepens the queue by the steps it missed",
           "[autotune]") {
-  QueueTuner t(2, 12);
+  QueueTuner t(TunedQueue::host, 2, 12);
   CHECK(t.depth() == 2);
   std::vector<std::size_t> depths;
   for (int i = 0; i < 5; ++i) {
@@ -383,7 +386,7 @@ TEST_CASE("queue tuner: a consumer waiting while the workers ran out of buffers 
   CHECK(depths == std::vector<std::size_t>{3, 5, 9, 12, 12});  // +1, +2, +4, then the ceiling
   // The consumer's own pace says how many steps it missed: 30% of 0.2 s at
   // 8 ms a step is 7.5, so 8 batches more at once.
-  QueueTuner p(2, 64);
+  QueueTuner p(TunedQueue::host, 2, 64);
   QueueWindow w = queue_window(0.30, 0.40);
   w.window_s = 0.2;
   w.consumer_step_s = 0.008;
@@ -392,7 +395,7 @@ TEST_CASE("queue tuner: a consumer waiting while the workers ran out of buffers 
   CHECK(d.reason == "grow: the consumer waited 30% of the window (7.5 of its steps), the workers 40% for a free buffer");
   CHECK(p.next(w, &d) == 26);  // windows in a row: at least double the step before
   // A window without the signature starts the step again at 1.
-  QueueTuner u(2, 64);
+  QueueTuner u(TunedQueue::host, 2, 64);
   u.next(queue_window(0.3, 0.4), nullptr);
   u.next(queue_window(0.3, 0.4), nullptr);
   CHECK(u.depth() == 5);
@@ -404,7 +407,7 @@ TEST_CASE("queue tuner: a consumer waiting while the workers ran out of buffers 
 
 TEST_CASE("queue tuner: slow workers, a slow transfer, a consumer that keeps up, or one away leave the depth",
           "[autotune]") {
-  QueueTuner t(2, 8);
+  QueueTuner t(TunedQueue::host, 2, 8);
   TuneDecision d;
   d.reason = "untouched";
   // Workers too slow overall: the consumer waits, but they never run out of buffers.
@@ -422,8 +425,8 @@ TEST_CASE("queue tuner: slow workers, a slow transfer, a consumer that keeps up,
   // Never shallower, never past the ceiling.
   for (int i = 0; i < 10; ++i) t.next(queue_window(0.5, 0.5), nullptr);
   CHECK(t.depth() == 8);
-  CHECK_THROWS_AS(QueueTuner(0, 4), std::invalid_argument);
-  CHECK_THROWS_AS(QueueTuner(5, 4), std::invalid_argument);
+  CHECK_THROWS_AS(QueueTuner(TunedQueue::host, 0, 4), std::invalid_argument);
+  CHECK_THROWS_AS(QueueTuner(TunedQueue::device, 5, 4), std::invalid_argument);
 }
 
 namespace {
@@ -481,18 +484,163 @@ TEST_CASE("pipeline: tune_host_queue deepens the queue behind stalled reads, all
     // The pool holds the buffers of the depth reached, not the ceiling's:
     // 4 workers + the depth + 2 + the device queue's 2.
     CHECK(fixed.buffers == 4 + 2 + 4);
-    CHECK(got.buffers == 4 + s.host_queue_depth + 4);
-    CHECK(s.host_queue_ceiling == 16);
-    CHECK(s.host_queue_depth >= 8);  // 15 steps, less the 8 or so the default's buffers carry
-    CHECK(s.queue_tune_changes >= 1);
-    REQUIRE(!s.queue_tuning.empty());
-    CHECK(s.queue_tuning.front().from == 2);
-    CHECK(s.queue_tuning.back().to == s.host_queue_depth);
-    CHECK(s.queue_tuning.front().reason.rfind("grow: the consumer waited ", 0) == 0);
-    CHECK(s.table().find("host queue tuned: depth " + std::to_string(s.host_queue_depth) + " of at most 16") !=
-          std::string::npos);
-    CHECK(fixed.stats.host_queue_depth == 0);  // untuned: none reported
+    const PipelineStats::QueueTuning& q = s.host_queue_tuning;
+    CHECK(got.buffers == 4 + q.depth + 4);
+    CHECK(q.ceiling == 16);
+    CHECK(q.depth >= 8);  // 15 steps, less the 8 or so the default's buffers carry
+    CHECK(q.changes >= 1);
+    REQUIRE(!q.decisions.empty());
+    CHECK(q.decisions.front().from == 2);
+    CHECK(q.decisions.back().to == q.depth);
+    CHECK(q.decisions.front().reason.rfind("grow: the consumer waited ", 0) == 0);
+    CHECK(s.table().find("host queue tuned: depth " + std::to_string(q.depth) + " of at most 16") != std::string::npos);
+    CHECK(s.device_queue_tuning.depth == 0);  // not tuned: none reported
+    CHECK(fixed.stats.host_queue_tuning.depth == 0);
   });
+}
+
+// ---- the device queue's depth
+
+TEST_CASE("queue tuner: a wait behind the transfer deepens the device queue, one behind the workers the host queue",
+          "[autotune]") {
+  // The consumer waited 30% of the window while the batches sat in the host
+  // queue (the delivery thread never waited for the workers) and the
+  // transfer had waited 40% for room in the device queue: the device
+  // queue's wait, which the host queue's tuner leaves alone.
+  QueueWindow burst;
+  burst.consumer_seen = true;
+  burst.consumer_starved = 0.30;
+  burst.buffer_wait = 0.50;  // everything upstream filled up too
+  burst.delivery_busy = 0.30;
+  burst.delivery_blocked = 0.40;
+  burst.window_s = 0.2;
+  burst.consumer_step_s = 0.008;
+  QueueTuner device(TunedQueue::device, 2, 64), host(TunedQueue::host, 2, 64);
+  TuneDecision d;
+  CHECK(device.next(burst, &d) == 10);  // 7.5 steps missed: 8 more
+  CHECK(d.from == 2);
+  CHECK(d.to == 10);
+  CHECK(d.reason == "grow: the consumer waited 30% of the window (7.5 of its steps), the transfer 40% for room");
+  CHECK(host.next(burst, nullptr) == 2);
+  // The delivery thread waited for the workers (half the consumer's wait or
+  // more): the host queue's, not the device queue's.
+  QueueWindow stalled = burst;
+  stalled.delivery_starved = QueueTuner::kBehindWorkers * stalled.consumer_starved;
+  QueueTuner device2(TunedQueue::device, 2, 64);
+  CHECK(device2.next(stalled, nullptr) == 2);
+  CHECK(host.next(stalled, nullptr) == 10);
+  // A transfer that never waited for room, or one too slow overall, or a
+  // consumer that keeps up: no queue helps.
+  QueueWindow never_ahead = burst;
+  never_ahead.delivery_blocked = QueueTuner::kSlack / 2;
+  CHECK(device2.next(never_ahead, nullptr) == 2);
+  QueueWindow slow = burst;
+  slow.delivery_busy = QueueTuner::kDeliveryBusy;
+  CHECK(device2.next(slow, nullptr) == 2);
+  QueueWindow keeps_up = burst;
+  keeps_up.consumer_starved = QueueTuner::kStarved / 2;
+  CHECK(device2.next(keeps_up, nullptr) == 2);
+  QueueWindow away = burst;
+  away.consumer_seen = false;
+  CHECK(device2.next(away, nullptr) == 2);
+}
+
+namespace {
+// A run over `n` samples, filled fast, whose transfer takes 1 ms a batch of
+// 8 and whose consumer's steps come in bursts: every 16th takes 40 ms, the
+// others nothing (an evaluation, a checkpoint, a log flush every so many
+// steps). The transfer keeps up on average (16 ms of it to 40 ms of steps),
+// but with 2 batches queued after a long step the next 13 wait for it.
+StalledRun bursty_run(const Config& c, std::size_t n) {
+  auto buffers = std::make_shared<std::atomic<std::size_t>>(0);
+  StageFunctions stages{[](Sample& s) { sleepy_fill(s, std::chrono::microseconds(20)); }};
+  stages.transfer = [](Batch&) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+  const auto plain = stages.allocator.allocate;
+  stages.allocator.allocate = [plain, buffers](std::size_t bytes) {
+    ++*buffers;
+    return plain(bytes);
+  };
+  StalledRun r;
+  Pipeline p(c, n, std::move(stages));
+  std::size_t step = 0;
+  while (auto b = p.next()) {
+    r.digests[{(*b)->epoch, (*b)->index}] = batch_digest(**b);
+    if (++step % 16 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  r.stats = p.stats();
+  r.buffers = *buffers;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("pipeline: tune_device_queue deepens the queue behind a bursty consumer, allocates as it goes, keeps the bytes",
+          "[autotune]") {
+  Config c = small_config();
+  c.batch_size = 8;
+  c.epochs = 1;
+  c.workers = 2;
+  c.tune_window_ms = 50;
+  Config tuned = c;
+  tuned.tune_device_queue = true;
+  tuned.device_queue_depth = 16;  // the ceiling
+  const std::size_t n = 3072;
+  within_seconds(120, [&] {
+    const StalledRun fixed = bursty_run(c, n);
+    const StalledRun got = bursty_run(tuned, n);
+    const PipelineStats& s = got.stats;
+    INFO(s.table());
+    INFO(fixed.stats.table());
+    CHECK(got.digests == fixed.digests);
+    const PipelineStats::QueueTuning& q = s.device_queue_tuning;
+    // The pool: 2 workers + the host queue's 2 + the depth reached + 2.
+    CHECK(fixed.buffers == 2 + 2 + 2 + 2);
+    CHECK(got.buffers == 2 + 2 + q.depth + 2);
+    CHECK(q.ceiling == 16);
+    CHECK(q.depth >= 5);  // the first step alone adds the 4 or 5 steps a window's wait missed
+    REQUIRE(!q.decisions.empty());
+    CHECK(q.decisions.front().from == 2);
+    CHECK(q.decisions.back().to == q.depth);
+    CHECK(q.decisions.front().reason.find("the transfer") != std::string::npos);
+    CHECK(s.table().find("device queue tuned: depth " + std::to_string(q.depth) + " of at most 16") != std::string::npos);
+    // The queue opened as many slots as the depth: never more batches waited.
+    for (const NamedQueueStats& queue : s.queues) {
+      if (queue.name != "device queue") continue;
+      CHECK(queue.stats.capacity == q.depth);
+      CHECK(queue.stats.high_water <= q.depth);
+    }
+    CHECK(s.host_queue_tuning.depth == 0);
+    CHECK(fixed.stats.device_queue_tuning.depth == 0);
+  });
+}
+
+TEST_CASE("config: tune_device_queue starts at 2 (or the ceiling), the pool and the device slots at that depth's",
+          "[autotune]") {
+  Config c = small_config();  // 3 workers, queues of 2
+  c.tune_device_queue = true;
+  c.device_queue_depth = 10;
+  CHECK(c.device_queue_start() == 2);
+  CHECK(c.device_buffer_count() == 12);  // the ceiling's, which the memory budget counts
+  CHECK(c.device_buffer_start() == 4);
+  CHECK(c.host_buffer_count() == 3 + 2 + 12);
+  CHECK(c.host_buffer_start() == 3 + 2 + 4);
+  c.tune_host_queue = true;  // both: each leaves out its depths above the start
+  c.host_queue_depth = 6;
+  CHECK(c.host_buffer_start() == 3 + 2 + 4);
+  c.tune_host_queue = false;
+  c.host_buffers = 7;  // fixed: the device queue grows within it
+  CHECK(c.host_buffer_start() == 7);
+  c.host_buffers = 0;
+  c.device_queue_depth = 1;
+  CHECK(c.device_queue_start() == 1);
+  CHECK(c.device_buffer_start() == c.device_buffer_count());
+  c.tune_device_queue = false;
+  c.device_queue_depth = 10;
+  CHECK(c.device_queue_start() == 10);
+  CHECK(c.device_buffer_start() == c.device_buffer_count());
+  c.tune_device_queue = true;
+  c.device_buffers = 20;
+  CHECK_THROWS_WITH(c.validate(), Catch::Matchers::Contains("device_buffers") &&
+                                      Catch::Matchers::Contains("tune_device_queue"));
 }
 
 TEST_CASE("config: tune_host_queue starts at 2 (or the ceiling), its pool at that depth's buffers", "[autotune]") {

@@ -1,7 +1,9 @@
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <latch>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -123,6 +125,34 @@ TEST_CASE("queue: close wakes every blocked consumer and producer", "[queue]") {
   for (auto& t : threads) t.join();
   REQUIRE(pops_ended == kWaiters);
   REQUIRE(pushes_refused == kWaiters);
+}
+
+TEST_CASE("queue: slots left closed at first open with widen(), waking a blocked producer", "[queue]") {
+  CHECK_THROWS_AS(BoundedQueue<int>(2, conveyor::kDefaultWaitYields, 3), std::invalid_argument);
+  const std::size_t yields = GENERATE(std::size_t{0}, conveyor::kDefaultWaitYields);
+  BoundedQueue<int> q(4, yields, 1);
+  CHECK(q.capacity() == 4);
+  CHECK(q.open() == 1);
+  CHECK(q.stats().capacity == 1);
+  REQUIRE(q.try_push(1));
+  CHECK_FALSE(q.try_push(2));  // one slot open, and taken
+  std::atomic<bool> pushed{false};
+  std::thread producer([&] {
+    if (q.push(2)) pushed = true;
+  });
+  CHECK(q.widen(2) == 3);  // the blocked push goes on, and one more fits
+  producer.join();
+  CHECK(pushed);
+  REQUIRE(q.try_push(3));
+  CHECK_FALSE(q.try_push(4));
+  CHECK(q.widen(10) == 4);  // never past the capacity
+  REQUIRE(q.try_push(4));
+  CHECK_FALSE(q.try_push(5));
+  CHECK(q.stats().capacity == 4);
+  std::vector<int> got;  // in any order: the producer thread's item has a sub-queue of its own
+  for (int i = 0; i < 4; ++i) got.push_back(q.pop().value_or(0));
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<int>{1, 2, 3, 4});
 }
 
 namespace {

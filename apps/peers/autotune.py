@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`--workers auto` and `--host-queue auto` against the best fixed setting `conveyor sweep` finds, side by side.
+"""`--workers auto`, `--host-queue auto` and `--device-queue auto` against the best fixed setting `conveyor sweep`
+finds, side by side.
 
     python3 apps/peers/autotune.py --folder ../shared/data/photos-200 --repeat 20 --rounds 5
 
@@ -15,6 +16,14 @@ Workloads over a list of the photos (each --repeat times):
   to about 16 and no further: a known answer;
 - photos-queue (--host-queue): the photos workload at 2 workers, where no stall calls
   for depth: auto must cost nothing.
+- bursts (--device-queue): 2 workers sleep 0.02 ms a sample, each batch of 8 crosses a
+  simulated 1.2 GB/s link (about 1 ms), and the consumer's steps come in bursts: every
+  16th takes 40 ms (`--compute-stall-ms`), the others nothing. The transfer keeps up on
+  average, but after a long step the next 15 batches must already be across: deeper
+  device queues pay up to about 16 and no further, and host queues not at all: a known
+  answer;
+- photos-device-queue (--device-queue): the photos workload at 2 workers: auto must cost
+  nothing.
 Each round runs `conveyor sweep` over the fixed settings (one process per point) and
 `conveyor bench` with the knob on auto, the order alternating from round to round.
 Every run is --epochs long from a cold start, so auto's tuning counts against it.
@@ -39,6 +48,7 @@ PHOTOS = ["--batch", "64", "--crop", "224", "--augment", "rrc", "--normalize", "
           "--host-transfer", "handover"]
 WORKERS = {"knob": "workers", "tuned": re.compile(r"^workers tuned: (\d+) working now")}
 QUEUE = {"knob": "host_queue", "tuned": re.compile(r"^host queue tuned: depth (\d+) of")}
+DEVICE_QUEUE = {"knob": "device_queue", "tuned": re.compile(r"^device queue tuned: depth (\d+) of")}
 WORKLOADS = {
     "photos": dict(WORKERS, flags=PHOTOS, fixed=None, auto=["--workers", "auto"]),  # fixed: 1 .. auto's ceiling
     "synthetic": dict(WORKERS, flags=["--batch", "64", "--synthetic-ms", "2", "--compute-ms", "16", "--device", "host"],
@@ -48,6 +58,11 @@ WORKLOADS = {
                    fixed=[2, 4, 8, 12, 16, 24], auto=["--host-queue", "auto", "--max-host-queue", "24"]),
     "photos-queue": dict(QUEUE, flags=PHOTOS + ["--workers", "2"], fixed=[1, 2, 4, 8],
                          auto=["--host-queue", "auto", "--max-host-queue", "8"]),
+    "bursts": dict(DEVICE_QUEUE, flags=["--batch", "8", "--workers", "2", "--synthetic-ms", "0.02", "--device", "host",
+                                        "--link-gbps", "1.2", "--compute-stall-ms", "40", "--compute-stall-every", "16"],
+                   fixed=[2, 4, 8, 12, 16, 24], auto=["--device-queue", "auto", "--max-device-queue", "24"]),
+    "photos-device-queue": dict(DEVICE_QUEUE, flags=PHOTOS + ["--workers", "2"], fixed=[1, 2, 4, 8],
+                                auto=["--device-queue", "auto", "--max-device-queue", "8"]),
 }
 
 
@@ -77,7 +92,7 @@ def auto(conveyor, lst, w, epochs):
 def main():
     ap = photo_bench_arguments(__doc__, rounds=5)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--only", default="photos,synthetic,stalls,photos-queue")
+    ap.add_argument("--only", default="photos,synthetic,stalls,photos-queue,bursts,photos-device-queue")
     args = ap.parse_args()
     conveyor = conveyor_binary(args)
     photos = sorted(os.path.join(args.folder, f) for f in os.listdir(args.folder) if f.lower().endswith((".jpeg", ".jpg")))

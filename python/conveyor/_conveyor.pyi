@@ -91,7 +91,8 @@ class Loader:
         normalize: Optional[Literal["float32", "float16", "bfloat16"]] = None,
         host_queue: Union[int, Literal["auto"]] = 2,
         max_host_queue: Optional[int] = None,
-        device_queue: int = 2,
+        device_queue: Union[int, Literal["auto"]] = 2,
+        max_device_queue: Optional[int] = None,
         device_buffers: int = 0,
         on_error: Literal["fail", "skip"] = "fail",
         rank: Optional[int] = None,
@@ -161,7 +162,9 @@ class Loader:
     @property
     def max_host_queue(self) -> Optional[int]: ...
     @property
-    def device_queue(self) -> int: ...
+    def device_queue(self) -> Union[int, Literal["auto"]]: ...
+    @property
+    def max_device_queue(self) -> Optional[int]: ...
     @property
     def device_buffers(self) -> int: ...
     @property

@@ -55,25 +55,33 @@ def test_workers_auto_gives_the_fixed_counts_bytes_and_shows_its_choice(folder):
         conveyor.Loader(folder=str(folder), workers="auto", gpu_decode="auto", device="cpu")
 
 
-def test_host_queue_auto_gives_the_fixed_depths_bytes_and_shows_its_depth(folder):
+@pytest.mark.parametrize("queue", ["host_queue", "device_queue"])
+def test_queue_auto_gives_the_fixed_depths_bytes_and_shows_its_depth(folder, queue):
+    ceiling = "max_" + queue
     fixed = conveyor.Loader(folder=str(folder), batch_size=7, workers=2, crop=16, seed=3, device="cpu")
-    tuned = conveyor.Loader(folder=str(folder), batch_size=7, workers=2, host_queue="auto", max_host_queue=5, crop=16,
-                            seed=3, device="cpu")
-    assert (tuned.host_queue, tuned.max_host_queue, fixed.host_queue, fixed.max_host_queue) == ("auto", 5, 2, None)
+    tuned = conveyor.Loader(folder=str(folder), batch_size=7, workers=2, crop=16, seed=3, device="cpu",
+                            **{queue: "auto", ceiling: 5})
+    assert (getattr(tuned, queue), getattr(tuned, ceiling)) == ("auto", 5)
+    assert (getattr(fixed, queue), getattr(fixed, ceiling)) == (2, None)
     assert run(tuned, 3) == run(fixed, 3)
-    t = tuned.stats()["tune_host_queue"]
+    t = tuned.stats()["tune_" + queue]
     assert set(t) == {"depth", "ceiling", "changes", "decisions"}
     assert 2 <= t["depth"] <= 5 and t["ceiling"] == 5 and t["changes"] >= len(t["decisions"])
     for d in t["decisions"]:
         assert set(d) == {"at_s", "from", "to", "images_per_s", "reason"} and d["from"] < d["to"] <= 5
-    assert fixed.stats()["tune_host_queue"] is None
-    assert conveyor.Loader(folder=str(folder), host_queue="auto", device="cpu").max_host_queue == 8
-    with pytest.raises(ValueError, match="host_queue='deep': expected a depth in batches or 'auto'"):
-        conveyor.Loader(folder=str(folder), host_queue="deep", device="cpu")
-    with pytest.raises(ValueError, match="max_host_queue=: only with host_queue='auto'"):
-        conveyor.Loader(folder=str(folder), host_queue=2, max_host_queue=4, device="cpu")
-    with pytest.raises(ValueError, match="max_host_queue"):
-        conveyor.Loader(folder=str(folder), host_queue="auto", max_host_queue=0, device="cpu")
+    assert fixed.stats()["tune_" + queue] is None
+    assert getattr(conveyor.Loader(folder=str(folder), device="cpu", **{queue: "auto"}), ceiling) == 8
+    with pytest.raises(ValueError, match=queue + "='deep': expected a depth in batches or 'auto'"):
+        conveyor.Loader(folder=str(folder), device="cpu", **{queue: "deep"})
+    with pytest.raises(ValueError, match=ceiling + "=: only with " + queue + "='auto'"):
+        conveyor.Loader(folder=str(folder), device="cpu", **{queue: 2, ceiling: 4})
+    with pytest.raises(ValueError, match=ceiling):
+        conveyor.Loader(folder=str(folder), device="cpu", **{queue: "auto", ceiling: 0})
+
+
+def test_device_queue_auto_refuses_fixed_device_buffers(folder):
+    with pytest.raises(ValueError, match="device_buffers.*tune_device_queue"):
+        conveyor.Loader(folder=str(folder), device_queue="auto", device_buffers=6, device="cpu")
 
 
 def test_shards_give_the_same_batches_as_the_files(tmp_path, folder):

@@ -71,7 +71,8 @@ def test_bad_paths_and_crops_are_value_errors_naming_the_argument(folder):
     (dict(rank=-1), ValueError, r"^rank=-1"),
     (dict(batch_size=2.5), TypeError, r"^batch_size=2.5: expected an integer, not float$"),
     (dict(batch_size=True), TypeError, r"^batch_size=True: expected an integer, not a bool$"),
-    (dict(device_queue="2"), TypeError, r"^device_queue='2': expected an integer, not str$"),
+    (dict(device_buffers="2"), TypeError, r"^device_buffers='2': expected an integer, not str$"),
+    (dict(device_queue="2"), ValueError, r"^device_queue='2': expected a depth in batches or 'auto'$"),
     (dict(device="cuda:1x"), ValueError, r"^device='cuda:1x': expected 'auto', 'cuda', 'cuda:N'"),
     (dict(device="cuda:-1"), ValueError, r"^device='cuda:-1'"),
 ])
