@@ -494,7 +494,7 @@ void Pipeline::tuner_main() {
         q.buffer_wait = d.wall_s > 0 ? std::min(1.0, (pool_waits(now) - pool_waits(prior)) / d.wall_s) : 0.0;
         q.window_s = d.wall_s;
         bool changed = false;
-        for (auto it = queues.begin(); it != queues.end() && !changed; ++it) {
+        for (auto it = queues.begin(); it != queues.end(); ++it) {
           TuneDecision decision;
           const std::size_t had = it->depth();
           const std::size_t depth = it->next(q, &decision);
@@ -503,6 +503,7 @@ void Pipeline::tuner_main() {
           decision.at_s = now.wall_s;
           decision.images_per_s = consumer_rate;
           if (!deepen(it->queue(), depth, std::move(decision))) queues.erase(it);  // no memory for more: done
+          break;
         }
         if (changed) {
           if (!wait(settle)) return;
