@@ -120,47 +120,43 @@ void add_pipeline_flags(CLI::App& app, Options& o) {
   };
   const auto range = [](std::size_t lo, std::size_t hi) { return CLI::Range(lo, hi); };
   add_dataset_flags(app, o);
-  if (!app.get_option_no_throw("--workers")) {  // sweep's is a list of counts
-    add_count_or_auto(app, "--workers", o.workers, o.workers_auto, Config::kMaxWorkers, "count",
-                      "decode/augment worker threads, or auto: the pipeline runs as many of --max-workers as raise "
-                      "images/s while half a core is free, fewer when the consumer is the limit (default: the core "
-                      "count)");
-    option("--max-workers", o.max_workers,
-           "with --workers auto: the most worker threads it may run (default: twice the cores, " +
-               std::to_string(default_worker_ceiling()) + " here)")
-        ->check(range(1, Config::kMaxWorkers));
-  }
-  if (!app.get_option_no_throw("--host-queue")) {  // sweep's is a list of depths
-    add_count_or_auto(app, "--host-queue", o.host_queue, o.host_queue_auto, 4096, "depth",
-                      "finished batches waiting for the delivery thread (which copies them to the device), or auto: "
-                      "deeper, up to --max-host-queue, while the consumer waits on batches held up behind a slow one "
-                      "(default: 2)");
-    option("--max-host-queue", o.max_host_queue,
-           "with --host-queue auto: the deepest it may go; the memory check counts its buffers, allocated as the "
-           "depth grows (default: " + std::to_string(kDefaultHostQueueCeiling) + ")")
-        ->check(range(1, 4096));
-  }
-  if (!app.get_option_no_throw("--device-queue")) {  // sweep's is a list of depths
-    add_count_or_auto(app, "--device-queue", o.device_queue, o.device_queue_auto, 4096, "depth",
-                      "transferred batches waiting for the consumer, or auto: deeper, up to --max-device-queue, while "
-                      "the consumer waits on batches the transfer could have moved earlier had the queue had room (a "
-                      "consumer whose steps come in bursts) (default: 2)");
-    option("--max-device-queue", o.max_device_queue,
-           "with --device-queue auto: the deepest it may go; the memory check counts its buffers and device slots, "
-           "allocated as the depth grows (default: " + std::to_string(kDefaultDeviceQueueCeiling) + ")")
-        ->check(range(1, 4096));
-  }
+  // A count that also takes "auto", and the --max-NAME ceiling auto goes up
+  // to; sweep's own lists of counts keep their meaning.
+  const auto tuned_count = [&](const std::string& name, std::size_t& count, bool& is_auto, std::size_t& ceiling,
+                               std::size_t max, const std::string& noun, const std::string& help,
+                               const std::string& ceiling_help) {
+    if (app.get_option_no_throw(name)) return;
+    add_count_or_auto(app, name, count, is_auto, max, noun, help);
+    option("--max-" + name.substr(2), ceiling, ceiling_help)->check(range(1, max));
+  };
+  tuned_count("--workers", o.workers, o.workers_auto, o.max_workers, Config::kMaxWorkers, "count",
+              "decode/augment worker threads, or auto: the pipeline runs as many of --max-workers as raise images/s "
+              "while half a core is free, fewer when the consumer is the limit (default: the core count)",
+              "with --workers auto: the most worker threads it may run (default: twice the cores, " +
+                  std::to_string(default_worker_ceiling()) + " here)");
+  tuned_count("--host-queue", o.host_queue, o.host_queue_auto, o.max_host_queue, 4096, "depth",
+              "finished batches waiting for the delivery thread (which copies them to the device), or auto: deeper, "
+              "up to --max-host-queue, while the consumer waits on batches held up behind a slow one (default: 2)",
+              "with --host-queue auto: the deepest it may go; the memory check counts its buffers, allocated as the "
+              "depth grows (default: " + std::to_string(kDefaultHostQueueCeiling) + ")");
+  tuned_count("--device-queue", o.device_queue, o.device_queue_auto, o.max_device_queue, 4096, "depth",
+              "transferred batches waiting for the consumer, or auto: deeper, up to --max-device-queue, while the "
+              "consumer waits on batches the transfer could have moved earlier had the queue had room (a consumer "
+              "whose steps come in bursts) (default: 2)",
+              "with --device-queue auto: the deepest it may go; the memory check counts its buffers and device "
+              "slots, allocated as the depth grows (default: " + std::to_string(kDefaultDeviceQueueCeiling) + ")");
   if (app.get_option_no_throw("--max-workers") || app.get_option_no_throw("--max-host-queue") ||
       app.get_option_no_throw("--max-device-queue")) {
     app.final_callback([&o] {
-      if (o.max_workers && !o.workers_auto) throw UsageError("--max-workers: only with --workers auto");
-      if (o.workers_auto) o.workers = o.max_workers ? o.max_workers : default_worker_ceiling();
-      if (o.max_host_queue && !o.host_queue_auto) throw UsageError("--max-host-queue: only with --host-queue auto");
-      if (o.host_queue_auto) o.host_queue = o.max_host_queue ? o.max_host_queue : kDefaultHostQueueCeiling;
-      if (o.max_device_queue && !o.device_queue_auto) {
-        throw UsageError("--max-device-queue: only with --device-queue auto");
-      }
-      if (o.device_queue_auto) o.device_queue = o.max_device_queue ? o.max_device_queue : kDefaultDeviceQueueCeiling;
+      // Under auto the count is the ceiling: --max-NAME's, or the default one.
+      const auto settle = [](const char* name, bool is_auto, std::size_t ceiling, std::size_t& count,
+                             std::size_t fallback) {
+        if (ceiling && !is_auto) throw UsageError(std::string("--max-") + name + ": only with --" + name + " auto");
+        if (is_auto) count = ceiling ? ceiling : fallback;
+      };
+      settle("workers", o.workers_auto, o.max_workers, o.workers, default_worker_ceiling());
+      settle("host-queue", o.host_queue_auto, o.max_host_queue, o.host_queue, kDefaultHostQueueCeiling);
+      settle("device-queue", o.device_queue_auto, o.max_device_queue, o.device_queue, kDefaultDeviceQueueCeiling);
     });
   }
   option("--batch", o.batch, "samples per batch")->check(range(1, Config::kMaxBatchSize));

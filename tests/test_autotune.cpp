@@ -439,9 +439,11 @@ struct StalledRun {
   PipelineStats stats;
   std::size_t buffers = 0;
 };
-StalledRun stalled_run(const Config& c, std::size_t n) {
+// Runs `stages` over n samples, the consumer calling step(k) after the k-th
+// batch (from 1), with the pool's allocations counted.
+template <class Step>
+StalledRun counted_run(const Config& c, std::size_t n, StageFunctions stages, Step step) {
   auto buffers = std::make_shared<std::atomic<std::size_t>>(0);
-  StageFunctions stages{[](Sample& s) { sleepy_fill(s, std::chrono::microseconds(s.index % 256 == 0 ? 60200 : 200)); }};
   const auto plain = stages.allocator.allocate;
   stages.allocator.allocate = [plain, buffers](std::size_t bytes) {
     ++*buffers;
@@ -449,13 +451,19 @@ StalledRun stalled_run(const Config& c, std::size_t n) {
   };
   StalledRun r;
   Pipeline p(c, n, std::move(stages));
+  std::size_t k = 0;
   while (auto b = p.next()) {
     r.digests[{(*b)->epoch, (*b)->index}] = batch_digest(**b);
-    std::this_thread::sleep_for(std::chrono::milliseconds(4));
+    step(++k);
   }
   r.stats = p.stats();
   r.buffers = *buffers;
   return r;
+}
+
+StalledRun stalled_run(const Config& c, std::size_t n) {
+  StageFunctions stages{[](Sample& s) { sleepy_fill(s, std::chrono::microseconds(s.index % 256 == 0 ? 60200 : 200)); }};
+  return counted_run(c, n, std::move(stages), [](std::size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(4)); });
 }
 }  // namespace
 
@@ -552,24 +560,11 @@ namespace {
 // steps). The transfer keeps up on average (16 ms of it to 40 ms of steps),
 // but with 2 batches queued after a long step the next 13 wait for it.
 StalledRun bursty_run(const Config& c, std::size_t n) {
-  auto buffers = std::make_shared<std::atomic<std::size_t>>(0);
   StageFunctions stages{[](Sample& s) { sleepy_fill(s, std::chrono::microseconds(20)); }};
   stages.transfer = [](Batch&) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
-  const auto plain = stages.allocator.allocate;
-  stages.allocator.allocate = [plain, buffers](std::size_t bytes) {
-    ++*buffers;
-    return plain(bytes);
-  };
-  StalledRun r;
-  Pipeline p(c, n, std::move(stages));
-  std::size_t step = 0;
-  while (auto b = p.next()) {
-    r.digests[{(*b)->epoch, (*b)->index}] = batch_digest(**b);
-    if (++step % 16 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
-  }
-  r.stats = p.stats();
-  r.buffers = *buffers;
-  return r;
+  return counted_run(c, n, std::move(stages), [](std::size_t k) {
+    if (k % 16 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  });
 }
 }  // namespace
 
