@@ -50,6 +50,7 @@ class FaultyDevice final : public Device {
  public:
   explicit FaultyDevice(std::shared_ptr<Device> inner) : inner_(std::move(inner)) {}
   std::atomic<int> copies_before_error{-1};   // copy_to_device throws when this reaches 0
+  std::atomic<int> allocations_before_error{-1};  // allocate (device memory) throws when this reaches 0
   std::atomic<bool> fail_cpu_records{false};  // record on the CPU consumer's stream throws
   std::atomic<bool> fail_cpu_waits{false};    // wait on the CPU consumer's stream throws
   std::atomic<bool> skip_waits{false};
@@ -86,7 +87,12 @@ class FaultyDevice final : public Device {
   void bind_thread() override { inner_->bind_thread(); }
   void* allocate_host(std::size_t bytes) override { return inner_->allocate_host(bytes); }
   void free_host(void* p) noexcept override { inner_->free_host(p); }
-  std::unique_ptr<Buffer> allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
+  std::unique_ptr<Buffer> allocate(std::size_t bytes) override {
+    if (allocations_before_error-- == 0) {
+      throw DeviceError("cudaMalloc(...) at cuda/fake.cu:5: out of memory (injected)");
+    }
+    return inner_->allocate(bytes);
+  }
   std::unique_ptr<Stream> create_stream() override { return inner_->create_stream(); }
   std::unique_ptr<Event> create_event(EventKind k) override { return inner_->create_event(k); }
   std::unique_ptr<Stream> wrap_stream(void* s) override { return inner_->wrap_stream(s); }

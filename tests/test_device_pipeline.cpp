@@ -164,6 +164,48 @@ TEST_CASE("device pipeline: a tuned device queue adds slots as it deepens, and e
   task.get();
 }
 
+TEST_CASE("device pipeline: a tuned device queue the device has no memory for stays where it is, and the run goes on",
+          "[device][pipeline][autotune]") {
+  DeviceConfig dc;
+  dc.link_gbps = 0.01;  // as above: a copy of a batch takes about 1 ms
+  auto device = std::make_shared<FaultyDevice>(host_device(dc));
+  device->allocations_before_error = 4;  // the start's 4 slots, then none
+  Config cfg = small_config(2, 2, 0);
+  cfg.batch_size = 8;
+  cfg.sample_bytes = 1250;
+  cfg.epochs = 1;
+  cfg.tune_window_ms = 50;
+  cfg.tune_device_queue = true;
+  cfg.device_queue_depth = 12;
+  const std::size_t dataset = 1600;
+  auto task = std::async(std::launch::async, [&] {
+    DevicePipeline dp(cfg, dataset, test::fill_pattern, TransferConfig{}, device);
+    std::size_t samples = 0, wrong = 0, step = 0;
+    while (auto b = dp.next()) {
+      const Batch& h = b->host();
+      for (std::size_t j = 0; j < b->size(); ++j) {
+        const auto* p = static_cast<const std::byte*>(b->data()) + j * cfg.sample_bytes;
+        if (!sample_matches(cfg.seed, h.epoch, h.indices[j], p, cfg.sample_bytes)) ++wrong;
+      }
+      samples += b->size();
+      if (++step % 16 == 0) std::this_thread::sleep_for(40ms);
+    }
+    const PipelineStats s = dp.stats();
+    INFO(s.table());
+    CHECK(wrong == 0);
+    CHECK(samples == dataset);
+    const PipelineStats::QueueTuning& q = s.device_queue_tuning;
+    CHECK(q.depth == 2);
+    CHECK(dp.device_slots() == 4);
+    REQUIRE(q.decisions.size() == 1);  // tuning stops after the refusal
+    CHECK(q.decisions[0].from == 2);
+    CHECK(q.decisions[0].to == 2);
+    CHECK(q.decisions[0].reason.rfind("stays: device pool: cudaMalloc(...)", 0) == 0);
+  });
+  REQUIRE(task.wait_for(120s) == std::future_status::ready);
+  task.get();
+}
+
 TEST_CASE("device pipeline normalizes on the transfer stream into NCHW", "[device][pipeline][normalize]") {
   auto device = host_device();
   Config cfg = small_config(2, 2, 2);
