@@ -424,6 +424,14 @@ double pool_waits(const PipelineStats& s) {
   }
   return 0.0;
 }
+
+// A tuner's change into its log (the caller holds tune_mu_): the latest
+// kMaxTuneDecisions kept, every one counted.
+void log_change(std::vector<TuneDecision>& log, std::uint64_t& changes, TuneDecision d) {
+  if (log.size() == PipelineStats::kMaxTuneDecisions) log.erase(log.begin());
+  log.push_back(std::move(d));
+  ++changes;
+}
 }  // namespace
 
 void Pipeline::tuner_main() {
@@ -526,9 +534,7 @@ void Pipeline::tuner_main() {
       decision.at_s = now.wall_s;
       {
         std::lock_guard lk(tune_mu_);
-        if (tuning_.size() == PipelineStats::kMaxTuneDecisions) tuning_.erase(tuning_.begin());
-        tuning_.push_back(std::move(decision));
-        ++tune_changes_;
+        log_change(tuning_, tune_changes_, std::move(decision));
       }
       {
         std::lock_guard lk(mu_);
@@ -562,9 +568,7 @@ bool Pipeline::deepen(TunedQueue queue, std::size_t depth, TuneDecision d) {
   if (grown && !host) device_queue_.widen(more);
   std::lock_guard lk(tune_mu_);
   if (grown) tuned.depth = depth;
-  if (tuned.decisions.size() == PipelineStats::kMaxTuneDecisions) tuned.decisions.erase(tuned.decisions.begin());
-  tuned.decisions.push_back(std::move(d));
-  ++tuned.changes;
+  log_change(tuned.decisions, tuned.changes, std::move(d));
   return grown;
 }
 

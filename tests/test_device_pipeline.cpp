@@ -112,16 +112,13 @@ TEST_CASE("device pipeline on the host backend delivers every sample intact unde
   }
 }
 
-TEST_CASE("device pipeline: a tuned device queue adds slots as it deepens, and every sample arrives intact once",
-          "[device][pipeline][autotune]") {
-  // A copy of 8 x 1,250 bytes over a 0.01 GB/s link takes about 1 ms; the
-  // consumer's steps come in bursts (every 16th takes 40 ms, the others
-  // none), so with 2 batches queued after a long step the next ones wait
-  // for the transfer, which had waited for a free slot meanwhile.
-  DeviceConfig dc;
-  dc.poison_released = true;  // a slot reused too early would show as wrong bytes
-  dc.link_gbps = 0.01;
-  auto device = host_device(dc);
+namespace {
+// The tuned device queue's workload: a copy of 8 x 1,250 bytes over a
+// 0.01 GB/s link takes about 1 ms, and the consumer's steps come in bursts
+// (every 16th takes 40 ms, the others none), so with 2 batches queued after
+// a long step the next ones wait for the transfer, which had waited for a
+// free slot meanwhile. Depth from 2 up to 12.
+Config bursty_config() {
   Config cfg = small_config(2, 2, 0);
   cfg.batch_size = 8;
   cfg.sample_bytes = 1250;
@@ -129,30 +126,56 @@ TEST_CASE("device pipeline: a tuned device queue adds slots as it deepens, and e
   cfg.tune_window_ms = 50;
   cfg.tune_device_queue = true;
   cfg.device_queue_depth = 12;  // the ceiling
+  return cfg;
+}
+
+struct BurstyRun {
+  std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;  // how often each (epoch, index) came
+  std::size_t wrong = 0;  // samples whose bytes or label are not fill_pattern's
+};
+
+// Takes every batch of `dp` as the bursty consumer does.
+BurstyRun consume_in_bursts(DevicePipeline& dp, const Config& cfg) {
+  BurstyRun r;
+  std::size_t step = 0;
+  while (auto b = dp.next()) {
+    const Batch& h = b->host();
+    for (std::size_t j = 0; j < b->size(); ++j) {
+      ++r.seen[{h.epoch, h.indices[j]}];
+      const auto* p = static_cast<const std::byte*>(b->data()) + j * cfg.sample_bytes;
+      if (!sample_matches(cfg.seed, h.epoch, h.indices[j], p, cfg.sample_bytes) ||
+          b->labels()[j] != std::int64_t(h.indices[j] * 3)) {
+        ++r.wrong;
+      }
+    }
+    if (++step % 16 == 0) std::this_thread::sleep_for(40ms);
+  }
+  return r;
+}
+
+void check_each_sample_once(const BurstyRun& r, std::size_t dataset) {
+  CHECK(r.wrong == 0);
+  CHECK(r.seen.size() == dataset);
+  for (auto& [key, count] : r.seen) REQUIRE(count == 1);
+}
+}  // namespace
+
+TEST_CASE("device pipeline: a tuned device queue adds slots as it deepens, and every sample arrives intact once",
+          "[device][pipeline][autotune]") {
+  DeviceConfig dc;
+  dc.poison_released = true;  // a slot reused too early would show as wrong bytes
+  dc.link_gbps = 0.01;
+  auto device = host_device(dc);
+  const Config cfg = bursty_config();
   const std::size_t dataset = 2400;
   auto task = std::async(std::launch::async, [&] {
     DevicePipeline dp(cfg, dataset, test::fill_pattern, TransferConfig{}, device);
     REQUIRE(dp.device_slots() == 4);  // the start's: depth 2 + 2
     REQUIRE(dp.max_held() == 4);
-    std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
-    std::size_t wrong = 0, step = 0;
-    while (auto b = dp.next()) {
-      const Batch& h = b->host();
-      for (std::size_t j = 0; j < b->size(); ++j) {
-        ++seen[{h.epoch, h.indices[j]}];
-        const auto* p = static_cast<const std::byte*>(b->data()) + j * cfg.sample_bytes;
-        if (!sample_matches(cfg.seed, h.epoch, h.indices[j], p, cfg.sample_bytes) ||
-            b->labels()[j] != std::int64_t(h.indices[j] * 3)) {
-          ++wrong;
-        }
-      }
-      if (++step % 16 == 0) std::this_thread::sleep_for(40ms);
-    }
+    const BurstyRun r = consume_in_bursts(dp, cfg);
     const PipelineStats s = dp.stats();
     INFO(s.table());
-    CHECK(wrong == 0);
-    CHECK(seen.size() == dataset);
-    for (auto& [key, count] : seen) REQUIRE(count == 1);
+    check_each_sample_once(r, dataset);
     const PipelineStats::QueueTuning& q = s.device_queue_tuning;
     CHECK(q.depth > 2);
     CHECK(dp.device_slots() == q.depth + 2);
@@ -170,30 +193,14 @@ TEST_CASE("device pipeline: a tuned device queue the device has no memory for st
   dc.link_gbps = 0.01;  // as above: a copy of a batch takes about 1 ms
   auto device = std::make_shared<FaultyDevice>(host_device(dc));
   device->allocations_before_error = 4;  // the start's 4 slots, then none
-  Config cfg = small_config(2, 2, 0);
-  cfg.batch_size = 8;
-  cfg.sample_bytes = 1250;
-  cfg.epochs = 1;
-  cfg.tune_window_ms = 50;
-  cfg.tune_device_queue = true;
-  cfg.device_queue_depth = 12;
+  const Config cfg = bursty_config();
   const std::size_t dataset = 1600;
   auto task = std::async(std::launch::async, [&] {
     DevicePipeline dp(cfg, dataset, test::fill_pattern, TransferConfig{}, device);
-    std::size_t samples = 0, wrong = 0, step = 0;
-    while (auto b = dp.next()) {
-      const Batch& h = b->host();
-      for (std::size_t j = 0; j < b->size(); ++j) {
-        const auto* p = static_cast<const std::byte*>(b->data()) + j * cfg.sample_bytes;
-        if (!sample_matches(cfg.seed, h.epoch, h.indices[j], p, cfg.sample_bytes)) ++wrong;
-      }
-      samples += b->size();
-      if (++step % 16 == 0) std::this_thread::sleep_for(40ms);
-    }
+    const BurstyRun r = consume_in_bursts(dp, cfg);
     const PipelineStats s = dp.stats();
     INFO(s.table());
-    CHECK(wrong == 0);
-    CHECK(samples == dataset);
+    check_each_sample_once(r, dataset);
     const PipelineStats::QueueTuning& q = s.device_queue_tuning;
     CHECK(q.depth == 2);
     CHECK(dp.device_slots() == 4);
