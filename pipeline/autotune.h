@@ -164,6 +164,11 @@ class QueueTuner {
   static constexpr double kSlack = 0.05;
   static constexpr double kDeliveryBusy = 0.75;
   static constexpr double kBehindWorkers = 0.5;
+  // The queue tuners' window is Config::tune_window_ms over this: half the
+  // worker tuner's, since a wait shows at once where a rate needs time to
+  // settle, so the first step comes early in a run (0.15 s in by default). A
+  // shorter one often holds a single burst, too little to size the step by.
+  static constexpr int kWindowShare = 2;
 
   // start: the first depth; ceiling: the most, >= start >= 1.
   QueueTuner(TunedQueue queue, std::size_t start, std::size_t ceiling);

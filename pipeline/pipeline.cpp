@@ -445,6 +445,11 @@ void Pipeline::tuner_main() {
       queues.emplace_back(TunedQueue::device, config_.device_queue_start(), config_.device_queue_depth);
     }
     const auto window = std::chrono::milliseconds(config_.tune_window_ms);
+    // The queue tuners decide on shorter windows (QueueTuner::kWindowShare of
+    // it): a wait a deeper queue would have absorbed shows at once, while the
+    // worker tuner compares rates, which need the whole window.
+    const auto queue_window =
+        queues.empty() ? window : std::max(std::chrono::milliseconds(5), window / QueueTuner::kWindowShare);
     // Each window is measured from a quarter window after the change before
     // it (or the start): the queues refill, woken workers start their decoders.
     const auto settle = window / 4;
@@ -453,9 +458,26 @@ void Pipeline::tuner_main() {
       return !idle_cv_.wait_for(lk, t, [&] { return stopping_; });
     };
     if (!wait(settle)) return;
-    PipelineStats before = stats();
+    PipelineStats before = stats();          // the queue tuners' window began here
+    PipelineStats workers_before = before;   // the worker tuner's
+    // After a change both windows start again, a quarter window on.
+    const auto restart = [&] {
+      if (!wait(settle)) return false;
+      before = workers_before = stats();
+      return true;
+    };
+    // The consumer's pace from `from` to `to`: from batch to batch, not over
+    // the window (whole batches in a fixed window would be off by up to one
+    // batch in a dozen). A span much longer than the window held a pause (the
+    // consumer away): its mean is no pace.
+    const auto consumer_rate = [](const PipelineStats& from, const PipelineStats& to) {
+      const double between = to.last_delivery_s - from.last_delivery_s;
+      const double wall = to.wall_s - from.wall_s;
+      if (from.last_delivery_s <= 0 || between <= 0 || between > 2 * wall) return 0.0;
+      return double(to.samples - from.samples) / between;
+    };
     for (;;) {
-      if (!wait(window)) return;
+      if (!wait(queue_window)) return;
       if ((cursor_.load(std::memory_order_relaxed) >> kSlotBits) >= plan_.total()) {
         // Every sample of the plan is claimed: nothing left to tune. Parked
         // workers are released to find the plan's end and return.
@@ -467,22 +489,11 @@ void Pipeline::tuner_main() {
         return;
       }
       const PipelineStats now = stats();
-      const PipelineStats d = now.since(before);
-      const StageStats& workers = d.stages.front();  // stats() lists the workers first
-      // From batch to batch, not over the window: whole batches in a fixed
-      // window would be off by up to one batch in a dozen.
-      // A span much longer than the window held a pause (the consumer away):
-      // its mean is no pace.
-      double consumer_rate = 0;
-      const double between = now.last_delivery_s - before.last_delivery_s;
-      if (before.last_delivery_s > 0 && between > 0 && between <= 2 * d.wall_s) {
-        consumer_rate = double(d.samples) / between;
-      }
-      const PipelineStats prior = std::exchange(before, now);
       if (!queues.empty()) {
         // One change a window: a deeper queue is tried before the worker
         // count moves, since a consumer held up by a slow batch would make
         // the worker tuner's rates noise.
+        const PipelineStats d = now.since(before);
         QueueWindow q;
         q.consumer_seen = d.batches > 0;
         for (const StageStats& st : d.stages) {
@@ -499,7 +510,7 @@ void Pipeline::tuner_main() {
         // The pool's waits (queue figures count from the start: the window's
         // is the difference), summed over the workers that waited: the share
         // of the window the pool stood empty, near enough, up to 1.
-        q.buffer_wait = d.wall_s > 0 ? std::min(1.0, (pool_waits(now) - pool_waits(prior)) / d.wall_s) : 0.0;
+        q.buffer_wait = d.wall_s > 0 ? std::min(1.0, (pool_waits(now) - pool_waits(before)) / d.wall_s) : 0.0;
         q.window_s = d.wall_s;
         bool changed = false;
         for (auto it = queues.begin(); it != queues.end(); ++it) {
@@ -509,25 +520,29 @@ void Pipeline::tuner_main() {
           if (depth == had) continue;
           changed = true;
           decision.at_s = now.wall_s;
-          decision.images_per_s = consumer_rate;
+          decision.images_per_s = consumer_rate(before, now);
           if (!deepen(it->queue(), depth, std::move(decision))) queues.erase(it);  // no memory for more: done
           break;
         }
         if (changed) {
-          if (!wait(settle)) return;
-          before = stats();
+          if (!restart()) return;
           continue;
         }
+        before = now;
       }
-      if (!tuner) continue;
+      // The worker tuner's window: whole queue windows, at least `window` long.
+      if (!tuner || now.wall_s - workers_before.wall_s < 0.9 * std::chrono::duration<double>(window).count()) continue;
+      const PipelineStats d = now.since(workers_before);
+      const StageStats& workers = d.stages.front();  // stats() lists the workers first
       TuneWindow w;
       w.active = tuner->active();
       w.images_per_s = d.wall_s > 0 ? double(workers.items) / d.wall_s : 0.0;
-      w.consumer_images_per_s = consumer_rate;
+      w.consumer_images_per_s = consumer_rate(workers_before, now);
       w.busy = workers.busy_fraction();
       w.blocked = workers.blocked_fraction();
       w.cores_used = d.wall_s > 0 ? d.cpu_s / d.wall_s : 0.0;
       w.cores = cores_;
+      workers_before = now;
       TuneDecision decision;
       const std::size_t n = tuner->next(w, &decision);
       if (n == w.active) continue;
@@ -541,8 +556,7 @@ void Pipeline::tuner_main() {
         active_workers_.store(n, std::memory_order_release);
       }
       idle_cv_.notify_all();
-      if (!wait(settle)) return;
-      before = stats();
+      if (!restart()) return;
     }
   } catch (...) {
     fail("tuner", PipelineError::kNoSample, PipelineError::kNoSample, std::current_exception());
