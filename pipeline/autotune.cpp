@@ -7,8 +7,9 @@
 
 namespace conveyor {
 
-WorkerTuner::WorkerTuner(std::size_t ceiling) : ceiling_(ceiling) {
+WorkerTuner::WorkerTuner(std::size_t ceiling, std::size_t start) : ceiling_(ceiling) {
   if (ceiling == 0) throw std::invalid_argument("WorkerTuner: ceiling must be >= 1");
+  active_ = step_ = std::clamp<std::size_t>(start, 1, ceiling);
 }
 
 std::size_t WorkerTuner::change_to(std::size_t n, double rate, const std::string& why, TuneDecision* d) {

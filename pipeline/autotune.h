@@ -14,7 +14,9 @@
 // setup, evaluation) decides nothing.
 //
 // The rules, in order:
-// - Grow while it pays: from one worker, try more (steps 1, 2, 4, ...) while
+// - Grow while it pays: from the start count (one worker a core, as tf.data's
+//   AUTOTUNE starts a map's parallelism), try more (steps of the start count,
+//   then twice that, ...: 2, 4, 8 from 2) while
 //   the workers are not held up downstream (blocked under kBlockedGrow) and
 //   the process leaves half a core free. A step is kept when images/s rose by
 //   a quarter of the step's share (1 -> 2 workers: +25%; 8 -> 9: +3.1%), and
@@ -74,9 +76,9 @@ class WorkerTuner {
   static constexpr double kBlockedGrow = 0.10;    // ... and under this share only, try more
   static constexpr double kFreeCore = 0.5;        // the cores a grow needs left free
 
-  // ceiling: the threads the pipeline started (Config::workers), >= 1. The
-  // first count is 1.
-  explicit WorkerTuner(std::size_t ceiling);
+  // ceiling: the threads the pipeline started (Config::workers), >= 1.
+  // start: the first count, clamped to 1 .. ceiling; the first grow doubles it.
+  explicit WorkerTuner(std::size_t ceiling, std::size_t start = 1);
 
   std::size_t active() const { return active_; }
 

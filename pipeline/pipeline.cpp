@@ -146,7 +146,7 @@ Pipeline::Pipeline(const Config& config, std::size_t dataset_size, StageFunction
       ring_(std::make_unique<OpenBatch[]>(config_.host_buffer_count())),
       ring_size_(config_.host_buffer_count()),
       worker_counters_(std::make_unique<StageCounters[]>(config_.workers)) {
-  active_workers_.store(config_.tune_workers ? 1 : config_.workers, std::memory_order_relaxed);
+  active_workers_.store(config_.tune_workers ? tuned_workers_start() : config_.workers, std::memory_order_relaxed);
   if (config_.tune_host_queue) host_tuned_ = {config_.host_queue_start(), config_.host_queue_depth, 0, {}};
   if (config_.tune_device_queue) device_tuned_ = {config_.device_queue_start(), config_.device_queue_depth, 0, {}};
   if (!stages_.fill) throw std::invalid_argument("pipeline: stages.fill is required");
@@ -437,7 +437,7 @@ void log_change(std::vector<TuneDecision>& log, std::uint64_t& changes, TuneDeci
 void Pipeline::tuner_main() {
   try {
     std::optional<WorkerTuner> tuner;
-    if (config_.tune_workers) tuner.emplace(config_.workers);
+    if (config_.tune_workers) tuner.emplace(config_.workers, tuned_workers_start());
     // One tuner a tuned queue, the host queue's first.
     std::vector<QueueTuner> queues;
     if (config_.tune_host_queue) queues.emplace_back(TunedQueue::host, config_.host_queue_start(), config_.host_queue_depth);

@@ -38,6 +38,7 @@
 // destructor stops and joins every thread it started.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <concepts>
@@ -279,6 +280,9 @@ class Pipeline {
   // false when stopping. The wait is parked time in its counters.
   bool park(std::size_t w, StageCounters& counters, Clock::time_point& mark);
   void tuner_main();                // Config::tune_*: windows, WorkerTuner, QueueTuner
+  // Config::tune_workers' first count: one a core this process may use (as
+  // tf.data's AUTOTUNE starts a map's parallelism), at most Config::workers.
+  std::size_t tuned_workers_start() const { return std::min(config_.workers, std::max<std::size_t>(1, cores_)); }
   // Config::tune_host_queue or tune_device_queue: that queue's depth goes
   // to `depth`, the pool growing by the buffers it adds (and, for the device
   // queue, stages_.deepen_device_queue setting up the rest); logs `d`. False

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "pipeline/autotune.h"
@@ -109,6 +110,22 @@ TEST_CASE("tuner: workers that sleep grow until the consumer is the limit, then 
   REQUIRE(!log.empty());
   CHECK(log.front().from == 1);
   CHECK(log.front().reason.rfind("grow:", 0) == 0);
+}
+
+TEST_CASE("tuner: starts at the count it is given, and its first grow doubles it", "[autotune]") {
+  Model m;
+  m.cpu_per_worker = 0.02;  // sleeping workers
+  m.cap = 550;               // best: 6 workers
+  WorkerTuner t(16, 2);
+  CHECK(t.active() == 2);
+  std::mt19937 rng(1);
+  TuneDecision d;
+  CHECK(t.next(m.window(t.active(), rng), &d) == 4);
+  CHECK(d.from == 2);
+  run_windows(t, m, rng, 60);
+  CHECK(m.rate(t.active()) >= 0.95 * m.best(16).first);
+  CHECK(WorkerTuner(4, 9).active() == 4);  // clamped to the ceiling
+  CHECK(WorkerTuner(4, 0).active() == 1);
 }
 
 TEST_CASE("tuner: CPU-bound workers stop at the cores", "[autotune]") {
@@ -339,14 +356,17 @@ TEST_CASE("pipeline: at the plan's end the tuner stops and releases the parked w
 
 TEST_CASE("pipeline: a tuned pipeline stops promptly with workers parked", "[autotune]") {
   Config c = small_config();
-  c.workers = 6;
+  // More workers than cores: the tuner starts at one a core, the rest park.
+  c.workers = std::thread::hardware_concurrency() + 2;
   c.epochs = 0;
   c.tune_workers = true;
-  c.tune_window_ms = 60000;  // no window ends: five workers stay parked, the tuner waits
+  c.tune_window_ms = 60000;  // no window ends: the extra workers stay parked, the tuner waits
   within_seconds(30, [&] {
     Pipeline p(c, 100, {fill_pattern});
     REQUIRE(p.next());
-    CHECK(p.stats().workers_active == 1);
+    const PipelineStats s = p.stats();
+    CHECK(s.workers_active == s.cores);
+    CHECK(s.workers_active < c.workers);
     CHECK(seconds_to_stop(p) < 1.0);
   });
 }
