@@ -56,8 +56,9 @@ struct Config : SampleOrder {
   // Let the pipeline choose how many of its `workers` threads work, from what
   // it measures (pipeline/autotune.h): it starts all of them, runs one a core
   // at first (at most `workers`), more while images/s rises and half a core
-  // is free, fewer when the workers wait on the stages after them. `workers` is then the ceiling
-  // (the buffer pool is sized for it). Output is the same whatever it chooses.
+  // is free, fewer when the workers wait on the stages after them. `workers`
+  // is then the ceiling (the buffer pool is sized for it). Output is the same
+  // whatever it chooses.
   // Default: false.
   bool tune_workers = false;
 
