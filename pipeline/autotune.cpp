@@ -83,9 +83,22 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
   const double free_cores = double(w.cores) - w.cores_used;
   const bool refused_here = refused_at_ == active_ && refused_windows_ < kRetryWindows;
   if (active_ < ceiling_ && w.blocked < kBlockedGrow && free_cores >= kFreeCore && !refused_here) {
-    const std::size_t to = std::min(ceiling_, active_ + (growing_ ? step_ : 1));
+    const std::size_t stepped = std::min(ceiling_, active_ + (growing_ ? step_ : 1));
+    std::size_t to = stepped;
+    if (growing_ && w.consumer_capacity > 0 && rate > 0) {
+      // The process's CPU per worker: the other threads' too, so an upper bound.
+      const double cpu_each = std::max(w.cores_used / double(active_), 0.01);
+      const double wanted = std::ceil(double(active_) * kJumpMargin * w.consumer_capacity / rate);
+      const double room = double(active_) + std::floor(free_cores / cpu_each);
+      to = std::max(to, std::size_t(std::min({wanted, room, double(ceiling_)})));
+    }
     trial_ = {true, active_, rate, true, consumer_seen};
-    std::snprintf(why, sizeof why, "grow: workers busy %d%%, %.1f of %zu cores free", pct(w.busy), free_cores, w.cores);
+    const int n = std::snprintf(why, sizeof why, "grow: workers busy %d%%, %.1f of %zu cores free", pct(w.busy),
+                                free_cores, w.cores);
+    if (to > stepped && n > 0 && std::size_t(n) < sizeof why) {
+      std::snprintf(why + n, sizeof why - std::size_t(n), ", the consumer could take %.0f images/s",
+                    w.consumer_capacity);
+    }
     return change_to(to, rate, why, d);
   }
   return active_;

@@ -21,7 +21,11 @@
 //   the process leaves half a core free. A step is kept when images/s rose by
 //   a quarter of the step's share (1 -> 2 workers: +25%; 8 -> 9: +3.1%), and
 //   by 2% at least; otherwise the count goes back and the step halves, down
-//   to one worker.
+//   to one worker. In the first climb a step may be larger: as many workers
+//   as the consumer's capacity asks for at the workers' rate each (with
+//   kJumpMargin to spare), as far as the free cores carry them at the CPU
+//   each worker used. Workers that wait on reads (a remote store) use little
+//   CPU and get there in one step; CPU-bound ones stop at the cores.
 // - Give cores back: when the workers wait on the stages after them (the
 //   consumer, the transfer) a quarter of their time or more, try the count
 //   their working share says would do, plus one (n x (1 - blocked), rounded
@@ -56,6 +60,9 @@ struct TuneWindow {
   double blocked = 0;        // their share blocked on the stages after them, 0..1
   double cores_used = 0;     // the whole process's CPU time over the window's wall time
   std::size_t cores = 1;     // the cores the process may run on
+  // Samples the consumer could take per second: those it took over its busy
+  // time, its waits left out (0: unknown).
+  double consumer_capacity = 0;
 };
 
 // A change the tuner made, for stats() and --json.
@@ -75,6 +82,7 @@ class WorkerTuner {
   static constexpr double kBlockedShrink = 0.25;  // workers blocked this share of their time: try fewer
   static constexpr double kBlockedGrow = 0.10;    // ... and under this share only, try more
   static constexpr double kFreeCore = 0.5;        // the cores a grow needs left free
+  static constexpr double kJumpMargin = 1.25;     // a first-climb jump asks this much over the consumer's capacity
 
   // ceiling: the threads the pipeline started (Config::workers), >= 1.
   // start: the first count, clamped to 1 .. ceiling; the first grow doubles it.

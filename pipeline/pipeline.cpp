@@ -542,6 +542,9 @@ void Pipeline::tuner_main() {
       w.blocked = workers.blocked_fraction();
       w.cores_used = d.wall_s > 0 ? d.cpu_s / d.wall_s : 0.0;
       w.cores = cores_;
+      for (const StageStats& st : d.stages) {
+        if (st.name == "consumer" && st.busy_s > 0) w.consumer_capacity = double(d.samples) / st.busy_s;
+      }
       workers_before = now;
       TuneDecision decision;
       const std::size_t n = tuner->next(w, &decision);

@@ -128,6 +128,37 @@ TEST_CASE("tuner: starts at the count it is given, and its first grow doubles it
   CHECK(WorkerTuner(4, 0).active() == 1);
 }
 
+TEST_CASE("tuner: in the first climb, workers that sleep jump to what the consumer can take, CPU-bound ones do not",
+          "[autotune]") {
+  Model m;
+  m.cpu_per_worker = 0.02;  // workers waiting on reads
+  m.cap = 550;              // the consumer takes 550 images/s: best 6 workers
+  WorkerTuner t(16, 2);
+  std::mt19937 rng(1);
+  TuneWindow w = m.window(t.active(), rng);
+  w.consumer_capacity = m.cap;
+  TuneDecision d;
+  // 200 images/s from 2 workers; 550 x 1.25 asks for 7.
+  CHECK(t.next(w, &d) == 7);
+  CHECK(d.reason.find("the consumer could take 550 images/s") != std::string::npos);
+  for (int i = 0; i < 60; ++i) {
+    w = m.window(t.active(), rng);
+    w.consumer_capacity = m.cap;
+    t.next(w, nullptr);
+  }
+  CHECK(m.rate(t.active()) >= 0.95 * m.best(16).first);
+
+  // CPU-bound: 1.25 cores a worker, 1.5 of 4 free: they carry one more, not the 13 asked for, so the
+  // plain doubling step stands.
+  Model cpu;
+  cpu.cores = 4;
+  WorkerTuner c(16, 2);
+  TuneWindow busy = cpu.window(2, rng);
+  busy.cores_used = 2.5;
+  busy.consumer_capacity = 1000;
+  CHECK(c.next(busy, nullptr) == 4);
+}
+
 TEST_CASE("tuner: CPU-bound workers stop at the cores", "[autotune]") {
   for (std::size_t cores : {1u, 2u, 4u, 16u}) {
     Model m;
