@@ -348,10 +348,8 @@ long current_rss_kib() {
 }
 
 double consumer_idle(const PipelineStats& s) {
-  for (const auto& st : s.stages) {
-    if (st.name == "consumer") return st.starved_fraction();
-  }
-  return 0;
+  const StageStats* consumer = s.stage("consumer");
+  return consumer ? consumer->starved_fraction() : 0;
 }
 
 std::string gnuplot_quote(const std::string& s) {

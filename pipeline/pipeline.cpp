@@ -496,16 +496,14 @@ void Pipeline::tuner_main() {
         const PipelineStats d = now.since(before);
         QueueWindow q;
         q.consumer_seen = d.batches > 0;
-        for (const StageStats& st : d.stages) {
-          if (st.name == "consumer") {
-            q.consumer_starved = st.starved_fraction();
-            q.consumer_step_s = st.items > 0 ? st.busy_s / double(st.items) : 0.0;
-          }
-          if (st.name == kDeliveryStage) {
-            q.delivery_busy = st.busy_fraction();
-            q.delivery_starved = st.starved_fraction();
-            q.delivery_blocked = st.blocked_fraction();
-          }
+        if (const StageStats* consumer = d.stage("consumer")) {
+          q.consumer_starved = consumer->starved_fraction();
+          q.consumer_step_s = consumer->items > 0 ? consumer->busy_s / double(consumer->items) : 0.0;
+        }
+        if (const StageStats* delivery = d.stage(kDeliveryStage)) {
+          q.delivery_busy = delivery->busy_fraction();
+          q.delivery_starved = delivery->starved_fraction();
+          q.delivery_blocked = delivery->blocked_fraction();
         }
         // The pool's waits (queue figures count from the start: the window's
         // is the difference), summed over the workers that waited: the share
@@ -542,8 +540,8 @@ void Pipeline::tuner_main() {
       w.blocked = workers.blocked_fraction();
       w.cores_used = d.wall_s > 0 ? d.cpu_s / d.wall_s : 0.0;
       w.cores = cores_;
-      for (const StageStats& st : d.stages) {
-        if (st.name == "consumer" && st.busy_s > 0) w.consumer_capacity = double(d.samples) / st.busy_s;
+      if (const StageStats* consumer = d.stage("consumer"); consumer && consumer->busy_s > 0) {
+        w.consumer_capacity = double(d.samples) / consumer->busy_s;
       }
       workers_before = now;
       TuneDecision decision;

@@ -52,6 +52,8 @@ Pace pace_setter(const std::vector<StageStats>& stages) {
 }
 }  // namespace
 
+const StageStats* PipelineStats::stage(std::string_view name) const { return find_stage(stages, name); }
+
 double PipelineStats::busy_s(std::string_view name) const {
   double busy = 0;
   for (const StageStats& stage : stages) busy += stage.name == name ? stage.busy_s : 0;

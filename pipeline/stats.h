@@ -272,6 +272,8 @@ struct PipelineStats {
   // while it waits for a core, and workers that wait on reads (busy, yet idle)
   // are helped by more.
   std::string bottleneck_summary() const;
+  // The stage named `name` ("consumer", kDeliveryStage, ...), or nullptr.
+  const StageStats* stage(std::string_view name) const;
   // The busy seconds of the stage named `name` (0 when there is none), e.g.
   // the workers' beside their wait on the network (network_bottleneck).
   double busy_s(std::string_view name) const;
