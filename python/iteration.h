@@ -15,6 +15,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#ifdef __GLIBCXX__
+#include <cxxabi.h>
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -42,24 +46,34 @@ extern std::atomic<unsigned long> finalizing_thread;
 
 // Lets the GIL go for a blocking call, as py::gil_scoped_release does. At
 // interpreter exit a daemon thread that takes the GIL back is ended with
-// pthread_exit, whose unwinding through pybind11's noexcept frames aborts the
-// whole process ("terminate called without an active exception"); such a
-// thread parks here instead, and the process ends around it. The finalizing
-// thread itself (closing a Loader from a `with` block of a generator left
-// open, say) takes the GIL back as usual.
+// pthread_exit, whose unwinding through this destructor (noexcept, as every
+// destructor) would abort the whole process ("terminate called without an
+// active exception"). Such a thread parks instead, and the process ends
+// around it: before asking for the GIL when the interpreter is finalizing
+// already, and when it started finalizing while the thread waited for the GIL
+// (the unwinding is caught here and never finishes, as Python 3.14 itself
+// parks such threads). The finalizing thread itself (closing a Loader from a
+// `with` block of a generator left open, say) takes the GIL back as usual.
 class NoGil {
  public:
   NoGil() : state_(PyEval_SaveThread()) {}
   ~NoGil() {
-    while (finalizing() && PyThread_get_thread_ident() != finalizing_thread.load()) {
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+    while (finalizing() && PyThread_get_thread_ident() != finalizing_thread.load()) park();
+#ifdef __GLIBCXX__
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (abi::__forced_unwind&) {  // pthread_exit from inside: never rethrown, so never resumed
+      for (;;) park();
     }
+#else
     PyEval_RestoreThread(state_);
+#endif
   }
   NoGil(const NoGil&) = delete;
   NoGil& operator=(const NoGil&) = delete;
 
  private:
+  static void park() { std::this_thread::sleep_for(std::chrono::seconds(1)); }
   static bool finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
     return Py_IsFinalizing() != 0;
