@@ -296,9 +296,9 @@ void add_restart_markers_to(PackItem& item) {
   item.kept = true;
 }
 
-// The restart re-encode of items[0, n) on every core: it costs about four
-// times a decode (libjpeg reads the coefficients, then writes them twice to
-// optimize the Huffman tables), where reading and writing cost little.
+// The restart re-encode of items[0, n) on every core: it costs about twice a
+// decode (libjpeg reads every coefficient and writes them again), where
+// reading and writing cost little.
 void add_restart_markers_to(std::vector<PackItem>& items, std::size_t n) {
   const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), unsigned(n)));
   std::vector<std::exception_ptr> errors(threads);

@@ -19,7 +19,9 @@ extern "C" void conveyor_jpeg_fail(j_common_ptr c) {
 }
 
 extern "C" void conveyor_jpeg_warn(j_common_ptr c, int level) {
-  if (level == -1 && (c->err->msg_code == JWRN_JPEG_EOF || c->err->msg_code == JWRN_HIT_MARKER)) conveyor_jpeg_fail(c);
+  if (level != -1) return;  // trace messages
+  if (c->err->msg_code == JWRN_JPEG_EOF || c->err->msg_code == JWRN_HIT_MARKER) conveyor_jpeg_fail(c);
+  ++c->err->num_warnings;
 }
 
 }  // namespace conveyor::detail

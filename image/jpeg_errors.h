@@ -25,7 +25,8 @@ extern "C" void conveyor_jpeg_fail(j_common_ptr c);
 
 // emit_message: libjpeg pads a truncated file with grey and only warns. Missing
 // data is an error here, so truncation is never delivered as a half-grey image;
-// other warnings (e.g. stray bytes between markers) are tolerated, as PIL does.
+// other warnings (e.g. stray bytes between markers) are tolerated, as PIL does,
+// and counted in pub.num_warnings as libjpeg's own handler counts them.
 extern "C" void conveyor_jpeg_warn(j_common_ptr c, int level);
 
 }  // namespace conveyor::detail

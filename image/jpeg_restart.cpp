@@ -1,6 +1,7 @@
 #include "image/jpeg_restart.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -57,6 +58,7 @@ struct Transcode {
   unsigned char* bytes = nullptr;  // malloc'd, grown by realloc; freed here
   std::size_t capacity = 0, size = 0;
   std::uint64_t max_pixels = 0;
+  bool keep_file_tables = true;  // false: libjpeg's optimize pass makes every table
   enum class Outcome { written, not_sequential, over_limit } outcome = Outcome::written;
   ~Transcode() {
     jpeg_destroy_compress(&out);
@@ -91,6 +93,166 @@ extern "C" void transcode_dest_term(j_compress_ptr c) {
 
 bool is_marker(const jpeg_saved_marker_ptr m, int code, const char* tag, unsigned tag_length) {
   return m->marker == code && m->data_length >= tag_length && std::memcmp(m->data, tag, tag_length) == 0;
+}
+
+// ---- Huffman tables without libjpeg's optimize pass. optimize_coding makes
+// libjpeg count every coefficient of the image before it writes (jchuff.c's
+// htest_one_block), which was half of pack's time. A lossless re-encode needs
+// little of it: its AC symbols are the file's own (the same coefficients, and
+// the standard codes a block's coefficients one way only), so the file's AC
+// tables serve as they are; only the DC differences change (each interval
+// starts from a predictor of 0), and they are counted from the blocks' DC
+// values alone.
+
+// Whether the file's AC tables can code the re-encode: each component has one,
+// holding the end-of-block symbol (the re-encode ends blocks with it where the
+// file may have run out with zero runs, and codes the padding blocks of partial
+// MCUs with it), and the decode saw no corrupt data (whose blocks libjpeg fills
+// in with symbols the file never had). libjpeg-turbo's encoder does not check
+// that a symbol has a code, so this must hold before the tables are kept.
+bool file_ac_tables_fit(const jpeg_decompress_struct& in) {
+  if (in.err->num_warnings != 0) return false;
+  for (int ci = 0; ci < in.num_components; ++ci) {
+    const JHUFF_TBL* table = in.ac_huff_tbl_ptrs[in.comp_info[ci].ac_tbl_no];
+    if (table == nullptr) return false;
+    int symbols = 0;
+    for (int length = 1; length <= 16; ++length) symbols += table->bits[length];
+    if (std::find(table->huffval, table->huffval + std::min(symbols, 256), 0) == table->huffval + std::min(symbols, 256)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+constexpr int kDcCategories = 12;  // differences of up to 11 bits, 8-bit samples' limit
+
+// How often each DC category (the bit length of a difference) is coded by a
+// re-encode with a restart every `interval` MCUs, per DC table, walking the
+// blocks in the order jctrans.c writes them. Padding blocks of a partial MCU
+// copy the block before them: a difference of 0. False for a difference over 11
+// bits (the optimize pass then rejects the file as it always did). Only libjpeg
+// calls and trivial locals: libjpeg may longjmp out.
+bool count_dc(j_decompress_ptr in, jvirt_barray_ptr* coefficients, unsigned interval,
+              long (&counts)[NUM_HUFF_TBLS][kDcCategories]) {
+  const bool one = in->num_components == 1;  // a non-interleaved scan: one block an MCU
+  const jpeg_component_info* first = &in->comp_info[0];
+  const JDIMENSION per_row = one ? first->width_in_blocks
+                                 : (in->image_width + JDIMENSION(8 * in->max_h_samp_factor) - 1) /
+                                       JDIMENSION(8 * in->max_h_samp_factor);
+  const JDIMENSION rows = one ? first->height_in_blocks
+                              : (in->image_height + JDIMENSION(8 * in->max_v_samp_factor) - 1) /
+                                    JDIMENSION(8 * in->max_v_samp_factor);
+  int last[MAX_COMPONENTS] = {};
+  JBLOCKARRAY blocks[MAX_COMPONENTS] = {};
+  unsigned to_restart = interval;
+  for (JDIMENSION row = 0; row < rows; ++row) {
+    for (int ci = 0; ci < in->num_components; ++ci) {
+      const JDIMENSION tall = one ? 1 : JDIMENSION(in->comp_info[ci].v_samp_factor);
+      blocks[ci] = (*in->mem->access_virt_barray)(reinterpret_cast<j_common_ptr>(in), coefficients[ci], row * tall, tall, FALSE);
+    }
+    for (JDIMENSION column = 0; column < per_row; ++column) {
+      if (to_restart == 0) {
+        std::fill(last, last + MAX_COMPONENTS, 0);
+        to_restart = interval;
+      }
+      --to_restart;
+      for (int ci = 0; ci < in->num_components; ++ci) {
+        const jpeg_component_info& c = in->comp_info[ci];
+        const JDIMENSION wide = one ? 1 : JDIMENSION(c.h_samp_factor), tall = one ? 1 : JDIMENSION(c.v_samp_factor);
+        for (JDIMENSION y = 0; y < tall; ++y) {
+          for (JDIMENSION x = 0; x < wide; ++x) {
+            const JDIMENSION bx = column * wide + x, by = row * tall + y;
+            int category = 0;
+            if (bx < c.width_in_blocks && by < c.height_in_blocks) {
+              const int dc = blocks[ci][y][bx][0];
+              category = std::bit_width(unsigned(std::abs(dc - last[ci])));
+              last[ci] = dc;
+              if (category >= kDcCategories) return false;
+            }
+            ++counts[c.dc_tbl_no][category];
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// An optimal JPEG Huffman table for the DC categories counted: the code lengths
+// Huffman's algorithm gives, with a reserved symbol of least weight that takes
+// the all-ones code (which JPEG forbids) and is then dropped, as the
+// standard's section K.2 does. Every category gets a code, counted or not, so
+// a table never lacks one. Written here because libjpeg's own
+// (jpeg_gen_optimal_table) is not part of its API; 13 symbols need no length
+// limit (at most 12 bits, of 16 allowed).
+void optimal_dc_table(const long (&count)[kDcCategories], JHUFF_TBL& table) {
+  constexpr int n = kDcCategories + 1, reserved = kDcCategories;
+  long weight[n];
+  int group[n], length[n] = {};
+  for (int s = 0; s < kDcCategories; ++s) weight[s] = 2 * count[s] + 1;  // every category present
+  weight[reserved] = 0;
+  for (int s = 0; s < n; ++s) group[s] = s;
+  for (int merges = 0; merges < n - 1; ++merges) {  // join the two lightest groups
+    int a = -1, b = -1;
+    for (int s = 0; s < n; ++s) {
+      if (group[s] != s) continue;
+      if (a < 0 || weight[s] < weight[a]) {
+        b = a;
+        a = s;
+      } else if (b < 0 || weight[s] < weight[b]) {
+        b = s;
+      }
+    }
+    weight[a] += weight[b];
+    for (int s = 0; s < n; ++s) {
+      if (group[s] == b) group[s] = a;
+      if (group[s] == a) ++length[s];
+    }
+  }
+  // The reserved symbol must hold the last (all-ones) code of the longest length.
+  const int longest = *std::max_element(length, length + n);
+  for (int s = 0; s < kDcCategories && length[reserved] != longest; ++s) {
+    if (length[s] == longest) std::swap(length[s], length[reserved]);
+  }
+  std::memset(table.bits, 0, sizeof table.bits);
+  int k = 0;
+  for (int l = 1; l <= longest; ++l) {
+    for (int s = 0; s < kDcCategories; ++s) {
+      if (length[s] != l) continue;
+      ++table.bits[l];
+      table.huffval[k++] = UINT8(s);
+    }
+  }
+  table.sent_table = FALSE;
+}
+
+// The output's Huffman tables from the file's AC tables and DC tables counted
+// for its new intervals; false when they cannot be used (the optimize pass
+// then makes them).
+bool set_tables(Transcode& t, jvirt_barray_ptr* coefficients) {
+  if (!file_ac_tables_fit(t.in)) return false;
+  long counts[NUM_HUFF_TBLS][kDcCategories] = {};
+  if (!count_dc(&t.in, coefficients, t.out.restart_interval, counts)) return false;
+  const auto common = reinterpret_cast<j_common_ptr>(&t.out);
+  bool dc_made[NUM_HUFF_TBLS] = {}, ac_copied[NUM_HUFF_TBLS] = {};
+  for (int ci = 0; ci < t.in.num_components; ++ci) {
+    const int dc = t.in.comp_info[ci].dc_tbl_no, ac = t.in.comp_info[ci].ac_tbl_no;
+    t.out.comp_info[ci].dc_tbl_no = dc;
+    t.out.comp_info[ci].ac_tbl_no = ac;
+    if (!dc_made[dc]) {
+      t.out.dc_huff_tbl_ptrs[dc] = jpeg_alloc_huff_table(common);
+      optimal_dc_table(counts[dc], *t.out.dc_huff_tbl_ptrs[dc]);
+      dc_made[dc] = true;
+    }
+    if (!ac_copied[ac]) {
+      JHUFF_TBL* copy = jpeg_alloc_huff_table(common);
+      *copy = *t.in.ac_huff_tbl_ptrs[ac];
+      copy->sent_table = FALSE;
+      t.out.ac_huff_tbl_ptrs[ac] = copy;
+      ac_copied[ac] = true;
+    }
+  }
+  return true;
 }
 
 // False (with t.errors.message) on a libjpeg error. Only libjpeg calls and
@@ -128,7 +290,7 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
   const int mcu_width = mcu_side(t.in.num_components, t.in.max_h_samp_factor);
   const int mcus_per_row = int((t.in.image_width + JDIMENSION(mcu_width) - 1) / JDIMENSION(mcu_width));
   t.out.restart_interval = unsigned(restart_interval_for(mcus_per_row, mcu_width));
-  t.out.optimize_coding = TRUE;
+  t.out.optimize_coding = !t.keep_file_tables || !set_tables(t, coefficients);
   t.out.client_data = &t;
   t.dest.init_destination = transcode_dest_init;
   t.dest.empty_output_buffer = transcode_dest_grow;
@@ -147,14 +309,21 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
 
 }  // namespace
 
-std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg, const DecodeLimits& limits) {
+std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg, const DecodeLimits& limits,
+                                                              bool keep_file_tables) {
   Transcode t;
   t.max_pixels = limits.max_pixels;
+  t.keep_file_tables = keep_file_tables;
   // Room for the file as it is and a little: the re-encode is about its size.
   t.capacity = jpeg.size() + jpeg.size() / 8 + 4096;
   t.bytes = static_cast<unsigned char*>(std::malloc(t.capacity));
   if (t.bytes == nullptr) throw std::bad_alloc();
-  if (!transcode_safely(t, jpeg)) throw DecodeError(std::string("JPEG: ") + t.errors.message);
+  if (!transcode_safely(t, jpeg)) {
+    // The file's own tables can fail where optimized ones do not: libjpeg's
+    // encoder refuses a table that lists a symbol twice, which its decoder reads.
+    if (keep_file_tables) return add_restart_markers(jpeg, limits, false);
+    throw DecodeError(std::string("JPEG: ") + t.errors.message);
+  }
   if (t.outcome == Transcode::Outcome::not_sequential) return std::nullopt;
   if (t.outcome == Transcode::Outcome::over_limit) {
     throw DecodeError("JPEG header claims " + std::to_string(t.in.image_width) + "x" + std::to_string(t.in.image_height) +

@@ -10,9 +10,11 @@
 //    sequential Huffman JPEG, the same DCT coefficients and so the same pixels,
 //    with a restart marker every restart_interval_for() MCUs (a divisor of the
 //    MCUs in a row, so the intervals line up with the rows; about 48 pixels
-//    wide: docs/benchmarks.md weighs 32 to 128) and optimized
-//    Huffman tables (which pay for the markers' bytes). jpegtran's
-//    `-restart N -optimize`, through libjpeg's coefficient API.
+//    wide: docs/benchmarks.md weighs 32 to 128), through libjpeg's
+//    coefficient API as jpegtran's `-restart N` does. Its Huffman tables are
+//    the file's AC tables (its AC symbols are unchanged) and DC tables made
+//    optimal for the new intervals; jpegtran's `-optimize` would count every
+//    coefficient for them, which doubles the time for a fraction of a percent.
 //
 //  - restart_subset (the decoder, image/decode.cpp): of a JPEG whose intervals
 //    line up with its rows, a smaller valid JPEG holding only the intervals
@@ -43,15 +45,18 @@ namespace conveyor {
 inline constexpr int kRestartTargetPixels = 48;
 int restart_interval_for(int mcus_per_row, int mcu_width);
 
-// `jpeg` re-encoded losslessly with restart markers and optimized Huffman
-// tables, or nullopt when it is not a sequential Huffman-coded JPEG
+// `jpeg` re-encoded losslessly with restart markers, or nullopt when it is not a sequential Huffman-coded JPEG
 // (progressive and arithmetic-coded files are kept as they are). Every APPn
 // and COM segment is carried over (EXIF, ICC, comments; JFIF and Adobe as the
 // file had them, so a reader sees the same colour space); pixels are unchanged.
 // Throws DecodeError for a file libjpeg cannot read to its end, or one over
 // limits.max_pixels (the whole image's coefficients are held at once).
+// keep_file_tables=false: every Huffman table optimized by libjpeg, its two
+// passes (for tests; the default keeps the file's AC tables and counts only the
+// DC differences, about twice as fast and within a fraction of a percent).
 std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const unsigned char> jpeg,
-                                                              const DecodeLimits& limits = {});
+                                                              const DecodeLimits& limits = {},
+                                                              bool keep_file_tables = true);
 
 // Where a subset's pixels lie in the original image, in whole source pixels.
 // x and y are multiples of the MCU's size, so a DCT-scaled decode (M/8) of the

@@ -91,6 +91,7 @@ struct JpegOptions {
   JpegKind kind = JpegKind::baseline;
   int quality = 95;
   bool subsample_420 = true;  // RGB kinds only: 2x2 luma sampling (else 4:4:4)
+  bool optimize = false;      // Huffman tables fitted to the image (libjpeg's optimize_coding), as most cameras' are not
 };
 
 namespace detail {
@@ -120,6 +121,7 @@ inline void jpeg_encode_body(void* ctx) {
   if (j.color_space == JCS_RGB && !j.opt.subsample_420) c->comp_info[0].h_samp_factor = c->comp_info[0].v_samp_factor = 1;
   if (j.opt.kind == JpegKind::progressive) jpeg_simple_progression(c);
   if (j.opt.kind == JpegKind::arithmetic) c->arith_code = TRUE;
+  c->optimize_coding = j.opt.optimize ? TRUE : FALSE;
   if (j.color_space == JCS_CMYK) c->write_Adobe_marker = TRUE;
   jpeg_start_compress(c, TRUE);
   while (c->next_scanline < c->image_height) {

@@ -80,6 +80,22 @@ std::vector<int> restart_markers(const std::vector<unsigned char>& file) {
   return seen;
 }
 
+// The Huffman tables a JPEG defines, each as its DHT bytes (class and slot,
+// the 16 counts, the symbols).
+std::vector<std::vector<unsigned char>> huffman_tables(const std::vector<unsigned char>& file) {
+  std::vector<std::vector<unsigned char>> tables;
+  for (std::size_t i = 2; file[i + 1] != 0xDA; i += segment_bytes(file, i)) {
+    if (file[i + 1] != 0xC4) continue;
+    for (std::size_t p = i + 4; p < i + segment_bytes(file, i);) {
+      std::size_t symbols = 0;
+      for (int l = 1; l <= 16; ++l) symbols += file[p + std::size_t(l)];
+      tables.emplace_back(file.begin() + std::ptrdiff_t(p), file.begin() + std::ptrdiff_t(p + 17 + symbols));
+      p += 17 + symbols;
+    }
+  }
+  return tables;
+}
+
 struct Kind {
   const char* name;
   int tj;
@@ -143,6 +159,69 @@ TEST_CASE("jpeg_restart: the re-encode keeps every pixel and adds aligned restar
   auto cut = encode(64, 64, TJSAMP_420, 2);
   cut.resize(cut.size() / 2);
   CHECK_THROWS_AS(add_restart_markers(cut), DecodeError);
+}
+
+TEST_CASE("jpeg_restart: the re-encode keeps the file's AC tables and fits its DC tables to the new intervals", "[jpeg_restart]") {
+  const auto pixels = [](const std::vector<unsigned char>& file, int w, int h) { return decode(file, {0, 0, w, h}, 8).px; };
+  const auto dc_symbols = [](const std::vector<unsigned char>& file) {
+    std::size_t most = 0;
+    for (const auto& table : huffman_tables(file)) {
+      if (table[0] >> 4 == 0) most = std::max(most, table.size() - 17);
+    }
+    return most;
+  };
+  SECTION("files with standard tables: their AC tables are written again as they were") {
+    for (const Kind& kind : kKinds) {
+      INFO(kind.name);
+      const auto original = encode(203, 157, kind.tj, 3);
+      const auto kept = *add_restart_markers(original), optimized = *add_restart_markers(original, {}, false);
+      CHECK(pixels(kept, 203, 157) == pixels(original, 203, 157));
+      CHECK(pixels(optimized, 203, 157) == pixels(original, 203, 157));
+      for (const auto& table : huffman_tables(original)) {
+        if (table[0] >> 4 != 1) continue;  // AC tables
+        const auto in = [&](const std::vector<unsigned char>& file) {
+          return std::search(file.begin(), file.end(), table.begin(), table.end()) != file.end();
+        };
+        CHECK(in(kept));
+        CHECK_FALSE(in(optimized));  // what the optimize pass would have made instead
+      }
+      CHECK(kept.size() < original.size() * 103 / 100);
+    }
+  }
+  SECTION("files with optimized tables: within half a percent of optimizing every table") {
+    // A smooth picture's own DC table has few categories (small differences
+    // between neighbours), while each interval starts from a DC of 0: the
+    // re-encode needs categories the file never coded, and must find codes for them.
+    t::Rgb smooth = t::Rgb::sized(160, 96);
+    for (int y = 0; y < 96; ++y) {
+      for (int x = 0; x < 160; ++x) {
+        for (int c = 0; c < 3; ++c) smooth.at(x, y)[c] = static_cast<unsigned char>(200 + c * 20 - x / 8);
+      }
+    }
+    const t::Rgb photo = t::photo_like(203, 157, 4);
+    for (const t::Rgb* img : std::initializer_list<const t::Rgb*>{&photo, &smooth}) {
+      for (const auto& [kind, subsample] : {std::pair{t::JpegKind::baseline, true}, std::pair{t::JpegKind::baseline, false},
+                                            std::pair{t::JpegKind::gray, false}}) {
+        const int w = img->width, h = img->height;
+        INFO(w << "x" << h << (kind == t::JpegKind::gray ? " grey" : subsample ? " 4:2:0" : " 4:4:4"));
+        const auto original = t::jpeg(*img, {kind, 90, subsample, true});
+        if (img == &smooth) REQUIRE(dc_symbols(original) < 12);
+        const auto kept = *add_restart_markers(original), optimized = *add_restart_markers(original, {}, false);
+        CHECK(pixels(kept, w, h) == pixels(original, w, h));
+        // Bytes, plus 32: a DC table lists every category, used or not (up to 11 bytes more each).
+        CHECK(kept.size() <= optimized.size() * 1005 / 1000 + 32);
+      }
+    }
+  }
+  SECTION("a file whose decode warned: every table optimized, as the symbols it decoded may not be its own") {
+    // Stray bytes before a marker: libjpeg warns, and reads on.
+    auto stray = encode(64, 48, TJSAMP_420, 6);
+    std::size_t i = 2;
+    while (stray[i + 1] != 0xC4) i += segment_bytes(stray, i);
+    stray.insert(stray.begin() + std::ptrdiff_t(i), {'x', 'y', 'z'});
+    CHECK(pixels(stray, 64, 48) == pixels(encode(64, 48, TJSAMP_420, 6), 64, 48));
+    CHECK(*add_restart_markers(stray) == *add_restart_markers(stray, {}, false));
+  }
 }
 
 TEST_CASE("jpeg_restart: a region's intervals decode to the whole file's pixels, bit for bit", "[jpeg_restart]") {
