@@ -22,7 +22,44 @@ namespace {
 int pct(double f) { return int(f * 100.0 + (f < 0 ? -0.5 : 0.5)); }
 }  // namespace
 
+std::size_t WorkerTuner::jump(const TuneWindow& w, double rate, double free_cores, std::size_t stepped) const {
+  if (w.consumer_capacity <= 0 || rate <= 0) return stepped;
+  // The process's CPU per worker: the other threads' too, so an upper bound.
+  const double cpu_each = std::max(w.cores_used / double(active_), 0.01);
+  const double wanted = std::ceil(double(active_) * kJumpMargin * w.consumer_capacity / rate);
+  const double room = double(active_) + std::floor(free_cores / cpu_each);
+  return std::max(stepped, std::size_t(std::min({wanted, room, double(ceiling_)})));
+}
+
+std::size_t WorkerTuner::grow(const TuneWindow& w, double rate, double free_cores, std::size_t to, std::size_t stepped,
+                              bool consumer_seen, TuneDecision* d) {
+  trial_ = {true, active_, rate, true, consumer_seen};
+  char why[200];
+  const int n = std::snprintf(why, sizeof why, "grow: workers busy %d%%, %.1f of %zu cores free", pct(w.busy), free_cores,
+                              w.cores);
+  if (to > stepped && n > 0 && std::size_t(n) < sizeof why) {
+    std::snprintf(why + n, sizeof why - std::size_t(n), ", the consumer could take %.0f images/s", w.consumer_capacity);
+  }
+  return change_to(to, rate, why, d);
+}
+
+std::size_t WorkerTuner::early(const TuneWindow& w, TuneDecision* d) {
+  if (looked_ || !growing_ || active_ >= ceiling_) return active_;
+  // The rate as next() takes it: the consumer's pace may not be known yet
+  // (two batches taken since the window began).
+  const bool consumer_seen = w.consumer_images_per_s > 0;
+  const double rate = consumer_seen ? std::min(w.images_per_s, w.consumer_images_per_s) : w.images_per_s;
+  const double free_cores = double(w.cores) - w.cores_used;
+  if (w.blocked >= kBlockedGrow || free_cores < kFreeCore) return active_;
+  const std::size_t stepped = std::min(ceiling_, active_ + step_);
+  const std::size_t to = jump(w, rate, free_cores, stepped);
+  if (to <= stepped) return active_;
+  looked_ = true;
+  return grow(w, rate, free_cores, to, stepped, consumer_seen, d);
+}
+
 std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
+  looked_ = true;
   if (w.consumer_images_per_s <= 0 && w.blocked >= kBlockedShrink) return active_;  // the consumer is away
   const bool consumer_seen = w.consumer_images_per_s > 0;
   const double rate = consumer_seen ? std::min(w.images_per_s, w.consumer_images_per_s) : w.images_per_s;
@@ -84,22 +121,8 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
   const bool refused_here = refused_at_ == active_ && refused_windows_ < kRetryWindows;
   if (active_ < ceiling_ && w.blocked < kBlockedGrow && free_cores >= kFreeCore && !refused_here) {
     const std::size_t stepped = std::min(ceiling_, active_ + (growing_ ? step_ : 1));
-    std::size_t to = stepped;
-    if (growing_ && w.consumer_capacity > 0 && rate > 0) {
-      // The process's CPU per worker: the other threads' too, so an upper bound.
-      const double cpu_each = std::max(w.cores_used / double(active_), 0.01);
-      const double wanted = std::ceil(double(active_) * kJumpMargin * w.consumer_capacity / rate);
-      const double room = double(active_) + std::floor(free_cores / cpu_each);
-      to = std::max(to, std::size_t(std::min({wanted, room, double(ceiling_)})));
-    }
-    trial_ = {true, active_, rate, true, consumer_seen};
-    const int n = std::snprintf(why, sizeof why, "grow: workers busy %d%%, %.1f of %zu cores free", pct(w.busy),
-                                free_cores, w.cores);
-    if (to > stepped && n > 0 && std::size_t(n) < sizeof why) {
-      std::snprintf(why + n, sizeof why - std::size_t(n), ", the consumer could take %.0f images/s",
-                    w.consumer_capacity);
-    }
-    return change_to(to, rate, why, d);
+    const std::size_t to = growing_ ? jump(w, rate, free_cores, stepped) : stepped;
+    return grow(w, rate, free_cores, to, stepped, consumer_seen, d);
   }
   return active_;
 }

@@ -38,7 +38,10 @@
 //   gets its workers.
 // The caller measures each window after a change from a quarter window past
 // it (Pipeline::tuner_main), which lets the queues refill and the woken
-// threads start their decoders.
+// threads start their decoders. It may look at the first window half-way
+// (early()): workers waiting on reads then jump at 0.15 s into the run, not
+// 0.25 s, which was most of what auto lost against the best fixed count on a
+// short run.
 //
 // Thread safety: none; the pipeline's tuning thread owns it. Pure logic: no
 // clock, no threads, so the tests drive it with known stage costs.
@@ -96,6 +99,14 @@ class WorkerTuner {
   // ceiling. Allocates only for the reason's text.
   std::size_t next(const TuneWindow& w, TuneDecision* decision);
 
+  // A look at the first window half-way through it, before any next(): the
+  // first climb's jump alone, taken when the consumer's capacity asks for
+  // more workers than the plain step and the free cores carry them (workers
+  // waiting on reads). Otherwise it returns active() and changes nothing, and
+  // next() decides on the whole window as it would have. A jump is a trial,
+  // judged by the next whole window as any grow is.
+  std::size_t early(const TuneWindow& w, TuneDecision* decision);
+
  private:
   // A count being tried against the one before it.
   struct Trial {
@@ -106,11 +117,19 @@ class WorkerTuner {
     bool consumer_seen = false;  // the base rate had the consumer's: the trial waits for it too
   };
   std::size_t change_to(std::size_t n, double rate, const std::string& why, TuneDecision* d);
+  // The first climb's jump from `stepped` (the plain step's count): as many
+  // as the consumer's capacity asks for at `rate`, as far as the free cores
+  // carry them; `stepped` when it asks no more or is unknown.
+  std::size_t jump(const TuneWindow& w, double rate, double free_cores, std::size_t stepped) const;
+  // A grow to `to` from a window that had `rate`: the trial and its reason.
+  std::size_t grow(const TuneWindow& w, double rate, double free_cores, std::size_t to, std::size_t stepped,
+                   bool consumer_seen, TuneDecision* d);
 
   std::size_t ceiling_;
   std::size_t active_ = 1;
   std::size_t step_ = 1;
   bool growing_ = true;        // still in the first climb
+  bool looked_ = false;        // next() or a jump by early() has run
   Trial trial_;
   std::size_t refused_at_ = 0;      // a grow from this count was refused ...
   std::size_t refused_windows_ = 0;  // ... this many windows ago

@@ -65,7 +65,8 @@ struct Config : SampleOrder {
   // The tuner's window: it measures images/s and the stages' shares over
   // windows this long, each from a quarter window after its last change
   // (queues refill, woken workers start); the queue tuners decide every half
-  // window (QueueTuner::kWindowShare). Default: 200 ms. Range 10 .. 60000.
+  // window (QueueTuner::kWindowShare), and the worker tuner may jump half-way
+  // through its first window. Default: 200 ms. Range 10 .. 60000.
   std::size_t tune_window_ms = 200;
 
   // Finished batches waiting for the delivery thread. Default: 2. Range 1 .. kMaxQueueDepth.

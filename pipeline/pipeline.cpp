@@ -445,11 +445,12 @@ void Pipeline::tuner_main() {
       queues.emplace_back(TunedQueue::device, config_.device_queue_start(), config_.device_queue_depth);
     }
     const auto window = std::chrono::milliseconds(config_.tune_window_ms);
-    // The queue tuners decide on shorter windows (QueueTuner::kWindowShare of
-    // it): a wait a deeper queue would have absorbed shows at once, while the
-    // worker tuner compares rates, which need the whole window.
-    const auto queue_window =
-        queues.empty() ? window : std::max(std::chrono::milliseconds(5), window / QueueTuner::kWindowShare);
+    const double window_s = std::chrono::duration<double>(window).count();
+    // The thread looks every QueueTuner::kWindowShare of a window. The queue
+    // tuners decide on each look: a wait a deeper queue would have absorbed
+    // shows at once. The worker tuner compares rates, which need the whole
+    // window, but may jump at the first look (WorkerTuner::early).
+    const auto look = std::max(std::chrono::milliseconds(5), window / QueueTuner::kWindowShare);
     // Each window is measured from a quarter window after the change before
     // it (or the start): the queues refill, woken workers start their decoders.
     const auto settle = window / 4;
@@ -460,6 +461,7 @@ void Pipeline::tuner_main() {
     if (!wait(settle)) return;
     PipelineStats before = stats();          // the queue tuners' window began here
     PipelineStats workers_before = before;   // the worker tuner's
+    bool looked_early = false;               // the worker tuner's look half-way through its first window
     // After a change both windows start again, a quarter window on.
     const auto restart = [&] {
       if (!wait(settle)) return false;
@@ -477,7 +479,7 @@ void Pipeline::tuner_main() {
       return double(to.samples - from.samples) / between;
     };
     for (;;) {
-      if (!wait(queue_window)) return;
+      if (!wait(look)) return;
       if ((cursor_.load(std::memory_order_relaxed) >> kSlotBits) >= plan_.total()) {
         // Every sample of the plan is claimed: nothing left to tune. Parked
         // workers are released to find the plan's end and return.
@@ -528,8 +530,11 @@ void Pipeline::tuner_main() {
         }
         before = now;
       }
-      // The worker tuner's window: whole queue windows, at least `window` long.
-      if (!tuner || now.wall_s - workers_before.wall_s < 0.9 * std::chrono::duration<double>(window).count()) continue;
+      // The worker tuner's window: whole looks, at least `window` long; the
+      // first look at the first window may only jump.
+      if (!tuner) continue;
+      const bool whole = now.wall_s - workers_before.wall_s >= 0.9 * window_s;
+      if (!whole && (looked_early || now.wall_s - workers_before.wall_s < 0.45 * window_s)) continue;
       const PipelineStats d = now.since(workers_before);
       const StageStats& workers = d.stages.front();  // stats() lists the workers first
       TuneWindow w;
@@ -543,9 +548,15 @@ void Pipeline::tuner_main() {
       if (const StageStats* consumer = d.stage("consumer"); consumer && consumer->busy_s > 0) {
         w.consumer_capacity = double(d.samples) / consumer->busy_s;
       }
-      workers_before = now;
       TuneDecision decision;
-      const std::size_t n = tuner->next(w, &decision);
+      std::size_t n;
+      if (whole) {
+        workers_before = now;
+        n = tuner->next(w, &decision);
+      } else {
+        n = tuner->early(w, &decision);  // the window goes on when it does not jump
+      }
+      looked_early = true;
       if (n == w.active) continue;
       decision.at_s = now.wall_s;
       {

@@ -159,6 +159,53 @@ TEST_CASE("tuner: in the first climb, workers that sleep jump to what the consum
   CHECK(c.next(busy, nullptr) == 4);
 }
 
+TEST_CASE("tuner: a look half-way through the first window takes the jump alone, and then leaves it to next()",
+          "[autotune]") {
+  std::mt19937 rng(2);
+  // Workers waiting on reads: the half window's jump is the one next() would make.
+  Model m;
+  m.cpu_per_worker = 0.02;
+  m.cap = 550;
+  WorkerTuner t(16, 2);
+  TuneWindow w = m.window(t.active(), rng);
+  w.consumer_capacity = m.cap;
+  TuneDecision d;
+  CHECK(t.early(w, &d) == 7);
+  CHECK((d.from == 2 && d.to == 7));
+  CHECK(d.reason.find("the consumer could take 550 images/s") != std::string::npos);
+  CHECK(t.early(w, nullptr) == 7);  // once only
+  // Half a window in, the consumer may not have taken two batches yet: its capacity is enough.
+  WorkerTuner u(16, 2);
+  TuneWindow unseen = w;
+  unseen.consumer_images_per_s = 0;
+  CHECK(u.early(unseen, nullptr) == 7);
+  // The jump is a trial like any grow: a whole window at 7 that gained nothing takes it back.
+  TuneWindow flat = w;
+  flat.active = 7;
+  CHECK(t.next(flat, &d) == 2);
+  CHECK(d.reason.rfind("back:", 0) == 0);
+
+  // CPU-bound, asking no more than the plain step, or the consumer's capacity
+  // unknown: nothing changes, and next() decides as it would have.
+  Model cpu;
+  cpu.cores = 4;
+  for (const int which : {0, 1, 2}) {
+    INFO("case " << which);
+    WorkerTuner c(16, 2), same(16, 2);
+    TuneWindow busy = cpu.window(2, rng);
+    busy.consumer_capacity = 1000;
+    if (which == 0) busy.cores_used = 2.5;  // CPU-bound: room for one more only
+    if (which == 1) busy.consumer_capacity = 1.1 * std::min(busy.images_per_s, busy.consumer_images_per_s);  // no jump asked
+    if (which == 2) busy.consumer_capacity = 0;
+    d = {};
+    CHECK(c.early(busy, &d) == 2);
+    CHECK(d.reason.empty());
+    TuneDecision a, b;
+    CHECK(c.next(busy, &a) == same.next(busy, &b));
+    CHECK(a.reason == b.reason);
+  }
+}
+
 TEST_CASE("tuner: CPU-bound workers stop at the cores", "[autotune]") {
   for (std::size_t cores : {1u, 2u, 4u, 16u}) {
     Model m;
