@@ -59,6 +59,11 @@ struct Transcode {
   std::size_t capacity = 0, size = 0;
   std::uint64_t max_pixels = 0;
   bool keep_file_tables = true;  // false: libjpeg's optimize pass makes every table
+  bool kept_tables = false;       // the file's AC tables were in use (set_tables)
+  // The AC tables as the first scan found them (null: none in that slot): a
+  // table defined again after the scan replaces libjpeg's copy.
+  JHUFF_TBL scan_ac[NUM_HUFF_TBLS]{};
+  bool scan_ac_defined[NUM_HUFF_TBLS]{};
   enum class Outcome { written, not_sequential, over_limit } outcome = Outcome::written;
   ~Transcode() {
     jpeg_destroy_compress(&out);
@@ -104,17 +109,21 @@ bool is_marker(const jpeg_saved_marker_ptr m, int code, const char* tag, unsigne
 // starts from a predictor of 0), and they are counted from the blocks' DC
 // values alone.
 
-// Whether the file's AC tables can code the re-encode: each component has one,
-// holding the end-of-block symbol (the re-encode ends blocks with it where the
-// file may have run out with zero runs, and codes the padding blocks of partial
-// MCUs with it), and the decode saw no corrupt data (whose blocks libjpeg fills
-// in with symbols the file never had). libjpeg-turbo's encoder does not check
+// Whether the file's AC tables, as its scan found them (a table defined again
+// after the scan replaces libjpeg's copy), can code the re-encode: the file is one scan
+// (a file of one scan a component may define a table slot anew for each, and
+// only the last definition is left), each component has a table holding the
+// end-of-block symbol (the re-encode ends blocks with it where the file may
+// have run out with zero runs, and codes the padding blocks of partial MCUs
+// with it), and the decode saw no corrupt data (whose blocks libjpeg fills in
+// with symbols the file never had). libjpeg-turbo's encoder does not check
 // that a symbol has a code, so this must hold before the tables are kept.
-bool file_ac_tables_fit(const jpeg_decompress_struct& in) {
-  if (in.err->num_warnings != 0) return false;
+bool file_ac_tables_fit(const Transcode& t) {
+  const jpeg_decompress_struct& in = t.in;
+  if (in.err->num_warnings != 0 || in.input_scan_number != 1) return false;
   for (int ci = 0; ci < in.num_components; ++ci) {
-    const JHUFF_TBL* table = in.ac_huff_tbl_ptrs[in.comp_info[ci].ac_tbl_no];
-    if (table == nullptr) return false;
+    if (!t.scan_ac_defined[in.comp_info[ci].ac_tbl_no]) return false;
+    const JHUFF_TBL* table = &t.scan_ac[in.comp_info[ci].ac_tbl_no];
     int symbols = 0;
     for (int length = 1; length <= 16; ++length) symbols += table->bits[length];
     if (std::find(table->huffval, table->huffval + std::min(symbols, 256), 0) == table->huffval + std::min(symbols, 256)) {
@@ -230,7 +239,7 @@ void optimal_dc_table(const long (&count)[kDcCategories], JHUFF_TBL& table) {
 // for its new intervals; false when they cannot be used (the optimize pass
 // then makes them).
 bool set_tables(Transcode& t, jvirt_barray_ptr* coefficients) {
-  if (!file_ac_tables_fit(t.in)) return false;
+  if (!file_ac_tables_fit(t)) return false;
   long counts[NUM_HUFF_TBLS][kDcCategories] = {};
   if (!count_dc(&t.in, coefficients, t.out.restart_interval, counts)) return false;
   const auto common = reinterpret_cast<j_common_ptr>(&t.out);
@@ -246,7 +255,7 @@ bool set_tables(Transcode& t, jvirt_barray_ptr* coefficients) {
     }
     if (!ac_copied[ac]) {
       JHUFF_TBL* copy = jpeg_alloc_huff_table(common);
-      *copy = *t.in.ac_huff_tbl_ptrs[ac];
+      *copy = t.scan_ac[ac];
       copy->sent_table = FALSE;
       t.out.ac_huff_tbl_ptrs[ac] = copy;
       ac_copied[ac] = true;
@@ -273,6 +282,11 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
     t.outcome = Transcode::Outcome::not_sequential;
     return true;
   }
+  for (int slot = 0; slot < NUM_HUFF_TBLS; ++slot) {  // read_header stops at the first scan's start
+    if (t.in.ac_huff_tbl_ptrs[slot] == nullptr) continue;
+    t.scan_ac[slot] = *t.in.ac_huff_tbl_ptrs[slot];
+    t.scan_ac_defined[slot] = true;
+  }
   // The coefficients of the whole image are held at once: no more of them
   // than the decoder would accept.
   if (std::uint64_t(t.in.image_width) * t.in.image_height > t.max_pixels) {
@@ -290,7 +304,8 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
   const int mcu_width = mcu_side(t.in.num_components, t.in.max_h_samp_factor);
   const int mcus_per_row = int((t.in.image_width + JDIMENSION(mcu_width) - 1) / JDIMENSION(mcu_width));
   t.out.restart_interval = unsigned(restart_interval_for(mcus_per_row, mcu_width));
-  t.out.optimize_coding = !t.keep_file_tables || !set_tables(t, coefficients);
+  t.kept_tables = t.keep_file_tables && set_tables(t, coefficients);
+  t.out.optimize_coding = !t.kept_tables;
   t.out.client_data = &t;
   t.dest.init_destination = transcode_dest_init;
   t.dest.empty_output_buffer = transcode_dest_grow;
@@ -321,7 +336,7 @@ std::optional<std::vector<unsigned char>> add_restart_markers(std::span<const un
   if (!transcode_safely(t, jpeg)) {
     // The file's own tables can fail where optimized ones do not: libjpeg's
     // encoder refuses a table that lists a symbol twice, which its decoder reads.
-    if (keep_file_tables) return add_restart_markers(jpeg, limits, false);
+    if (t.kept_tables) return add_restart_markers(jpeg, limits, false);
     throw DecodeError(std::string("JPEG: ") + t.errors.message);
   }
   if (t.outcome == Transcode::Outcome::not_sequential) return std::nullopt;

@@ -92,6 +92,7 @@ struct JpegOptions {
   int quality = 95;
   bool subsample_420 = true;  // RGB kinds only: 2x2 luma sampling (else 4:4:4)
   bool optimize = false;      // Huffman tables fitted to the image (libjpeg's optimize_coding), as most cameras' are not
+  bool scan_per_component = false;  // sequential, but one scan a component (each with its own tables when optimized)
 };
 
 namespace detail {
@@ -104,6 +105,7 @@ struct JpegEncodeJob {
   int width, height, components;
   J_COLOR_SPACE color_space;
   JpegOptions opt;
+  jpeg_scan_info scans[MAX_COMPS_IN_SCAN];  // for scan_per_component
 };
 
 // Runs under jpeg_guarded: libjpeg calls and trivial locals only.
@@ -122,6 +124,11 @@ inline void jpeg_encode_body(void* ctx) {
   if (j.opt.kind == JpegKind::progressive) jpeg_simple_progression(c);
   if (j.opt.kind == JpegKind::arithmetic) c->arith_code = TRUE;
   c->optimize_coding = j.opt.optimize ? TRUE : FALSE;
+  if (j.opt.scan_per_component && c->num_components <= MAX_COMPS_IN_SCAN) {
+    for (int ci = 0; ci < c->num_components; ++ci) j.scans[ci] = jpeg_scan_info{1, {ci, 0, 0, 0}, 0, 63, 0, 0};
+    c->scan_info = j.scans;
+    c->num_scans = c->num_components;
+  }
   if (j.color_space == JCS_CMYK) c->write_Adobe_marker = TRUE;
   jpeg_start_compress(c, TRUE);
   while (c->next_scanline < c->image_height) {

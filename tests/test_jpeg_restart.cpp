@@ -213,6 +213,24 @@ TEST_CASE("jpeg_restart: the re-encode keeps the file's AC tables and fits its D
       }
     }
   }
+  SECTION("a file of one scan a component, each with its own tables in the same slot: every table optimized") {
+    const t::Rgb img = t::photo_like(120, 88, 7);
+    t::JpegOptions o{t::JpegKind::baseline, 90, true, true};
+    o.scan_per_component = true;
+    const auto original = t::jpeg(img, o);
+    const auto kept = *add_restart_markers(original);
+    CHECK(pixels(kept, 120, 88) == pixels(original, 120, 88));
+    CHECK(kept == *add_restart_markers(original, {}, false));
+  }
+  SECTION("a table defined again after the scan: the scan's own is kept") {
+    auto file = encode(96, 64, TJSAMP_420, 8);
+    // Before EOI, AC table 0 becomes one code for end-of-block alone.
+    const std::vector<unsigned char> dht = {0xFF, 0xC4, 0x00, 0x14, 0x10, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00};
+    const auto original = file;
+    file.insert(file.end() - 2, dht.begin(), dht.end());
+    CHECK(pixels(file, 96, 64) == pixels(original, 96, 64));
+    CHECK(pixels(*add_restart_markers(file), 96, 64) == pixels(original, 96, 64));
+  }
   SECTION("a file whose decode warned: every table optimized, as the symbols it decoded may not be its own") {
     // Stray bytes before a marker: libjpeg warns, and reads on.
     auto stray = encode(64, 48, TJSAMP_420, 6);
