@@ -135,13 +135,38 @@ bool file_ac_tables_fit(const Transcode& t) {
 
 constexpr int kDcCategories = 12;  // differences of up to 11 bits, 8-bit samples' limit
 
+// The natural (row-major) index of each zigzag position: JPEG's fixed order
+// (libjpeg's jpeg_natural_order is not part of its API).
+constexpr unsigned char kZigzag[DCTSIZE2] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,
+    41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
+    30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+
+// Which AC symbols a table has a code for.
+using SymbolSet = bool[256];
+
+// Whether the re-encode can code a block's last coefficient (zigzag 63) with
+// `ac`. A corrupt file whose run goes past a block's end has libjpeg put the
+// value there (jpeg_natural_order's extra entries), with no warning; the
+// re-encode then codes it after the zeros since the block's last other
+// coefficient, a symbol the file may never have had. Every other symbol of a
+// block is the file's own.
+bool last_coefficient_fits(const JCOEF* block, const SymbolSet& ac) {
+  int before = DCTSIZE2 - 2;
+  while (before > 0 && block[kZigzag[before]] == 0) --before;
+  const int zeros = DCTSIZE2 - 2 - before;
+  const int size = std::bit_width(unsigned(std::abs(block[DCTSIZE2 - 1])));
+  return size <= 10 && (zeros < 16 || ac[0xF0]) && ac[(zeros % 16) << 4 | size];
+}
+
 // How often each DC category (the bit length of a difference) is coded by a
 // re-encode with a restart every `interval` MCUs, per DC table, walking the
 // blocks in the order jctrans.c writes them. Padding blocks of a partial MCU
 // copy the block before them: a difference of 0. False for a difference over 11
-// bits (the optimize pass then rejects the file as it always did). Only libjpeg
+// bits (the optimize pass then rejects the file as it always did), or a last
+// coefficient the AC table cannot code (last_coefficient_fits). Only libjpeg
 // calls and trivial locals: libjpeg may longjmp out.
-bool count_dc(j_decompress_ptr in, jvirt_barray_ptr* coefficients, unsigned interval,
+bool count_dc(j_decompress_ptr in, jvirt_barray_ptr* coefficients, unsigned interval, const SymbolSet (&ac)[NUM_HUFF_TBLS],
               long (&counts)[NUM_HUFF_TBLS][kDcCategories]) {
   const bool one = in->num_components == 1;  // a non-interleaved scan: one block an MCU
   const jpeg_component_info* first = &in->comp_info[0];
@@ -173,10 +198,11 @@ bool count_dc(j_decompress_ptr in, jvirt_barray_ptr* coefficients, unsigned inte
             const JDIMENSION bx = column * wide + x, by = row * tall + y;
             int category = 0;
             if (bx < c.width_in_blocks && by < c.height_in_blocks) {
-              const int dc = blocks[ci][y][bx][0];
-              category = std::bit_width(unsigned(std::abs(dc - last[ci])));
-              last[ci] = dc;
+              const JCOEF* block = blocks[ci][y][bx];
+              category = std::bit_width(unsigned(std::abs(block[0] - last[ci])));
+              last[ci] = block[0];
               if (category >= kDcCategories) return false;
+              if (block[DCTSIZE2 - 1] != 0 && !last_coefficient_fits(block, ac[c.ac_tbl_no])) return false;
             }
             ++counts[c.dc_tbl_no][category];
           }
@@ -240,8 +266,15 @@ void optimal_dc_table(const long (&count)[kDcCategories], JHUFF_TBL& table) {
 // then makes them).
 bool set_tables(Transcode& t, jvirt_barray_ptr* coefficients) {
   if (!file_ac_tables_fit(t)) return false;
+  SymbolSet coded[NUM_HUFF_TBLS] = {};  // by each AC table
+  for (int slot = 0; slot < NUM_HUFF_TBLS; ++slot) {
+    if (!t.scan_ac_defined[slot]) continue;
+    int symbols = 0;
+    for (int length = 1; length <= 16; ++length) symbols += t.scan_ac[slot].bits[length];
+    for (int k = 0; k < std::min(symbols, 256); ++k) coded[slot][t.scan_ac[slot].huffval[k]] = true;
+  }
   long counts[NUM_HUFF_TBLS][kDcCategories] = {};
-  if (!count_dc(&t.in, coefficients, t.out.restart_interval, counts)) return false;
+  if (!count_dc(&t.in, coefficients, t.out.restart_interval, coded, counts)) return false;
   const auto common = reinterpret_cast<j_common_ptr>(&t.out);
   bool dc_made[NUM_HUFF_TBLS] = {}, ac_copied[NUM_HUFF_TBLS] = {};
   for (int ci = 0; ci < t.in.num_components; ++ci) {

@@ -213,7 +213,7 @@ TEST_CASE("jpeg_restart: the re-encode keeps the file's AC tables and fits its D
       }
     }
   }
-  SECTION("a file of one scan a component, each with its own tables in the same slot: every table optimized") {
+  SECTION("every table optimized for a file of one scan a component, each with its own tables in the same slot") {
     const t::Rgb img = t::photo_like(120, 88, 7);
     t::JpegOptions o{t::JpegKind::baseline, 90, true, true};
     o.scan_per_component = true;
@@ -230,6 +230,30 @@ TEST_CASE("jpeg_restart: the re-encode keeps the file's AC tables and fits its D
     file.insert(file.end() - 2, dht.begin(), dht.end());
     CHECK(pixels(file, 96, 64) == pixels(original, 96, 64));
     CHECK(pixels(*add_restart_markers(file), 96, 64) == pixels(original, 96, 64));
+  }
+  SECTION("every table optimized for a run past a block's end, which libjpeg decodes into its last coefficient unwarned") {
+    // A grey 8x8 JPEG of one block, entropy-coded by hand with a table of
+    // three AC symbols: (0,1) coded 0, end-of-block 10, and (14,1) 110. The
+    // block: DC category 0 (the DC table's one code, 0); (0,1) with bit 1:
+    // coefficient 1 (in zigzag order) is 1; (14,1) with bit 1: coefficient
+    // 16; again: 31, 46, 61; again: 76, past the end, which libjpeg stores in
+    // coefficient 63. Bits 0 01 1101 1101 1101 1101 1101, padded with a 1:
+    // 3B BB BB. A re-encode would code coefficient 63 after one zero, as
+    // (1,1): no such code in this table.
+    std::vector<unsigned char> file = {0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x43, 0x00};
+    file.insert(file.end(), 64, 1);  // every quantizer 1
+    const std::vector<unsigned char> rest = {
+        0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x08, 0x00, 0x08, 0x01, 0x01, 0x11, 0x00,  // 8x8, one component
+        0xFF, 0xC4, 0x00, 0x14, 0x00, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00,  // DC: category 0
+        0xFF, 0xC4, 0x00, 0x16, 0x10, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0xE1,  // AC
+        0xFF, 0xDA, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3F, 0x00,
+        0x3B, 0xBB, 0xBB,
+        0xFF, 0xD9};
+    file.insert(file.end(), rest.begin(), rest.end());
+    REQUIRE(pixels(file, 8, 8).size() == 8 * 8 * 3);
+    const auto kept = *add_restart_markers(file);
+    CHECK(pixels(kept, 8, 8) == pixels(file, 8, 8));
+    CHECK(kept == *add_restart_markers(file, {}, false));
   }
   SECTION("a file whose decode warned: every table optimized, as the symbols it decoded may not be its own") {
     // Stray bytes before a marker: libjpeg warns, and reads on.
