@@ -196,31 +196,30 @@ def test_the_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_next(tmp_
     import subprocess
     import sys
     script = tmp_path / "exit.py"
-    script.write_text(
-        "import conveyor, numpy as np, threading, time\n"
-        "x = np.zeros((64, 4), dtype=np.uint8)\n"
-        "L = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, device_queue=1, device_buffers=2,"
-        " device='cpu')\n"
-        "it = iter(L)\n"
-        "first = next(it)\n"
-        "threading.Thread(target=lambda: [b for b in it], daemon=True).start()\n"
-        "time.sleep(0.5)\n")
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(conveyor.__file__)))
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    # The same thread already waiting for the GIL when the interpreter starts
-    # finalizing: the main thread keeps the GIL (a switch interval of 100 s)
-    # until it exits, and lets it go inside finalization (a __del__ that
-    # sleeps, collected there). The daemon thread then gets it and is ended
-    # from inside the wait, which aborted one CI run in about a hundred.
-    script.write_text(
+
+    def exits_cleanly(text):
+        script.write_text(text)
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    # A daemon thread waiting in next() for a slot the main thread holds.
+    waiting = (
         "import conveyor, numpy as np, sys, threading, time\n"
         "x = np.zeros((64, 4), dtype=np.uint8)\n"
         "L = conveyor.Loader(arrays=(x, np.arange(64)), batch_size=2, workers=1, device_queue=1, device_buffers=2,"
         " device='cpu')\n"
         "it = iter(L)\n"
         "first = next(it)\n"
-        "threading.Thread(target=lambda: [b for b in it], daemon=True).start()\n"
+        "threading.Thread(target=lambda: [b for b in it], daemon=True).start()\n")
+    exits_cleanly(waiting + "time.sleep(0.5)\n")
+    # The same thread already waiting for the GIL when the interpreter starts
+    # finalizing: the main thread keeps the GIL (a switch interval of 100 s)
+    # until it exits, and lets it go inside finalization (a __del__ that
+    # sleeps, collected there). The daemon thread then gets it and is ended
+    # from inside the wait, which aborted one CI run in about a hundred.
+    exits_cleanly(
+        waiting +
         "time.sleep(0.3)\n"
         "class LetsTheGilGo:\n"
         "    def __del__(self, sleep=time.sleep):\n"
@@ -232,11 +231,9 @@ def test_the_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_next(tmp_
         "end = time.monotonic() + 0.3\n"
         "while time.monotonic() < end:\n"
         "    pass\n")
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
     # The thread that finalizes closes a loader too: a generator left open
     # in a `with` block is closed at exit, on the main thread (which hung).
-    script.write_text(
+    exits_cleanly(
         "import conveyor, numpy as np\n"
         "def batches():\n"
         "    with conveyor.Loader(arrays=(np.zeros((64, 4), dtype=np.uint8), np.arange(64)), batch_size=2,"
@@ -244,8 +241,6 @@ def test_the_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_next(tmp_
         "        yield from loader\n"
         "g = batches()\n"
         "next(g)\n")
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_ctrl_c_while_the_pools_are_allocated_raises_within_half_a_second_and_the_loader_starts_again():
