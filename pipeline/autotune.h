@@ -39,9 +39,8 @@
 // The caller measures each window after a change from a quarter window past
 // it (Pipeline::tuner_main), which lets the queues refill and the woken
 // threads start their decoders. It may look at the first window half-way
-// (early()): workers waiting on reads then jump at 0.15 s into the run, not
-// 0.25 s, which was most of what auto lost against the best fixed count on a
-// short run.
+// (early()): workers waiting on reads then jump 0.15 s into the run with the
+// default window, which matters on short runs.
 //
 // Thread safety: none; the pipeline's tuning thread owns it. Pure logic: no
 // clock, no threads, so the tests drive it with known stage costs.
