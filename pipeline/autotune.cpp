@@ -43,18 +43,22 @@ std::size_t WorkerTuner::grow(const TuneWindow& w, double rate, double free_core
   return change_to(to, rate, why, d);
 }
 
+double WorkerTuner::rate_of(const TuneWindow& w) {
+  return w.consumer_images_per_s > 0 ? std::min(w.images_per_s, w.consumer_images_per_s) : w.images_per_s;
+}
+
 std::size_t WorkerTuner::early(const TuneWindow& w, TuneDecision* d) {
-  if (looked_ || !growing_ || active_ >= ceiling_) return active_;
-  // The rate as next() takes it: the consumer's pace may not be known yet
-  // (two batches taken since the window began).
+  if (!early_pending()) return active_;
+  looked_ = true;
+  if (!growing_ || active_ >= ceiling_) return active_;
+  // The consumer's pace may not be known yet (two batches taken since the window began).
   const bool consumer_seen = w.consumer_images_per_s > 0;
-  const double rate = consumer_seen ? std::min(w.images_per_s, w.consumer_images_per_s) : w.images_per_s;
+  const double rate = rate_of(w);
   const double free_cores = double(w.cores) - w.cores_used;
   if (w.blocked >= kBlockedGrow || free_cores < kFreeCore) return active_;
   const std::size_t stepped = std::min(ceiling_, active_ + step_);
   const std::size_t to = jump(w, rate, free_cores, stepped);
   if (to <= stepped) return active_;
-  looked_ = true;
   return grow(w, rate, free_cores, to, stepped, consumer_seen, d);
 }
 
@@ -62,7 +66,7 @@ std::size_t WorkerTuner::next(const TuneWindow& w, TuneDecision* d) {
   looked_ = true;
   if (w.consumer_images_per_s <= 0 && w.blocked >= kBlockedShrink) return active_;  // the consumer is away
   const bool consumer_seen = w.consumer_images_per_s > 0;
-  const double rate = consumer_seen ? std::min(w.images_per_s, w.consumer_images_per_s) : w.images_per_s;
+  const double rate = rate_of(w);
   // What a shrink must keep: the consumer's pace (the workers' own rate is
   // low while they wait on it, high while they refill buffers).
   const double pace = consumer_seen ? w.consumer_images_per_s : w.images_per_s;

@@ -103,8 +103,11 @@ class WorkerTuner {
   // more workers than the plain step and the free cores carry them (workers
   // waiting on reads). Otherwise it returns active() and changes nothing, and
   // next() decides on the whole window as it would have. A jump is a trial,
-  // judged by the next whole window as any grow is.
+  // judged by the next whole window as any grow is. One look only: later
+  // calls return active().
   std::size_t early(const TuneWindow& w, TuneDecision* decision);
+  // Whether early() would still look: neither it nor next() has run.
+  bool early_pending() const { return !looked_; }
 
  private:
   // A count being tried against the one before it.
@@ -116,6 +119,9 @@ class WorkerTuner {
     bool consumer_seen = false;  // the base rate had the consumer's: the trial waits for it too
   };
   std::size_t change_to(std::size_t n, double rate, const std::string& why, TuneDecision* d);
+  // A window's images/s: the lower of the workers' rate and the consumer's
+  // pace (the workers' alone while the consumer's is unknown).
+  static double rate_of(const TuneWindow& w);
   // The first climb's jump from `stepped` (the plain step's count): as many
   // as the consumer's capacity asks for at `rate`, as far as the free cores
   // carry them; `stepped` when it asks no more or is unknown.
@@ -128,7 +134,7 @@ class WorkerTuner {
   std::size_t active_ = 1;
   std::size_t step_ = 1;
   bool growing_ = true;        // still in the first climb
-  bool looked_ = false;        // next() or a jump by early() has run
+  bool looked_ = false;        // next() or early() has run
   Trial trial_;
   std::size_t refused_at_ = 0;      // a grow from this count was refused ...
   std::size_t refused_windows_ = 0;  // ... this many windows ago

@@ -461,7 +461,6 @@ void Pipeline::tuner_main() {
     if (!wait(settle)) return;
     PipelineStats before = stats();          // the queue tuners' window began here
     PipelineStats workers_before = before;   // the worker tuner's
-    bool looked_early = false;               // the worker tuner's look half-way through its first window
     // After a change both windows start again, a quarter window on.
     const auto restart = [&] {
       if (!wait(settle)) return false;
@@ -533,8 +532,9 @@ void Pipeline::tuner_main() {
       // The worker tuner's window: whole looks, at least `window` long; the
       // first look at the first window may only jump.
       if (!tuner) continue;
-      const bool whole = now.wall_s - workers_before.wall_s >= 0.9 * window_s;
-      if (!whole && (looked_early || now.wall_s - workers_before.wall_s < 0.45 * window_s)) continue;
+      const double elapsed = now.wall_s - workers_before.wall_s;
+      const bool whole = elapsed >= 0.9 * window_s;
+      if (!whole && (!tuner->early_pending() || elapsed < 0.45 * window_s)) continue;
       const PipelineStats d = now.since(workers_before);
       const StageStats& workers = d.stages.front();  // stats() lists the workers first
       TuneWindow w;
@@ -556,7 +556,6 @@ void Pipeline::tuner_main() {
       } else {
         n = tuner->early(w, &decision);  // the window goes on when it does not jump
       }
-      looked_early = true;
       if (n == w.active) continue;
       decision.at_s = now.wall_s;
       {
