@@ -47,6 +47,9 @@ int restart_interval_for(int mcus_per_row, int mcu_width) {
 
 namespace {
 
+// Which symbols a Huffman table has a code for.
+using SymbolSet = bool[256];
+
 // The re-encoded file, in a buffer this struct owns: jpeg_mem_dest would hand
 // its own buffer back only at the end, so an error after it grew would leave
 // the caller's pointer on freed memory.
@@ -60,10 +63,11 @@ struct Transcode {
   std::uint64_t max_pixels = 0;
   bool keep_file_tables = true;  // false: libjpeg's optimize pass makes every table
   bool kept_tables = false;       // the file's AC tables were in use (set_tables)
-  // The AC tables as the first scan found them (null: none in that slot): a
-  // table defined again after the scan replaces libjpeg's copy.
+  // The AC tables as the first scan found them, and their symbols (a table
+  // defined again after the scan replaces libjpeg's copy).
   JHUFF_TBL scan_ac[NUM_HUFF_TBLS]{};
   bool scan_ac_defined[NUM_HUFF_TBLS]{};
+  SymbolSet scan_ac_coded[NUM_HUFF_TBLS]{};
   enum class Outcome { written, not_sequential, over_limit } outcome = Outcome::written;
   ~Transcode() {
     jpeg_destroy_compress(&out);
@@ -122,13 +126,8 @@ bool file_ac_tables_fit(const Transcode& t) {
   const jpeg_decompress_struct& in = t.in;
   if (in.err->num_warnings != 0 || in.input_scan_number != 1) return false;
   for (int ci = 0; ci < in.num_components; ++ci) {
-    if (!t.scan_ac_defined[in.comp_info[ci].ac_tbl_no]) return false;
-    const JHUFF_TBL* table = &t.scan_ac[in.comp_info[ci].ac_tbl_no];
-    int symbols = 0;
-    for (int length = 1; length <= 16; ++length) symbols += table->bits[length];
-    if (std::find(table->huffval, table->huffval + std::min(symbols, 256), 0) == table->huffval + std::min(symbols, 256)) {
-      return false;
-    }
+    const int slot = in.comp_info[ci].ac_tbl_no;
+    if (!t.scan_ac_defined[slot] || !t.scan_ac_coded[slot][0x00]) return false;
   }
   return true;
 }
@@ -141,9 +140,6 @@ constexpr unsigned char kZigzag[DCTSIZE2] = {
     0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,
     41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
     30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
-
-// Which AC symbols a table has a code for.
-using SymbolSet = bool[256];
 
 // Whether the re-encode can code a block's last coefficient (zigzag 63) with
 // `ac`. A corrupt file whose run goes past a block's end has libjpeg put the
@@ -266,15 +262,8 @@ void optimal_dc_table(const long (&count)[kDcCategories], JHUFF_TBL& table) {
 // then makes them).
 bool set_tables(Transcode& t, jvirt_barray_ptr* coefficients) {
   if (!file_ac_tables_fit(t)) return false;
-  SymbolSet coded[NUM_HUFF_TBLS] = {};  // by each AC table
-  for (int slot = 0; slot < NUM_HUFF_TBLS; ++slot) {
-    if (!t.scan_ac_defined[slot]) continue;
-    int symbols = 0;
-    for (int length = 1; length <= 16; ++length) symbols += t.scan_ac[slot].bits[length];
-    for (int k = 0; k < std::min(symbols, 256); ++k) coded[slot][t.scan_ac[slot].huffval[k]] = true;
-  }
   long counts[NUM_HUFF_TBLS][kDcCategories] = {};
-  if (!count_dc(&t.in, coefficients, t.out.restart_interval, coded, counts)) return false;
+  if (!count_dc(&t.in, coefficients, t.out.restart_interval, t.scan_ac_coded, counts)) return false;
   const auto common = reinterpret_cast<j_common_ptr>(&t.out);
   bool dc_made[NUM_HUFF_TBLS] = {}, ac_copied[NUM_HUFF_TBLS] = {};
   for (int ci = 0; ci < t.in.num_components; ++ci) {
@@ -319,6 +308,9 @@ bool transcode_safely(Transcode& t, std::span<const unsigned char> jpeg) {
     if (t.in.ac_huff_tbl_ptrs[slot] == nullptr) continue;
     t.scan_ac[slot] = *t.in.ac_huff_tbl_ptrs[slot];
     t.scan_ac_defined[slot] = true;
+    int symbols = 0;
+    for (int length = 1; length <= 16; ++length) symbols += t.scan_ac[slot].bits[length];
+    for (int k = 0; k < std::min(symbols, 256); ++k) t.scan_ac_coded[slot][t.scan_ac[slot].huffval[k]] = true;
   }
   // The coefficients of the whole image are held at once: no more of them
   // than the decoder would accept.
