@@ -599,13 +599,20 @@ bool Pipeline::deepen(TunedQueue queue, std::size_t depth, TuneDecision d) {
 
 // ---- consumer
 
-std::optional<BatchHandle> Pipeline::next() {
+// The stream ends here, or the pipeline's error is thrown. fail() records the
+// error before it requests the stop, so a stop seen means its error is seen.
+// The error is read after the stop, never before: a failure that came between
+// the two reads would end the stream as if it were complete.
+std::optional<BatchHandle> Pipeline::end_of_stream() const {
   throw_if_failed();
-  if (stopping_flag()) return std::nullopt;
+  return std::nullopt;
+}
+
+std::optional<BatchHandle> Pipeline::next() {
+  if (stopping_flag()) return end_of_stream();
   auto batch = consumer_counters_.timed_wait(consumer_counters_.starved_since, consumer_counters_.starved_ns,
                                         consumer_arrives(), [&] { return device_queue_.pop(); });
-  throw_if_failed();
-  if (!batch || stopping_flag()) return std::nullopt;
+  if (!batch || stopping_flag()) return end_of_stream();
   note_delivered(**batch);
   StageCounters::add(consumer_counters_.items, 1);
   return batch;

@@ -302,6 +302,7 @@ class Pipeline {
             const std::string& context = "");
   void request_stop();
   void throw_if_failed() const;
+  std::optional<BatchHandle> end_of_stream() const;
   // The consumer arrives for a batch: its busy time since the last one ends. Returns now.
   Clock::time_point consumer_arrives();
   // The consumer's step since next() last returned, if one is under way, ends

@@ -277,6 +277,33 @@ TEST_CASE("pipeline: a filler exception reaches the consumer with its sample", "
   REQUIRE_THROWS_AS(p.next(), PipelineError);   // the error sticks
 }
 
+TEST_CASE("pipeline: a failure that comes while the consumer takes a batch is thrown and never ends the stream",
+          "[pipeline][error]") {
+  // The consumer takes batches as fast as they come while a worker fails, so
+  // the failure lands at every point of next() in turn; an endless stream
+  // that ends is a failure swallowed.
+  Config c = small_config();
+  c.batch_size = 1;
+  c.epochs = 0;
+  c.workers = 2;
+  std::size_t ended = 0;
+  for (int trial = 0; trial < 1000; ++trial) {
+    std::atomic<int> fills{0};
+    Pipeline p(c, 64, {[&fills](Sample& s) {
+                 fill_pattern(s);
+                 if (fills.fetch_add(1, std::memory_order_relaxed) == 100) throw std::runtime_error("fill 100 failed");
+               }});
+    try {
+      while (p.next()) {
+      }
+      ++ended;
+    } catch (const PipelineError& e) {
+      REQUIRE_THAT(e.what(), Catch::Contains("fill 100 failed"));
+    }
+  }
+  REQUIRE(ended == 0);
+}
+
 // A caller's own exception type, thrown in a filler.
 struct SensorFault : std::runtime_error {
   int code;
