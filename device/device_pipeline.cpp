@@ -642,14 +642,16 @@ bool DevicePipeline::wait_ready(std::chrono::microseconds timeout) {
   return pipeline_->wait_ready(timeout);
 }
 
-std::optional<DeviceBatch> DevicePipeline::next() {
-  {
-    std::lock_guard lk(core_->error_mu);
-    if (!core_->consumer_error.empty()) {
-      throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample, core_->consumer_error,
-                          core_->consumer_cause);
-    }
+void DevicePipeline::throw_if_consumer_failed() const {
+  std::lock_guard lk(core_->error_mu);
+  if (!core_->consumer_error.empty()) {
+    throw PipelineError("consumer", PipelineError::kNoSample, PipelineError::kNoSample, core_->consumer_error,
+                        core_->consumer_cause);
   }
+}
+
+std::optional<DeviceBatch> DevicePipeline::next() {
+  throw_if_consumer_failed();
   const Observed observed(core_->observer.get(), {Work::next, 0, 0, 0});
   if (stopped_) return std::nullopt;
   if (const std::size_t most = max_held_.load(); core_->held.load() >= most) {
@@ -669,7 +671,13 @@ std::optional<DeviceBatch> DevicePipeline::next() {
                            ")");
   }
   auto host = pipeline_->next();
-  if (!host) return std::nullopt;
+  if (!host) {
+    // A release that failed on another thread while this one waited (a
+    // tensor's deleter) may have come after the last batch: the stream's end
+    // must not hide it.
+    throw_if_consumer_failed();
+    return std::nullopt;
+  }
   auto* slot = static_cast<DeviceSlot*>((*host)->user);
   DeviceBatch batch;
   batch.core_ = core_;

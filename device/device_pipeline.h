@@ -417,6 +417,8 @@ class DevicePipeline {
   std::size_t max_held() const { return max_held_.load(); }
 
  private:
+  // Throws the error of a batch's release that failed (a consumer-side error), if one did.
+  void throw_if_consumer_failed() const;
   std::shared_ptr<TransferCore> core_;
   std::unique_ptr<Pipeline> pipeline_;  // after core_: destroyed (joined) first
   std::atomic<bool> stopped_{false};    // stop() was called

@@ -90,6 +90,34 @@ TEST_CASE("an error while releasing a batch is reported by the next call", "[dev
   REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
 }
 
+TEST_CASE("a release that fails during the consumer's last next() is thrown, not an end of stream",
+          "[device][pipeline][errors]") {
+  // A batch released on another thread (a tensor's deleter) may fail after
+  // next() checked for such errors and before it finds the run over. The
+  // observer's entry into next() comes between the two: it releases the
+  // held last batch there, with the release made to fail.
+  struct ReleaseInNext : Observer {
+    DeviceBatch* held = nullptr;  // set by the test before its last next()
+    void on_entry(const WorkItem& w) noexcept override {
+      if (w.what == Work::next && held) std::exchange(held, nullptr)->reset();
+    }
+  };
+  auto faulty = std::make_shared<FaultyDevice>(host_device());
+  Config cfg = small_config(1, 1, 2);
+  cfg.epochs = 1;
+  auto release = std::make_shared<ReleaseInNext>();
+  TransferConfig tc;
+  tc.observer = release;
+  DevicePipeline dp(cfg, 8, test::fill_pattern, tc, faulty);
+  REQUIRE(dp.next());  // batch 0, released at once
+  auto last = dp.next();  // batch 1 of 2: the run's last
+  REQUIRE(last);
+  faulty->fail_cpu_records = true;  // its release fails
+  release->held = &*last;
+  REQUIRE_THROWS_WITH(dp.next(), Catch::Contains("releasing a batch: cudaEventRecord(...) at cuda/fake.cu:2"));
+  REQUIRE(release->held == nullptr);  // released inside next(), as the test means
+}
+
 TEST_CASE("a DeviceError thrown in a filler is recovered as a DeviceError at the consumer",
           "[device][pipeline][errors]") {
   Config cfg = small_config(2, 1, 2);

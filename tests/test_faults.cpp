@@ -345,6 +345,15 @@ TEST_CASE("faults: a read that stalls shows as busy workers and a waiting consum
     bool got = false;
     std::thread consumer([&] { got = p.next().has_value(); });
     REQUIRE(conveyor::test::eventually([&] { return faulty->stalled.load(); }));
+    // And the consumer inside next(): a thread started late on a loaded
+    // machine would not be starved for the whole interval.
+    const auto starved_s = [&] {
+      const PipelineStats now = p.stats();
+      const StageStats* c = now.stage("consumer");
+      return c ? c->starved_s : 0.0;
+    };
+    const double starved_before = starved_s();  // the first three batches' waits
+    REQUIRE(conveyor::test::eventually([&] { return starved_s() > starved_before; }));
     const PipelineStats before = p.stats();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // measuring an interval, not ordering threads
     const PipelineStats during = p.stats().since(before);
