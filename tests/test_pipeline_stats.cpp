@@ -194,12 +194,13 @@ TEST_CASE("pipeline: no snapshot shows a stage busier than the time that passed"
       last = now;
     }
   });
+  const std::size_t run_batches = 40 * ((100 + 6) / 7);  // 40 epochs of 15 batches
   std::size_t batches = 0;
   while (auto b = p.next()) {
     if (++batches % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));  // the consumer's step
     // The run lasts tens of milliseconds: a watcher the scheduler starts late
     // still takes its snapshots while the pipeline runs.
-    if (batches == 40 * ((100 + 6) / 7) - 1) {
+    if (batches == run_batches - 1) {
       while (snapshots.load() <= 100) std::this_thread::yield();
     }
   }
@@ -207,7 +208,7 @@ TEST_CASE("pipeline: no snapshot shows a stage busier than the time that passed"
   watcher.join();
   INFO(first_fault);
   INFO(snapshots.load() << " snapshots");
-  REQUIRE(batches == 40 * ((100 + 6) / 7));
+  REQUIRE(batches == run_batches);
   REQUIRE(snapshots > 100);
   REQUIRE(items_back == 0);
   REQUIRE(over_time == 0);
